@@ -1,0 +1,235 @@
+{{/*
+Names and labels.
+*/}}
+{{- define "confighistory.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "confighistory.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "confighistory.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "confighistory.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Labels on every object. Note: app.kubernetes.io/managed-by is Helm here; the
+snapshots the server creates carry app.kubernetes.io/managed-by=confighistory.
+*/}}
+{{- define "confighistory.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "confighistory.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: confighistory
+{{- end }}
+
+{{- define "confighistory.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "confighistory.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create=false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "confighistory.leaseNamespace" -}}
+{{- default .Release.Namespace .Values.leaderElection.namespace }}
+{{- end }}
+
+{{- define "confighistory.leaseName" -}}
+{{- default (include "confighistory.fullname" .) .Values.leaderElection.leaseName }}
+{{- end }}
+
+{{- define "confighistory.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Namespaces confighistory never acts in: the system namespaces, its own, and
+the admin's list. One comma-separated string, no duplicates.
+*/}}
+{{- define "confighistory.excludedNamespaces" -}}
+{{- concat (list "kube-system" "kube-public" "kube-node-lease" .Release.Namespace) .Values.config.excludeNamespaces | uniq | join "," }}
+{{- end }}
+
+{{/*
+namespaceSelector shared by all webhooks. Two ways to be excluded, both needed:
+- by name, through the kubernetes.io/metadata.name label the API server puts on
+  every namespace since 1.21 (on 1.20 the label is absent and NotIn matches, so
+  this term excludes nothing there);
+- by the confighistory.io/exclude label (any value), which works everywhere; the
+  chart applies it to its own namespace on clusters older than 1.21.
+The mode label (confighistory.io/mode) is deliberately not selected on: the
+server interprets it against config.allowedModes.
+*/}}
+{{- define "confighistory.namespaceSelector" -}}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values:
+      {{- range splitList "," (include "confighistory.excludedNamespaces" .) }}
+      - {{ . | quote }}
+      {{- end }}
+  - key: confighistory.io/exclude
+    operator: DoesNotExist
+{{- end }}
+
+{{/*
+Whether the cluster labels namespaces with kubernetes.io/metadata.name (>= 1.21).
+*/}}
+{{- define "confighistory.hasNamespaceNameLabel" -}}
+{{- if semverCompare ">=1.21-0" .Capabilities.KubeVersion.Version }}true{{ end }}
+{{- end }}
+
+{{/*
+TLS secret mounted by the server.
+*/}}
+{{- define "confighistory.tlsSecretName" -}}
+{{- if eq .Values.tls.mode "secret" }}
+{{- .Values.tls.existingSecret }}
+{{- else }}
+{{- printf "%s-tls" (include "confighistory.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+DNS names of the webhook Service, for the serving certificate.
+*/}}
+{{- define "confighistory.serviceDNSNames" -}}
+{{- $svc := include "confighistory.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns .Values.clusterDomain) | toJson }}
+{{- end }}
+
+{{/*
+Generated TLS material (tls.mode=generate), as JSON {ca, crt, key}, each
+base64-encoded PEM. Reuses the existing Secret when it holds all three keys, so
+the CA and certificate stay the same across upgrades. Computed once per render
+and cached in .Values, because the Secret and both webhook configurations must
+carry the same CA.
+*/}}
+{{- define "confighistory.generatedTLS" -}}
+{{- if not (hasKey .Values "__confighistoryGeneratedTLS") }}
+{{- $secretName := include "confighistory.tlsSecretName" . }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace $secretName }}
+{{- $data := dict }}
+{{- if $existing }}{{ $data = default dict $existing.data }}{{ end }}
+{{- $tls := dict }}
+{{- if and (index $data "ca.crt") (index $data "tls.crt") (index $data "tls.key") }}
+{{- $tls = dict "ca" (index $data "ca.crt") "crt" (index $data "tls.crt") "key" (index $data "tls.key") }}
+{{- else }}
+{{- $fullname := include "confighistory.fullname" . }}
+{{- $days := int .Values.tls.generatedValidityDays }}
+{{- $ca := genCA (printf "%s-ca" $fullname) $days }}
+{{- $dnsNames := include "confighistory.serviceDNSNames" . | fromJsonArray }}
+{{- $cert := genSignedCert (index $dnsNames 2) nil $dnsNames $days $ca }}
+{{- $tls = dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) }}
+{{- end }}
+{{- $_ := set .Values "__confighistoryGeneratedTLS" $tls }}
+{{- end }}
+{{- index .Values "__confighistoryGeneratedTLS" | toJson }}
+{{- end }}
+
+{{/*
+caBundle for the webhook configurations. Empty in certManager mode: the
+cert-manager CA injector fills it in.
+*/}}
+{{- define "confighistory.caBundle" -}}
+{{- if .Values.webhook.url }}
+{{- .Values.webhook.caBundle }}
+{{- else if eq .Values.tls.mode "generate" }}
+{{- (include "confighistory.generatedTLS" . | fromJson).ca }}
+{{- else if eq .Values.tls.mode "secret" }}
+{{- .Values.tls.caBundle }}
+{{- end }}
+{{- end }}
+
+{{/*
+Annotations of the webhook configurations.
+*/}}
+{{- define "confighistory.webhookAnnotations" -}}
+{{- if and (not .Values.webhook.url) (eq .Values.tls.mode "certManager") }}
+cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "confighistory.tlsSecretName" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+clientConfig for one webhook. Call with (dict "root" $ "path" "/mutate").
+*/}}
+{{- define "confighistory.clientConfig" -}}
+{{- $root := .root }}
+{{- $caBundle := include "confighistory.caBundle" $root }}
+{{- if $root.Values.webhook.url -}}
+url: {{ printf "%s%s" (trimSuffix "/" $root.Values.webhook.url) .path | quote }}
+{{- else -}}
+service:
+  name: {{ include "confighistory.fullname" $root }}
+  namespace: {{ $root.Release.Namespace }}
+  path: {{ .path }}
+  port: 443
+{{- end }}
+{{- with $caBundle }}
+caBundle: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Rules of the workload webhooks (mutating and validating): every kind with a pod
+template that confighistory pins. Main resources only (no "/*"): a scale or
+status write never changes a pod template. batch/v1beta1 serves CronJobs on
+clusters before 1.21.
+*/}}
+{{- define "confighistory.workloadRules" -}}
+- apiGroups: ["apps"]
+  apiVersions: ["v1"]
+  resources: ["deployments", "statefulsets", "daemonsets"]
+  operations: ["CREATE", "UPDATE"]
+  scope: Namespaced
+- apiGroups: ["batch"]
+  apiVersions: ["v1", "v1beta1"]
+  resources: ["jobs", "cronjobs"]
+  operations: ["CREATE", "UPDATE"]
+  scope: Namespaced
+{{- end }}
+
+{{/*
+Cross-value checks that values.schema.json cannot express. Rendered from
+every template that depends on them, so they fail early with a clear message.
+*/}}
+{{- define "confighistory.validate" -}}
+{{- if .Values.webhook.url }}
+{{- if not (hasPrefix "https://" .Values.webhook.url) }}
+{{- fail "webhook.url must start with https:// (the API server only calls webhooks over TLS)" }}
+{{- end }}
+{{- if not .Values.webhook.caBundle }}
+{{- fail "webhook.url needs webhook.caBundle: the base64-encoded PEM CA that signed the certificate served at that URL" }}
+{{- end }}
+{{- else }}
+{{- if not .Values.deployment.enabled }}
+{{- fail "deployment.enabled=false needs webhook.url: without the in-cluster Deployment the webhooks must be registered by URL" }}
+{{- end }}
+{{- end }}
+{{- if eq .Values.tls.mode "secret" }}
+{{- if and .Values.deployment.enabled (not .Values.tls.existingSecret) }}
+{{- fail "tls.mode=secret needs tls.existingSecret: the name of a kubernetes.io/tls Secret in the release namespace" }}
+{{- end }}
+{{- if and (not .Values.webhook.url) (not .Values.tls.caBundle) }}
+{{- fail "tls.mode=secret needs tls.caBundle: the base64-encoded PEM CA that signed tls.existingSecret" }}
+{{- end }}
+{{- end }}
+{{- end }}
