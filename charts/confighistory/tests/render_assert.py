@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""Structural assertions on one `helm template` render of the confighistory chart.
+
+Reads the rendered objects as a stream of JSON documents on stdin (tests/check
+converts helm's YAML with `kubectl patch --local -o json`, which needs no
+cluster and no PyYAML) and checks them against the expectations given as
+KEY=VALUE arguments:
+
+  release, namespace  the helm release name and namespace
+  kube                the Kubernetes version the chart was rendered for
+  tls                 generate | certManager | certManagerIssuer | secret | none
+  url                 webhook URL (url mode), empty otherwise
+  cabundle            expected caBundle (secret and url modes)
+  failure             expected failurePolicy of the main webhooks
+  timeout             expected timeoutSeconds of the main webhooks
+  deployment          true | false
+  replicas            expected replicas
+  exclude             comma list of admin-excluded namespaces
+  servicemonitor      true | false
+  sa                  expected ServiceAccount name; sacreate true | false
+  env.NAME            expected value of one container env variable
+
+Prints one line per check group and exits 1 on the first failed assertion.
+"""
+import json
+import sys
+
+
+def fail(msg):
+    print(f"    FAIL: {msg}")
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def read_docs(raw):
+    dec, i, docs = json.JSONDecoder(), 0, []
+    while True:
+        while i < len(raw) and raw[i].isspace():
+            i += 1
+        if i >= len(raw):
+            return docs
+        obj, i = dec.raw_decode(raw, i)
+        if obj.get("kind") == "List":
+            docs.extend(obj.get("items", []))
+        else:
+            docs.append(obj)
+
+
+def version_tuple(v):
+    parts = v.lstrip("v").split("-")[0].split("+")[0].split(".")
+    return tuple(int(p) for p in (parts + ["0", "0"])[:3])
+
+
+def main():
+    exp = dict(a.split("=", 1) for a in sys.argv[1:])
+    docs = read_docs(sys.stdin.read())
+    release, ns = exp["release"], exp["namespace"]
+    kube = version_tuple(exp["kube"])
+    fullname = release if "confighistory" in release else f"{release}-confighistory"
+    url = exp.get("url", "")
+    deployment = exp.get("deployment", "true") == "true"
+    tls = exp.get("tls", "generate")
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+
+    def one(kind, name=None):
+        objs = [d for d in by_kind.get(kind, []) if name is None or d["metadata"]["name"] == name]
+        check(len(objs) == 1, f"expected one {kind} {name or ''}, found {len(objs)}")
+        return objs[0]
+
+    # --- which objects are rendered -----------------------------------------
+    kinds = sorted(by_kind)
+    hook = kube < (1, 21, 0) and not url
+    expected = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+    if exp.get("sacreate", "true") == "false":
+        expected.discard("ServiceAccount")
+    if deployment:
+        expected |= {"Deployment", "Service"}
+        if int(exp.get("replicas", "2")) > 1:
+            expected.add("PodDisruptionBudget")
+        expected |= {"generate": {"Secret"}, "certManager": {"Certificate", "Issuer"},
+                     "certManagerIssuer": {"Certificate"}}.get(tls, set())
+        if exp.get("servicemonitor") == "true":
+            expected.add("ServiceMonitor")
+    if hook:
+        expected |= {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job"}
+    check(set(kinds) == expected, f"kinds {kinds} != expected {sorted(expected)}")
+    print(f"    objects: {', '.join(f'{k}x{len(by_kind[k])}' for k in kinds)}")
+
+    # --- webhook configurations ---------------------------------------------
+    mwc = one("MutatingWebhookConfiguration", fullname)
+    vwc = one("ValidatingWebhookConfiguration", fullname)
+    mw = {w["name"]: w for w in mwc["webhooks"]}
+    vw = {w["name"]: w for w in vwc["webhooks"]}
+    check(list(mw) == ["configmaps.confighistory.io", "workloads.confighistory.io"],
+          f"mutating webhooks {list(mw)}")
+    check(list(vw) == ["workloads.confighistory.io", "snapshots.confighistory.io",
+                       "snapshot-deletes.confighistory.io"], f"validating webhooks {list(vw)}")
+
+    excluded = ["kube-system", "kube-public", "kube-node-lease", ns] + \
+        [n for n in exp.get("exclude", "").split(",") if n]
+    main_failure = exp.get("failure", "Ignore")
+    main_timeout = int(exp.get("timeout", "5"))
+    if url:
+        want_ca = exp["cabundle"]
+    elif tls == "generate":
+        want_ca = one("Secret", f"{fullname}-tls")["data"]["ca.crt"]
+    elif tls == "secret":
+        want_ca = exp["cabundle"]
+    else:
+        want_ca = None  # injected by cert-manager
+    inject = (mwc["metadata"].get("annotations") or {}).get("cert-manager.io/inject-ca-from")
+    for cfg in (mwc, vwc):
+        got = (cfg["metadata"].get("annotations") or {}).get("cert-manager.io/inject-ca-from")
+        if tls.startswith("certManager") and not url:
+            check(got == f"{ns}/{fullname}-tls", f"{cfg['kind']} inject-ca-from {got!r}")
+        else:
+            check(got is None, f"{cfg['kind']} must not carry inject-ca-from outside certManager mode")
+
+    workload_rules = [
+        {"apiGroups": ["apps"], "apiVersions": ["v1"],
+         "resources": ["deployments", "statefulsets", "daemonsets"],
+         "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"},
+        {"apiGroups": ["batch"], "apiVersions": ["v1", "v1beta1"], "resources": ["jobs", "cronjobs"],
+         "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"},
+    ]
+
+    def cm_rules(ops):
+        return [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"],
+                 "operations": ops, "scope": "Namespaced"}]
+
+    def hash_selector(op):
+        return {"matchExpressions": [{"key": "confighistory.io/hash", "operator": op}]}
+
+    spec = {
+        ("M", "configmaps.confighistory.io"): ("/mutate", cm_rules(["CREATE", "UPDATE"]),
+                                               hash_selector("DoesNotExist"), main_failure, main_timeout),
+        ("M", "workloads.confighistory.io"): ("/mutate", workload_rules, None, main_failure, main_timeout),
+        ("V", "workloads.confighistory.io"): ("/validate", workload_rules, None, main_failure, main_timeout),
+        ("V", "snapshots.confighistory.io"): ("/protect", cm_rules(["CREATE", "UPDATE"]),
+                                              hash_selector("Exists"), "Fail", None),
+        ("V", "snapshot-deletes.confighistory.io"): ("/protect", cm_rules(["DELETE"]),
+                                                     hash_selector("Exists"), "Ignore", None),
+    }
+    for (which, name), (path, rules, objsel, failure, timeout) in spec.items():
+        w = (mw if which == "M" else vw)[name]
+        where = f"{'mutating' if which == 'M' else 'validating'} {name}"
+        check(w["admissionReviewVersions"] == ["v1"], f"{where}: admissionReviewVersions")
+        check(w["sideEffects"] == "NoneOnDryRun", f"{where}: sideEffects")
+        check(w["matchPolicy"] == "Equivalent", f"{where}: matchPolicy")
+        check(w["rules"] == rules, f"{where}: rules {w['rules']}")
+        check(all("/" not in r for rule in w["rules"] for r in rule["resources"]),
+              f"{where}: subresources must not be intercepted")
+        check(w.get("objectSelector") == objsel, f"{where}: objectSelector {w.get('objectSelector')}")
+        check(w["failurePolicy"] == failure, f"{where}: failurePolicy {w['failurePolicy']} != {failure}")
+        if timeout is not None:
+            check(w["timeoutSeconds"] == timeout, f"{where}: timeoutSeconds {w['timeoutSeconds']}")
+        else:
+            check(w["timeoutSeconds"] < main_timeout or w["timeoutSeconds"] == 1,
+                  f"{where}: protection timeout must stay below the main one")
+        if which == "M":
+            check(w.get("reinvocationPolicy") == "IfNeeded", f"{where}: reinvocationPolicy")
+        cc = w["clientConfig"]
+        if url:
+            check(cc.get("url") == url.rstrip("/") + path and "service" not in cc,
+                  f"{where}: clientConfig {cc}")
+        else:
+            svc = cc.get("service", {})
+            check(svc == {"name": fullname, "namespace": ns, "path": path, "port": 443},
+                  f"{where}: clientConfig.service {svc}")
+        check(cc.get("caBundle") == want_ca, f"{where}: caBundle does not match the expected CA")
+        sel = w["namespaceSelector"]["matchExpressions"]
+        check(len(sel) == 2, f"{where}: namespaceSelector {sel}")
+        check(sel[0]["key"] == "kubernetes.io/metadata.name" and sel[0]["operator"] == "NotIn"
+              and sorted(sel[0]["values"]) == sorted(set(excluded)),
+              f"{where}: name exclusion {sel[0]} != {excluded}")
+        check(sel[1] == {"key": "confighistory.io/exclude", "operator": "DoesNotExist"},
+              f"{where}: label exclusion {sel[1]}")
+        check(not any("confighistory.io/mode" in e["key"] for e in sel),
+              f"{where}: must not select on the mode label")
+        mc = w.get("matchConditions")
+        if name == "configmaps.confighistory.io" and kube >= (1, 28, 0):
+            check(mc and "kube-root-ca.crt" in mc[0]["expression"], f"{where}: matchConditions {mc}")
+        else:
+            check(mc is None, f"{where}: unexpected matchConditions (kube {exp['kube']})")
+    print(f"    webhooks: 2 mutating + 3 validating, paths/rules/selectors/policies ok, "
+          f"caBundle {'injected by cert-manager' if want_ca is None else 'matches'}, "
+          f"matchConditions {'on' if kube >= (1, 28, 0) else 'off'}")
+
+    # --- RBAC -----------------------------------------------------------------
+    cr = one("ClusterRole", fullname)
+    granted = {}
+    for rule in cr["rules"]:
+        check("resourceNames" not in rule, "ClusterRole rules must not depend on names")
+        for g in rule["apiGroups"]:
+            for r in rule["resources"]:
+                check("*" not in rule["verbs"] and r != "*" and g != "*", f"wildcard in {rule}")
+                granted.setdefault((g, r), set()).update(rule["verbs"])
+    want = {
+        ("", "configmaps"): {"get", "list", "watch", "create", "update", "patch", "delete"},
+        ("", "namespaces"): {"get", "list", "watch"},
+        ("apps", "deployments"): {"get", "list", "watch", "update", "patch"},
+        ("apps", "statefulsets"): {"get", "list", "watch", "update", "patch"},
+        ("apps", "daemonsets"): {"get", "list", "watch", "update", "patch"},
+        ("batch", "cronjobs"): {"get", "list", "watch", "update", "patch"},
+        ("batch", "jobs"): {"get", "list", "watch"},
+        ("apps", "replicasets"): {"get", "list", "watch"},
+        ("apps", "controllerrevisions"): {"get", "list", "watch"},
+        ("", "events"): {"create", "patch"},
+        ("events.k8s.io", "events"): {"create", "patch"},
+    }
+    check(granted == want, f"ClusterRole grants {granted}")
+    role = one("Role", f"{fullname}-leader-election")
+    lease = exp.get("lease", fullname)
+    check(role["metadata"]["namespace"] == exp.get("leasens", ns), "lease Role namespace")
+    check(role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease],
+         "verbs": ["get", "update", "patch"]}], f"lease Role rules {role['rules']}")
+    sa = exp.get("sa", fullname)
+    for b in (one("ClusterRoleBinding", fullname), one("RoleBinding", f"{fullname}-leader-election")):
+        check(b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
+              f"{b['kind']} subjects {b['subjects']}")
+    print(f"    rbac: ClusterRole has exactly the {len(want)} expected resource grants, "
+          f"Lease Role limited to {lease!r}")
+
+    # --- workload ---------------------------------------------------------------
+    if deployment:
+        dep = one("Deployment", fullname)
+        pod = dep["spec"]["template"]["spec"]
+        check(dep["spec"]["replicas"] == int(exp.get("replicas", "2")), "replicas")
+        check(pod["serviceAccountName"] == sa, "serviceAccountName")
+        psc = pod["securityContext"]
+        check(psc.get("runAsNonRoot") is True and psc.get("seccompProfile") == {"type": "RuntimeDefault"},
+              f"pod securityContext {psc}")
+        (c,) = pod["containers"]
+        sc = c["securityContext"]
+        check(sc.get("readOnlyRootFilesystem") is True and sc.get("allowPrivilegeEscalation") is False
+              and sc.get("capabilities", {}).get("drop") == ["ALL"], f"container securityContext {sc}")
+        check(c["resources"].get("requests") and c["resources"].get("limits"), "requests and limits")
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        check(ports == {"https": 8443, "health": 8080}, f"ports {ports}")
+        check(c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "health"}, "liveness probe")
+        check(c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}, "readiness probe")
+        env = {e["name"]: e for e in c["env"]}
+        check(env["CONFIGHISTORY_NAMESPACE"].get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+              == "metadata.namespace", "CONFIGHISTORY_NAMESPACE from the downward API")
+        check(list(env).index("CONFIGHISTORY_NAMESPACE") < list(env).index("CONFIGHISTORY_IDENTITY"),
+              "CONFIGHISTORY_NAMESPACE must precede CONFIGHISTORY_IDENTITY, which expands it")
+        check(env["CONFIGHISTORY_IDENTITY"]["value"]
+              == f"system:serviceaccount:$(CONFIGHISTORY_NAMESPACE):{sa}", "identity")
+        check(sorted(env["CONFIGHISTORY_EXCLUDE_NAMESPACES"]["value"].split(",")) == sorted(set(excluded)),
+              "CONFIGHISTORY_EXCLUDE_NAMESPACES")
+        for k, v in exp.items():
+            if k.startswith("env."):
+                name = k[4:]
+                check(env.get(name, {}).get("value") == v,
+                      f"env {name}={env.get(name, {}).get('value')!r}, want {v!r}")
+        for name in ("CONFIGHISTORY_LISTEN", "CONFIGHISTORY_HEALTH_LISTEN", "CONFIGHISTORY_TLS_CERT",
+                     "CONFIGHISTORY_TLS_KEY", "CONFIGHISTORY_DEFAULT_MODE", "CONFIGHISTORY_ALLOWED_MODES",
+                     "CONFIGHISTORY_EXCLUDED_SOURCES_SELECTOR", "CONFIGHISTORY_SETTLE",
+                     "CONFIGHISTORY_PROPAGATION_QPS", "CONFIGHISTORY_PROPAGATION_BURST",
+                     "CONFIGHISTORY_PROPAGATION_NAMESPACE_QPS", "CONFIGHISTORY_PROPAGATION_NAMESPACE_BURST",
+                     "CONFIGHISTORY_GC_KEEP", "CONFIGHISTORY_GC_GRACE", "CONFIGHISTORY_GC_INTERVAL",
+                     "CONFIGHISTORY_LEADER_ELECTION_NAMESPACE", "CONFIGHISTORY_LEASE_NAME",
+                     "CONFIGHISTORY_LOG_FORMAT", "RUST_LOG"):
+            check(name in env, f"env {name} missing")
+        (mount,) = c["volumeMounts"]
+        check(mount["mountPath"] == "/etc/confighistory/tls" and "subPath" not in mount,
+              "TLS Secret must be mounted as a directory (no subPath) so rotation reaches the server")
+        (vol,) = pod["volumes"]
+        secret = exp.get("secret", f"{fullname}-tls")
+        check(vol["secret"]["secretName"] == secret, f"TLS volume secret {vol['secret']}")
+        svc = one("Service", fullname)
+        check({(p["name"], p["port"], p["targetPort"]) for p in svc["spec"]["ports"]}
+              == {("https", 443, "https"), ("metrics", 8080, "health")}, "Service ports")
+        if "PodDisruptionBudget" in by_kind:
+            pdb = one("PodDisruptionBudget", fullname)
+            want_api = "policy/v1" if kube >= (1, 21, 0) else "policy/v1beta1"
+            check(pdb["apiVersion"] == want_api, f"PDB apiVersion {pdb['apiVersion']} for kube {exp['kube']}")
+        if tls.startswith("certManager"):
+            cert = one("Certificate", f"{fullname}-tls")
+            names = cert["spec"]["dnsNames"]
+            check(f"{fullname}.{ns}.svc" in names, f"Certificate dnsNames {names}")
+            check(cert["spec"]["secretName"] == f"{fullname}-tls", "Certificate secretName")
+            issuer = cert["spec"]["issuerRef"]
+            if tls == "certManager":
+                check(issuer == {"name": f"{fullname}-ca", "kind": "Issuer", "group": "cert-manager.io"},
+                      f"issuerRef {issuer}")
+                ca = one("Certificate", f"{fullname}-ca")
+                check(ca["spec"]["isCA"] is True, "CA Certificate isCA")
+                check(one("Issuer", f"{fullname}-ca")["spec"] == {"ca": {"secretName": f"{fullname}-ca"}},
+                      "CA Issuer")
+            else:
+                check(issuer["name"] == exp["issuer"], f"issuerRef {issuer}")
+        print(f"    workload: Deployment (hardened, probes on health), Service 443->https, "
+              f"{'PDB ' + by_kind['PodDisruptionBudget'][0]['apiVersion'] if 'PodDisruptionBudget' in by_kind else 'no PDB'}"
+              f"{', Certificate ' + tls if tls.startswith('certManager') else ''}")
+
+    if hook:
+        job = one("Job")
+        args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+        check(args == ["label", "namespace", ns, "confighistory.io/exclude=true", "--overwrite"],
+              f"namespace label hook args {args}")
+        hook_cr = one("ClusterRole", f"{fullname}-namespace-label")
+        check(hook_cr["rules"] == [{"apiGroups": [""], "resources": ["namespaces"],
+                                    "resourceNames": [ns], "verbs": ["get", "patch"]}],
+              f"hook ClusterRole {hook_cr['rules']}")
+        print(f"    namespace-label hook: labels {ns} confighistory.io/exclude=true (kube < 1.21)")
+
+
+if __name__ == "__main__":
+    main()
