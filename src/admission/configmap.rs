@@ -1,0 +1,86 @@
+//! Source ConfigMap admission (SPEC §6.1): track the head, warn about removed keys, and keep
+//! the outgoing content for workloads that still run with it.
+
+use serde_json::Value;
+
+use super::review::{Operation, Request};
+use super::{annotation, annotation_ops, labels, Decision, Effect, View};
+use crate::names;
+use crate::policy::Mode;
+use crate::snapshot::{self, Content};
+
+pub fn decide(req: &Request, view: &View) -> Decision {
+    if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
+        return Decision::allow("not-intercepted");
+    }
+    let obj = req.object();
+    let name = req.name.as_str();
+    if name == names::ROOT_CA
+        || obj.pointer("/metadata/labels").and_then(|l| l.get(names::HASH_LABEL)).is_some()
+        || obj.get("immutable").and_then(Value::as_bool) == Some(true)
+    {
+        return Decision::allow("not-a-source");
+    }
+    let ns_label = view.state.namespace(&req.namespace).and_then(|n| n.mode_label.as_deref());
+    let mode = view.policy.mode(&req.namespace, ns_label).0;
+    if mode == Mode::Off {
+        return Decision::allow("mode");
+    }
+    let old = req.old_object.as_ref().filter(|_| req.operation == Operation::Update);
+    let is_source = view.state.is_referenced_source(&req.namespace, name)
+        || annotation(obj, names::HEAD).is_some()
+        || old.is_some_and(|o| annotation(o, names::HEAD).is_some());
+    // The hot path: every ConfigMap write in the cluster passes here.
+    if !is_source || !view.policy.versioned(&labels(obj), annotation(obj, names::VERSIONED)) {
+        return Decision::allow("not-a-source");
+    }
+
+    let content = Content::from_object(obj);
+    let head = content.hash();
+    let old_content = old.map(Content::from_object);
+    let changed = old_content.as_ref().is_none_or(|o| o.hash() != head);
+    let mut d = Decision::allow(if changed { "source-changed" } else { "source" });
+
+    if let (Some(old_content), true) = (&old_content, changed) {
+        let (removed, added) = snapshot::key_changes(old_content, &content);
+        d.response.warn(match (removed.is_empty(), added.is_empty()) {
+            (true, true) => format!("{name}: values changed, same keys"),
+            _ => format!("{name}: keys removed [{}], added [{}]", removed.join(", "), added.join(", ")),
+        });
+    }
+    if mode != Mode::Rewrite {
+        return d;
+    }
+
+    let own = req.user_info.username == view.policy.identity;
+    let changed_at =
+        if changed { Some(view.now.to_owned()) } else { old.and_then(|o| annotation(o, names::CHANGED_AT)).map(str::to_owned) };
+    let propagated = if own { annotation(obj, names::PROPAGATED) } else { old.and_then(|o| annotation(o, names::PROPAGATED)) };
+    d.response.patch = annotation_ops(
+        obj,
+        &[(names::HEAD, Some(head)), (names::CHANGED_AT, changed_at), (names::PROPAGATED, propagated.map(str::to_owned))],
+    );
+
+    // Workloads still on the plain name ran with the outgoing content: keep it, with their
+    // template hashes as adoption records, so an undo to them finds it (SPEC §9).
+    if let (Some(old_content), true) = (old_content, changed) {
+        let users = view.state.plain_users(&req.namespace, name);
+        if !users.is_empty() {
+            let old_hash = old_content.hash();
+            let recorded = view.state.configmaps.iter().any(|((n, cm_name), cm)| {
+                n == &req.namespace
+                    && cm.snapshot_of(cm_name).is_some_and(|(s, h)| s == name && h == old_hash)
+                    && users.iter().all(|u| cm.adopted().any(|a| a == u))
+            });
+            if !recorded {
+                d.effects.push(Effect::EnsureSnapshot {
+                    namespace: req.namespace.clone(),
+                    source: name.to_owned(),
+                    content: old_content,
+                    adopted: users,
+                });
+            }
+        }
+    }
+    d
+}

@@ -1,0 +1,182 @@
+//! Admission decisions (SPEC §6). Each endpoint is a pure function from a request and a
+//! read-only [`View`] of the cluster to a [`Decision`]: the response to send plus the
+//! [`Effect`]s (snapshot writes) the edge must carry out first. Dry run is the same decision
+//! with the effects checked but not written.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{json, Value};
+
+use crate::policy::Policy;
+use crate::snapshot::{self, Content};
+use crate::state::State;
+
+pub mod configmap;
+pub mod protect;
+pub mod review;
+pub mod validate;
+pub mod workload;
+
+pub use review::{Request, Response};
+
+/// Fresh reads of source ConfigMaps, by name: `None` when the API server says 404.
+pub type Fresh = HashMap<String, Option<Value>>;
+
+/// Everything a decision may look at.
+pub struct View<'a> {
+    pub policy: &'a Policy,
+    pub state: &'a State,
+    /// Sources read from the API server for this request (empty on the first pass).
+    pub fresh: &'a Fresh,
+    /// Current time, RFC 3339.
+    pub now: &'a str,
+}
+
+/// A write the edge must carry out before answering.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Make sure a valid snapshot of `content` exists (creating it, or taking the next name of
+    /// the collision sequence) and that its adoption record lists `adopted`.
+    EnsureSnapshot { namespace: String, source: String, content: Content, adopted: Vec<String> },
+}
+
+/// Where a rewritten reference points once effects have run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Target {
+    /// The snapshot of (source, hash), whatever name the collision sequence gave it.
+    Snapshot { source: String, hash: String },
+    /// An existing object, by name.
+    Name(String),
+}
+
+/// JSONPatch `replace` of a reference whose final name depends on effects.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rewrite {
+    pub pointer: String,
+    pub target: Target,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Decision {
+    pub response: Response,
+    pub rewrites: Vec<Rewrite>,
+    pub effects: Vec<Effect>,
+    /// Short label for metrics and logs: what rule decided.
+    pub reason: &'static str,
+}
+
+/// The first pass may ask for sources to be read fresh before deciding.
+#[derive(Debug, PartialEq)]
+pub enum Outcome {
+    Done(Decision),
+    Fetch(Vec<String>),
+}
+
+impl Decision {
+    pub fn allow(reason: &'static str) -> Decision {
+        Decision { response: Response::allow(), reason, ..Default::default() }
+    }
+
+    pub fn deny(reason: &'static str, code: u16, message: impl Into<String>) -> Decision {
+        Decision { response: Response::deny(code, message), reason, ..Default::default() }
+    }
+
+    /// The response, with every rewrite resolved to the snapshot names the effects produced
+    /// (`names`: (source, hash) → name). Unresolved snapshots take their first-choice name.
+    pub fn finish(self, names: &HashMap<(String, String), String>) -> Response {
+        let mut response = self.response;
+        let mut ops: Vec<Value> = self
+            .rewrites
+            .into_iter()
+            .map(|rw| {
+                let name = match rw.target {
+                    Target::Name(n) => n,
+                    Target::Snapshot { source, hash } => {
+                        names.get(&(source.clone(), hash.clone())).cloned().unwrap_or_else(|| snapshot::name(&source, &hash, 0))
+                    }
+                };
+                json!({"op": "replace", "path": rw.pointer, "value": name})
+            })
+            .collect();
+        ops.append(&mut response.patch);
+        response.patch = ops;
+        // Warnings were written with first-choice names; a collision moved some.
+        for ((source, hash), name) in names {
+            let first = snapshot::name(source, hash, 0);
+            if &first != name {
+                for w in &mut response.warnings {
+                    *w = w.replace(&first, name);
+                }
+            }
+        }
+        response
+    }
+}
+
+/// JSONPatch operations that make `obj`'s annotations hold `want` (None = absent).
+/// Writes nothing for keys that already have the wanted value.
+pub fn annotation_ops(obj: &Value, want: &[(&str, Option<String>)]) -> Vec<Value> {
+    let current = obj.pointer("/metadata/annotations").and_then(Value::as_object);
+    let mut ops = Vec::new();
+    let mut fresh = BTreeMap::new();
+    for (key, value) in want {
+        let have = current.and_then(|m| m.get(*key)).and_then(Value::as_str);
+        match (have, value) {
+            (Some(h), Some(v)) if h == v => {}
+            (None, None) => {}
+            (Some(_), None) => ops.push(json!({"op": "remove", "path": format!("/metadata/annotations/{}", review::escape(key))})),
+            (_, Some(v)) if current.is_some() => {
+                ops.push(json!({"op": "add", "path": format!("/metadata/annotations/{}", review::escape(key)), "value": v}))
+            }
+            (_, Some(v)) => {
+                fresh.insert(key.to_string(), v.clone());
+            }
+        }
+    }
+    if !fresh.is_empty() {
+        ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": fresh}));
+    }
+    ops
+}
+
+pub fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
+    obj.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str)
+}
+
+pub fn labels(obj: &Value) -> BTreeMap<String, String> {
+    obj.pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect())
+        .unwrap_or_default()
+}
+
+/// Whether a source has a change that propagation has not delivered yet (SPEC §7).
+pub fn change_pending(source: &Value, head: &str) -> bool {
+    annotation(source, crate::names::ROLLOUT) != Some("manual")
+        && annotation(source, crate::names::CHANGED_AT).is_some()
+        && annotation(source, crate::names::PROPAGATED) != Some(head)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn annotation_ops_write_only_changes() {
+        let obj = json!({"metadata": {"annotations": {"a": "1", "b": "2"}}});
+        let ops = annotation_ops(&obj, &[("a", Some("1".into())), ("b", None), ("c/d", Some("3".into()))]);
+        assert_eq!(
+            ops,
+            vec![
+                json!({"op": "remove", "path": "/metadata/annotations/b"}),
+                json!({"op": "add", "path": "/metadata/annotations/c~1d", "value": "3"}),
+            ]
+        );
+        let bare = json!({"metadata": {}});
+        assert_eq!(
+            annotation_ops(&bare, &[("a", Some("1".into()))]),
+            vec![json!({"op": "add", "path": "/metadata/annotations", "value": {"a": "1"}})]
+        );
+        assert!(annotation_ops(&bare, &[("a", None)]).is_empty());
+    }
+}

@@ -1,0 +1,114 @@
+//! Snapshot protection (SPEC §6.4): only valid snapshots may be created, their metadata is
+//! frozen for everyone but confighistory, and a snapshot history still reaches is not deleted.
+
+use serde_json::Value;
+
+use super::review::{Operation, Request};
+use super::{annotation, Decision, View};
+use crate::names;
+use crate::snapshot;
+
+pub fn decide(req: &Request, view: &View) -> Decision {
+    if req.kind.kind != "ConfigMap" || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Decision::allow("unhandled-kind");
+    }
+    let name = &req.name;
+    match req.operation {
+        Operation::Create => match snapshot::validate(req.object()) {
+            Ok(_) => Decision::allow("valid-snapshot"),
+            Err(why) => Decision::deny(
+                "invalid-snapshot",
+                403,
+                format!(
+                    "ConfigMap {name} carries the {} label but is not a valid snapshot: {why}. \
+                     Snapshots are made by confighistory; remove the label to create an ordinary ConfigMap",
+                    names::HASH_LABEL
+                ),
+            ),
+        },
+        Operation::Update => {
+            if req.user_info.username == view.policy.identity {
+                return Decision::allow("own-update");
+            }
+            let (old, new) = (req.old_object(), req.object());
+            let frozen = ["labels", "annotations", "ownerReferences", "finalizers"];
+            let changed: Vec<&str> = frozen.into_iter().filter(|f| meta_field(old, f) != meta_field(new, f)).collect();
+            if changed.is_empty() {
+                return Decision::allow("no-metadata-change");
+            }
+            Decision::deny(
+                "snapshot-metadata",
+                403,
+                format!(
+                    "ConfigMap {name} is a confighistory snapshot: its {} can't change (owner references or finalizers \
+                     could let history be deleted). Edit the source ConfigMap instead",
+                    changed.join(", ")
+                ),
+            )
+        }
+        Operation::Delete => {
+            let ns = req.namespace.as_str();
+            if view.state.namespace(ns).is_some_and(|n| n.deleting) {
+                return Decision::allow("namespace-deleting");
+            }
+            let old = req.old_object();
+            let Some(hash) = old.pointer("/metadata/labels").and_then(|l| l.get(names::HASH_LABEL)).and_then(Value::as_str) else {
+                return Decision::allow("not-a-snapshot");
+            };
+            let source = annotation(old, names::SOURCE_NAME)
+                .map(str::to_owned)
+                .or_else(|| snapshot::parse_name(name).map(|(s, _, _)| s.to_owned()))
+                .unwrap_or_default();
+            let mut reasons = Vec::new();
+            if view.state.configmap(ns, &source).and_then(|c| c.annotation(names::HEAD)) == Some(hash) {
+                reasons.push(format!("it is the current content of {source}"));
+            }
+            let users = users_of(view, ns, name);
+            if !users.is_empty() {
+                reasons.push(format!("{} use it", users.join(", ")));
+            } else if view.state.ref_count(ns, name).revisions > 0 {
+                reasons.push("rollout history (ReplicaSets or ControllerRevisions) uses it".into());
+            }
+            let adopted = annotation(old, names::ADOPTED).unwrap_or_default();
+            if adopted.split(',').any(|t| !t.is_empty() && view.state.template_exists(ns, t)) {
+                reasons.push("it holds the config of a revision from before confighistory".into());
+            }
+            if reasons.is_empty() {
+                return Decision::allow("unreferenced");
+            }
+            Decision::deny(
+                "snapshot-in-use",
+                403,
+                format!(
+                    "snapshot {name} is still part of rollout history: {}. It is deleted automatically once nothing reaches it",
+                    reasons.join("; ")
+                ),
+            )
+        }
+        Operation::Connect => Decision::allow("not-intercepted"),
+    }
+}
+
+/// A metadata field, with absent, null and empty treated alike.
+fn meta_field<'a>(obj: &'a Value, field: &str) -> Option<&'a Value> {
+    obj.get("metadata").and_then(|m| m.get(field)).filter(|v| match v {
+        Value::Object(m) => !m.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Null => false,
+        _ => true,
+    })
+}
+
+/// Workloads in `ns` whose template names `snapshot`, as `Kind/name`, at most three.
+fn users_of(view: &View, ns: &str, snapshot: &str) -> Vec<String> {
+    let mut v: Vec<String> = view
+        .state
+        .workloads
+        .iter()
+        .filter(|((_, n, _), w)| n == ns && w.refs.iter().any(|r| r == snapshot))
+        .map(|((k, _, name), _)| format!("{}/{name}", k.as_str()))
+        .collect();
+    v.sort();
+    v.truncate(3);
+    v
+}

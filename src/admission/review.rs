@@ -1,0 +1,206 @@
+//! AdmissionReview v1 on the wire: the request we read and the response we write.
+//!
+//! Objects stay `serde_json::Value`: the webhook must handle batch/v1beta1 CronJobs and fields
+//! newer or older than any typed client knows, and must copy ConfigMap bytes exactly.
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("request body is not valid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("expected apiVersion admission.k8s.io/v1 and kind AdmissionReview, got {0}/{1}; register the webhook with admissionReviewVersions: [v1]")]
+    Version(String, String),
+    #[error("AdmissionReview has no request")]
+    NoRequest,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Review {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    pub request: Option<Request>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupVersionKind {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserInfo {
+    #[serde(default)]
+    pub username: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Operation {
+    #[default]
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Request {
+    pub uid: String,
+    pub kind: GroupVersionKind,
+    #[serde(default)]
+    pub sub_resource: Option<String>,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+    pub operation: Operation,
+    #[serde(default)]
+    pub user_info: UserInfo,
+    #[serde(default)]
+    pub object: Option<Value>,
+    #[serde(default)]
+    pub old_object: Option<Value>,
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+}
+
+impl Request {
+    pub fn dry_run(&self) -> bool {
+        self.dry_run.unwrap_or(false)
+    }
+    pub fn object(&self) -> &Value {
+        self.object.as_ref().unwrap_or(&Value::Null)
+    }
+    pub fn old_object(&self) -> &Value {
+        self.old_object.as_ref().unwrap_or(&Value::Null)
+    }
+}
+
+/// Parses and checks an AdmissionReview body.
+pub fn parse(body: &[u8]) -> Result<Request, Error> {
+    let review: Review = serde_json::from_slice(body)?;
+    if review.api_version != "admission.k8s.io/v1" || review.kind != "AdmissionReview" {
+        return Err(Error::Version(review.api_version, review.kind));
+    }
+    review.request.ok_or(Error::NoRequest)
+}
+
+/// What the webhook answers: allowed or denied, an optional JSONPatch, warnings.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Response {
+    pub allowed: bool,
+    pub message: Option<String>,
+    pub code: Option<u16>,
+    pub patch: Vec<Value>,
+    pub warnings: Vec<String>,
+}
+
+/// Longest warning we send: the API server truncates longer ones.
+pub const MAX_WARNING: usize = 120;
+/// Few warnings per response: more would drown the one that matters.
+pub const MAX_WARNINGS: usize = 8;
+
+impl Response {
+    pub fn allow() -> Response {
+        Response { allowed: true, ..Default::default() }
+    }
+
+    pub fn deny(code: u16, message: impl Into<String>) -> Response {
+        Response { allowed: false, code: Some(code), message: Some(message.into()), ..Default::default() }
+    }
+
+    pub fn warn(&mut self, w: impl Into<String>) {
+        let mut w: String = w.into();
+        if w.len() > MAX_WARNING {
+            let mut cut = MAX_WARNING - 1;
+            while !w.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            w.truncate(cut);
+            w.push('…');
+        }
+        if self.warnings.len() < MAX_WARNINGS && !self.warnings.contains(&w) {
+            self.warnings.push(w);
+        }
+    }
+
+    /// The AdmissionReview the API server expects, with `uid` copied from the request.
+    pub fn into_review(self, uid: &str) -> Value {
+        let mut response = json!({ "uid": uid, "allowed": self.allowed });
+        if !self.allowed {
+            response["status"] = json!({
+                "code": self.code.unwrap_or(403),
+                "message": self.message.clone().unwrap_or_default(),
+            });
+        }
+        if !self.patch.is_empty() {
+            let bytes = serde_json::to_vec(&self.patch).unwrap_or_default();
+            response["patchType"] = json!("JSONPatch");
+            response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
+        }
+        if !self.warnings.is_empty() {
+            response["warnings"] = json!(self.warnings);
+        }
+        json!({ "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response })
+    }
+}
+
+/// Escapes one JSON-pointer segment (RFC 6901).
+pub fn escape(segment: &str) -> String {
+    segment.replace('~', "~0").replace('/', "~1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_other_versions_with_a_hint() {
+        let err = parse(
+            br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"1","kind":{},"operation":"CREATE"}}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("admissionReviewVersions: [v1]"), "{err}");
+        assert!(matches!(parse(b"{not json"), Err(Error::Json(_))));
+    }
+
+    #[test]
+    fn response_copies_uid_and_encodes_patch() {
+        let mut r = Response::allow();
+        r.patch.push(json!({"op": "add", "path": "/a", "value": 1}));
+        r.warn("x".repeat(500));
+        let review = r.into_review("abc");
+        assert_eq!(review["response"]["uid"], "abc");
+        assert_eq!(review["response"]["patchType"], "JSONPatch");
+        let w = review["response"]["warnings"][0].as_str().unwrap();
+        assert!(w.len() <= MAX_WARNING + 3);
+        let patch = base64::engine::general_purpose::STANDARD.decode(review["response"]["patch"].as_str().unwrap()).unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&patch).unwrap(), json!([{"op": "add", "path": "/a", "value": 1}]));
+    }
+}

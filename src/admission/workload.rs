@@ -1,0 +1,262 @@
+//! Workload admission (SPEC §6.2): pin every ConfigMap reference of a pod template to a
+//! snapshot, deciding per source.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use super::review::{Operation, Request};
+use super::{annotation, annotation_ops, change_pending, labels, Decision, Effect, Outcome, Rewrite, Target, View};
+use crate::names;
+use crate::policy::Mode;
+use crate::snapshot::{self, Content};
+use crate::template::{self, Kind, Ref};
+
+/// A reference with the source it belongs to.
+#[derive(Clone, Debug)]
+pub struct SourcedRef {
+    pub r: Ref,
+    pub source: String,
+    /// The snapshot hash when the reference names a snapshot; `None` for a plain name.
+    pub hash: Option<String>,
+}
+
+/// The parts of a workload request every rule needs, computed once without I/O.
+pub struct Analysis<'a> {
+    pub kind: Kind,
+    pub namespace: &'a str,
+    pub template: &'a Value,
+    pub old_template: Option<&'a Value>,
+    pub refs: Vec<SourcedRef>,
+    /// Source → (snapshot name, hash) that `oldObject` pins.
+    pub old_pins: BTreeMap<String, (String, String)>,
+    /// The template counts as changed (SPEC §6.2 "what counts as a change").
+    pub changed: bool,
+    /// The request's template with plain names replaced by `oldObject`'s pins.
+    pub normalized: Value,
+}
+
+/// Groups references by source and decides whether the template changed.
+pub fn analyze<'a>(req: &'a Request, kind: Kind, view: &View) -> Option<Analysis<'a>> {
+    let template = req.object().pointer(kind.template_pointer())?;
+    let old_template = req.old_object.as_ref().and_then(|o| o.pointer(kind.template_pointer()));
+    let ns = req.namespace.as_str();
+    let sourced = |r: Ref| match view.state.snapshot_of(ns, &r.name) {
+        Some((source, hash)) => SourcedRef { r, source, hash: Some(hash) },
+        None => SourcedRef { source: r.name.clone(), r, hash: None },
+    };
+    let refs: Vec<SourcedRef> = template::refs(template).into_iter().map(sourced).collect();
+    let mut old_pins = BTreeMap::new();
+    for r in old_template.map(template::refs).unwrap_or_default().into_iter().map(sourced) {
+        if let Some(hash) = r.hash {
+            old_pins.entry(r.source).or_insert((r.r.name, hash));
+        }
+    }
+    let mut normalized = template.clone();
+    for r in &refs {
+        if let (None, Some((pin, _))) = (&r.hash, old_pins.get(&r.source)) {
+            if let Some(slot) = normalized.pointer_mut(&r.r.pointer) {
+                *slot = Value::String(pin.clone());
+            }
+        }
+    }
+    let changed = req.operation == Operation::Create || old_template != Some(&normalized);
+    Some(Analysis { kind, namespace: ns, template, old_template, refs, old_pins, changed, normalized })
+}
+
+/// Sources named by `confighistory.io/propagate` (`source=hash,...`).
+pub fn parse_trigger(value: &str) -> BTreeSet<String> {
+    value
+        .split(',')
+        .filter_map(|p| p.split_once('=').map(|(s, _)| s.trim().to_owned()).or(Some(p.trim().to_owned())))
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+pub fn format_trigger(items: &BTreeMap<String, String>) -> String {
+    items.iter().map(|(s, h)| format!("{s}={h}")).collect::<Vec<_>>().join(",")
+}
+
+pub fn held_set(obj: &Value) -> BTreeSet<String> {
+    annotation(obj, names::HELD).unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+}
+
+/// Whether a Job was made by a CronJob (its references are the CronJob's business).
+pub fn made_by_cronjob(obj: &Value) -> bool {
+    crate::state::controller_owner(&obj["metadata"]).is_some_and(|(k, _)| k == "CronJob")
+}
+
+pub fn decide(req: &Request, view: &View) -> Outcome {
+    let Some(kind) = Kind::parse(&req.kind.kind).filter(|k| k.is_workload()) else {
+        return Outcome::Done(Decision::allow("unhandled-kind"));
+    };
+    if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
+        return Outcome::Done(Decision::allow("not-intercepted"));
+    }
+    let obj = req.object();
+    if !obj["metadata"]["deletionTimestamp"].is_null() {
+        return Outcome::Done(Decision::allow("deleting"));
+    }
+    let ns_label = view.state.namespace(&req.namespace).and_then(|n| n.mode_label.as_deref());
+    if view.policy.mode(&req.namespace, ns_label).0 != Mode::Rewrite {
+        return Outcome::Done(Decision::allow("mode"));
+    }
+    if annotation(obj, names::IGNORE) == Some("true") {
+        return Outcome::Done(Decision::allow("ignored"));
+    }
+    let Some(a) = analyze(req, kind, view) else {
+        return Outcome::Done(Decision::allow("no-template"));
+    };
+    let own = req.user_info.username == view.policy.identity;
+    let trigger: Option<BTreeSet<String>> = own.then(|| annotation(obj, names::PROPAGATE).map(parse_trigger)).flatten();
+    let old_held = held_set(req.old_object());
+    let tpl_ptr = kind.template_pointer();
+
+    if !a.changed && trigger.is_none() {
+        // Unchanged template: keep the pins (re-applied manifests send plain names), carry the
+        // annotations over from oldObject. No API call.
+        let mut d = Decision::allow("unchanged");
+        for r in &a.refs {
+            if let (None, Some((pin, _))) = (&r.hash, a.old_pins.get(&r.source)) {
+                d.rewrites.push(Rewrite { pointer: format!("{tpl_ptr}{}", r.r.pointer), target: Target::Name(pin.clone()) });
+            }
+        }
+        let pins: BTreeMap<String, String> = a.old_pins.iter().map(|(s, (_, h))| (s.clone(), h.clone())).collect();
+        let held: BTreeSet<String> = old_held.into_iter().filter(|s| pins.contains_key(s)).collect();
+        d.response.patch = annotation_ops(obj, &pin_annotations(&pins, &held));
+        return Outcome::Done(d);
+    }
+
+    // The template changed: read every source fresh (it was typically written milliseconds ago).
+    let wanted: BTreeSet<&str> = a.refs.iter().map(|r| r.source.as_str()).filter(|s| *s != names::ROOT_CA).collect();
+    if wanted.iter().any(|s| !view.fresh.contains_key(*s)) {
+        return Outcome::Fetch(wanted.into_iter().map(str::to_owned).collect());
+    }
+
+    let uid = obj.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+    let template_hash = template::template_hash(a.template);
+    let undo = req.operation == Operation::Update && view.state.is_revision_of(uid, &template_hash);
+    let mut d = Decision::allow(if undo {
+        "undo"
+    } else if trigger.is_some() {
+        "propagation"
+    } else {
+        "pinned"
+    });
+    let mut pins = BTreeMap::new();
+    let mut held = BTreeSet::new();
+
+    let mut by_source: BTreeMap<&str, Vec<&SourcedRef>> = BTreeMap::new();
+    for r in &a.refs {
+        by_source.entry(r.source.as_str()).or_default().push(r);
+    }
+    for (source, refs) in by_source {
+        if source == names::ROOT_CA {
+            continue;
+        }
+        let Some(Some(cm)) = view.fresh.get(source) else {
+            if refs.iter().any(|r| r.hash.is_none() && !r.r.optional) {
+                d.response.warn(format!("ConfigMap {source} does not exist yet: left unpinned, pinned once it appears"));
+            }
+            continue;
+        };
+        if cm.get("immutable").and_then(Value::as_bool) == Some(true)
+            || !view.policy.versioned(&labels(cm), annotation(cm, names::VERSIONED))
+        {
+            continue; // already safe, or meant to change under running pods
+        }
+        let content = Content::from_object(cm);
+        let head = content.hash();
+        let plain = refs.iter().any(|r| r.hash.is_none());
+        let requested = refs.iter().find_map(|r| r.hash.as_ref().map(|h| (r.r.name.clone(), h.clone())));
+        let old_pin = a.old_pins.get(source);
+        let was_held = old_held.contains(source);
+        let chosen_by_request = requested.as_ref().is_some_and(|(n, _)| old_pin.map(|(p, _)| p) != Some(n));
+
+        enum To {
+            Head,
+            Keep(String, String),
+        }
+        let to = if undo && !plain {
+            let (n, h) = requested.clone().expect("not plain");
+            To::Keep(n, h)
+        } else if undo {
+            if old_pin.is_some_and(|(_, h)| *h != head) {
+                To::Head // a release re-applying old manifests with new config
+            } else if let Some((n, h)) = view.state.adopted_snapshot(&req.namespace, source, &template_hash) {
+                To::Keep(n, h)
+            } else {
+                d.response.warn(format!("{source}: this revision predates confighistory; using the current config"));
+                To::Head
+            }
+        } else if plain {
+            To::Head
+        } else if let Some(t) = &trigger {
+            let (n, h) = requested.clone().expect("not plain");
+            if t.contains(source) && !was_held {
+                To::Head
+            } else {
+                To::Keep(n, h)
+            }
+        } else if chosen_by_request && !own {
+            let (n, h) = requested.clone().expect("not plain");
+            To::Keep(n, h)
+        } else {
+            let (n, h) = requested.clone().expect("not plain");
+            if h != head && change_pending(cm, &head) && !was_held {
+                To::Head
+            } else {
+                To::Keep(n, h)
+            }
+        };
+
+        let (hash, name_for_warning) = match to {
+            To::Head => {
+                d.effects.push(Effect::EnsureSnapshot {
+                    namespace: req.namespace.clone(),
+                    source: source.to_owned(),
+                    content,
+                    adopted: Vec::new(),
+                });
+                for r in &refs {
+                    d.rewrites.push(Rewrite {
+                        pointer: format!("{tpl_ptr}{}", r.r.pointer),
+                        target: Target::Snapshot { source: source.to_owned(), hash: head.clone() },
+                    });
+                }
+                (head.clone(), snapshot::name(source, &head, 0))
+            }
+            To::Keep(name, hash) => {
+                for r in refs.iter().filter(|r| r.r.name != name) {
+                    d.rewrites.push(Rewrite { pointer: format!("{tpl_ptr}{}", r.r.pointer), target: Target::Name(name.clone()) });
+                }
+                if hash != head {
+                    // Kept on purpose (undo, explicit choice) → held; carried over → stays held if it was.
+                    let on_purpose = undo || (chosen_by_request && !own) || was_held;
+                    if on_purpose {
+                        held.insert(source.to_owned());
+                        d.response.warn(format!("{source}: held on {name}, not the current config (next apply releases it)"));
+                    } else {
+                        d.response.warn(format!("{source}: stays on {name}; the current config is {head}"));
+                    }
+                }
+                (hash, name)
+            }
+        };
+        if old_pin.map(|(_, h)| h) != Some(&hash) {
+            d.response.warn(format!("{source}: pinned to {name_for_warning}"));
+        }
+        pins.insert(source.to_owned(), hash);
+    }
+    d.response.patch = annotation_ops(obj, &pin_annotations(&pins, &held));
+    Outcome::Done(d)
+}
+
+fn pin_annotations(pins: &BTreeMap<String, String>, held: &BTreeSet<String>) -> Vec<(&'static str, Option<String>)> {
+    vec![
+        (names::PINS, (!pins.is_empty()).then(|| serde_json::to_string(pins).unwrap_or_default())),
+        (names::HELD, (!held.is_empty()).then(|| held.iter().cloned().collect::<Vec<_>>().join(","))),
+        // The trigger is consumed by this admission; from anyone else it is not trusted.
+        (names::PROPAGATE, None),
+    ]
+}

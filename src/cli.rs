@@ -1,0 +1,121 @@
+//! Command-line interface. Every flag is also an environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "confighistory", version, about = "Gives ConfigMaps a rollout history: an admission webhook and its controller")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Log format: text or json.
+    #[arg(long, env = "CONFIGHISTORY_LOG_FORMAT", default_value = "text", global = true)]
+    pub log_format: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Serve the admission webhook (and, unless disabled, run the controller loops).
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PolicyArgs {
+    /// Own username, for the rules that trust confighistory's own writes only.
+    #[arg(long, env = "CONFIGHISTORY_IDENTITY", default_value = "system:serviceaccount:confighistory:confighistory")]
+    pub identity: String,
+    /// Own namespace (never acted in).
+    #[arg(long, env = "CONFIGHISTORY_NAMESPACE", default_value = "confighistory")]
+    pub namespace: String,
+    /// More namespaces to leave alone, comma-separated.
+    #[arg(long, env = "CONFIGHISTORY_EXCLUDE_NAMESPACES", value_delimiter = ',', default_value = "")]
+    pub exclude_namespaces: Vec<String>,
+    /// Mode of namespaces without a (permitted) confighistory.io/mode label.
+    #[arg(long, env = "CONFIGHISTORY_DEFAULT_MODE", default_value = "rewrite")]
+    pub default_mode: String,
+    /// Modes a namespace may choose for itself with its label, comma-separated.
+    #[arg(long, env = "CONFIGHISTORY_ALLOWED_MODES", value_delimiter = ',', default_value = "rewrite,enforce,audit")]
+    pub allowed_modes: Vec<String>,
+    /// Label selector of ConfigMaps that are never versioned (e.g. CA bundles rewritten by controllers).
+    #[arg(long, env = "CONFIGHISTORY_EXCLUDED_SOURCES_SELECTOR", default_value = "")]
+    pub excluded_sources_selector: String,
+    /// Settle window in seconds between a config-only edit and its propagation.
+    #[arg(long, env = "CONFIGHISTORY_SETTLE", default_value_t = 10)]
+    pub settle: u64,
+}
+
+impl PolicyArgs {
+    pub fn policy(&self) -> anyhow::Result<crate::policy::Policy> {
+        let excluded: Vec<String> = self.exclude_namespaces.iter().filter(|s| !s.is_empty()).cloned().collect();
+        let mut p = crate::policy::Policy::new(&self.identity, &self.namespace, &excluded);
+        p.default_mode = self.default_mode.parse().map_err(anyhow::Error::msg)?;
+        p.allowed_modes = self
+            .allowed_modes
+            .iter()
+            .filter(|s| !s.is_empty())
+            .map(|m| m.parse().map_err(anyhow::Error::msg))
+            .collect::<anyhow::Result<_>>()?;
+        p.excluded_sources = self.excluded_sources_selector.parse().map_err(anyhow::Error::msg)?;
+        p.settle = std::time::Duration::from_secs(self.settle);
+        Ok(p)
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// HTTPS admission address.
+    #[arg(long, env = "CONFIGHISTORY_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+    /// Plain-HTTP address for /livez, /readyz and /metrics.
+    #[arg(long, env = "CONFIGHISTORY_HEALTH_LISTEN", default_value = "0.0.0.0:8080")]
+    pub health_listen: SocketAddr,
+    /// Serving certificate (PEM), reloaded when it changes.
+    #[arg(long, env = "CONFIGHISTORY_TLS_CERT", default_value = "/etc/confighistory/tls/tls.crt")]
+    pub tls_cert: PathBuf,
+    /// Serving key (PEM), reloaded when it changes.
+    #[arg(long, env = "CONFIGHISTORY_TLS_KEY", default_value = "/etc/confighistory/tls/tls.key")]
+    pub tls_key: PathBuf,
+    /// Largest admission request body accepted, in bytes.
+    #[arg(long, env = "CONFIGHISTORY_MAX_BODY_BYTES", default_value_t = crate::server::DEFAULT_MAX_BODY)]
+    pub max_body_bytes: usize,
+    /// Most admission requests handled at once; more wait.
+    #[arg(long, env = "CONFIGHISTORY_MAX_CONCURRENCY", default_value_t = 256)]
+    pub max_concurrency: usize,
+    /// Serve admissions only; run no controller loops.
+    #[arg(long, env = "CONFIGHISTORY_NO_CONTROLLERS")]
+    pub no_controllers: bool,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub controller: ControllerArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ControllerArgs {
+    /// Cluster-wide propagation rate (workload updates per second).
+    #[arg(long, env = "CONFIGHISTORY_PROPAGATION_QPS", default_value_t = 5.0)]
+    pub propagation_qps: f64,
+    #[arg(long, env = "CONFIGHISTORY_PROPAGATION_BURST", default_value_t = 10)]
+    pub propagation_burst: u32,
+    /// Per-namespace propagation rate (workload updates per second).
+    #[arg(long, env = "CONFIGHISTORY_PROPAGATION_NAMESPACE_QPS", default_value_t = 2.0)]
+    pub propagation_namespace_qps: f64,
+    #[arg(long, env = "CONFIGHISTORY_PROPAGATION_NAMESPACE_BURST", default_value_t = 5)]
+    pub propagation_namespace_burst: u32,
+    /// Newest snapshots kept per source regardless of use.
+    #[arg(long, env = "CONFIGHISTORY_GC_KEEP", default_value_t = 5)]
+    pub gc_keep: usize,
+    /// Seconds a snapshot is kept after it was last in use.
+    #[arg(long, env = "CONFIGHISTORY_GC_GRACE", default_value_t = 600)]
+    pub gc_grace: u64,
+    /// Seconds between garbage-collection sweeps.
+    #[arg(long, env = "CONFIGHISTORY_GC_INTERVAL", default_value_t = 300)]
+    pub gc_interval: u64,
+    /// Namespace of the leader-election Lease (default: --namespace).
+    #[arg(long, env = "CONFIGHISTORY_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    #[arg(long, env = "CONFIGHISTORY_LEASE_NAME", default_value = "confighistory")]
+    pub lease_name: String,
+}

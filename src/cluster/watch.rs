@@ -1,0 +1,96 @@
+//! Watches that keep [`State`] current. Objects are reduced to the records `State` keeps as
+//! they arrive; nothing else is retained.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use futures::TryStreamExt;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
+use serde_json::Value;
+
+use crate::state::{Key, State, Watched};
+use crate::template::Kind;
+
+pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: if group.is_empty() { version.into() } else { format!("{group}/{version}") },
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// The batch version that serves CronJobs: batch/v1 on 1.21+, batch/v1beta1 before.
+pub async fn cronjob_version(client: &kube::Client) -> &'static str {
+    match client.list_api_group_resources("batch/v1").await {
+        Ok(list) if list.resources.iter().any(|r| r.name == "cronjobs") => "v1",
+        _ => "v1beta1",
+    }
+}
+
+pub fn api_resource(what: Watched, cronjob_version: &str) -> ApiResource {
+    match what {
+        Watched::Namespaces => resource("", "v1", "Namespace", "namespaces"),
+        Watched::ConfigMaps => resource("", "v1", "ConfigMap", "configmaps"),
+        Watched::Workload(Kind::Deployment) => resource("apps", "v1", "Deployment", "deployments"),
+        Watched::Workload(Kind::StatefulSet) => resource("apps", "v1", "StatefulSet", "statefulsets"),
+        Watched::Workload(Kind::DaemonSet) => resource("apps", "v1", "DaemonSet", "daemonsets"),
+        Watched::Workload(Kind::Job) => resource("batch", "v1", "Job", "jobs"),
+        Watched::Workload(Kind::CronJob) => resource("batch", cronjob_version, "CronJob", "cronjobs"),
+        Watched::Revision(Kind::ControllerRevision) => resource("apps", "v1", "ControllerRevision", "controllerrevisions"),
+        Watched::Revision(_) => resource("apps", "v1", "ReplicaSet", "replicasets"),
+        Watched::Workload(_) => resource("apps", "v1", "ReplicaSet", "replicasets"),
+    }
+}
+
+/// Starts every watch; `synced` turns true once all of them delivered their first list.
+pub async fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<AtomicBool>) {
+    let cj = cronjob_version(&client).await;
+    let all = Watched::all();
+    let pending = Arc::new(Mutex::new(all.iter().map(|w| w.name()).collect::<HashSet<_>>()));
+    for what in all {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource(what, cj));
+        let (state, synced, pending) = (state.clone(), synced.clone(), pending.clone());
+        tokio::spawn(async move {
+            let mut seen: HashSet<Key> = HashSet::new();
+            let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+            loop {
+                match stream.try_next().await {
+                    Ok(Some(event)) => {
+                        let value = |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
+                        match event {
+                            Event::Init => seen.clear(),
+                            Event::InitApply(o) => {
+                                let v = value(o);
+                                seen.insert(key(&v));
+                                state.write().expect("state lock").apply(what, &v);
+                            }
+                            Event::InitDone => {
+                                state.write().expect("state lock").retain_seen(what, &seen);
+                                seen.clear();
+                                let mut p = pending.lock().expect("lock");
+                                p.remove(what.name());
+                                if p.is_empty() && !synced.swap(true, Ordering::Relaxed) {
+                                    tracing::info!("caches synced");
+                                }
+                            }
+                            Event::Apply(o) => state.write().expect("state lock").apply(what, &value(o)),
+                            Event::Delete(o) => state.write().expect("state lock").delete(what, &value(o)),
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => tracing::warn!(watch = what.name(), error = %e, "watch failed; retrying with backoff"),
+                }
+            }
+        });
+    }
+}
+
+fn key(v: &Value) -> Key {
+    let s = |k: &str| v["metadata"][k].as_str().unwrap_or_default().to_owned();
+    (s("namespace"), s("name"))
+}

@@ -1,0 +1,18 @@
+#![forbid(unsafe_code)]
+use clap::Parser;
+use confighistory::cli::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if cli.log_format == "json" {
+        fmt.json().init();
+    } else {
+        fmt.init();
+    }
+    match cli.command {
+        Command::Serve(args) => confighistory::serve::run(args).await,
+    }
+}

@@ -1,0 +1,240 @@
+//! The admin's policy (Helm values → flags): modes, exclusions, and which sources are versioned.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use crate::names;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Pin references, then validate the final object.
+    Rewrite,
+    /// Never rewrite; reject workloads that reference mutable config.
+    Enforce,
+    /// Never rewrite or reject; warnings and metrics only.
+    Audit,
+    Off,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        Ok(match s.trim() {
+            "rewrite" => Mode::Rewrite,
+            "enforce" => Mode::Enforce,
+            "audit" => Mode::Audit,
+            "off" => Mode::Off,
+            other => return Err(format!("unknown mode {other:?}: expected rewrite, enforce, audit or off")),
+        })
+    }
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Rewrite => "rewrite",
+            Mode::Enforce => "enforce",
+            Mode::Audit => "audit",
+            Mode::Off => "off",
+        }
+    }
+}
+
+/// A Kubernetes label selector in its string form (`a=b,c!=d,e,!f,g in (x,y),h notin (z)`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selector(Vec<Requirement>);
+
+#[derive(Clone, Debug, PartialEq)]
+enum Requirement {
+    Exists(String),
+    NotExists(String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+}
+
+impl std::str::FromStr for Selector {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Selector, String> {
+        let mut reqs = Vec::new();
+        // Split on commas outside parentheses.
+        let (mut depth, mut start, mut parts) = (0, 0, Vec::new());
+        for (i, c) in s.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                ',' if depth == 0 => {
+                    parts.push(&s[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        parts.push(&s[start..]);
+        for part in parts.into_iter().map(str::trim).filter(|p| !p.is_empty()) {
+            let set = |rest: &str| -> Result<Vec<String>, String> {
+                let rest = rest.trim();
+                let inner = rest
+                    .strip_prefix('(')
+                    .and_then(|r| r.strip_suffix(')'))
+                    .ok_or_else(|| format!("expected (values) in selector term {part:?}"))?;
+                Ok(inner.split(',').map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()).collect())
+            };
+            let req = if let Some((k, v)) = part.split_once("!=") {
+                Requirement::NotIn(k.trim().into(), vec![v.trim().into()])
+            } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
+                Requirement::In(k.trim().into(), vec![v.trim().into()])
+            } else if let Some((k, rest)) = part.split_once(" notin ") {
+                Requirement::NotIn(k.trim().into(), set(rest)?)
+            } else if let Some((k, rest)) = part.split_once(" in ") {
+                Requirement::In(k.trim().into(), set(rest)?)
+            } else if let Some(k) = part.strip_prefix('!') {
+                Requirement::NotExists(k.trim().into())
+            } else if part.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c)) {
+                Requirement::Exists(part.into())
+            } else {
+                return Err(format!("cannot parse label selector term {part:?}"));
+            };
+            reqs.push(req);
+        }
+        Ok(Selector(reqs))
+    }
+}
+
+impl Selector {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        !self.0.is_empty()
+            && self.0.iter().all(|r| match r {
+                Requirement::Exists(k) => labels.contains_key(k),
+                Requirement::NotExists(k) => !labels.contains_key(k),
+                Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
+                Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
+            })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// Username of confighistory itself (its ServiceAccount).
+    pub identity: String,
+    /// Namespaces never acted in: the system ones, its own, and the admin's list.
+    pub excluded_namespaces: HashSet<String>,
+    pub default_mode: Mode,
+    pub allowed_modes: Vec<Mode>,
+    /// Sources matching this are not versioned (ConfigMaps that controllers rewrite often).
+    pub excluded_sources: Selector,
+    pub settle: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy::new("system:serviceaccount:confighistory:confighistory", "confighistory", &[])
+    }
+}
+
+impl Policy {
+    pub fn new(identity: &str, own_namespace: &str, excluded: &[String]) -> Policy {
+        let mut excluded_namespaces: HashSet<String> = names::SYSTEM_NAMESPACES.iter().map(|s| s.to_string()).collect();
+        excluded_namespaces.insert(own_namespace.to_owned());
+        excluded_namespaces.extend(excluded.iter().cloned());
+        Policy {
+            identity: identity.to_owned(),
+            excluded_namespaces,
+            default_mode: Mode::Rewrite,
+            allowed_modes: vec![Mode::Rewrite, Mode::Enforce, Mode::Audit],
+            excluded_sources: Selector::default(),
+            settle: Duration::from_secs(10),
+        }
+    }
+
+    /// The mode for a namespace, from its label when the admin allows that mode.
+    /// Returns the mode and, when the label was refused, why (to log).
+    pub fn mode(&self, namespace: &str, label: Option<&str>) -> (Mode, Option<String>) {
+        if namespace.is_empty() || self.excluded_namespaces.contains(namespace) {
+            return (Mode::Off, None);
+        }
+        match label.map(str::parse::<Mode>) {
+            None => (self.default_mode, None),
+            Some(Ok(m)) if self.allowed_modes.contains(&m) => (m, None),
+            Some(Ok(m)) => (
+                self.default_mode,
+                Some(format!(
+                    "namespace {namespace} asks for mode {} which the admin does not allow; using {}",
+                    m.as_str(),
+                    self.default_mode.as_str()
+                )),
+            ),
+            Some(Err(e)) => (self.default_mode, Some(format!("namespace {namespace}: {e}; using {}", self.default_mode.as_str()))),
+        }
+    }
+
+    /// Whether a ConfigMap is versioned: not opted out by annotation or by the admin's selector.
+    pub fn versioned(&self, labels: &BTreeMap<String, String>, versioned_annotation: Option<&str>) -> bool {
+        versioned_annotation != Some("false") && !self.excluded_sources.matches(labels)
+    }
+}
+
+/// Parses `10`, `10s`, `2m`, `1h` into a duration.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 's') => (&s[..i], 1),
+        (i, 'm') => (&s[..i], 60),
+        (i, 'h') => (&s[..i], 3600),
+        _ => (s, 1),
+    };
+    num.trim().parse::<u64>().ok().map(|n| Duration::from_secs(n * mult))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn a_namespace_cannot_label_itself_out_of_enforcement() {
+        let mut p = Policy::default();
+        p.default_mode = Mode::Enforce;
+        p.allowed_modes = vec![Mode::Enforce];
+        let (mode, why) = p.mode("team-a", Some("off"));
+        assert_eq!(mode, Mode::Enforce);
+        assert!(why.unwrap().contains("does not allow"));
+        assert_eq!(p.mode("team-a", Some("enforce")).0, Mode::Enforce);
+        assert_eq!(p.mode("kube-system", None).0, Mode::Off);
+        assert_eq!(p.mode("confighistory", None).0, Mode::Off);
+        assert_eq!(p.mode("team-a", Some("bogus")).0, Mode::Enforce);
+    }
+
+    #[test]
+    fn selectors_match_like_kubernetes() {
+        let s: Selector = "app.kubernetes.io/component=ca-bundle,tier in (a, b),!skip".parse().unwrap();
+        assert!(s.matches(&labels(&[("app.kubernetes.io/component", "ca-bundle"), ("tier", "b")])));
+        assert!(!s.matches(&labels(&[("app.kubernetes.io/component", "ca-bundle"), ("tier", "c")])));
+        assert!(!s.matches(&labels(&[("app.kubernetes.io/component", "ca-bundle"), ("tier", "a"), ("skip", "")])));
+        let e: Selector = "".parse().unwrap();
+        assert!(!e.matches(&labels(&[("a", "b")])), "an empty selector excludes nothing");
+        assert!("a in b".parse::<Selector>().is_err());
+    }
+
+    #[test]
+    fn versioned_opt_outs() {
+        let mut p = Policy::default();
+        p.excluded_sources = "ca-bundle=true".parse().unwrap();
+        assert!(p.versioned(&labels(&[]), None));
+        assert!(!p.versioned(&labels(&[]), Some("false")));
+        assert!(!p.versioned(&labels(&[("ca-bundle", "true")]), None));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("x"), None);
+    }
+}

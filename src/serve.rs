@@ -1,0 +1,99 @@
+//! `confighistory serve`: wires the kube client, watches, TLS and the two listeners.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::cli::ServeArgs;
+use crate::cluster::{watch, KubeCluster};
+use crate::server::{self, tls, App};
+use crate::state::State;
+
+/// How long a client may take to finish the TLS handshake or send its headers.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest request head (headers) accepted.
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let policy = args.policy.policy()?;
+    let client = kube::Client::try_default().await.context("no Kubernetes configuration (in-cluster or KUBECONFIG)")?;
+    let (tls_config, resolver) = tls::server_config(&args.tls_cert, &args.tls_key).context("loading TLS certificate")?;
+
+    let state = Arc::new(RwLock::new(State::default()));
+    let synced = Arc::new(AtomicBool::new(false));
+    let tls_ready = Arc::new(AtomicBool::new(false));
+    let app = Arc::new(App {
+        policy,
+        state: state.clone(),
+        cluster: Arc::new(KubeCluster { client: client.clone(), field_manager: "confighistory".into() }),
+        synced: synced.clone(),
+        tls_ready: tls_ready.clone(),
+        max_body: args.max_body_bytes,
+    });
+
+    watch::start(client.clone(), state.clone(), synced.clone()).await;
+    tokio::spawn(tls::watch(args.tls_cert.clone(), args.tls_key.clone(), resolver, tls_ready, Duration::from_secs(5)));
+    if !args.no_controllers {
+        crate::controller::spawn(client.clone(), app.clone(), args.controller.clone());
+    }
+
+    let health = TcpListener::bind(args.health_listen).await.with_context(|| format!("binding {}", args.health_listen))?;
+    let health_router = server::health_router(app.clone());
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(health, health_router).await {
+            tracing::error!(error = %e, "health server stopped");
+        }
+    });
+
+    let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    tracing::info!(listen = %args.listen, health = %args.health_listen, "serving admission webhook");
+    let router = server::router(app).layer(tower::limit::GlobalConcurrencyLimitLayer::new(args.max_concurrency));
+    serve_tls(listener, TlsAcceptor::from(tls_config), router).await
+}
+
+/// Accepts TLS connections and serves the router over HTTP/1.1 keep-alive, with timeouts
+/// for slow clients and a cap on header size.
+pub async fn serve_tls(listener: TcpListener, acceptor: TlsAcceptor, router: axum::Router) -> anyhow::Result<()> {
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => { tracing::warn!(error = %e, "accept failed"); continue; }
+            },
+            _ = &mut shutdown => { tracing::info!("shutting down"); return Ok(()); }
+        };
+        let (acceptor, router) = (acceptor.clone(), router.clone());
+        tokio::spawn(async move {
+            let stream = match tokio::time::timeout(CLIENT_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+            };
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(TokioTimer::new()).header_read_timeout(CLIENT_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
+            let _ = TokioExecutor::new();
+            if let Err(e) = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router)).await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

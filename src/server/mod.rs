@@ -1,0 +1,263 @@
+//! The HTTPS admission server: the router the binary serves (and tests drive), the edge that
+//! runs a decision's effects, TLS with hot reload, and health and metrics on their own port.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State as AxState};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response as HttpResponse};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::admission::{self, review, Decision, Effect, Fresh, Outcome, Response, View};
+use crate::cluster::{ApiError, Cluster, Created};
+use crate::policy::Policy;
+use crate::snapshot;
+use crate::state::State;
+
+pub mod metrics;
+pub mod tls;
+
+use metrics::METRICS;
+
+/// Default body limit: a 1 MiB ConfigMap UPDATE carries object and oldObject, and kubectl's
+/// last-applied annotation can double each.
+pub const DEFAULT_MAX_BODY: usize = 8 * 1024 * 1024;
+
+/// Everything a request handler needs.
+pub struct App {
+    pub policy: Policy,
+    pub state: Arc<RwLock<State>>,
+    pub cluster: Arc<dyn Cluster>,
+    /// Watch caches have delivered their first list.
+    pub synced: Arc<AtomicBool>,
+    /// A certificate is loaded.
+    pub tls_ready: Arc<AtomicBool>,
+    pub max_body: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    Mutate,
+    Validate,
+    Protect,
+}
+
+impl Endpoint {
+    fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::Mutate => "mutate",
+            Endpoint::Validate => "validate",
+            Endpoint::Protect => "protect",
+        }
+    }
+}
+
+/// The admission router (served over TLS by the binary, driven directly by tests).
+pub fn router(app: Arc<App>) -> Router {
+    let limit = app.max_body;
+    Router::new()
+        .route("/mutate", post(|s, b| handle(s, Endpoint::Mutate, b)))
+        .route("/validate", post(|s, b| handle(s, Endpoint::Validate, b)))
+        .route("/protect", post(|s, b| handle(s, Endpoint::Protect, b)))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(app)
+}
+
+/// Health and metrics, plain HTTP on their own port.
+pub fn health_router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/livez", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|AxState(app): AxState<Arc<App>>| async move {
+                let (tls, synced) = (app.tls_ready.load(Ordering::Relaxed), app.synced.load(Ordering::Relaxed));
+                if tls && synced {
+                    (StatusCode::OK, "ok".to_owned())
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: tls loaded={tls}, caches synced={synced}"))
+                }
+            }),
+        )
+        .route("/metrics", get(|| async { ([("content-type", "text/plain; version=0.0.4")], METRICS.render()) }))
+        .with_state(app)
+}
+
+async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes) -> HttpResponse {
+    let start = Instant::now();
+    let req = match review::parse(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(endpoint = endpoint.as_str(), error = %e, "bad admission request");
+            return (StatusCode::BAD_REQUEST, Json(json!({"error": e.to_string()}))).into_response();
+        }
+    };
+    let (response, reason) = admit(&app, endpoint, &req).await;
+    let decision = if !response.allowed {
+        "denied"
+    } else if response.patch.is_empty() {
+        "allowed"
+    } else {
+        "patched"
+    };
+    METRICS.request(endpoint.as_str(), &req.kind.kind, req.operation.as_str(), decision, start.elapsed());
+    if reason == "unhandled-kind" {
+        tracing::info!(kind = %req.kind.kind, group = %req.kind.group, "allowed a kind confighistory does not handle");
+    }
+    tracing::debug!(endpoint = endpoint.as_str(), uid = %req.uid, kind = %req.kind.kind, ns = %req.namespace, name = %req.name,
+        op = req.operation.as_str(), reason, allowed = response.allowed, patch_ops = response.patch.len(), "admission");
+    Json(response.into_review(&req.uid)).into_response()
+}
+
+/// Decides, reading sources fresh when the decision asks, runs the effects, and answers.
+pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Response, &'static str) {
+    let now = format!("{:.0}", k8s_openapi::jiff::Timestamp::now());
+    let mut fresh = Fresh::new();
+    for pass in 0..2 {
+        let outcome = {
+            let state = app.state.read().expect("state lock");
+            let view = View { policy: &app.policy, state: &state, fresh: &fresh, now: &now };
+            match endpoint {
+                Endpoint::Mutate if req.kind.kind == "ConfigMap" => Outcome::Done(admission::configmap::decide(req, &view)),
+                Endpoint::Mutate => admission::workload::decide(req, &view),
+                Endpoint::Validate => admission::validate::decide(req, &view),
+                Endpoint::Protect => Outcome::Done(admission::protect::decide(req, &view)),
+            }
+        };
+        match outcome {
+            Outcome::Done(decision) => {
+                let reason = decision.reason;
+                return (execute(app, req, decision).await, reason);
+            }
+            Outcome::Fetch(names) if pass == 0 => {
+                for name in names {
+                    match app.cluster.get_configmap(&req.namespace, &name).await {
+                        Ok(obj) => {
+                            fresh.insert(name, obj);
+                        }
+                        Err(e) => return (api_denial(&format!("read ConfigMap {}/{name}", req.namespace), &e), "api-error"),
+                    }
+                }
+            }
+            Outcome::Fetch(_) => break,
+        }
+    }
+    (Response::deny(500, "confighistory could not decide (sources changed while reading); retrying is safe"), "internal")
+}
+
+async fn execute(app: &App, req: &review::Request, decision: Decision) -> Response {
+    let mut names = HashMap::new();
+    let mut warnings = Vec::new();
+    for effect in &decision.effects {
+        let Effect::EnsureSnapshot { namespace, source, content, adopted } = effect;
+        match ensure_snapshot(app.cluster.as_ref(), namespace, source, content, adopted, req.dry_run()).await {
+            Ok((name, mut w)) => {
+                names.insert((source.clone(), content.hash()), name);
+                warnings.append(&mut w);
+            }
+            Err(denial) => return denial,
+        }
+    }
+    let mut response = decision.finish(&names);
+    for w in warnings {
+        response.warn(w);
+    }
+    response
+}
+
+/// Makes sure a valid snapshot of `content` exists, walking the collision sequence past any
+/// other object under its name. Returns the name and warnings; or the denial to send.
+pub async fn ensure_snapshot(
+    cluster: &dyn Cluster,
+    ns: &str,
+    source: &str,
+    content: &snapshot::Content,
+    adopted: &[String],
+    dry_run: bool,
+) -> Result<(String, Vec<String>), Response> {
+    let hash = content.hash();
+    let mut warnings = Vec::new();
+    for index in 0..=snapshot::MAX_COLLISION_INDEX {
+        let name = snapshot::name(source, &hash, index);
+        let existing = if dry_run {
+            cluster.get_configmap(ns, &name).await.map_err(|e| api_denial(&format!("read ConfigMap {ns}/{name}"), &e))?
+        } else {
+            None
+        };
+        if existing.is_none() {
+            let obj = snapshot::object(ns, source, &name, content, adopted);
+            match cluster.create_configmap(ns, &obj, dry_run).await {
+                Ok(Created::Created) => {
+                    if !dry_run {
+                        METRICS.snapshots_created.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(namespace = ns, snapshot = %name, source, "created snapshot");
+                    }
+                    return Ok((name, warnings));
+                }
+                Ok(Created::AlreadyExists) => {}
+                Err(e) if e.is_quota() => {
+                    return Err(Response::deny(
+                        403,
+                        format!(
+                            "confighistory could not create snapshot {name} of {source}: {}. Raise the namespace's ResourceQuota for configmaps \
+                             (count/configmaps) or delete unused snapshots; nothing was changed, retrying is safe",
+                            e.message
+                        ),
+                    ))
+                }
+                Err(e) => return Err(api_denial(&format!("create snapshot {ns}/{name}"), &e)),
+            }
+        }
+        let existing = match existing {
+            Some(o) => Some(o),
+            None => cluster.get_configmap(ns, &name).await.map_err(|e| api_denial(&format!("read ConfigMap {ns}/{name}"), &e))?,
+        };
+        let Some(existing) = existing else {
+            // Deleted between our create and get: try the same name again on the next round.
+            continue;
+        };
+        match snapshot::validate(&existing) {
+            Ok(h) if h == hash => {
+                let have: Vec<&str> = admission::annotation(&existing, crate::names::ADOPTED)
+                    .unwrap_or_default()
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                let missing: Vec<&String> = adopted.iter().filter(|a| !have.contains(&a.as_str())).collect();
+                if !missing.is_empty() && !dry_run {
+                    let mut all: Vec<String> = have.iter().map(|s| s.to_string()).collect();
+                    all.extend(missing.into_iter().cloned());
+                    let patch = json!({"metadata": {"annotations": {crate::names::ADOPTED: all.join(",")}}});
+                    cluster
+                        .patch_configmap(ns, &name, &patch)
+                        .await
+                        .map_err(|e| api_denial(&format!("record adoption on {ns}/{name}"), &e))?;
+                }
+                return Ok((name, warnings));
+            }
+            other => {
+                let why = match other {
+                    Ok(h) => format!("it is a snapshot of other content ({h})"),
+                    Err(e) => e.to_string(),
+                };
+                METRICS.collisions.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(namespace = ns, name = %name, reason = %why, "snapshot name collision");
+                warnings.push(format!("{name} is taken by a ConfigMap that is not this snapshot ({why}); using the next name"));
+            }
+        }
+    }
+    Err(Response::deny(
+        409,
+        format!("every snapshot name for {source} ({hash}) is taken; delete the ConfigMaps squatting on {source}-{hash}-*"),
+    ))
+}
+
+fn api_denial(what: &str, e: &ApiError) -> Response {
+    tracing::warn!(what, error = %e, "API server call failed during admission");
+    Response::deny(503, format!("confighistory could not {what}: API server said: {}. Nothing was changed; retrying is safe", e.message))
+}

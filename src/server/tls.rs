@@ -1,0 +1,92 @@
+//! TLS for the admission port: certificate and key from files, reloaded when they change
+//! (cert-manager and the chart rotate Secrets in place), TLS 1.2 or newer only.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use rustls::crypto::ring;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} holds no PEM certificate")]
+    NoCert { path: PathBuf },
+    #[error("{path} holds no usable PEM private key: {reason}")]
+    Key { path: PathBuf, reason: String },
+    #[error("TLS configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Loads a certificate chain and key into a signing [`CertifiedKey`].
+pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey> {
+    let read = |p: &Path| std::fs::read(p).map_err(|source| Error::Read { path: p.to_owned(), source });
+    let cert_pem = read(cert)?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem).filter_map(|c| c.ok()).collect();
+    if certs.is_empty() {
+        return Err(Error::NoCert { path: cert.to_owned() });
+    }
+    let key_pem = read(key)?;
+    let key_der = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| Error::Key { path: key.to_owned(), reason: e.to_string() })?;
+    let signing = ring::sign::any_supported_type(&key_der).map_err(|e| Error::Key { path: key.to_owned(), reason: e.to_string() })?;
+    Ok(CertifiedKey::new(certs, signing))
+}
+
+/// Serves whatever certificate was loaded last.
+#[derive(Debug)]
+pub struct Reloading {
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl ResolvesServerCert for Reloading {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.read().expect("tls lock").clone())
+    }
+}
+
+/// A rustls server configuration whose certificate follows the files, plus the resolver to
+/// swap certificates in.
+pub fn server_config(cert: &Path, key: &Path) -> Result<(Arc<rustls::ServerConfig>, Arc<Reloading>)> {
+    let resolver = Arc::new(Reloading { current: RwLock::new(Arc::new(load(cert, key)?)) });
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver.clone());
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok((Arc::new(config), resolver))
+}
+
+fn mtime(p: &Path) -> Option<SystemTime> {
+    // Kubernetes updates Secret volumes by swapping a symlink: follow it.
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// Polls the files and reloads on change; a broken pair is logged and the old one kept.
+pub async fn watch(cert: PathBuf, key: PathBuf, resolver: Arc<Reloading>, ready: Arc<AtomicBool>, every: Duration) {
+    let mut seen = (mtime(&cert), mtime(&key), std::fs::read(&cert).ok());
+    ready.store(true, Ordering::Relaxed);
+    loop {
+        tokio::time::sleep(every).await;
+        let now = (mtime(&cert), mtime(&key), std::fs::read(&cert).ok());
+        if now == seen {
+            continue;
+        }
+        match load(&cert, &key) {
+            Ok(ck) => {
+                *resolver.current.write().expect("tls lock") = Arc::new(ck);
+                tracing::info!(cert = %cert.display(), "reloaded TLS certificate");
+                seen = now;
+            }
+            // A rotation writes two files: the pair may be mismatched for a moment.
+            Err(e) => tracing::warn!(error = %e, "TLS files changed but could not be loaded; keeping the previous certificate"),
+        }
+    }
+}

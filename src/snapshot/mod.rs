@@ -1,0 +1,291 @@
+//! Snapshots (SPEC §5): content-addressed, immutable copies of a source's content.
+//!
+//! Everything here is pure: hashing, naming, validity and the object a snapshot is created as.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::names;
+
+/// Crockford's base32, lowercase: DNS-safe and free of look-alike letters.
+const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
+/// 12 characters of 5 bits: 60 bits of SHA-256.
+pub const HASH_LEN: usize = 12;
+/// Longest ConfigMap name (DNS subdomain).
+const MAX_NAME: usize = 253;
+/// Longest label value.
+const MAX_LABEL: usize = 63;
+/// Room kept for the collision suffix (`-NNN`).
+const SUFFIX_ROOM: usize = 4;
+/// How far the collision sequence goes before giving up.
+pub const MAX_COLLISION_INDEX: u32 = 100;
+
+/// The bytes of a ConfigMap that a snapshot copies.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Content {
+    pub data: BTreeMap<String, String>,
+    /// binaryData, still base64 as the API serves it (copied byte for byte).
+    pub binary_data: BTreeMap<String, String>,
+}
+
+impl Content {
+    /// Reads `data` and `binaryData` from a ConfigMap object; anything else is ignored.
+    pub fn from_object(obj: &Value) -> Content {
+        let field = |k: &str| -> BTreeMap<String, String> {
+            obj.get(k)
+                .and_then(Value::as_object)
+                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect())
+                .unwrap_or_default()
+        };
+        Content { data: field("data"), binary_data: field("binaryData") }
+    }
+
+    /// Hash of this content, see [`hash`].
+    pub fn hash(&self) -> String {
+        hash(self)
+    }
+
+    /// Size in bytes of keys and values, for metrics.
+    pub fn bytes(&self) -> usize {
+        self.data.iter().chain(self.binary_data.iter()).map(|(k, v)| k.len() + v.len()).sum()
+    }
+
+    /// All keys, with binary keys marked so a data→binaryData move shows as a change.
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.data.keys().cloned().collect();
+        keys.extend(self.binary_data.keys().map(|k| format!("{k} (binary)")));
+        keys
+    }
+}
+
+/// SHA-256 over an unambiguous framing of `data` and `binaryData`: a section tag, then each key
+/// and value length-prefixed, keys in sorted order (BTreeMap). Lengths make the framing
+/// injective: no two different contents produce the same byte stream.
+pub fn hash(content: &Content) -> String {
+    let mut h = Sha256::new();
+    h.update(b"confighistory/v1\0");
+    for (tag, map) in [(b'd', &content.data), (b'b', &content.binary_data)] {
+        h.update([tag]);
+        h.update((map.len() as u64).to_be_bytes());
+        for (k, v) in map {
+            h.update((k.len() as u64).to_be_bytes());
+            h.update(k.as_bytes());
+            h.update((v.len() as u64).to_be_bytes());
+            h.update(v.as_bytes());
+        }
+    }
+    encode(&h.finalize()[..8], HASH_LEN)
+}
+
+/// Short DNS-safe hash of any string (used to shorten over-long label values).
+pub fn short_hash(s: &str) -> String {
+    encode(&Sha256::digest(s.as_bytes())[..8], HASH_LEN)
+}
+
+fn encode(bytes: &[u8], len: usize) -> String {
+    let mut bits = u64::from_be_bytes(bytes.try_into().expect("8 bytes"));
+    let mut out = String::with_capacity(len);
+    for _ in 0..len {
+        out.push(ALPHABET[(bits >> 59) as usize] as char);
+        bits <<= 5;
+    }
+    out
+}
+
+/// True when `s` looks like a hash this module produced.
+pub fn is_hash(s: &str) -> bool {
+    s.len() == HASH_LEN && s.bytes().all(|b| ALPHABET.contains(&b))
+}
+
+/// The name of a snapshot: `<source>-<hash>`, then `-1`, `-2`, … in the collision sequence.
+/// The source part is shortened so the name stays a valid ConfigMap name.
+pub fn name(source: &str, hash: &str, index: u32) -> String {
+    let room = MAX_NAME - 1 - HASH_LEN - SUFFIX_ROOM;
+    let mut base: &str = if source.len() > room { &source[..room] } else { source };
+    base = base.trim_end_matches(['-', '.']);
+    if index == 0 {
+        format!("{base}-{hash}")
+    } else {
+        format!("{base}-{hash}-{index}")
+    }
+}
+
+/// Splits a name that looks like a snapshot name into (source prefix, hash, index).
+/// The source prefix is exact unless the source was shortened; callers prefer the
+/// `source-name` annotation when they have the object.
+pub fn parse_name(name: &str) -> Option<(&str, &str, u32)> {
+    let (rest, index) = match name.rsplit_once('-') {
+        Some((rest, idx)) if !idx.is_empty() && idx.len() <= 3 && idx.bytes().all(|b| b.is_ascii_digit()) => (rest, idx.parse().ok()?),
+        _ => (name, 0),
+    };
+    let (source, hash) = rest.rsplit_once('-')?;
+    if source.is_empty() || !is_hash(hash) {
+        return None;
+    }
+    if index != 0 && !(1..=MAX_COLLISION_INDEX).contains(&index) {
+        return None;
+    }
+    Some((source, hash, index))
+}
+
+/// Value of the `source` label: the name itself, or a shortened form with a hash.
+pub fn source_label(source: &str) -> String {
+    if source.len() <= MAX_LABEL {
+        return source.to_owned();
+    }
+    let keep = MAX_LABEL - 1 - HASH_LEN;
+    let prefix = source[..keep].trim_end_matches(['-', '.', '_']);
+    format!("{prefix}-{}", short_hash(source))
+}
+
+/// The ConfigMap object a snapshot is created as.
+pub fn object(namespace: &str, source: &str, snapshot_name: &str, content: &Content, adopted: &[String]) -> Value {
+    let hash = content.hash();
+    let mut annotations = Map::new();
+    annotations.insert(names::SOURCE_NAME.into(), Value::String(source.into()));
+    if !adopted.is_empty() {
+        annotations.insert(names::ADOPTED.into(), Value::String(adopted.join(",")));
+    }
+    let mut obj = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": snapshot_name,
+            "namespace": namespace,
+            "labels": {
+                names::HASH_LABEL: hash,
+                names::SOURCE_LABEL: source_label(source),
+                names::MANAGED_BY: names::MANAGER,
+            },
+            "annotations": annotations,
+        },
+        "immutable": true,
+    });
+    if !content.data.is_empty() {
+        obj["data"] = json!(content.data);
+    }
+    if !content.binary_data.is_empty() {
+        obj["binaryData"] = json!(content.binary_data);
+    }
+    obj
+}
+
+/// Why an object is not a valid snapshot (SPEC §5), or `Ok` with its hash.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    #[error("it is not immutable")]
+    Mutable,
+    #[error("it has no {0} label")]
+    MissingLabel(&'static str),
+    #[error("its content hashes to {actual}, not {claimed}")]
+    WrongContent { claimed: String, actual: String },
+    #[error("its name does not end in its hash {0}")]
+    NameMismatch(String),
+}
+
+/// Checks validity from the object itself, not from who created it.
+pub fn validate(obj: &Value) -> Result<String, Invalid> {
+    let label = |k: &'static str| obj.pointer("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str);
+    if obj.get("immutable").and_then(Value::as_bool) != Some(true) {
+        return Err(Invalid::Mutable);
+    }
+    let claimed = label(names::HASH_LABEL).ok_or(Invalid::MissingLabel(names::HASH_LABEL))?;
+    label(names::SOURCE_LABEL).ok_or(Invalid::MissingLabel(names::SOURCE_LABEL))?;
+    if label(names::MANAGED_BY) != Some(names::MANAGER) {
+        return Err(Invalid::MissingLabel(names::MANAGED_BY));
+    }
+    let actual = Content::from_object(obj).hash();
+    if actual != claimed {
+        return Err(Invalid::WrongContent { claimed: claimed.into(), actual });
+    }
+    let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    match parse_name(name) {
+        Some((_, h, _)) if h == claimed => Ok(actual),
+        _ => Err(Invalid::NameMismatch(claimed.into())),
+    }
+}
+
+/// Keys removed and added between two contents, for the UPDATE warning.
+pub fn key_changes(old: &Content, new: &Content) -> (Vec<String>, Vec<String>) {
+    let (old_keys, new_keys) = (old.keys(), new.keys());
+    let removed = old_keys.iter().filter(|k| !new_keys.contains(k)).cloned().collect();
+    let added = new_keys.iter().filter(|k| !old_keys.contains(k)).cloned().collect();
+    (removed, added)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn content(pairs: &[(&str, &str)]) -> Content {
+        Content { data: pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ..Default::default() }
+    }
+
+    #[test]
+    fn hash_is_deterministic_and_dns_safe() {
+        let a = content(&[("a", "1"), ("b", "2")]);
+        let b = content(&[("b", "2"), ("a", "1")]);
+        assert_eq!(a.hash(), b.hash());
+        assert!(is_hash(&a.hash()));
+        assert_ne!(a.hash(), content(&[("a", "1")]).hash());
+    }
+
+    #[test]
+    fn framing_is_unambiguous() {
+        // Moving bytes between key and value, or between data and binaryData, changes the hash.
+        assert_ne!(content(&[("ab", "c")]).hash(), content(&[("a", "bc")]).hash());
+        let bin = Content { binary_data: content(&[("a", "1")]).data, ..Default::default() };
+        assert_ne!(bin.hash(), content(&[("a", "1")]).hash());
+        assert_ne!(content(&[("a", "")]).hash(), Content::default().hash());
+    }
+
+    #[test]
+    fn names_parse_back() {
+        let h = content(&[("k", "v")]).hash();
+        let n = name("pricing-config", &h, 0);
+        assert_eq!(parse_name(&n), Some(("pricing-config", h.as_str(), 0)));
+        let n2 = name("pricing-config", &h, 2);
+        assert_eq!(parse_name(&n2), Some(("pricing-config", h.as_str(), 2)));
+        assert_eq!(parse_name("pricing-config"), None);
+        assert_eq!(parse_name("app-config-5g7h8k9m2t"), None, "kustomize's 10-char suffix is not ours");
+    }
+
+    #[test]
+    fn long_names_stay_valid() {
+        let long = "a".repeat(253);
+        let h = Content::default().hash();
+        for i in [0, 1, 99] {
+            assert!(name(&long, &h, i).len() <= 253);
+        }
+        let label = source_label(&long);
+        assert!(label.len() <= 63, "{label}");
+        assert_ne!(source_label(&"a".repeat(100)), source_label(&"a".repeat(101)));
+    }
+
+    #[test]
+    fn validity_is_read_from_the_object() {
+        let c = content(&[("k", "v")]);
+        let n = name("src", &c.hash(), 0);
+        let obj = object("ns", "src", &n, &c, &[]);
+        assert_eq!(validate(&obj), Ok(c.hash()));
+        let mut forged = obj.clone();
+        forged["data"]["k"] = json!("other");
+        assert!(matches!(validate(&forged), Err(Invalid::WrongContent { .. })));
+        let mut mutable = obj.clone();
+        mutable["immutable"] = json!(false);
+        assert_eq!(validate(&mutable), Err(Invalid::Mutable));
+        let mut unlabelled = obj;
+        unlabelled["metadata"]["labels"].as_object_mut().unwrap().remove(names::HASH_LABEL);
+        assert_eq!(validate(&unlabelled), Err(Invalid::MissingLabel(names::HASH_LABEL)));
+    }
+
+    #[test]
+    fn key_changes_show_renames() {
+        let (removed, added) =
+            key_changes(&content(&[("discount_rules_path", "x"), ("a", "1")]), &content(&[("rules.discount_path", "x"), ("a", "2")]));
+        assert_eq!(removed, vec!["discount_rules_path"]);
+        assert_eq!(added, vec!["rules.discount_path"]);
+    }
+}

@@ -1,0 +1,460 @@
+//! The in-memory view of the cluster that admission decisions read (SPEC §10: metadata,
+//! extracted references and template hashes only, never ConfigMap data).
+//!
+//! Watchers feed it objects; it keeps a small record per object plus the indexes that let an
+//! unrelated ConfigMap write be answered in microseconds.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde_json::Value;
+
+use crate::names;
+use crate::snapshot;
+use crate::template::{self, Kind};
+
+/// (namespace, name)
+pub type Key = (String, String);
+
+#[derive(Clone, Debug, Default)]
+pub struct NamespaceInfo {
+    pub mode_label: Option<String>,
+    pub settle: Option<String>,
+    pub deleting: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ConfigMapInfo {
+    pub uid: String,
+    pub resource_version: String,
+    pub created: String,
+    pub immutable: bool,
+    pub labels: BTreeMap<String, String>,
+    /// Only confighistory's own annotations: the rest may hold whole copies of the data
+    /// (kubectl's last-applied-configuration).
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl ConfigMapInfo {
+    pub fn from_object(obj: &Value) -> ConfigMapInfo {
+        let meta = &obj["metadata"];
+        ConfigMapInfo {
+            uid: str_at(meta, "uid"),
+            resource_version: str_at(meta, "resourceVersion"),
+            created: str_at(meta, "creationTimestamp"),
+            immutable: obj.get("immutable").and_then(Value::as_bool).unwrap_or(false),
+            labels: string_map(&meta["labels"], |_| true),
+            annotations: string_map(&meta["annotations"], |k| k.starts_with("confighistory.io/")),
+        }
+    }
+
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.get(key).map(String::as_str)
+    }
+
+    /// (source name, hash) when this ConfigMap is labelled as a snapshot.
+    pub fn snapshot_of(&self, name: &str) -> Option<(String, String)> {
+        let hash = self.labels.get(names::HASH_LABEL)?;
+        if self.labels.get(names::MANAGED_BY).map(String::as_str) != Some(names::MANAGER) {
+            return None;
+        }
+        let source =
+            self.annotation(names::SOURCE_NAME).map(str::to_owned).or_else(|| snapshot::parse_name(name).map(|(s, _, _)| s.to_owned()))?;
+        Some((source, hash.clone()))
+    }
+
+    pub fn adopted(&self) -> impl Iterator<Item = &str> {
+        self.annotation(names::ADOPTED).unwrap_or_default().split(',').filter(|s| !s.is_empty())
+    }
+}
+
+/// A workload (Deployment, StatefulSet, DaemonSet, Job, CronJob).
+#[derive(Clone, Debug, Default)]
+pub struct WorkloadInfo {
+    pub uid: String,
+    pub template_hash: String,
+    pub refs: Vec<String>,
+    pub annotations: BTreeMap<String, String>,
+    /// Kind of the controlling owner (a Job made by a CronJob).
+    pub owner_kind: Option<String>,
+    pub deleting: bool,
+}
+
+/// A revision: ReplicaSet or ControllerRevision.
+#[derive(Clone, Debug, Default)]
+pub struct RevisionInfo {
+    pub owner_uid: String,
+    pub template_hash: String,
+    pub refs: Vec<String>,
+    pub revision: i64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RefCount {
+    /// Workloads (the objects admission writes).
+    pub workloads: u32,
+    /// ReplicaSets and ControllerRevisions (rollout history).
+    pub revisions: u32,
+}
+
+/// Which watches have delivered their initial list.
+#[derive(Clone, Debug, Default)]
+pub struct Synced(pub HashSet<&'static str>);
+
+#[derive(Debug, Default)]
+pub struct State {
+    pub namespaces: HashMap<String, NamespaceInfo>,
+    pub configmaps: HashMap<Key, ConfigMapInfo>,
+    pub workloads: HashMap<(Kind, String, String), WorkloadInfo>,
+    pub revisions: HashMap<(Kind, String, String), RevisionInfo>,
+    /// References by (namespace, ConfigMap name), counted.
+    pub refs: HashMap<Key, RefCount>,
+    /// Names of sources referenced through a snapshot name, counted (so a source that is only
+    /// referenced through its snapshots still gets its head tracked).
+    pub snapshot_sources: HashMap<Key, u32>,
+    /// Template hashes of revisions, per owner uid (undo detection).
+    pub owner_templates: HashMap<String, HashSet<String>>,
+    /// Template hashes that still exist as a revision, per namespace (live adoption records).
+    pub namespace_templates: HashMap<String, HashMap<String, u32>>,
+    pub synced: Synced,
+}
+
+fn str_at(v: &Value, k: &str) -> String {
+    v.get(k).and_then(Value::as_str).unwrap_or_default().to_owned()
+}
+
+fn string_map(v: &Value, keep: impl Fn(&str) -> bool) -> BTreeMap<String, String> {
+    v.as_object()
+        .map(|m| m.iter().filter(|(k, _)| keep(k)).map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect())
+        .unwrap_or_default()
+}
+
+fn key_of(obj: &Value) -> Key {
+    (str_at(&obj["metadata"], "namespace"), str_at(&obj["metadata"], "name"))
+}
+
+impl State {
+    pub fn namespace(&self, ns: &str) -> Option<&NamespaceInfo> {
+        self.namespaces.get(ns)
+    }
+
+    pub fn configmap(&self, ns: &str, name: &str) -> Option<&ConfigMapInfo> {
+        self.configmaps.get(&(ns.to_owned(), name.to_owned()))
+    }
+
+    pub fn ref_count(&self, ns: &str, name: &str) -> RefCount {
+        self.refs.get(&(ns.to_owned(), name.to_owned())).copied().unwrap_or_default()
+    }
+
+    /// A source in the sense of SPEC §6.1: referenced by some workload, plainly or through a
+    /// snapshot. (The `head` annotation, the third way, is on the object itself.)
+    pub fn is_referenced_source(&self, ns: &str, name: &str) -> bool {
+        let key = (ns.to_owned(), name.to_owned());
+        self.refs.get(&key).is_some_and(|c| c.workloads > 0) || self.snapshot_sources.get(&key).is_some_and(|c| *c > 0)
+    }
+
+    /// The source a referenced name belongs to, when it names a snapshot: (source, hash).
+    pub fn snapshot_of(&self, ns: &str, name: &str) -> Option<(String, String)> {
+        match self.configmap(ns, name) {
+            Some(cm) => cm.snapshot_of(name),
+            // Not seen yet (just created, or deleted): trust the shape of the name.
+            None => snapshot::parse_name(name).map(|(s, h, _)| (s.to_owned(), h.to_owned())),
+        }
+    }
+
+    /// Whether `template_hash` is one of the revisions of the workload with this uid.
+    pub fn is_revision_of(&self, owner_uid: &str, template_hash: &str) -> bool {
+        self.owner_templates.get(owner_uid).is_some_and(|s| s.contains(template_hash))
+    }
+
+    /// The snapshot of `source` whose adoption record lists `template_hash`.
+    pub fn adopted_snapshot(&self, ns: &str, source: &str, template_hash: &str) -> Option<(String, String)> {
+        self.configmaps
+            .iter()
+            .filter(|((n, _), _)| n == ns)
+            .filter_map(|((_, name), cm)| {
+                let (src, hash) = cm.snapshot_of(name)?;
+                (src == source && cm.adopted().any(|t| t == template_hash)).then(|| (name.clone(), hash))
+            })
+            .min()
+    }
+
+    /// Workloads in a namespace that reference `name` plainly, with their template hashes.
+    pub fn plain_users(&self, ns: &str, name: &str) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .workloads
+            .iter()
+            .filter(|((_, n, _), w)| n == ns && !w.deleting && w.refs.iter().any(|r| r == name))
+            .map(|(_, w)| w.template_hash.clone())
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    pub fn template_exists(&self, ns: &str, template_hash: &str) -> bool {
+        self.namespace_templates.get(ns).is_some_and(|m| m.get(template_hash).is_some_and(|c| *c > 0))
+    }
+
+    // ---- updates, fed by watchers ----
+
+    pub fn apply_namespace(&mut self, obj: &Value) {
+        let meta = &obj["metadata"];
+        let info = NamespaceInfo {
+            mode_label: meta
+                .pointer(&format!("/labels/{}", crate::admission::review::escape(names::MODE_LABEL)))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            settle: meta
+                .pointer(&format!("/annotations/{}", crate::admission::review::escape(names::SETTLE)))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            deleting: !meta["deletionTimestamp"].is_null(),
+        };
+        self.namespaces.insert(str_at(meta, "name"), info);
+    }
+
+    pub fn delete_namespace(&mut self, obj: &Value) {
+        self.namespaces.remove(&str_at(&obj["metadata"], "name"));
+    }
+
+    pub fn apply_configmap(&mut self, obj: &Value) {
+        self.configmaps.insert(key_of(obj), ConfigMapInfo::from_object(obj));
+    }
+
+    pub fn delete_configmap(&mut self, obj: &Value) {
+        self.configmaps.remove(&key_of(obj));
+    }
+
+    pub fn apply_workload(&mut self, kind: Kind, obj: &Value) {
+        let (ns, name) = key_of(obj);
+        let tpl = obj.pointer(kind.template_pointer()).cloned().unwrap_or(Value::Null);
+        let meta = &obj["metadata"];
+        let info = WorkloadInfo {
+            uid: str_at(meta, "uid"),
+            template_hash: template::template_hash(&tpl),
+            refs: template::ref_names(&tpl).into_iter().collect(),
+            annotations: string_map(&meta["annotations"], |k| k.starts_with("confighistory.io/")),
+            owner_kind: controller_owner(meta).map(|(k, _)| k),
+            deleting: !meta["deletionTimestamp"].is_null(),
+        };
+        self.remove_workload(kind, &ns, &name);
+        self.count_refs(&ns, &info.refs, 1, true);
+        self.workloads.insert((kind, ns, name), info);
+    }
+
+    pub fn delete_workload(&mut self, kind: Kind, obj: &Value) {
+        let (ns, name) = key_of(obj);
+        self.remove_workload(kind, &ns, &name);
+    }
+
+    fn remove_workload(&mut self, kind: Kind, ns: &str, name: &str) {
+        if let Some(old) = self.workloads.remove(&(kind, ns.to_owned(), name.to_owned())) {
+            self.count_refs(ns, &old.refs, -1, true);
+        }
+    }
+
+    pub fn apply_revision(&mut self, kind: Kind, obj: &Value) {
+        let (ns, name) = key_of(obj);
+        let meta = &obj["metadata"];
+        let tpl = obj.pointer(kind.template_pointer()).cloned().unwrap_or(Value::Null);
+        let revision = match kind {
+            Kind::ControllerRevision => obj.get("revision").and_then(Value::as_i64).unwrap_or(0),
+            _ => meta
+                .pointer("/annotations/deployment.kubernetes.io~1revision")
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
+        };
+        let info = RevisionInfo {
+            owner_uid: controller_owner(meta).map(|(_, uid)| uid).unwrap_or_default(),
+            template_hash: template::template_hash(&tpl),
+            refs: template::ref_names(&tpl).into_iter().collect(),
+            revision,
+        };
+        self.remove_revision(kind, &ns, &name);
+        self.count_refs(&ns, &info.refs, 1, false);
+        self.owner_templates.entry(info.owner_uid.clone()).or_default().insert(info.template_hash.clone());
+        *self.namespace_templates.entry(ns.clone()).or_default().entry(info.template_hash.clone()).or_default() += 1;
+        self.revisions.insert((kind, ns, name), info);
+    }
+
+    pub fn delete_revision(&mut self, kind: Kind, obj: &Value) {
+        let (ns, name) = key_of(obj);
+        self.remove_revision(kind, &ns, &name);
+    }
+
+    fn remove_revision(&mut self, kind: Kind, ns: &str, name: &str) {
+        let Some(old) = self.revisions.remove(&(kind, ns.to_owned(), name.to_owned())) else { return };
+        self.count_refs(ns, &old.refs, -1, false);
+        // Another revision of the same owner may share the template hash: recompute that owner.
+        let still: HashSet<String> =
+            self.revisions.values().filter(|r| r.owner_uid == old.owner_uid).map(|r| r.template_hash.clone()).collect();
+        if still.is_empty() {
+            self.owner_templates.remove(&old.owner_uid);
+        } else {
+            self.owner_templates.insert(old.owner_uid.clone(), still);
+        }
+        if let Some(m) = self.namespace_templates.get_mut(ns) {
+            if let Some(c) = m.get_mut(&old.template_hash) {
+                *c = c.saturating_sub(1);
+                if *c == 0 {
+                    m.remove(&old.template_hash);
+                }
+            }
+        }
+    }
+
+    fn count_refs(&mut self, ns: &str, refs: &[String], delta: i32, workload: bool) {
+        for name in refs {
+            let key = (ns.to_owned(), name.clone());
+            let c = self.refs.entry(key.clone()).or_default();
+            let slot = if workload { &mut c.workloads } else { &mut c.revisions };
+            *slot = slot.saturating_add_signed(delta);
+            if *c == RefCount::default() {
+                self.refs.remove(&key);
+            }
+            if workload {
+                if let Some((source, _, _)) = snapshot::parse_name(name) {
+                    let key = (ns.to_owned(), source.to_owned());
+                    let c = self.snapshot_sources.entry(key.clone()).or_default();
+                    *c = c.saturating_add_signed(delta);
+                    if *c == 0 {
+                        self.snapshot_sources.remove(&key);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Replaces every object of one watch after a relist: entries not in `seen` are dropped.
+    pub fn retain_seen(&mut self, what: Watched, seen: &HashSet<Key>) {
+        match what {
+            Watched::Namespaces => self.namespaces.retain(|n, _| seen.contains(&(String::new(), n.clone()))),
+            Watched::ConfigMaps => self.configmaps.retain(|k, _| seen.contains(k)),
+            Watched::Workload(kind) => {
+                let gone: Vec<_> =
+                    self.workloads.keys().filter(|(k, n, m)| *k == kind && !seen.contains(&(n.clone(), m.clone()))).cloned().collect();
+                for (k, n, m) in gone {
+                    self.remove_workload(k, &n, &m);
+                }
+            }
+            Watched::Revision(kind) => {
+                let gone: Vec<_> =
+                    self.revisions.keys().filter(|(k, n, m)| *k == kind && !seen.contains(&(n.clone(), m.clone()))).cloned().collect();
+                for (k, n, m) in gone {
+                    self.remove_revision(k, &n, &m);
+                }
+            }
+        }
+    }
+
+    pub fn apply(&mut self, what: Watched, obj: &Value) {
+        match what {
+            Watched::Namespaces => self.apply_namespace(obj),
+            Watched::ConfigMaps => self.apply_configmap(obj),
+            Watched::Workload(k) => self.apply_workload(k, obj),
+            Watched::Revision(k) => self.apply_revision(k, obj),
+        }
+    }
+
+    pub fn delete(&mut self, what: Watched, obj: &Value) {
+        match what {
+            Watched::Namespaces => self.delete_namespace(obj),
+            Watched::ConfigMaps => self.delete_configmap(obj),
+            Watched::Workload(k) => self.delete_workload(k, obj),
+            Watched::Revision(k) => self.delete_revision(k, obj),
+        }
+    }
+}
+
+/// What one watch feeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Watched {
+    Namespaces,
+    ConfigMaps,
+    Workload(Kind),
+    Revision(Kind),
+}
+
+impl Watched {
+    pub fn name(self) -> &'static str {
+        match self {
+            Watched::Namespaces => "namespaces",
+            Watched::ConfigMaps => "configmaps",
+            Watched::Workload(k) | Watched::Revision(k) => k.as_str(),
+        }
+    }
+
+    pub fn all() -> Vec<Watched> {
+        let mut v = vec![Watched::Namespaces, Watched::ConfigMaps];
+        v.extend([Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::Job, Kind::CronJob].map(Watched::Workload));
+        v.extend([Kind::ReplicaSet, Kind::ControllerRevision].map(Watched::Revision));
+        v
+    }
+}
+
+/// (kind, uid) of the controlling owner reference.
+pub fn controller_owner(meta: &Value) -> Option<(String, String)> {
+    meta.get("ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))
+        .map(|o| (str_at(o, "kind"), str_at(o, "uid")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment(name: &str, cm: &str) -> Value {
+        json!({"metadata": {"namespace": "ns", "name": name, "uid": format!("uid-{name}")},
+               "spec": {"template": {"spec": {"volumes": [{"name": "c", "configMap": {"name": cm}}]}}}})
+    }
+
+    #[test]
+    fn reference_counts_follow_updates_and_deletes() {
+        let mut s = State::default();
+        s.apply_workload(Kind::Deployment, &deployment("a", "cfg"));
+        s.apply_workload(Kind::Deployment, &deployment("b", "cfg"));
+        assert_eq!(s.ref_count("ns", "cfg").workloads, 2);
+        assert!(s.is_referenced_source("ns", "cfg"));
+        s.apply_workload(Kind::Deployment, &deployment("a", "cfg-0123456789ab"));
+        assert_eq!(s.ref_count("ns", "cfg").workloads, 1);
+        assert!(s.is_referenced_source("ns", "cfg"), "still referenced by b, and through a's snapshot");
+        s.delete_workload(Kind::Deployment, &deployment("b", "cfg"));
+        assert_eq!(s.ref_count("ns", "cfg"), RefCount::default());
+        assert!(s.is_referenced_source("ns", "cfg"), "a references it through a snapshot");
+        s.retain_seen(Watched::Workload(Kind::Deployment), &HashSet::new());
+        assert!(!s.is_referenced_source("ns", "cfg"));
+        assert!(s.refs.is_empty() && s.snapshot_sources.is_empty());
+    }
+
+    #[test]
+    fn revisions_index_templates_by_owner() {
+        let mut s = State::default();
+        let mut rs = json!({"metadata": {"namespace": "ns", "name": "a-1",
+            "ownerReferences": [{"kind": "Deployment", "uid": "uid-a", "controller": true}]},
+            "spec": {"template": {"metadata": {"labels": {"app": "a", "pod-template-hash": "x"}}}}});
+        s.apply_revision(Kind::ReplicaSet, &rs);
+        let h = template::template_hash(&json!({"metadata": {"labels": {"app": "a"}}}));
+        assert!(s.is_revision_of("uid-a", &h));
+        assert!(s.template_exists("ns", &h));
+        rs["metadata"]["name"] = json!("a-2");
+        s.apply_revision(Kind::ReplicaSet, &rs);
+        s.delete_revision(Kind::ReplicaSet, &json!({"metadata": {"namespace": "ns", "name": "a-1"}}));
+        assert!(s.is_revision_of("uid-a", &h), "a-2 has the same template");
+        s.delete_revision(Kind::ReplicaSet, &rs);
+        assert!(!s.is_revision_of("uid-a", &h));
+        assert!(!s.template_exists("ns", &h));
+    }
+
+    #[test]
+    fn configmap_cache_keeps_no_data() {
+        let info = ConfigMapInfo::from_object(&json!({"metadata": {"name": "x", "annotations": {
+            "kubectl.kubernetes.io/last-applied-configuration": "{\"data\": \"big\"}", "confighistory.io/head": "h"}},
+            "data": {"k": "v"}}));
+        assert_eq!(info.annotations.len(), 1);
+        assert_eq!(info.annotation(names::HEAD), Some("h"));
+    }
+}

@@ -1,0 +1,258 @@
+//! Pod templates: where they live in each kind, the ConfigMap references inside them (SPEC §4),
+//! and a canonical hash that makes revisions comparable.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::names;
+
+/// The kinds confighistory understands, with where their pod template lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+    Job,
+    CronJob,
+    ReplicaSet,
+    ControllerRevision,
+}
+
+impl Kind {
+    pub fn parse(kind: &str) -> Option<Kind> {
+        Some(match kind {
+            "Deployment" => Kind::Deployment,
+            "StatefulSet" => Kind::StatefulSet,
+            "DaemonSet" => Kind::DaemonSet,
+            "Job" => Kind::Job,
+            "CronJob" => Kind::CronJob,
+            "ReplicaSet" => Kind::ReplicaSet,
+            "ControllerRevision" => Kind::ControllerRevision,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Deployment => "Deployment",
+            Kind::StatefulSet => "StatefulSet",
+            Kind::DaemonSet => "DaemonSet",
+            Kind::Job => "Job",
+            Kind::CronJob => "CronJob",
+            Kind::ReplicaSet => "ReplicaSet",
+            Kind::ControllerRevision => "ControllerRevision",
+        }
+    }
+
+    /// JSON pointer of the pod template.
+    pub fn template_pointer(self) -> &'static str {
+        match self {
+            Kind::CronJob => "/spec/jobTemplate/spec/template",
+            Kind::ControllerRevision => "/data/spec/template",
+            _ => "/spec/template",
+        }
+    }
+
+    /// Workloads are what the webhook admits; the rest are revisions it reads.
+    pub fn is_workload(self) -> bool {
+        !matches!(self, Kind::ReplicaSet | Kind::ControllerRevision)
+    }
+
+    /// Kinds whose templates propagation may move (Jobs are immutable).
+    pub fn propagates(self) -> bool {
+        matches!(self, Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet | Kind::CronJob)
+    }
+}
+
+/// One ConfigMap reference inside a pod template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ref {
+    /// JSON pointer to the name string, relative to the template.
+    pub pointer: String,
+    /// Human field path relative to the template, e.g. `spec.volumes[0].configMap.name`.
+    pub field: String,
+    pub name: String,
+    pub optional: bool,
+}
+
+/// Every ConfigMap reference in a pod template, in document order.
+pub fn refs(template: &Value) -> Vec<Ref> {
+    let mut out = Vec::new();
+    let Some(spec) = template.get("spec") else { return out };
+    if let Some(volumes) = spec.get("volumes").and_then(Value::as_array) {
+        for (i, vol) in volumes.iter().enumerate() {
+            if let Some(cm) = vol.get("configMap") {
+                push(&mut out, cm, format!("/spec/volumes/{i}/configMap"), format!("spec.volumes[{i}].configMap"));
+            }
+            if let Some(sources) = vol.pointer("/projected/sources").and_then(Value::as_array) {
+                for (j, src) in sources.iter().enumerate() {
+                    if let Some(cm) = src.get("configMap") {
+                        push(
+                            &mut out,
+                            cm,
+                            format!("/spec/volumes/{i}/projected/sources/{j}/configMap"),
+                            format!("spec.volumes[{i}].projected.sources[{j}].configMap"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        let Some(containers) = spec.get(list).and_then(Value::as_array) else { continue };
+        for (c, container) in containers.iter().enumerate() {
+            if let Some(env) = container.get("env").and_then(Value::as_array) {
+                for (e, var) in env.iter().enumerate() {
+                    if let Some(r) = var.pointer("/valueFrom/configMapKeyRef") {
+                        push(
+                            &mut out,
+                            r,
+                            format!("/spec/{list}/{c}/env/{e}/valueFrom/configMapKeyRef"),
+                            format!("spec.{list}[{c}].env[{e}].valueFrom.configMapKeyRef"),
+                        );
+                    }
+                }
+            }
+            if let Some(env_from) = container.get("envFrom").and_then(Value::as_array) {
+                for (e, from) in env_from.iter().enumerate() {
+                    if let Some(r) = from.get("configMapRef") {
+                        push(
+                            &mut out,
+                            r,
+                            format!("/spec/{list}/{c}/envFrom/{e}/configMapRef"),
+                            format!("spec.{list}[{c}].envFrom[{e}].configMapRef"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn push(out: &mut Vec<Ref>, holder: &Value, pointer: String, field: String) {
+    if let Some(name) = holder.get("name").and_then(Value::as_str) {
+        out.push(Ref {
+            pointer: format!("{pointer}/name"),
+            field: format!("{field}.name"),
+            name: name.to_owned(),
+            optional: holder.get("optional").and_then(Value::as_bool).unwrap_or(false),
+        });
+    }
+}
+
+/// Distinct names referenced by a template.
+pub fn ref_names(template: &Value) -> BTreeSet<String> {
+    refs(template).into_iter().map(|r| r.name).collect()
+}
+
+/// Canonical hash of a pod template, comparable across a workload and its revisions:
+/// `pod-template-hash` and the strategic-merge `$patch` marker are dropped, nulls are dropped,
+/// and object keys are written in sorted order whatever the map implementation.
+pub fn template_hash(template: &Value) -> String {
+    let mut h = Sha256::new();
+    canonical(template, &mut h, 0);
+    let digest = h.finalize();
+    digest[..10].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn canonical(v: &Value, h: &mut Sha256, depth: usize) {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m
+                .keys()
+                .filter(|k| !m[k.as_str()].is_null() && k.as_str() != "$patch")
+                .filter(|k| !(depth == 2 && k.as_str() == names::POD_TEMPLATE_HASH))
+                .collect();
+            keys.sort();
+            h.update(b"{");
+            for k in keys {
+                // depth tracks metadata.labels: template(0) → metadata(1) → labels(2).
+                let next = match (depth, k.as_str()) {
+                    (0, "metadata") => 1,
+                    (1, "labels") => 2,
+                    _ => 3,
+                };
+                h.update(serde_json::to_string(k).unwrap_or_default().as_bytes());
+                h.update(b":");
+                canonical(&m[k.as_str()], h, next);
+                h.update(b",");
+            }
+            h.update(b"}");
+        }
+        Value::Array(a) => {
+            h.update(b"[");
+            for x in a {
+                canonical(x, h, 3);
+                h.update(b",");
+            }
+            h.update(b"]");
+        }
+        other => h.update(other.to_string().as_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn template() -> Value {
+        json!({
+            "metadata": {"labels": {"app": "pricing"}, "creationTimestamp": null},
+            "spec": {
+                "volumes": [
+                    {"name": "cfg", "configMap": {"name": "pricing-config"}},
+                    {"name": "p", "projected": {"sources": [{"configMap": {"name": "extra", "optional": true}}, {"secret": {"name": "s"}}]}},
+                    {"name": "e", "emptyDir": {}}
+                ],
+                "initContainers": [{"name": "i", "envFrom": [{"configMapRef": {"name": "init-env"}}]}],
+                "containers": [{
+                    "name": "app",
+                    "env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "pricing-config", "key": "a"}}}, {"name": "B", "value": "b"}],
+                    "envFrom": [{"secretRef": {"name": "x"}}, {"configMapRef": {"name": "env-cm"}}]
+                }]
+            }
+        })
+    }
+
+    #[test]
+    fn finds_every_reference_kind() {
+        let r = refs(&template());
+        let got: Vec<(&str, &str, bool)> = r.iter().map(|r| (r.pointer.as_str(), r.name.as_str(), r.optional)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("/spec/volumes/0/configMap/name", "pricing-config", false),
+                ("/spec/volumes/1/projected/sources/0/configMap/name", "extra", true),
+                ("/spec/initContainers/0/envFrom/0/configMapRef/name", "init-env", false),
+                ("/spec/containers/0/env/0/valueFrom/configMapKeyRef/name", "pricing-config", false),
+                ("/spec/containers/0/envFrom/1/configMapRef/name", "env-cm", false),
+            ]
+        );
+        let t = template();
+        for r in &r {
+            assert_eq!(t.pointer(&r.pointer).and_then(Value::as_str), Some(r.name.as_str()));
+        }
+        assert_eq!(r[0].field, "spec.volumes[0].configMap.name");
+    }
+
+    #[test]
+    fn template_hash_ignores_pod_template_hash_nulls_and_key_order() {
+        let a = template();
+        let mut b = template();
+        b["metadata"]["labels"]["pod-template-hash"] = json!("5d8f7c");
+        b["metadata"].as_object_mut().unwrap().remove("creationTimestamp");
+        b["$patch"] = json!("replace");
+        assert_eq!(template_hash(&a), template_hash(&b));
+        let mut c = template();
+        c["spec"]["containers"][0]["image"] = json!("pricing:4.12");
+        assert_ne!(template_hash(&a), template_hash(&c));
+        // pod-template-hash elsewhere than template labels still counts.
+        let mut d = template();
+        d["spec"]["containers"][0]["env"][1]["name"] = json!("pod-template-hash");
+        assert_ne!(template_hash(&a), template_hash(&d));
+    }
+}
