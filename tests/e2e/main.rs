@@ -1,0 +1,8 @@
+//! End-to-end tests: a real kube-apiserver and kube-controller-manager (`tests/e2e/cluster up`,
+//! or an existing cluster with `CONFIGHISTORY_E2E_CLUSTER=external`), driven with kubectl.
+//! See docs/testing.md.
+
+mod support;
+
+mod harness;
+mod smoke;
