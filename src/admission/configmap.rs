@@ -38,10 +38,14 @@ pub fn decide(req: &Request, view: &View) -> Decision {
     let content = Content::from_object(obj);
     let head = content.hash();
     let old_content = old.map(Content::from_object);
-    let changed = old_content.as_ref().is_none_or(|o| o.hash() != head);
+    // A stored head that no longer matches the content means the content changed while the
+    // webhook was down: that change counts as first seen now (SPEC §7, missed changes).
+    let stale_head = old.and_then(|o| annotation(o, names::HEAD)).is_some_and(|h| h != head);
+    let content_changed = old_content.as_ref().is_none_or(|o| o.hash() != head);
+    let changed = stale_head || content_changed;
     let mut d = Decision::allow(if changed { "source-changed" } else { "source" });
 
-    if let (Some(old_content), true) = (&old_content, changed) {
+    if let (Some(old_content), true) = (&old_content, content_changed) {
         let (removed, added) = snapshot::key_changes(old_content, &content);
         d.response.warn(match (removed.is_empty(), added.is_empty()) {
             (true, true) => format!("{name}: values changed, same keys"),
@@ -63,7 +67,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
 
     // Workloads still on the plain name ran with the outgoing content: keep it, with their
     // template hashes as adoption records, so an undo to them finds it (SPEC §9).
-    if let (Some(old_content), true) = (old_content, changed) {
+    if let (Some(old_content), true) = (old_content, content_changed) {
         let users = view.state.plain_users(&req.namespace, name);
         if !users.is_empty() {
             let old_hash = old_content.hash();
