@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::support::confighistory::{chart_webhook_configurations, webhook_configurations};
-use crate::support::{cluster, repo_root, TestNamespace};
+use crate::support::{cluster, generate_serving_cert, repo_root, TestNamespace};
 
 fn config(value: &str) -> String {
     format!(
@@ -102,7 +102,7 @@ fn kubectl_drives_rollouts_and_history_is_real() {
 #[test]
 fn confighistory_webhook_configurations_are_valid_for_the_api_server() {
     let Some(cluster) = cluster() else { return };
-    let ca = std::fs::read_to_string(repo_root().join("certs/README.md")).unwrap();
+    let ca = generate_serving_cert(&cluster.state_dir.join("run/registration-check-builtin"), "127.0.0.1");
     let manifests =
         webhook_configurations("https://127.0.0.1:1", &ca, "Fail").iter().map(|c| c.to_string()).collect::<Vec<_>>().join("\n---\n");
     cluster.kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], &manifests).expect_success();
@@ -115,7 +115,8 @@ fn the_charts_webhook_configurations_in_url_mode_are_valid_for_the_api_server() 
         eprintln!("e2e: no chart yet; nothing to check");
         return;
     }
-    let manifests = chart_webhook_configurations("https://127.0.0.1:1", "not a real CA\n");
+    let ca = generate_serving_cert(&cluster.state_dir.join("run/registration-check-chart"), "127.0.0.1");
+    let manifests = chart_webhook_configurations("https://127.0.0.1:1", &ca);
     assert!(manifests.contains("MutatingWebhookConfiguration"), "{manifests}");
     assert!(manifests.contains("ValidatingWebhookConfiguration"), "{manifests}");
     cluster.kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], &manifests).expect_success();

@@ -40,7 +40,7 @@ pub fn webhook(cluster: &'static Cluster) -> &'static Webhook {
 
 fn start(cluster: &'static Cluster) -> Webhook {
     let host = cluster.webhook_host.as_str();
-    let run_dir = cluster.state_dir.join(format!("confighistory-{}", std::process::id()));
+    let run_dir = cluster.state_dir.join(format!("run/confighistory-{}", std::process::id()));
     std::fs::create_dir_all(&run_dir).expect("create the webhook's run dir");
     let ca_pem = generate_serving_cert(&run_dir, host);
     let port = free_port(host);

@@ -27,6 +27,8 @@ pub fn deny(message: impl Into<String>) -> Decision {
     Decision::Deny { message: message.into() }
 }
 
+static WEBHOOKS: AtomicUsize = AtomicUsize::new(0);
+
 type Handler = dyn Fn(&Value) -> Decision + Send + Sync;
 
 /// A running in-process webhook; stops when dropped.
@@ -44,7 +46,7 @@ impl TestWebhook {
     /// AdmissionReview's `request` object.
     pub fn start(cluster: &Cluster, handler: impl Fn(&Value) -> Decision + Send + Sync + 'static) -> TestWebhook {
         let host = cluster.webhook_host.clone();
-        let dir = cluster.state_dir.join("test-webhook-tls");
+        let dir = cluster.state_dir.join(format!("run/test-webhook-{}-{}", std::process::id(), WEBHOOKS.fetch_add(1, Ordering::Relaxed)));
         let ca_pem = generate_serving_cert(&dir, &host);
         let tls = tls_config(&dir);
         let listener = std::net::TcpListener::bind((host.as_str(), 0)).expect("bind the test webhook");
