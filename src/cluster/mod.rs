@@ -106,8 +106,8 @@ impl Cluster for KubeCluster {
 #[derive(Default, Clone)]
 pub struct MemoryCluster {
     pub objects: Arc<Mutex<HashMap<(String, String), Value>>>,
-    /// When set, every call fails with this error.
-    pub fail: Arc<Mutex<Option<ApiError>>>,
+    /// When set, calls whose description starts with the prefix ("" = every call) fail with the error.
+    pub fail: Arc<Mutex<Option<(&'static str, ApiError)>>>,
     pub calls: Arc<Mutex<Vec<String>>>,
 }
 
@@ -121,10 +121,10 @@ impl MemoryCluster {
         self.objects.lock().expect("lock").get(&(ns.to_owned(), name.to_owned())).cloned()
     }
     fn check(&self, call: String) -> Result<()> {
-        self.calls.lock().expect("lock").push(call);
+        self.calls.lock().expect("lock").push(call.clone());
         match self.fail.lock().expect("lock").clone() {
-            Some(e) => Err(e),
-            None => Ok(()),
+            Some((prefix, e)) if call.starts_with(prefix) => Err(e),
+            _ => Ok(()),
         }
     }
 }

@@ -1,0 +1,689 @@
+//! Every admission rule of SPEC §6, driven through the very router the binary serves, with real
+//! AdmissionReview JSON. The API server is an in-memory stand-in here (fault injection included);
+//! the e2e suite repeats the important scenarios against a real kube-apiserver.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, RwLock};
+
+use axum::body::Body;
+use axum::http::{Request as HttpRequest, StatusCode};
+use base64::Engine;
+use confighistory::cluster::{ApiError, MemoryCluster};
+use confighistory::policy::{Mode, Policy};
+use confighistory::server::{self, App};
+use confighistory::snapshot::{self, Content};
+use confighistory::state::State;
+use confighistory::template::{template_hash, Kind};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const NS: &str = "shop";
+const ME: &str = "system:serviceaccount:confighistory:confighistory";
+
+// ---------- fixtures ----------
+
+struct Fixture {
+    state: Arc<RwLock<State>>,
+    cluster: MemoryCluster,
+    policy: Policy,
+}
+
+fn configmap(name: &str, data: &[(&str, &str)]) -> Value {
+    let data: serde_json::Map<String, Value> = data.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}")}, "data": data})
+}
+
+fn content(data: &[(&str, &str)]) -> Content {
+    Content::from_object(&configmap("x", data))
+}
+
+fn snap(source: &str, data: &[(&str, &str)]) -> String {
+    snapshot::name(source, &content(data).hash(), 0)
+}
+
+/// A Deployment whose single container mounts `cm` and reads one key from it through env.
+fn deployment(image: &str, cm: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "pricing", "namespace": NS, "uid": "uid-pricing"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "pricing"}}, "template": {
+            "metadata": {"labels": {"app": "pricing"}, "creationTimestamp": null},
+            "spec": {
+                "volumes": [{"name": "config", "configMap": {"name": cm}}],
+                "containers": [{"name": "app", "image": image,
+                    "env": [{"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": cm, "key": "mode"}}}]}]
+            }
+        }}
+    })
+}
+
+fn with_annotations(mut obj: Value, pairs: &[(&str, &str)]) -> Value {
+    for (k, v) in pairs {
+        obj["metadata"]["annotations"][*k] = json!(v);
+    }
+    obj
+}
+
+fn review(kind: &str, group: &str, version: &str, op: &str, object: Option<&Value>, old: Option<&Value>) -> Value {
+    let obj = object.or(old).expect("an object");
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "req-1",
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
+            "name": obj["metadata"]["name"], "namespace": NS, "operation": op,
+            "userInfo": {"username": "alice"},
+            "object": object, "oldObject": old, "dryRun": false
+        }
+    })
+}
+
+struct Answer {
+    status: StatusCode,
+    body: Value,
+}
+
+impl Answer {
+    fn response(&self) -> &Value {
+        &self.body["response"]
+    }
+    fn allowed(&self) -> bool {
+        self.response()["allowed"] == json!(true)
+    }
+    fn message(&self) -> String {
+        self.response()["status"]["message"].as_str().unwrap_or_default().to_owned()
+    }
+    fn warnings(&self) -> Vec<String> {
+        self.response()["warnings"].as_array().map(|a| a.iter().map(|w| w.as_str().unwrap().to_owned()).collect()).unwrap_or_default()
+    }
+    fn patch(&self) -> Vec<Value> {
+        match self.response()["patch"].as_str() {
+            Some(p) => serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(p).unwrap()).unwrap(),
+            None => vec![],
+        }
+    }
+    /// The object after applying the patch.
+    fn patched(&self, obj: &Value) -> Value {
+        let mut out = obj.clone();
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(self.patch())).unwrap();
+        json_patch::patch(&mut out, &patch).expect("patch applies");
+        out
+    }
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        Fixture { state: Arc::default(), cluster: MemoryCluster::default(), policy: Policy::default() }
+    }
+
+    /// A source ConfigMap that exists in the cluster and the caches.
+    fn source(self, name: &str, data: &[(&str, &str)]) -> Fixture {
+        let cm = configmap(name, data);
+        self.cluster.insert(cm.clone());
+        self.state.write().unwrap().apply_configmap(&cm);
+        self
+    }
+
+    /// A valid snapshot of `data` for `source`, in cluster and caches, with adoption records.
+    fn snapshot(self, source: &str, data: &[(&str, &str)], adopted: &[String]) -> Fixture {
+        let c = content(data);
+        let obj = snapshot::object(NS, source, &snapshot::name(source, &c.hash(), 0), &c, adopted);
+        self.cluster.insert(obj.clone());
+        self.state.write().unwrap().apply_configmap(&obj);
+        self
+    }
+
+    fn workload(self, obj: &Value) -> Fixture {
+        self.state.write().unwrap().apply_workload(Kind::Deployment, obj);
+        self
+    }
+
+    /// A ReplicaSet of the Deployment with this template (rollout history).
+    fn revision(self, deploy: &Value, n: u32) -> Fixture {
+        let mut tpl = deploy["spec"]["template"].clone();
+        tpl["metadata"]["labels"]["pod-template-hash"] = json!(format!("h{n}"));
+        let rs = json!({"metadata": {"name": format!("pricing-{n}"), "namespace": NS,
+            "annotations": {"deployment.kubernetes.io/revision": n.to_string()},
+            "ownerReferences": [{"kind": "Deployment", "uid": "uid-pricing", "controller": true}]},
+            "spec": {"template": tpl}});
+        self.state.write().unwrap().apply_revision(Kind::ReplicaSet, &rs);
+        self
+    }
+
+    fn namespace_mode(self, mode: &str) -> Fixture {
+        self.state.write().unwrap().apply_namespace(&json!({"metadata": {"name": NS, "labels": {"confighistory.io/mode": mode}}}));
+        self
+    }
+
+    fn update_source(&self, name: &str, data: &[(&str, &str)]) {
+        let mut cm = self.cluster.get(NS, name).unwrap();
+        cm["data"] = json!(data.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>());
+        self.cluster.insert(cm.clone());
+        self.state.write().unwrap().apply_configmap(&cm);
+    }
+
+    fn app(&self) -> Arc<App> {
+        Arc::new(App {
+            policy: self.policy.clone(),
+            state: self.state.clone(),
+            cluster: Arc::new(self.cluster.clone()),
+            synced: Arc::new(AtomicBool::new(true)),
+            tls_ready: Arc::new(AtomicBool::new(true)),
+            max_body: server::DEFAULT_MAX_BODY,
+        })
+    }
+
+    async fn post(&self, path: &str, body: Vec<u8>) -> Answer {
+        let req = HttpRequest::post(path).header("content-type", "application/json").body(Body::from(body)).unwrap();
+        let resp = server::router(self.app()).oneshot(req).await.unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+        Answer { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null) }
+    }
+
+    async fn send(&self, path: &str, review: Value) -> Answer {
+        let a = self.post(path, serde_json::to_vec(&review).unwrap()).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+        assert_eq!(a.response()["uid"], "req-1", "the uid is always copied");
+        a
+    }
+
+    async fn mutate_deployment(&self, op: &str, new: &Value, old: Option<&Value>) -> Answer {
+        self.send("/mutate", review("Deployment", "apps", "v1", op, Some(new), old)).await
+    }
+
+    async fn as_user(&self, path: &str, user: &str, mut review: Value) -> Answer {
+        review["request"]["userInfo"]["username"] = json!(user);
+        self.send(path, review).await
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.cluster.calls.lock().unwrap().clone()
+    }
+
+    fn clear_calls(&self) {
+        self.cluster.calls.lock().unwrap().clear();
+    }
+}
+
+fn pin_of(obj: &Value) -> (String, String) {
+    let tpl = &obj["spec"]["template"]["spec"];
+    (
+        tpl["volumes"][0]["configMap"]["name"].as_str().unwrap().to_owned(),
+        tpl["containers"][0]["env"][0]["valueFrom"]["configMapKeyRef"]["name"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn annotation(obj: &Value, key: &str) -> Option<String> {
+    obj["metadata"]["annotations"][key].as_str().map(str::to_owned)
+}
+
+const A: &[(&str, &str)] = &[("mode", "a"), ("discount_rules_path", "/rules")];
+const B: &[(&str, &str)] = &[("mode", "b"), ("rules.discount_path", "/rules")];
+
+// ---------- §6.2 workloads ----------
+
+#[tokio::test]
+async fn create_pins_every_reference_of_a_source_to_one_snapshot() {
+    let f = Fixture::new().source("pricing-config", A);
+    let d = deployment("pricing:4.11", "pricing-config");
+    let a = f.mutate_deployment("CREATE", &d, None).await;
+    assert!(a.allowed());
+    let out = a.patched(&d);
+    let want = snap("pricing-config", A);
+    assert_eq!(pin_of(&out), (want.clone(), want.clone()));
+    let pins: Value = serde_json::from_str(&annotation(&out, "confighistory.io/pins").unwrap()).unwrap();
+    assert_eq!(pins, json!({"pricing-config": content(A).hash()}));
+    assert!(a.warnings().iter().any(|w| w.contains(&want)), "{:?}", a.warnings());
+    let created = f.cluster.get(NS, &want).expect("snapshot created");
+    assert_eq!(snapshot::validate(&created), Ok(content(A).hash()));
+    assert_eq!(created["data"], configmap("x", A)["data"], "byte-for-byte copy");
+    assert!(created["metadata"]["labels"].get("app").is_none());
+}
+
+#[tokio::test]
+async fn reapplying_unchanged_manifests_keeps_pins_without_api_calls() {
+    let pinned = deployment("pricing:4.11", &snap("pricing-config", A));
+    let old = with_annotations(pinned.clone(), &[("confighistory.io/pins", &format!("{{\"pricing-config\":\"{}\"}}", content(A).hash()))]);
+    let f = Fixture::new().source("pricing-config", B).snapshot("pricing-config", A, &[]).workload(&old);
+    // kubectl apply sends the plain names again, and an annotation from the manifest.
+    let reapplied = with_annotations(deployment("pricing:4.11", "pricing-config"), &[("team", "pricing")]);
+    let a = f.mutate_deployment("UPDATE", &reapplied, Some(&old)).await;
+    let out = a.patched(&reapplied);
+    assert_eq!(out["spec"]["template"], old["spec"]["template"], "template unchanged: no new revision");
+    assert_eq!(annotation(&out, "confighistory.io/pins"), annotation(&old, "confighistory.io/pins"));
+    assert!(f.calls().is_empty(), "no API call on the steady-state path: {:?}", f.calls());
+
+    // A scale is no change either.
+    let mut scaled = old.clone();
+    scaled["spec"]["replicas"] = json!(5);
+    let a = f.mutate_deployment("UPDATE", &scaled, Some(&old)).await;
+    assert!(a.patch().is_empty(), "{:?}", a.patch());
+    assert!(f.calls().is_empty());
+}
+
+#[tokio::test]
+async fn release_takes_the_head_and_releases_a_hold() {
+    let old = with_annotations(deployment("pricing:4.11", &snap("pricing-config", A)), &[("confighistory.io/held", "pricing-config")]);
+    let f = Fixture::new().source("pricing-config", B).snapshot("pricing-config", A, &[]).workload(&old);
+    let new = deployment("pricing:4.12", "pricing-config");
+    let a = f.mutate_deployment("UPDATE", &new, Some(&old)).await;
+    let out = a.patched(&new);
+    assert_eq!(pin_of(&out).0, snap("pricing-config", B));
+    assert_eq!(annotation(&out, "confighistory.io/held"), None);
+    assert!(f.cluster.get(NS, &snap("pricing-config", B)).is_some());
+}
+
+#[tokio::test]
+async fn undo_keeps_the_revisions_snapshot_and_holds_it() {
+    let rev1 = deployment("pricing:4.11", &snap("pricing-config", A));
+    let rev2 = deployment("pricing:4.12", &snap("pricing-config", B));
+    let f = Fixture::new()
+        .source("pricing-config", B)
+        .snapshot("pricing-config", A, &[])
+        .snapshot("pricing-config", B, &[])
+        .workload(&rev2)
+        .revision(&rev1, 1)
+        .revision(&rev2, 2);
+    // kubectl rollout undo copies revision 1's annotations too: never trusted.
+    let undo = with_annotations(rev1.clone(), &[("confighistory.io/pins", "{\"pricing-config\":\"forged\"}")]);
+    let a = f.mutate_deployment("UPDATE", &undo, Some(&rev2)).await;
+    assert!(a.allowed());
+    let out = a.patched(&undo);
+    assert_eq!(pin_of(&out).0, snap("pricing-config", A), "old image with old config");
+    assert_eq!(annotation(&out, "confighistory.io/held").as_deref(), Some("pricing-config"));
+    assert!(annotation(&out, "confighistory.io/pins").unwrap().contains(&content(A).hash()));
+    assert!(a.warnings().iter().any(|w| w.contains("held")), "{:?}", a.warnings());
+
+    // A restart afterwards keeps the held pin even though a change is pending.
+    f.update_source("pricing-config", B);
+    let held = out.clone();
+    let mut restarted = held.clone();
+    restarted["spec"]["template"]["metadata"]["annotations"] = json!({"kubectl.kubernetes.io/restartedAt": "now"});
+    let a = f.mutate_deployment("UPDATE", &restarted, Some(&held)).await;
+    let out = a.patched(&restarted);
+    assert_eq!(pin_of(&out).0, snap("pricing-config", A));
+    assert_eq!(annotation(&out, "confighistory.io/held").as_deref(), Some("pricing-config"));
+}
+
+#[tokio::test]
+async fn undo_to_a_revision_from_before_the_install_uses_the_adoption_record() {
+    let plain = deployment("pricing:4.11", "pricing-config");
+    let pinned_b = deployment("pricing:4.12", &snap("pricing-config", B));
+    let f = Fixture::new()
+        .source("pricing-config", B)
+        .snapshot("pricing-config", A, &[template_hash(&plain["spec"]["template"])])
+        .snapshot("pricing-config", B, &[])
+        .workload(&pinned_b)
+        .revision(&plain, 1)
+        .revision(&pinned_b, 2);
+    let a = f.mutate_deployment("UPDATE", &plain, Some(&pinned_b)).await;
+    let out = a.patched(&plain);
+    assert_eq!(pin_of(&out), (snap("pricing-config", A), snap("pricing-config", A)));
+    assert_eq!(annotation(&out, "confighistory.io/held").as_deref(), Some("pricing-config"));
+}
+
+#[tokio::test]
+async fn partial_edit_joins_a_pending_change_unless_held() {
+    let old = deployment("pricing:4.11", &snap("pricing-config", A));
+    let f = Fixture::new().snapshot("pricing-config", A, &[]).workload(&old);
+    let mut src = configmap("pricing-config", B);
+    src["metadata"]["annotations"] =
+        json!({"confighistory.io/head": content(B).hash(), "confighistory.io/changed-at": "2026-12-02T10:00:00Z"});
+    f.cluster.insert(src);
+    let new = deployment("pricing:4.12", &snap("pricing-config", A)); // kubectl set image
+    let a = f.mutate_deployment("UPDATE", &new, Some(&old)).await;
+    assert_eq!(pin_of(&a.patched(&new)).0, snap("pricing-config", B), "joins the pending change");
+
+    let held_old = with_annotations(old.clone(), &[("confighistory.io/held", "pricing-config")]);
+    let a = f.mutate_deployment("UPDATE", &new, Some(&held_old)).await;
+    assert_eq!(pin_of(&a.patched(&new)).0, snap("pricing-config", A), "a held pin stays");
+
+    // Once propagated, a partial edit keeps its pin and is told it is not the head.
+    let mut src = f.cluster.get(NS, "pricing-config").unwrap();
+    src["metadata"]["annotations"]["confighistory.io/propagated"] = json!(content(B).hash());
+    f.cluster.insert(src);
+    let a = f.mutate_deployment("UPDATE", &new, Some(&old)).await;
+    assert_eq!(pin_of(&a.patched(&new)).0, snap("pricing-config", A));
+    assert!(a.warnings().iter().any(|w| w.contains("stays on")), "{:?}", a.warnings());
+}
+
+#[tokio::test]
+async fn a_snapshot_named_by_the_request_is_kept_and_held() {
+    let old = deployment("pricing:4.12", &snap("pricing-config", B));
+    let f = Fixture::new().source("pricing-config", B).snapshot("pricing-config", A, &[]).snapshot("pricing-config", B, &[]).workload(&old);
+    let new = deployment("pricing:4.12", &snap("pricing-config", A));
+    let a = f.mutate_deployment("UPDATE", &new, Some(&old)).await;
+    let out = a.patched(&new);
+    assert_eq!(pin_of(&out).0, snap("pricing-config", A));
+    assert_eq!(annotation(&out, "confighistory.io/held").as_deref(), Some("pricing-config"));
+}
+
+#[tokio::test]
+async fn the_propagation_trigger_is_honoured_only_from_confighistory() {
+    let old = deployment("pricing:4.11", &snap("pricing-config", A));
+    let f = Fixture::new().source("pricing-config", B).snapshot("pricing-config", A, &[]).workload(&old);
+    let trigger = format!("pricing-config={}", content(B).hash());
+    let new = with_annotations(old.clone(), &[("confighistory.io/propagate", &trigger)]);
+
+    let a = f.as_user("/mutate", "mallory", review("Deployment", "apps", "v1", "UPDATE", Some(&new), Some(&old))).await;
+    let out = a.patched(&new);
+    assert_eq!(pin_of(&out).0, snap("pricing-config", A), "nobody else can force a re-pin");
+    assert_eq!(annotation(&out, "confighistory.io/propagate"), None);
+
+    let a = f.as_user("/mutate", ME, review("Deployment", "apps", "v1", "UPDATE", Some(&new), Some(&old))).await;
+    let out = a.patched(&new);
+    assert_eq!(pin_of(&out).0, snap("pricing-config", B));
+    assert_eq!(annotation(&out, "confighistory.io/propagate"), None, "the trigger is consumed");
+
+    let held = with_annotations(new.clone(), &[]);
+    let held_old = with_annotations(old.clone(), &[("confighistory.io/held", "pricing-config")]);
+    let a = f.as_user("/mutate", ME, review("Deployment", "apps", "v1", "UPDATE", Some(&held), Some(&held_old))).await;
+    assert_eq!(pin_of(&a.patched(&held)).0, snap("pricing-config", A), "propagation skips held pins");
+}
+
+#[tokio::test]
+async fn mutation_is_idempotent_under_reinvocation() {
+    let f = Fixture::new().source("pricing-config", A);
+    let d = deployment("pricing:4.11", "pricing-config");
+    let first = f.mutate_deployment("CREATE", &d, None).await;
+    let once = first.patched(&d);
+    let second = f.mutate_deployment("CREATE", &once, None).await;
+    assert_eq!(second.patched(&once), once, "a second pass over our own output changes nothing");
+}
+
+#[tokio::test]
+async fn a_missing_source_stays_plain_with_a_warning() {
+    let f = Fixture::new();
+    let d = deployment("pricing:4.11", "not-yet");
+    let a = f.mutate_deployment("CREATE", &d, None).await;
+    assert!(a.allowed());
+    assert_eq!(pin_of(&a.patched(&d)).0, "not-yet");
+    assert!(a.warnings().iter().any(|w| w.contains("does not exist yet")));
+}
+
+#[tokio::test]
+async fn immutable_unversioned_and_ignored_are_left_alone() {
+    let f = Fixture::new();
+    let mut imm = configmap("static", A);
+    imm["immutable"] = json!(true);
+    f.cluster.insert(imm);
+    let mut flags = configmap("flags", A);
+    flags["metadata"]["annotations"] = json!({"confighistory.io/versioned": "false"});
+    f.cluster.insert(flags);
+    for name in ["static", "flags"] {
+        let d = deployment("x:1", name);
+        let a = f.mutate_deployment("CREATE", &d, None).await;
+        assert_eq!(pin_of(&a.patched(&d)).0, name);
+    }
+    let f = f.source("pricing-config", A);
+    let ignored = with_annotations(deployment("x:1", "pricing-config"), &[("confighistory.io/ignore", "true")]);
+    let a = f.mutate_deployment("CREATE", &ignored, None).await;
+    assert!(a.patch().is_empty());
+}
+
+#[tokio::test]
+async fn cronjobs_on_batch_v1beta1_are_pinned() {
+    let f = Fixture::new().source("pricing-config", A);
+    let cj = json!({"apiVersion": "batch/v1beta1", "kind": "CronJob", "metadata": {"name": "report", "namespace": NS},
+        "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"spec": {
+            "containers": [{"name": "r", "image": "r:1", "envFrom": [{"configMapRef": {"name": "pricing-config"}}]}]}}}}}});
+    let a = f.send("/mutate", review("CronJob", "batch", "v1beta1", "CREATE", Some(&cj), None)).await;
+    let out = a.patched(&cj);
+    assert_eq!(
+        out.pointer("/spec/jobTemplate/spec/template/spec/containers/0/envFrom/0/configMapRef/name").unwrap(),
+        &json!(snap("pricing-config", A))
+    );
+}
+
+// ---------- §5 collisions, faults, dry run ----------
+
+#[tokio::test]
+async fn a_squatted_snapshot_name_is_never_reused() {
+    let f = Fixture::new().source("pricing-config", A);
+    let squatter = configmap(&snap("pricing-config", A), &[("evil", "1")]);
+    f.cluster.insert(squatter.clone());
+    let d = deployment("pricing:4.11", "pricing-config");
+    let a = f.mutate_deployment("CREATE", &d, None).await;
+    let next = snapshot::name("pricing-config", &content(A).hash(), 1);
+    assert_eq!(pin_of(&a.patched(&d)).0, next);
+    assert!(a.warnings().iter().any(|w| w.contains("taken")), "{:?}", a.warnings());
+    assert_eq!(f.cluster.get(NS, &snap("pricing-config", A)).unwrap(), squatter, "squatter untouched");
+    assert!(snapshot::validate(&f.cluster.get(NS, &next).unwrap()).is_ok());
+}
+
+#[tokio::test]
+async fn api_server_failure_denies_with_a_retry_hint() {
+    let f = Fixture::new().source("pricing-config", A);
+    *f.cluster.fail.lock().unwrap() =
+        Some(("", ApiError { code: None, reason: "Unavailable".into(), message: "connection refused".into() }));
+    let a = f.mutate_deployment("CREATE", &deployment("x:1", "pricing-config"), None).await;
+    assert!(!a.allowed());
+    assert!(a.message().contains("connection refused") && a.message().contains("retrying is safe"), "{}", a.message());
+}
+
+#[tokio::test]
+async fn quota_refusals_are_explained() {
+    let f = Fixture::new().source("pricing-config", A);
+    *f.cluster.fail.lock().unwrap() = Some((
+        "create",
+        ApiError { code: Some(403), reason: "Forbidden".into(), message: "exceeded quota: cm, requested: count/configmaps=1".into() },
+    ));
+    let a = f.mutate_deployment("CREATE", &deployment("x:1", "pricing-config"), None).await;
+    assert!(!a.allowed());
+    assert!(a.message().contains("exceeded quota") && a.message().contains("ResourceQuota"), "{}", a.message());
+}
+
+#[tokio::test]
+async fn dry_run_answers_the_same_and_writes_nothing() {
+    let f = Fixture::new().source("pricing-config", A);
+    let d = deployment("pricing:4.11", "pricing-config");
+    let mut r = review("Deployment", "apps", "v1", "CREATE", Some(&d), None);
+    r["request"]["dryRun"] = json!(true);
+    let a = f.send("/mutate", r).await;
+    assert_eq!(pin_of(&a.patched(&d)).0, snap("pricing-config", A));
+    assert!(f.cluster.get(NS, &snap("pricing-config", A)).is_none(), "no snapshot written");
+    assert!(f.calls().iter().any(|c| c.contains("(dry run)")));
+}
+
+// ---------- §6.1 sources ----------
+
+#[tokio::test]
+async fn unrelated_configmap_writes_are_answered_from_memory() {
+    let f = Fixture::new();
+    let cm = configmap("leader-lock", A);
+    let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&cm), Some(&cm))).await;
+    assert!(a.allowed() && a.patch().is_empty() && a.warnings().is_empty());
+    assert!(f.calls().is_empty());
+}
+
+#[tokio::test]
+async fn source_update_tracks_head_warns_keys_and_adopts_outgoing_content() {
+    let plain = deployment("pricing:4.11", "pricing-config");
+    let f = Fixture::new().source("pricing-config", A).workload(&plain);
+    let old = configmap("pricing-config", A);
+    let new = configmap("pricing-config", B);
+    let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old))).await;
+    let out = a.patched(&new);
+    assert_eq!(annotation(&out, "confighistory.io/head"), Some(content(B).hash()));
+    assert!(annotation(&out, "confighistory.io/changed-at").is_some());
+    assert_eq!(a.warnings(), vec!["pricing-config: keys removed [discount_rules_path], added [rules.discount_path]"]);
+    let kept = f.cluster.get(NS, &snap("pricing-config", A)).expect("outgoing content kept");
+    assert_eq!(annotation(&kept, "confighistory.io/adopted-templates"), Some(template_hash(&plain["spec"]["template"])));
+    assert_eq!(out["data"], new["data"], "the source itself is allowed as sent");
+
+    // Same content again: head stays, changed-at carried over, nothing written.
+    f.clear_calls();
+    let again = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&out))).await;
+    let out2 = again.patched(&new);
+    assert_eq!(annotation(&out2, "confighistory.io/changed-at"), annotation(&out, "confighistory.io/changed-at"));
+    assert!(f.calls().is_empty());
+}
+
+#[tokio::test]
+async fn installing_sets_no_changed_at_on_existing_sources() {
+    let f = Fixture::new().source("pricing-config", A).workload(&deployment("x:1", "pricing-config"));
+    let cm = with_annotations(configmap("pricing-config", A), &[("owner", "team")]);
+    let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&cm), Some(&configmap("pricing-config", A)))).await;
+    let out = a.patched(&cm);
+    assert_eq!(annotation(&out, "confighistory.io/head"), Some(content(A).hash()));
+    assert_eq!(annotation(&out, "confighistory.io/changed-at"), None);
+}
+
+// ---------- §6.3 validation ----------
+
+#[tokio::test]
+async fn enforce_rejects_mutable_config_with_path_and_fix() {
+    let f = Fixture::new().source("pricing-config", A).namespace_mode("enforce");
+    let d = deployment("x:1", "pricing-config");
+    let m = f.mutate_deployment("CREATE", &d, None).await;
+    assert!(m.patch().is_empty(), "enforce never rewrites");
+    let a = f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
+    assert!(!a.allowed());
+    let msg = a.message();
+    assert!(msg.contains("spec.template.spec.volumes[0].configMap.name names mutable ConfigMap pricing-config"), "{msg}");
+    assert!(msg.contains("Fix:"), "{msg}");
+    // The ignore annotation does not exempt in enforce mode.
+    let ignored = with_annotations(d.clone(), &[("confighistory.io/ignore", "true")]);
+    assert!(!f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&ignored), None)).await.allowed());
+}
+
+#[tokio::test]
+async fn audit_warns_and_never_rejects() {
+    let f = Fixture::new().source("pricing-config", A).namespace_mode("audit");
+    let d = deployment("x:1", "pricing-config");
+    assert!(f.mutate_deployment("CREATE", &d, None).await.patch().is_empty());
+    let a = f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
+    assert!(a.allowed());
+    assert!(a.warnings()[0].contains("mutable ConfigMap pricing-config"));
+}
+
+#[tokio::test]
+async fn a_namespace_cannot_label_itself_into_a_forbidden_mode() {
+    let mut f = Fixture::new().source("pricing-config", A).namespace_mode("off");
+    f.policy.default_mode = Mode::Enforce;
+    f.policy.allowed_modes = vec![Mode::Enforce];
+    let d = deployment("x:1", "pricing-config");
+    assert!(!f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await.allowed());
+}
+
+#[tokio::test]
+async fn undos_deletions_and_cronjob_jobs_are_never_denied() {
+    let rev1 = deployment("pricing:4.11", "pricing-config");
+    let rev2 = deployment("pricing:4.12", "pricing-config-v2");
+    let f = Fixture::new().source("pricing-config", A).namespace_mode("enforce").workload(&rev2).revision(&rev1, 1).revision(&rev2, 2);
+    assert!(f.send("/validate", review("Deployment", "apps", "v1", "UPDATE", Some(&rev1), Some(&rev2))).await.allowed());
+
+    let mut deleting = rev1.clone();
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-12-02T10:00:00Z");
+    assert!(f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&deleting), None)).await.allowed());
+
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "report-1", "namespace": NS,
+        "ownerReferences": [{"kind": "CronJob", "name": "report", "uid": "u", "controller": true}]},
+        "spec": {"template": {"spec": {"containers": [{"name": "r", "envFrom": [{"configMapRef": {"name": "pricing-config"}}]}]}}}});
+    let a = f.send("/validate", review("Job", "batch", "v1", "CREATE", Some(&job), None)).await;
+    assert!(a.allowed());
+    assert!(!a.warnings().is_empty());
+}
+
+// ---------- §6.4 snapshot protection ----------
+
+#[tokio::test]
+async fn only_valid_snapshots_may_be_created() {
+    let f = Fixture::new();
+    let c = content(A);
+    let real = snapshot::object(NS, "pricing-config", &snap("pricing-config", A), &c, &[]);
+    assert!(f.send("/protect", review("ConfigMap", "", "v1", "CREATE", Some(&real), None)).await.allowed());
+    let mut forged = real.clone();
+    forged["data"]["mode"] = json!("evil");
+    let a = f.send("/protect", review("ConfigMap", "", "v1", "CREATE", Some(&forged), None)).await;
+    assert!(!a.allowed());
+    assert!(a.message().contains("not a valid snapshot"), "{}", a.message());
+}
+
+#[tokio::test]
+async fn snapshot_metadata_is_frozen_except_for_confighistory() {
+    let f = Fixture::new();
+    let real = snapshot::object(NS, "pricing-config", &snap("pricing-config", A), &content(A), &[]);
+    let mut owned = real.clone();
+    owned["metadata"]["ownerReferences"] = json!([{"kind": "Deployment", "name": "gone", "uid": "dead"}]);
+    let a = f.send("/protect", review("ConfigMap", "", "v1", "UPDATE", Some(&owned), Some(&real))).await;
+    assert!(!a.allowed());
+    assert!(a.message().contains("ownerReferences"), "{}", a.message());
+    let mut relabelled = real.clone();
+    relabelled["metadata"]["labels"]["confighistory.io/hash"] = json!("x");
+    assert!(!f.send("/protect", review("ConfigMap", "", "v1", "UPDATE", Some(&relabelled), Some(&real))).await.allowed());
+    let mut adopted = real.clone();
+    adopted["metadata"]["annotations"]["confighistory.io/adopted-templates"] = json!("abc");
+    assert!(f.as_user("/protect", ME, review("ConfigMap", "", "v1", "UPDATE", Some(&adopted), Some(&real))).await.allowed());
+}
+
+#[tokio::test]
+async fn referenced_snapshots_cannot_be_deleted_until_the_namespace_goes() {
+    let name = snap("pricing-config", A);
+    let d = deployment("pricing:4.11", &name);
+    let f = Fixture::new().snapshot("pricing-config", A, &[]).workload(&d);
+    let obj = f.cluster.get(NS, &name).unwrap();
+    let a = f.send("/protect", review("ConfigMap", "", "v1", "DELETE", None, Some(&obj))).await;
+    assert!(!a.allowed());
+    assert!(a.message().contains("Deployment/pricing"), "{}", a.message());
+
+    let f = f.namespace_mode("rewrite");
+    f.state.write().unwrap().apply_namespace(&json!({"metadata": {"name": NS, "deletionTimestamp": "2026-12-02T10:00:00Z"}}));
+    assert!(f.send("/protect", review("ConfigMap", "", "v1", "DELETE", None, Some(&obj))).await.allowed());
+
+    let unused = Fixture::new().snapshot("pricing-config", A, &[]);
+    assert!(unused.send("/protect", review("ConfigMap", "", "v1", "DELETE", None, Some(&obj))).await.allowed());
+}
+
+#[tokio::test]
+async fn a_head_or_adopted_snapshot_cannot_be_deleted() {
+    let name = snap("pricing-config", A);
+    let plain = deployment("pricing:4.11", "pricing-config");
+    let f = Fixture::new().snapshot("pricing-config", A, &[template_hash(&plain["spec"]["template"])]).revision(&plain, 1);
+    let obj = f.cluster.get(NS, &name).unwrap();
+    let a = f.send("/protect", review("ConfigMap", "", "v1", "DELETE", None, Some(&obj))).await;
+    assert!(a.message().contains("before confighistory"), "{}", a.message());
+
+    let f = Fixture::new().snapshot("pricing-config", A, &[]);
+    let head = with_annotations(configmap("pricing-config", A), &[("confighistory.io/head", &content(A).hash())]);
+    f.state.write().unwrap().apply_configmap(&head);
+    let a = f.send("/protect", review("ConfigMap", "", "v1", "DELETE", None, Some(&obj))).await;
+    assert!(a.message().contains("current content"), "{}", a.message());
+}
+
+// ---------- bad input ----------
+
+#[tokio::test]
+async fn bad_input_gets_clear_errors() {
+    let f = Fixture::new();
+    let a = f.post("/mutate", b"{not json".to_vec()).await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    assert!(a.body["error"].as_str().unwrap().contains("not valid JSON"));
+
+    let mut r = review("ConfigMap", "", "v1", "CREATE", Some(&configmap("x", A)), None);
+    r["apiVersion"] = json!("admission.k8s.io/v1beta1");
+    let a = f.post("/mutate", serde_json::to_vec(&r).unwrap()).await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    assert!(a.body["error"].as_str().unwrap().contains("admissionReviewVersions"));
+
+    let a = f.post("/mutate", vec![b' '; server::DEFAULT_MAX_BODY + 1]).await;
+    assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE);
+
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": NS}});
+    let a = f.send("/mutate", review("Pod", "", "v1", "CREATE", Some(&pod), None)).await;
+    assert!(a.allowed() && a.patch().is_empty());
+}
+
+#[tokio::test]
+async fn a_one_mebibyte_configmap_update_fits() {
+    let big = "x".repeat(1024 * 1024 - 100);
+    let f = Fixture::new().source("big", &[("blob", "small")]).workload(&deployment("x:1", &snap("big", &[("blob", "small")])));
+    let old = with_annotations(configmap("big", &[("blob", &big)]), &[("kubectl.kubernetes.io/last-applied-configuration", &big)]);
+    let new =
+        with_annotations(configmap("big", &[("blob", &format!("{big}y"))]), &[("kubectl.kubernetes.io/last-applied-configuration", &big)]);
+    let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old))).await;
+    assert!(a.allowed());
+    assert!(annotation(&a.patched(&new), "confighistory.io/head").is_some());
+}
