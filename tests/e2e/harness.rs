@@ -53,7 +53,7 @@ fn images(ns: &TestNamespace) -> Vec<(u32, String)> {
 #[test]
 fn kubectl_drives_rollouts_and_history_is_real() {
     let Some(cluster) = cluster() else { return };
-    let ns = TestNamespace::new(cluster, "harness");
+    let ns = TestNamespace::excluded(cluster, "harness");
 
     ns.accepts(&config("a"));
     ns.accepts(&deployment("registry.example/app:1.0"));

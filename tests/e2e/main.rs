@@ -5,4 +5,5 @@
 mod support;
 
 mod harness;
+mod pinning;
 mod smoke;

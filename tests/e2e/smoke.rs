@@ -23,7 +23,7 @@ data:
 #[test]
 fn api_server_calls_a_webhook_served_by_the_test_and_honours_its_decision() {
     let Some(cluster) = cluster() else { return };
-    let ns = TestNamespace::new(cluster, "smoke");
+    let ns = TestNamespace::excluded(cluster, "smoke");
     let webhook =
         TestWebhook::start(
             cluster,

@@ -150,7 +150,7 @@ pub fn webhook_configurations(url_base: &str, ca_pem: &str, failure_policy: &str
     // The server excludes kube-system, kube-public, kube-node-lease and its own namespace by
     // name (clusters before 1.21 have no kubernetes.io/metadata.name label to select on).
     let namespace_selector = json!({
-        "matchExpressions": [{"key": "confighistory.io/exclude", "operator": "DoesNotExist"}]
+        "matchExpressions": [{"key": super::EXCLUDE_LABEL, "operator": "DoesNotExist"}]
     });
     let configmap_rules = |operations: &[&str]| {
         json!([{

@@ -28,6 +28,8 @@ pub const WEBHOOK_IDENTITY: &str = "system:serviceaccount:confighistory:confighi
 /// Label carried by every test namespace, with the namespace's own name as its value: webhooks
 /// registered by a single test select on it, so they never see another test's objects.
 pub const NAMESPACE_LABEL: &str = "e2e.confighistory.io/namespace";
+/// Namespaces with this label are not sent to confighistory's webhooks (their namespaceSelector).
+pub const EXCLUDE_LABEL: &str = "confighistory.io/exclude";
 /// Annotation that names the source of a snapshot (spec §5).
 pub const SOURCE_NAME_ANNOTATION: &str = "confighistory.io/source-name";
 
@@ -224,13 +226,28 @@ static NAMESPACE_COUNTER: AtomicU32 = AtomicU32::new(0);
 impl TestNamespace {
     /// Creates `e2e-<prefix>-<unique>`, labelled [`NAMESPACE_LABEL`]=`<its name>`.
     pub fn new(cluster: &'static Cluster, prefix: &str) -> TestNamespace {
+        TestNamespace::with_labels(cluster, prefix, &[])
+    }
+
+    /// A namespace that confighistory's webhooks leave alone (label `confighistory.io/exclude`),
+    /// for tests of the cluster or the harness that must not be mutated by a server another test
+    /// of the same run has registered.
+    pub fn excluded(cluster: &'static Cluster, prefix: &str) -> TestNamespace {
+        TestNamespace::with_labels(cluster, prefix, &[(EXCLUDE_LABEL, "true")])
+    }
+
+    /// Like [`TestNamespace::new`], with more labels (e.g. `confighistory.io/mode`).
+    pub fn with_labels(cluster: &'static Cluster, prefix: &str, labels: &[(&str, &str)]) -> TestNamespace {
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
         let unique = format!("{}{}{}", std::process::id() % 100_000, NAMESPACE_COUNTER.fetch_add(1, Ordering::Relaxed), nanos % 1000);
         let prefix: String = prefix.to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).take(40).collect();
         let name = format!("e2e-{}-{unique}", prefix.trim_matches('-'));
-        cluster.apply_cluster_scoped(&format!(
-            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels:\n    {NAMESPACE_LABEL}: {name}\n"
-        ));
+        let mut manifest =
+            format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels:\n    {NAMESPACE_LABEL}: {name}\n");
+        for (key, value) in labels {
+            manifest.push_str(&format!("    {key}: {value:?}\n"));
+        }
+        cluster.apply_cluster_scoped(&manifest);
         TestNamespace { name, cluster }
     }
 
