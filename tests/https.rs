@@ -1,0 +1,158 @@
+//! The admission server over real HTTPS: a real TLS client, certificates from `certs/generate`,
+//! hot reload of a rotated certificate, and the limits that protect the server from slow or
+//! abusive clients.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+use confighistory::cluster::MemoryCluster;
+use confighistory::policy::Policy;
+use confighistory::server::{self, tls, App};
+use confighistory::state::State;
+
+fn generate(dir: &Path, cn: &str) {
+    let status = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/certs/generate"))
+        .args(["--out", dir.to_str().unwrap(), "--ip", "127.0.0.1", "--dns", "localhost", "--cn", cn])
+        .status()
+        .expect("certs/generate runs (needs openssl)");
+    assert!(status.success());
+}
+
+struct Server {
+    addr: std::net::SocketAddr,
+}
+
+async fn start(dir: &Path) -> Server {
+    let (config, resolver) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key")).unwrap();
+    let ready = Arc::new(AtomicBool::new(false));
+    tokio::spawn(tls::watch(dir.join("tls.crt"), dir.join("tls.key"), resolver, ready.clone(), Duration::from_millis(100)));
+    let app = Arc::new(App {
+        policy: Policy::default(),
+        state: Arc::new(RwLock::new(State::default())),
+        cluster: Arc::new(MemoryCluster::default()),
+        synced: Arc::new(AtomicBool::new(true)),
+        tls_ready: ready,
+        max_body: server::DEFAULT_MAX_BODY,
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(confighistory::serve::serve_tls(listener, tokio_rustls::TlsAcceptor::from(config), server::router(app)));
+    Server { addr }
+}
+
+fn client_config(ca: &Path, versions: &[&'static rustls::SupportedProtocolVersion]) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_protocol_versions(versions)
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
+async fn post(server: &Server, config: Arc<rustls::ClientConfig>, body: Value) -> Result<(u16, Value), String> {
+    let tcp = TcpStream::connect(server.addr).await.map_err(|e| e.to_string())?;
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(ServerName::IpAddress(server.addr.ip().into()), tcp)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await.map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let req = hyper::Request::post("/mutate")
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(serde_json::to_vec(&body).unwrap())))
+        .unwrap();
+    let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+}
+
+fn review() -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "tls-1", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"}, "name": "x", "namespace": "shop",
+        "operation": "CREATE", "userInfo": {"username": "alice"},
+        "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "shop"}, "data": {"a": "1"}}}})
+}
+
+#[tokio::test]
+async fn answers_admission_reviews_over_tls_1_2_and_1_3() {
+    let dir = tempdir("answers");
+    generate(&dir, "first");
+    let server = start(&dir).await;
+    for versions in [&[&rustls::version::TLS13][..], &[&rustls::version::TLS12][..]] {
+        let (status, body) = post(&server, client_config(&dir.join("ca.crt"), versions), review()).await.unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(body["response"]["uid"], "tls-1");
+        assert_eq!(body["response"]["allowed"], true);
+    }
+}
+
+#[tokio::test]
+async fn picks_up_a_rotated_certificate_without_restart() {
+    let dir = tempdir("rotate");
+    generate(&dir, "first");
+    let server = start(&dir).await;
+    let old_ca = dir.join("ca-old.crt");
+    std::fs::copy(dir.join("ca.crt"), &old_ca).unwrap();
+    assert!(post(&server, client_config(&old_ca, &[&rustls::version::TLS13]), review()).await.is_ok());
+
+    // A new CA and serving pair, written in place like a Secret update.
+    for f in ["ca.crt", "ca.key"] {
+        std::fs::remove_file(dir.join(f)).unwrap();
+    }
+    generate(&dir, "second");
+    let new = client_config(&dir.join("ca.crt"), &[&rustls::version::TLS13]);
+    let mut ok = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if post(&server, new.clone(), review()).await.is_ok() {
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok, "the server serves the new certificate");
+    let err = post(&server, client_config(&old_ca, &[&rustls::version::TLS13]), review()).await.unwrap_err();
+    assert!(err.contains("handshake"), "{err}");
+}
+
+#[tokio::test]
+async fn oversized_headers_are_refused() {
+    let dir = tempdir("headers");
+    generate(&dir, "first");
+    let server = start(&dir).await;
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(client_config(&dir.join("ca.crt"), &[&rustls::version::TLS13]))
+        .connect(ServerName::IpAddress(server.addr.ip().into()), tcp)
+        .await
+        .unwrap();
+    let huge = format!("POST /mutate HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n", "a".repeat(200 * 1024));
+    let _ = tls.write_all(huge.as_bytes()).await;
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tokio::io::AsyncReadExt::read_to_end(&mut tls, &mut buf)).await;
+    let text = String::from_utf8_lossy(&buf);
+    assert!(text.is_empty() || text.starts_with("HTTP/1.1 431"), "{text}");
+}
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("confighistory-https-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
