@@ -103,13 +103,22 @@ pub fn is_hash(s: &str) -> bool {
 /// The source part is shortened so the name stays a valid ConfigMap name.
 pub fn name(source: &str, hash: &str, index: u32) -> String {
     let room = MAX_NAME - 1 - HASH_LEN - SUFFIX_ROOM;
-    let mut base: &str = if source.len() > room { &source[..room] } else { source };
-    base = base.trim_end_matches(['-', '.']);
+    let base = prefix(source, room).trim_end_matches(['-', '.']);
     if index == 0 {
         format!("{base}-{hash}")
     } else {
         format!("{base}-{hash}-{index}")
     }
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary (names in
+/// a request are not validated yet when admission runs).
+fn prefix(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// Splits a name that looks like a snapshot name into (source prefix, hash, index).
@@ -135,9 +144,8 @@ pub fn source_label(source: &str) -> String {
     if source.len() <= MAX_LABEL {
         return source.to_owned();
     }
-    let keep = MAX_LABEL - 1 - HASH_LEN;
-    let prefix = source[..keep].trim_end_matches(['-', '.', '_']);
-    format!("{prefix}-{}", short_hash(source))
+    let keep = prefix(source, MAX_LABEL - 1 - HASH_LEN).trim_end_matches(['-', '.', '_']);
+    format!("{keep}-{}", short_hash(source))
 }
 
 /// The ConfigMap object a snapshot is created as.
@@ -259,6 +267,9 @@ mod tests {
         for i in [0, 1, 99] {
             assert!(name(&long, &h, i).len() <= 253);
         }
+        let wide = "é".repeat(200);
+        assert!(name(&wide, &h, 0).len() <= 253);
+        assert!(source_label(&wide).len() <= 63);
         let label = source_label(&long);
         assert!(label.len() <= 63, "{label}");
         assert_ne!(source_label(&"a".repeat(100)), source_label(&"a".repeat(101)));
