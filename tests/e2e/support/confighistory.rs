@@ -214,17 +214,17 @@ pub fn webhook_configurations(url_base: &str, ca_pem: &str, failure_policy: &str
         "webhooks": [
             with(common("workloads.confighistory.io", "/validate", "Fail"), json!({
                 "rules": workload_rules,
-                "sideEffects": "None",
+                "sideEffects": "NoneOnDryRun",
             })),
             with(common("snapshots.confighistory.io", "/protect", "Fail"), json!({
                 "rules": configmap_rules(&["CREATE", "UPDATE"]),
                 "objectSelector": snapshot_selector("Exists"),
-                "sideEffects": "None",
+                "sideEffects": "NoneOnDryRun",
             })),
             with(common("snapshot-deletes.confighistory.io", "/protect", "Ignore"), json!({
                 "rules": configmap_rules(&["DELETE"]),
                 "objectSelector": snapshot_selector("Exists"),
-                "sideEffects": "None",
+                "sideEffects": "NoneOnDryRun",
             })),
         ],
     });
