@@ -312,6 +312,11 @@ def main():
         check(hook_cr["rules"] == [{"apiGroups": [""], "resources": ["namespaces"],
                                     "resourceNames": [ns], "verbs": ["get", "patch"]}],
               f"hook ClusterRole {hook_cr['rules']}")
+        if deployment:
+            selector = one("Service", fullname)["spec"]["selector"]
+            pod_labels = job["spec"]["template"]["metadata"]["labels"]
+            check(not all(pod_labels.get(k) == v for k, v in selector.items()),
+                  "the hook pod matches the server's Service/PDB selector")
         print(f"    namespace-label hook: labels {ns} confighistory.io/exclude=true (kube < 1.21)")
 
 
