@@ -14,6 +14,7 @@ pub mod cli;
 pub mod cluster;
 pub mod controller;
 pub mod names;
+pub mod plugin;
 pub mod policy;
 pub mod serve;
 pub mod server;

@@ -1,0 +1,622 @@
+//! Pure construction of what the plugin shows ([`super::model`]) from objects read from the
+//! cluster ([`Inventory`]): no I/O, so every rule here is testable with fixtures.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{anyhow, bail, Result};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use serde_json::Value;
+
+use super::model::*;
+use crate::names;
+use crate::snapshot::{self, Content};
+use crate::template::{self, Kind};
+
+/// Default of the newest-N rule (SPEC §8).
+pub const DEFAULT_KEEP: u32 = 5;
+/// Default settle window (SPEC §7).
+pub const DEFAULT_SETTLE_SECONDS: u64 = 10;
+/// Deployment revision annotation.
+pub const REVISION_ANNOTATION: &str = "deployment.kubernetes.io/revision";
+
+/// Objects of one namespace, as read from the API server.
+#[derive(Clone, Debug, Default)]
+pub struct Inventory {
+    pub namespace: String,
+    /// The Namespace object (labels: mode; annotations: settle).
+    pub namespace_object: Value,
+    /// Source ConfigMaps that were read, by name.
+    pub sources: BTreeMap<String, Value>,
+    /// Snapshot ConfigMaps (label `confighistory.io/hash`).
+    pub snapshots: Vec<Value>,
+    /// Deployments, StatefulSets, DaemonSets, CronJobs and Jobs.
+    pub workloads: Vec<Value>,
+    /// ReplicaSets and ControllerRevisions.
+    pub revisions: Vec<Value>,
+}
+
+/// A snapshot, parsed.
+#[derive(Clone, Debug)]
+pub struct Snap {
+    pub name: String,
+    pub source: String,
+    pub hash: String,
+    pub created: Option<String>,
+    pub content: Content,
+    pub adopted: Vec<String>,
+}
+
+/// A workload with its rollout revisions.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub kind: Kind,
+    pub name: String,
+    pub object: Value,
+    /// Ascending by revision.
+    pub revisions: Vec<(i64, Value)>,
+}
+
+impl Workload {
+    pub fn reference(&self) -> WorkloadRef {
+        WorkloadRef { kind: self.kind.as_str().into(), name: self.name.clone() }
+    }
+    pub fn template(&self) -> &Value {
+        self.object.pointer(self.kind.template_pointer()).unwrap_or(&Value::Null)
+    }
+    /// The current rollout revision: the newest revision whose template is the live one
+    /// (Deployments: their revision annotation when no ReplicaSet matches yet).
+    pub fn current_revision(&self) -> Option<i64> {
+        let live = template::template_hash(self.template());
+        self.revisions
+            .iter()
+            .rev()
+            .find(|(_, t)| template::template_hash(t) == live)
+            .map(|(r, _)| *r)
+            .or_else(|| annotation(&self.object, REVISION_ANNOTATION).and_then(|r| r.parse().ok()))
+    }
+    pub fn held(&self) -> BTreeSet<String> {
+        annotation(&self.object, names::HELD)
+            .map(|h| h.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+            .unwrap_or_default()
+    }
+}
+
+pub fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
+    obj.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str)
+}
+
+pub fn label<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
+    obj.pointer("/metadata/labels").and_then(|a| a.get(key)).and_then(Value::as_str)
+}
+
+fn meta<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
+    obj.pointer("/metadata").and_then(|m| m.get(key)).and_then(Value::as_str)
+}
+
+impl Inventory {
+    /// All snapshots, oldest first (creation time, then name).
+    pub fn snaps(&self) -> Vec<Snap> {
+        let mut out: Vec<Snap> = self
+            .snapshots
+            .iter()
+            .filter_map(|o| {
+                let name = meta(o, "name")?.to_owned();
+                let hash = label(o, names::HASH_LABEL)?.to_owned();
+                let source = annotation(o, names::SOURCE_NAME)
+                    .map(String::from)
+                    .or_else(|| snapshot::parse_name(&name).map(|(s, _, _)| s.to_owned()))
+                    .or_else(|| label(o, names::SOURCE_LABEL).map(String::from))?;
+                Some(Snap {
+                    created: meta(o, "creationTimestamp").map(String::from),
+                    content: Content::from_object(o),
+                    adopted: annotation(o, names::ADOPTED)
+                        .map(|a| a.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+                        .unwrap_or_default(),
+                    name,
+                    source,
+                    hash,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (timestamp(a.created.as_deref()), &a.name).cmp(&(timestamp(b.created.as_deref()), &b.name)));
+        out
+    }
+
+    /// Snapshots of one source, oldest first: revision N is index N-1.
+    pub fn snaps_of(&self, source: &str) -> Vec<Snap> {
+        self.snaps().into_iter().filter(|s| s.source == source).collect()
+    }
+
+    /// Workloads with their revisions (linked by controller ownerReference uid).
+    pub fn workloads(&self) -> Vec<Workload> {
+        let mut out: Vec<Workload> = self
+            .workloads
+            .iter()
+            .filter_map(|o| {
+                let kind = Kind::parse(o.get("kind")?.as_str()?)?;
+                let uid = meta(o, "uid").unwrap_or_default();
+                let mut revisions: Vec<(i64, Value)> = self
+                    .revisions
+                    .iter()
+                    .filter(|r| {
+                        r.pointer("/metadata/ownerReferences")
+                            .and_then(Value::as_array)
+                            .is_some_and(|refs| refs.iter().any(|x| x["uid"].as_str() == Some(uid) && !uid.is_empty()))
+                    })
+                    .filter_map(|r| Some((revision_number(r)?, revision_template(r)?.clone())))
+                    .collect();
+                revisions.sort_by_key(|(n, _)| *n);
+                Some(Workload { kind, name: meta(o, "name")?.to_owned(), object: o.clone(), revisions })
+            })
+            .collect();
+        out.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+        out
+    }
+
+    pub fn workload(&self, wanted: &WorkloadRef) -> Option<Workload> {
+        self.workloads().into_iter().find(|w| w.kind.as_str() == wanted.kind && w.name == wanted.name)
+    }
+
+    /// Mode of the namespace and whether it came from its label.
+    pub fn mode(&self) -> (String, bool) {
+        if names::SYSTEM_NAMESPACES.contains(&self.namespace.as_str()) {
+            return ("off".into(), false);
+        }
+        match label(&self.namespace_object, names::MODE_LABEL) {
+            Some(m) => (m.to_owned(), true),
+            None => ("rewrite".into(), false),
+        }
+    }
+}
+
+fn revision_number(obj: &Value) -> Option<i64> {
+    match obj.get("kind")?.as_str()? {
+        "ControllerRevision" => obj.get("revision")?.as_i64(),
+        _ => annotation(obj, REVISION_ANNOTATION)?.parse().ok(),
+    }
+}
+
+fn revision_template(obj: &Value) -> Option<&Value> {
+    match obj.get("kind")?.as_str()? {
+        "ControllerRevision" => obj.pointer("/data/spec/template"),
+        _ => obj.pointer("/spec/template"),
+    }
+}
+
+pub fn timestamp(s: Option<&str>) -> Option<Timestamp> {
+    s.and_then(|s| s.parse().ok())
+}
+
+/// Keys added, removed and changed from `old` to `new` (binary keys suffixed ` (binary)`).
+pub fn key_changes(old: &Content, new: &Content) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let (o, n) = (flat(old), flat(new));
+    let added = n.keys().filter(|k| !o.contains_key(*k)).cloned().collect();
+    let removed = o.keys().filter(|k| !n.contains_key(*k)).cloned().collect();
+    let changed = n.iter().filter(|(k, v)| o.get(*k).is_some_and(|ov| ov != *v)).map(|(k, _)| k.clone()).collect();
+    (added, removed, changed)
+}
+
+/// data and binaryData in one map: key (binary keys suffixed) → (value, is binary).
+fn flat(c: &Content) -> BTreeMap<String, (String, bool)> {
+    let mut m: BTreeMap<String, (String, bool)> = c.data.iter().map(|(k, v)| (k.clone(), (v.clone(), false))).collect();
+    m.extend(c.binary_data.iter().map(|(k, v)| (format!("{k} (binary)"), (v.clone(), true))));
+    m
+}
+
+/// `history SOURCE`.
+pub fn history(inv: &Inventory, source: &str) -> Result<History> {
+    let source_obj = inv.sources.get(source);
+    let snaps = inv.snaps_of(source);
+    if snaps.is_empty() {
+        return Err(match source_obj {
+            None => anyhow!("no ConfigMap or snapshot named {source:?} in namespace {}", inv.namespace),
+            Some(_) => no_history(inv, source),
+        });
+    }
+    let head = source_obj.and_then(|s| annotation(s, names::HEAD)).map(String::from);
+    let keep = source_obj.and_then(|s| annotation(s, names::KEEP)).and_then(|k| k.trim().parse().ok()).unwrap_or(DEFAULT_KEEP);
+    let workloads = inv.workloads();
+
+    // Every template that keeps snapshots: live templates (and Jobs), revisions of any owner.
+    let live: Vec<&Value> = workloads.iter().map(|w| w.template()).collect();
+    let revision_templates: Vec<&Value> = inv.revisions.iter().filter_map(revision_template).collect();
+    let revision_hashes: BTreeSet<String> = revision_templates.iter().map(|t| template::template_hash(t)).collect();
+
+    let n = snaps.len();
+    let mut entries = Vec::new();
+    for (i, s) in snaps.iter().enumerate() {
+        let (added, removed, changed) = match i {
+            0 => (flat(&s.content).into_keys().collect(), Vec::new(), Vec::new()),
+            _ => key_changes(&snaps[i - 1].content, &s.content),
+        };
+        let is_head = head.as_deref() == Some(s.hash.as_str());
+        let mut used_by = Vec::new();
+        for w in &workloads {
+            let current = template::ref_names(w.template()).contains(&s.name);
+            let pinned: Vec<i64> = w.revisions.iter().filter(|(_, t)| template::ref_names(t).contains(&s.name)).map(|(r, _)| *r).collect();
+            if current || !pinned.is_empty() {
+                used_by.push(Usage { workload: w.reference(), current, revisions: pinned, adopted: false });
+            }
+            let adopted: Vec<i64> = w
+                .revisions
+                .iter()
+                .filter(|(_, t)| template::ref_names(t).contains(source) && s.adopted.contains(&template::template_hash(t)))
+                .map(|(r, _)| *r)
+                .collect();
+            if !adopted.is_empty() {
+                used_by.push(Usage { workload: w.reference(), current: false, revisions: adopted, adopted: true });
+            }
+        }
+        let mut kept_by = Vec::new();
+        if is_head && source_obj.is_some() {
+            kept_by.push("head".to_owned());
+        }
+        if live.iter().any(|t| template::ref_names(t).contains(&s.name)) {
+            kept_by.push("workload".into());
+        }
+        if revision_templates.iter().any(|t| template::ref_names(t).contains(&s.name)) {
+            kept_by.push("revision".into());
+        }
+        if s.adopted.iter().any(|h| revision_hashes.contains(h)) {
+            kept_by.push("adoption".into());
+        }
+        if source_obj.is_some() && i + (keep as usize) >= n {
+            kept_by.push("newest".into());
+        }
+        entries.push(SnapshotEntry {
+            revision: (i + 1) as u32,
+            name: s.name.clone(),
+            hash: s.hash.clone(),
+            created: s.created.clone(),
+            size: s.content.bytes(),
+            keys: flat(&s.content).into_keys().collect(),
+            added,
+            removed,
+            changed,
+            head: is_head,
+            used_by,
+            kept_only_by_newest: kept_by == ["newest"],
+            kept_by,
+        });
+    }
+    entries.reverse();
+    Ok(History {
+        namespace: inv.namespace.clone(),
+        source: source.to_owned(),
+        source_exists: source_obj.is_some(),
+        head,
+        keep,
+        snapshots: entries,
+    })
+}
+
+/// Why a ConfigMap that exists has no snapshots.
+fn no_history(inv: &Inventory, source: &str) -> anyhow::Error {
+    let (mode, _) = inv.mode();
+    let obj = &inv.sources[source];
+    if annotation(obj, names::VERSIONED) == Some("false") {
+        return anyhow!("ConfigMap {source} in namespace {} is not versioned (annotation {}: \"false\")", inv.namespace, names::VERSIONED);
+    }
+    if obj.get("immutable").and_then(Value::as_bool) == Some(true) {
+        return anyhow!("ConfigMap {source} in namespace {} is immutable: confighistory leaves it alone", inv.namespace);
+    }
+    if mode != "rewrite" {
+        return anyhow!(
+            "ConfigMap {source} has no history: confighistory is in mode {mode} in namespace {}, and only rewrite takes snapshots",
+            inv.namespace
+        );
+    }
+    anyhow!(
+        "ConfigMap {source} in namespace {} has no snapshots yet: no workload has been released with it since confighistory was installed",
+        inv.namespace
+    )
+}
+
+/// A content picked for one side of a diff.
+#[derive(Clone, Debug)]
+pub struct Picked {
+    pub side: DiffSide,
+    pub content: Content,
+}
+
+/// Resolves a diff argument: `head`, a snapshot revision number, a hash (or unique prefix), a
+/// snapshot name, or `WORKLOAD@N` (the snapshot rollout revision N of a workload ran with).
+pub fn pick(inv: &Inventory, source: &str, spec: &str) -> Result<Picked> {
+    let snaps = inv.snaps_of(source);
+    let head = inv.sources.get(source).and_then(|s| annotation(s, names::HEAD));
+    let of = |i: usize| -> Picked {
+        let s = &snaps[i];
+        Picked {
+            side: DiffSide {
+                revision: Some((i + 1) as u32),
+                name: s.name.clone(),
+                hash: s.hash.clone(),
+                head: head == Some(s.hash.as_str()),
+                created: s.created.clone(),
+            },
+            content: s.content.clone(),
+        }
+    };
+    if spec == "head" {
+        if let Some(i) = snaps.iter().rposition(|s| Some(s.hash.as_str()) == head) {
+            return Ok(of(i));
+        }
+        let Some(obj) = inv.sources.get(source) else { bail!("{source} has no head: the source ConfigMap was deleted") };
+        let content = Content::from_object(obj);
+        let side = DiffSide { revision: None, name: source.to_owned(), hash: content.hash(), head: true, created: None };
+        return Ok(Picked { side, content });
+    }
+    if let Ok(n) = spec.parse::<usize>() {
+        if n == 0 || n > snaps.len() {
+            bail!("{source} has no revision {n}: its snapshots are revisions 1 to {} (see `history {source}`)", snaps.len());
+        }
+        return Ok(of(n - 1));
+    }
+    if let Some((workload, rev)) = spec.rsplit_once('@') {
+        let wanted = parse_workload(workload)?;
+        let w = inv.workload(&wanted).ok_or_else(|| anyhow!("{wanted} not found in namespace {}", inv.namespace))?;
+        let rev: i64 = rev.parse().map_err(|_| anyhow!("{spec:?}: expected WORKLOAD@REVISION, e.g. deployment/app@3"))?;
+        let (_, template) = w.revisions.iter().find(|(r, _)| *r == rev).ok_or_else(|| anyhow!("{wanted} has no revision {rev}"))?;
+        let used = config_uses(inv, template).into_iter().find(|c| c.source == source);
+        let Some(used) = used else { bail!("revision {rev} of {wanted} does not use {source}") };
+        let Some(name) = used.snapshot.filter(|_| used.exists) else {
+            bail!("revision {rev} of {wanted} references {source} plainly and no snapshot records what it ran with (it predates confighistory)")
+        };
+        let i = snaps.iter().position(|s| s.name == name).ok_or_else(|| anyhow!("snapshot {name} not found"))?;
+        return Ok(of(i));
+    }
+    if let Some(i) = snaps.iter().position(|s| s.name == spec) {
+        return Ok(of(i));
+    }
+    let matching: Vec<usize> = (0..snaps.len()).filter(|&i| spec.len() >= 4 && snaps[i].hash.starts_with(spec)).collect();
+    match matching.as_slice() {
+        [i] => Ok(of(*i)),
+        [] => bail!("no snapshot of {source} matches {spec:?} (use head, a revision number, a hash, a snapshot name or WORKLOAD@REVISION)"),
+        _ => bail!("{spec:?} matches {} snapshots of {source}; give more of the hash", matching.len()),
+    }
+}
+
+/// `diff SOURCE [A] [B]`: default B is the head, default A the snapshot before B.
+pub fn diff(inv: &Inventory, source: &str, a: Option<&str>, b: Option<&str>) -> Result<Diff> {
+    let snaps = inv.snaps_of(source);
+    if snaps.is_empty() {
+        return Err(match inv.sources.get(source) {
+            None => anyhow!("no ConfigMap or snapshot named {source:?} in namespace {}", inv.namespace),
+            Some(_) => no_history(inv, source),
+        });
+    }
+    let to = match b {
+        Some(b) => pick(inv, source, b)?,
+        None if inv.sources.contains_key(source) => pick(inv, source, "head")?,
+        None => pick(inv, source, &snaps.len().to_string())?,
+    };
+    let from = match a {
+        Some(a) => pick(inv, source, a)?,
+        None => {
+            // The newest snapshot older than `to` (by revision; head content without a snapshot
+            // compares against the newest snapshot).
+            let before = match to.side.revision {
+                Some(r) => r as usize - 1,
+                None => snaps.len(),
+            };
+            if before == 0 {
+                bail!("{source} has only one snapshot ({}): nothing before it to compare with", to.side.name);
+            }
+            pick(inv, source, &before.to_string())?
+        }
+    };
+    Ok(compare(&inv.namespace, source, from, to))
+}
+
+/// The key- and line-level difference between two contents.
+pub fn compare(namespace: &str, source: &str, from: Picked, to: Picked) -> Diff {
+    let (o, n) = (flat(&from.content), flat(&to.content));
+    let (added, removed, changed) = key_changes(&from.content, &to.content);
+    let unchanged = n.iter().filter(|(k, v)| o.get(*k) == Some(v)).map(|(k, _)| k.clone()).collect();
+    let mut keys: Vec<KeyDiff> = Vec::new();
+    let all: BTreeSet<&String> = o.keys().chain(n.keys()).collect();
+    for k in all {
+        let (old, new) = (o.get(k), n.get(k));
+        let change = match (old, new) {
+            (None, Some(_)) => "added",
+            (Some(_), None) => "removed",
+            (Some(a), Some(b)) if a != b => "changed",
+            _ => continue,
+        };
+        let binary = old.or(new).is_some_and(|(_, b)| *b);
+        let hunks = if binary { Vec::new() } else { super::linediff::hunks(text(old), text(new), 3) };
+        keys.push(KeyDiff { key: k.clone(), change: change.into(), binary, hunks });
+    }
+    Diff { namespace: namespace.into(), source: source.into(), from: from.side, to: to.side, added, removed, changed, unchanged, keys }
+}
+
+fn text(v: Option<&(String, bool)>) -> &str {
+    v.map(|(s, _)| s.as_str()).unwrap_or("")
+}
+
+/// Parses `deployment/NAME`, `sts/NAME`, … or a bare NAME (a Deployment).
+pub fn parse_workload(s: &str) -> Result<WorkloadRef> {
+    let (kind, name) = match s.split_once('/') {
+        None => ("deployment", s),
+        Some((k, n)) => (k, n),
+    };
+    let kind = match kind.to_ascii_lowercase().trim_end_matches(".apps").trim_end_matches(".batch") {
+        "deployment" | "deployments" | "deploy" => "Deployment",
+        "statefulset" | "statefulsets" | "sts" => "StatefulSet",
+        "daemonset" | "daemonsets" | "ds" => "DaemonSet",
+        "cronjob" | "cronjobs" | "cj" => "CronJob",
+        other => bail!("unsupported workload kind {other:?}: use deployment/NAME, statefulset/NAME, daemonset/NAME, cronjob/NAME or NAME"),
+    };
+    if name.is_empty() || name.contains('/') {
+        bail!("{s:?} is not a workload name: use KIND/NAME or NAME");
+    }
+    Ok(WorkloadRef { kind: kind.into(), name: name.into() })
+}
+
+/// Images of a template's containers.
+pub fn images(template: &Value) -> Vec<Image> {
+    template
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .map(|c| Image {
+                    container: c["name"].as_str().unwrap_or_default().into(),
+                    image: c["image"].as_str().unwrap_or_default().into(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Which content of each source a template runs with.
+pub fn config_uses(inv: &Inventory, template: &Value) -> Vec<ConfigUse> {
+    let snaps = inv.snaps();
+    let tpl_hash = template::template_hash(template);
+    let mut out: Vec<ConfigUse> = template::ref_names(template)
+        .into_iter()
+        .map(|name| {
+            if let Some(s) = snaps.iter().find(|s| s.name == name) {
+                return ConfigUse {
+                    source: s.source.clone(),
+                    reference: name.clone(),
+                    snapshot: Some(name),
+                    hash: Some(s.hash.clone()),
+                    exists: true,
+                    via: "pin".into(),
+                };
+            }
+            // A snapshot name whose object is gone, unless a ConfigMap by that name is a source.
+            if !inv.sources.contains_key(&name) {
+                if let Some((source, hash, _)) = snapshot::parse_name(&name) {
+                    return ConfigUse {
+                        source: source.into(),
+                        reference: name.clone(),
+                        snapshot: Some(name.clone()),
+                        hash: Some(hash.into()),
+                        exists: false,
+                        via: "pin".into(),
+                    };
+                }
+            }
+            match snaps.iter().rev().find(|s| s.source == name && s.adopted.contains(&tpl_hash)) {
+                Some(s) => ConfigUse {
+                    source: name.clone(),
+                    reference: name,
+                    snapshot: Some(s.name.clone()),
+                    hash: Some(s.hash.clone()),
+                    exists: true,
+                    via: "adoption".into(),
+                },
+                None => ConfigUse { source: name.clone(), reference: name, snapshot: None, hash: None, exists: false, via: "plain".into() },
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.source.cmp(&b.source));
+    out
+}
+
+pub fn revision_config(inv: &Inventory, revision: Option<i64>, template: &Value) -> RevisionConfig {
+    RevisionConfig { revision, images: images(template), config: config_uses(inv, template) }
+}
+
+/// The revision an undo goes to, as kubectl picks it: `to` when non-zero, else the newest
+/// revision before the latest.
+pub fn undo_target(w: &Workload, to: i64) -> Result<(i64, Value)> {
+    if !matches!(w.kind, Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet) {
+        bail!("{} has no rollout history: only Deployments, StatefulSets and DaemonSets can be undone", w.reference());
+    }
+    if to != 0 {
+        return w.revisions.iter().find(|(r, _)| *r == to).cloned().ok_or_else(|| {
+            let have: Vec<String> = w.revisions.iter().map(|(r, _)| r.to_string()).collect();
+            anyhow!("unable to find specified revision {to} in history of {} (revisions: {})", w.reference(), have.join(", "))
+        });
+    }
+    if w.revisions.len() < 2 {
+        bail!("no rollout history found for {}: it has no previous revision", w.reference());
+    }
+    Ok(w.revisions[w.revisions.len() - 2].clone())
+}
+
+/// Settle window for a source: its annotation, the namespace's, or the default.
+fn settle(inv: &Inventory, source: &Value) -> u64 {
+    annotation(source, names::SETTLE)
+        .or_else(|| annotation(&inv.namespace_object, names::SETTLE))
+        .and_then(crate::policy::parse_duration)
+        .map(|d| d.as_secs())
+        .unwrap_or(DEFAULT_SETTLE_SECONDS)
+}
+
+/// `status WORKLOAD`.
+pub fn status(inv: &Inventory, wanted: &WorkloadRef) -> Result<Status> {
+    let w = inv.workload(wanted).ok_or_else(|| anyhow!("{wanted} not found in namespace {}", inv.namespace))?;
+    let (mode, mode_from_label) = inv.mode();
+    let held = w.held();
+    let template = w.template();
+    let mut pins = Vec::new();
+    for used in config_uses(inv, template) {
+        let source_obj = inv.sources.get(&used.source);
+        let head = source_obj.and_then(|s| annotation(s, names::HEAD)).map(String::from);
+        let manual = source_obj.and_then(|s| annotation(s, names::ROLLOUT)) == Some("manual");
+        let is_head = used.via == "pin" && used.hash.is_some() && used.hash == head;
+        let is_held = held.contains(&used.source);
+        let mut pending = None;
+        if let (Some(src), Some(h)) = (source_obj, head.as_deref()) {
+            let changed_at = annotation(src, names::CHANGED_AT);
+            let propagated = annotation(src, names::PROPAGATED);
+            let versioned = annotation(src, names::VERSIONED) != Some("false");
+            let stale = used.via != "pin" || used.hash.as_deref() != Some(h);
+            if let (Some(at), true) = (changed_at, mode == "rewrite" && versioned && !manual && !is_held && stale && propagated != Some(h))
+            {
+                let secs = settle(inv, src);
+                let fires_at = timestamp(Some(at)).and_then(|t| t.checked_add(SignedDuration::from_secs(secs as i64)).ok());
+                pending = Some(Pending {
+                    head: h.to_owned(),
+                    changed_at: at.to_owned(),
+                    fires_at: fires_at.map(|t| t.to_string()).unwrap_or_default(),
+                    settle_seconds: secs,
+                });
+            }
+        }
+        pins.push(Pin {
+            source: used.source,
+            reference: used.reference,
+            hash: if used.via == "pin" { used.hash } else { None },
+            head,
+            is_head,
+            held: is_held,
+            exists: used.exists || (used.via != "pin" && source_obj.is_some()),
+            manual,
+            pending,
+        });
+    }
+    let (undo, undo_unavailable) = match undo_target(&w, 0) {
+        Ok((rev, t)) => (Some(revision_config(inv, Some(rev), &t)), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    Ok(Status {
+        namespace: inv.namespace.clone(),
+        workload: w.reference(),
+        mode,
+        mode_from_label,
+        revision: w.current_revision(),
+        images: images(template),
+        pins,
+        undo,
+        undo_unavailable,
+    })
+}
+
+/// Refuses an undo whose target names a snapshot that no longer exists.
+pub fn check_target(w: &WorkloadRef, target: &RevisionConfig) -> Result<()> {
+    let gone: Vec<&ConfigUse> = target.config.iter().filter(|c| c.via == "pin" && !c.exists).collect();
+    if gone.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = gone.iter().map(|c| format!("{} (config {})", c.reference, c.source)).collect();
+    bail!(
+        "refusing to roll {w} back to revision {}: its config snapshot {} no longer exists, so its pods could not start with the config they ran with",
+        target.revision.unwrap_or_default(),
+        list.join(", ")
+    )
+}

@@ -1,0 +1,240 @@
+//! Kube I/O: reads a namespace into an [`Inventory`] and applies undos. Everything it returns is
+//! plain data for [`super::build`].
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use serde_json::{json, Value};
+
+use super::build::{self, Inventory, Workload};
+use crate::names;
+use crate::template::{self, Kind};
+
+/// Field manager of the plugin's writes.
+pub const FIELD_MANAGER: &str = "kubectl-confighistory";
+
+/// Annotations `kubectl rollout undo` keeps from the Deployment instead of taking the
+/// ReplicaSet's.
+const ANNOTATIONS_TO_SKIP: [&str; 6] = [
+    "kubectl.kubernetes.io/last-applied-configuration",
+    "deployment.kubernetes.io/revision",
+    "deployment.kubernetes.io/revision-history",
+    "deployment.kubernetes.io/desired-replicas",
+    "deployment.kubernetes.io/max-replicas",
+    "deprecated.deployment.rollback.to",
+];
+
+pub struct Ctx {
+    pub client: kube::Client,
+    pub namespace: String,
+}
+
+/// A readable message for an API error.
+fn api_err(e: kube::Error, what: &str) -> anyhow::Error {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => anyhow!("{what}: forbidden: {}", s.message),
+        kube::Error::Api(s) => anyhow!("{what}: {}", s.message),
+        other => anyhow!("{what}: cannot reach the API server: {other}"),
+    }
+}
+
+async fn list(ctx: &Ctx, ar: &ApiResource, params: &ListParams) -> Result<Vec<Value>> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, ar);
+    let list = api.list(params).await.map_err(|e| api_err(e, &format!("list {}", ar.plural)))?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|o| {
+            // List items carry no kind; the builders need it.
+            let mut v = serde_json::to_value(o).unwrap_or_default();
+            v["kind"] = json!(ar.kind);
+            v["apiVersion"] = json!(ar.api_version);
+            v
+        })
+        .collect())
+}
+
+/// CronJobs are batch/v1 from Kubernetes 1.21, batch/v1beta1 before.
+async fn cronjob_resource(client: &kube::Client) -> ApiResource {
+    let v1 = client.list_api_group_resources("batch/v1").await.map(|l| l.resources.iter().any(|r| r.name == "cronjobs"));
+    let version = if matches!(v1, Ok(true)) { "v1" } else { "v1beta1" };
+    ApiResource {
+        group: "batch".into(),
+        version: version.into(),
+        api_version: format!("batch/{version}"),
+        kind: "CronJob".into(),
+        plural: "cronjobs".into(),
+    }
+}
+
+pub fn resource(kind: Kind) -> ApiResource {
+    match kind {
+        Kind::Deployment => ApiResource::erase::<Deployment>(&()),
+        Kind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
+        Kind::DaemonSet => ApiResource::erase::<DaemonSet>(&()),
+        Kind::Job => ApiResource::erase::<Job>(&()),
+        Kind::ReplicaSet => ApiResource::erase::<ReplicaSet>(&()),
+        Kind::ControllerRevision => ApiResource::erase::<ControllerRevision>(&()),
+        // Callers use cronjob_resource; batch/v1beta1 is the fallback shape.
+        Kind::CronJob => ApiResource {
+            group: "batch".into(),
+            version: "v1beta1".into(),
+            api_version: "batch/v1beta1".into(),
+            kind: "CronJob".into(),
+            plural: "cronjobs".into(),
+        },
+    }
+}
+
+/// Fails clearly when confighistory's webhooks are not registered. A client that may not list
+/// webhook configurations is given the benefit of the doubt.
+pub async fn check_installed(client: &kube::Client) -> Result<()> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::erase::<MutatingWebhookConfiguration>(&()));
+    match api.list(&ListParams::default()).await {
+        Ok(list) => {
+            let installed = list.items.iter().any(|c| {
+                c.data["webhooks"]
+                    .as_array()
+                    .is_some_and(|hooks| hooks.iter().any(|h| h["name"].as_str().is_some_and(|n| n.ends_with(".confighistory.io"))))
+            });
+            if installed {
+                Ok(())
+            } else {
+                bail!("confighistory is not installed in this cluster (no MutatingWebhookConfiguration has a *.confighistory.io webhook); see docs/install.md")
+            }
+        }
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok(()),
+        Err(e) => Err(api_err(e, "list mutatingwebhookconfigurations")),
+    }
+}
+
+/// Reads the namespace: its object, snapshots, workloads and revisions, and the given sources
+/// plus every source the workloads reference.
+pub async fn inventory(ctx: &Ctx, sources: &[&str]) -> Result<Inventory> {
+    let ns_api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &ApiResource::erase::<Namespace>(&()));
+    let namespace_object = match ns_api.get_opt(&ctx.namespace).await {
+        Ok(Some(ns)) => serde_json::to_value(ns)?,
+        Ok(None) => bail!("namespace {:?} not found", ctx.namespace),
+        // May not read namespaces: go on with defaults.
+        Err(kube::Error::Api(s)) if s.code == 403 => json!({"metadata": {"name": ctx.namespace}}),
+        Err(e) => return Err(api_err(e, &format!("get namespace {}", ctx.namespace))),
+    };
+    let all = ListParams::default();
+    let cronjobs = cronjob_resource(&ctx.client).await;
+    let snapshots_params = ListParams::default().labels(names::HASH_LABEL);
+    let configmaps = ApiResource::erase::<ConfigMap>(&());
+    let [deploy, sts, ds, job, rs, cr] =
+        [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::Job, Kind::ReplicaSet, Kind::ControllerRevision].map(resource);
+    let (snapshots, deployments, statefulsets, daemonsets, jobs, cjs, replicasets, controllerrevisions) = futures::try_join!(
+        list(ctx, &configmaps, &snapshots_params),
+        list(ctx, &deploy, &all),
+        list(ctx, &sts, &all),
+        list(ctx, &ds, &all),
+        list(ctx, &job, &all),
+        list(ctx, &cronjobs, &all),
+        list(ctx, &rs, &all),
+        list(ctx, &cr, &all),
+    )?;
+    let mut inv = Inventory {
+        namespace: ctx.namespace.clone(),
+        namespace_object,
+        snapshots,
+        workloads: [deployments, statefulsets, daemonsets, cjs, jobs].concat(),
+        revisions: [replicasets, controllerrevisions].concat(),
+        ..Default::default()
+    };
+    // Sources: the ones asked for, those of snapshots in use, and plain references.
+    let mut wanted: std::collections::BTreeSet<String> = sources.iter().map(|s| s.to_string()).collect();
+    let snap_names: std::collections::BTreeMap<String, String> = inv.snaps().into_iter().map(|s| (s.name, s.source)).collect();
+    for w in inv.workloads() {
+        for name in template::ref_names(w.template()) {
+            wanted.insert(snap_names.get(&name).cloned().unwrap_or(name));
+        }
+    }
+    let cms: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &ApiResource::erase::<ConfigMap>(&()));
+    for name in wanted {
+        if let Some(cm) = cms.get_opt(&name).await.map_err(|e| api_err(e, &format!("get configmap {name}")))? {
+            let mut v = serde_json::to_value(cm)?;
+            v["kind"] = json!("ConfigMap");
+            inv.sources.insert(name, v);
+        }
+    }
+    Ok(inv)
+}
+
+/// The object of revision `n` of a workload (ReplicaSet or ControllerRevision).
+pub fn revision_object<'a>(inv: &'a Inventory, w: &Workload, n: i64) -> Option<&'a Value> {
+    let uid = w.object.pointer("/metadata/uid").and_then(Value::as_str)?;
+    inv.revisions.iter().find(|r| {
+        let owned =
+            r.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| refs.iter().any(|x| x["uid"] == uid));
+        let number = match r["kind"].as_str() {
+            Some("ControllerRevision") => r["revision"].as_i64(),
+            _ => build::annotation(r, build::REVISION_ANNOTATION).and_then(|v| v.parse().ok()),
+        };
+        owned && number == Some(n)
+    })
+}
+
+/// Applies the rollback the way `kubectl rollout undo` does and returns the stored object.
+pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, dry_run: bool) -> Result<Value> {
+    let target = revision_object(inv, w, revision).ok_or_else(|| anyhow!("revision {revision} of {} not found", w.reference()))?;
+    match w.kind {
+        Kind::Deployment => {
+            if w.object.pointer("/spec/paused").and_then(Value::as_bool) == Some(true) {
+                bail!(
+                    "you cannot rollback a paused deployment; resume it first with `kubectl rollout resume {}` and try again",
+                    w.reference()
+                );
+            }
+            let mut tpl = target.pointer("/spec/template").cloned().unwrap_or_default();
+            if let Some(labels) = tpl.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
+                labels.remove(names::POD_TEMPLATE_HASH);
+            }
+            let mut annotations = serde_json::Map::new();
+            for k in ANNOTATIONS_TO_SKIP {
+                if let Some(v) = w.object.pointer("/metadata/annotations").and_then(|a| a.get(k)) {
+                    annotations.insert(k.into(), v.clone());
+                }
+            }
+            if let Some(a) = target.pointer("/metadata/annotations").and_then(Value::as_object) {
+                for (k, v) in a {
+                    if !ANNOTATIONS_TO_SKIP.contains(&k.as_str()) {
+                        annotations.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            let patch = json!([
+                {"op": "replace", "path": "/spec/template", "value": tpl},
+                {"op": "replace", "path": "/metadata/annotations", "value": annotations},
+            ]);
+            let mut uri = format!("/apis/apps/v1/namespaces/{}/deployments/{}?fieldManager={FIELD_MANAGER}", ctx.namespace, w.name);
+            if dry_run {
+                uri.push_str("&dryRun=All");
+            }
+            let request = axum::http::Request::patch(uri)
+                .header("Content-Type", "application/json-patch+json")
+                .body(serde_json::to_vec(&patch)?)
+                .context("build the patch request")?;
+            let out: Value = ctx.client.request(request).await.map_err(|e| api_err(e, &format!("roll back {}", w.reference())))?;
+            Ok(out)
+        }
+        Kind::StatefulSet | Kind::DaemonSet => {
+            let data = target.get("data").cloned().ok_or_else(|| anyhow!("revision {revision} of {} has no data", w.reference()))?;
+            let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource(w.kind));
+            let pp = PatchParams { dry_run, field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+            let out =
+                api.patch(&w.name, &pp, &Patch::Strategic(&data)).await.map_err(|e| api_err(e, &format!("roll back {}", w.reference())))?;
+            Ok(serde_json::to_value(out)?)
+        }
+        _ => bail!("{} has no rollout history", w.reference()),
+    }
+}
+
+/// Snapshots of the namespace, re-read (after an undo the webhook may have created one).
+pub async fn snapshots(ctx: &Ctx) -> Result<Vec<Value>> {
+    list(ctx, &ApiResource::erase::<ConfigMap>(&()), &ListParams::default().labels(names::HASH_LABEL)).await
+}

@@ -1,0 +1,235 @@
+//! What the plugin shows, as plain data: gathered from the cluster by [`super::gather`], turned
+//! into text by [`super::render`], or printed as JSON/YAML as is. The JSON shape is documented in
+//! docs/plugin.md; field names are camelCase like Kubernetes objects.
+
+use serde::{Deserialize, Serialize};
+
+/// A workload as kubectl names it: `deployment/app`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct WorkloadRef {
+    /// Deployment, StatefulSet, DaemonSet, CronJob or Job.
+    pub kind: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for WorkloadRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.kind.to_lowercase(), self.name)
+    }
+}
+
+/// `history SOURCE`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct History {
+    pub namespace: String,
+    pub source: String,
+    /// False when the source ConfigMap was deleted (its snapshots live while referenced).
+    pub source_exists: bool,
+    /// Hash of the source's current content (`confighistory.io/head`).
+    pub head: Option<String>,
+    /// How many newest snapshots the newest-N rule keeps (`confighistory.io/keep`, default 5).
+    pub keep: u32,
+    /// Newest first.
+    pub snapshots: Vec<SnapshotEntry>,
+}
+
+/// One snapshot in `history`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotEntry {
+    /// 1 for the oldest snapshot, by creation time.
+    pub revision: u32,
+    pub name: String,
+    pub hash: String,
+    /// RFC 3339.
+    pub created: Option<String>,
+    /// Bytes of keys and values.
+    pub size: usize,
+    pub keys: Vec<String>,
+    /// Keys against the previous (older) snapshot; for revision 1 everything is `added`.
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<String>,
+    /// This content is the source's current content.
+    pub head: bool,
+    pub used_by: Vec<Usage>,
+    /// Why garbage collection keeps it: `head`, `workload` (a live template or Job names it),
+    /// `revision` (a ReplicaSet or ControllerRevision names it), `adoption` (it holds the adoption
+    /// record of a revision that still exists), `newest` (among the newest N). Empty: only the
+    /// grace period keeps it.
+    pub kept_by: Vec<String>,
+    /// Nothing but the newest-N rule keeps it.
+    pub kept_only_by_newest: bool,
+}
+
+/// A workload using a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub workload: WorkloadRef,
+    /// The workload's live pod template uses it.
+    pub current: bool,
+    /// Rollout revisions (ReplicaSets, ControllerRevisions) whose template uses it, ascending.
+    pub revisions: Vec<i64>,
+    /// The revisions predate confighistory: they name the source plainly, and this snapshot holds
+    /// the content they ran with (adoption record).
+    pub adopted: bool,
+}
+
+/// `diff SOURCE [A] [B]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Diff {
+    pub namespace: String,
+    pub source: String,
+    pub from: DiffSide,
+    pub to: DiffSide,
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<String>,
+    pub unchanged: Vec<String>,
+    /// Every added, removed or changed key, sorted by key.
+    pub keys: Vec<KeyDiff>,
+}
+
+/// One side of a diff.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiffSide {
+    /// Snapshot revision (as in `history`); `None` for head content without a snapshot yet.
+    pub revision: Option<u32>,
+    /// Snapshot name, or the source's name for its live content.
+    pub name: String,
+    pub hash: String,
+    pub head: bool,
+    pub created: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyDiff {
+    /// The key; binaryData keys carry the suffix ` (binary)`.
+    pub key: String,
+    /// `added`, `removed` or `changed`.
+    pub change: String,
+    pub binary: bool,
+    /// Unified-diff hunks of the value's lines (none for binary values).
+    pub hunks: Vec<Hunk>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hunk {
+    pub old_start: usize,
+    pub old_lines: usize,
+    pub new_start: usize,
+    pub new_lines: usize,
+    /// Each line starts with ` `, `-` or `+`.
+    pub lines: Vec<String>,
+}
+
+/// `status WORKLOAD`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub namespace: String,
+    pub workload: WorkloadRef,
+    /// rewrite, enforce, audit or off.
+    pub mode: String,
+    /// The mode comes from the namespace label (otherwise: the installation's default).
+    pub mode_from_label: bool,
+    /// Current rollout revision, when the kind has revisions.
+    pub revision: Option<i64>,
+    pub images: Vec<Image>,
+    pub pins: Vec<Pin>,
+    /// What `undo` (and `kubectl rollout undo`) would go back to.
+    pub undo: Option<RevisionConfig>,
+    /// Why there is nothing to undo to.
+    pub undo_unavailable: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Image {
+    pub container: String,
+    pub image: String,
+}
+
+/// One source a workload's template references.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pin {
+    pub source: String,
+    /// The name the template references: a snapshot, or the source itself (not pinned).
+    pub reference: String,
+    /// Pinned hash; `None` for a plain reference.
+    pub hash: Option<String>,
+    /// The source's head.
+    pub head: Option<String>,
+    pub is_head: bool,
+    /// Chosen on purpose (undo, explicit snapshot): propagation skips it.
+    pub held: bool,
+    /// The referenced snapshot exists.
+    pub exists: bool,
+    /// `confighistory.io/rollout: manual` on the source.
+    pub manual: bool,
+    pub pending: Option<Pending>,
+}
+
+/// A source change waiting for its settle window before it is propagated to this workload.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pending {
+    pub head: String,
+    pub changed_at: String,
+    /// changedAt + settle window.
+    pub fires_at: String,
+    pub settle_seconds: u64,
+}
+
+/// Image and config of one rollout revision.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionConfig {
+    pub revision: Option<i64>,
+    pub images: Vec<Image>,
+    pub config: Vec<ConfigUse>,
+}
+
+/// A source as one revision uses it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigUse {
+    pub source: String,
+    /// The name the template references.
+    pub reference: String,
+    /// The snapshot holding this revision's content: the pinned one, or for a plain reference the
+    /// one with its adoption record.
+    pub snapshot: Option<String>,
+    pub hash: Option<String>,
+    /// The snapshot still exists.
+    pub exists: bool,
+    /// `pin`, `adoption` (plain reference, content known from the adoption record) or `plain`
+    /// (plain reference, content unknown: the webhook will use the head).
+    pub via: String,
+}
+
+/// `undo WORKLOAD`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Undo {
+    pub namespace: String,
+    pub workload: WorkloadRef,
+    pub dry_run: bool,
+    /// The live template already matched the target revision: nothing was changed.
+    pub skipped: bool,
+    /// The workload before the undo.
+    pub before: RevisionConfig,
+    /// The revision rolled back to, as recorded in its history.
+    pub target: RevisionConfig,
+    /// The workload as the API server stored it (after confighistory's webhook).
+    pub after: RevisionConfig,
+    /// Sources the webhook now holds (`confighistory.io/held`).
+    pub held: Vec<String>,
+}

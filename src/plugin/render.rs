@@ -1,0 +1,389 @@
+//! Human output: pure functions from [`super::model`] data (and the current time) to text.
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::build::timestamp;
+use super::model::*;
+
+/// ANSI styling, or none (piped output, `NO_COLOR`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Style {
+    pub color: bool,
+}
+
+impl Style {
+    pub const PLAIN: Style = Style { color: false };
+    pub const COLOR: Style = Style { color: true };
+
+    fn paint(self, code: &str, s: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_owned()
+        }
+    }
+    pub fn red(self, s: &str) -> String {
+        self.paint("31", s)
+    }
+    pub fn green(self, s: &str) -> String {
+        self.paint("32", s)
+    }
+    pub fn yellow(self, s: &str) -> String {
+        self.paint("33", s)
+    }
+    pub fn cyan(self, s: &str) -> String {
+        self.paint("36", s)
+    }
+    pub fn bold(self, s: &str) -> String {
+        self.paint("1", s)
+    }
+    pub fn dim(self, s: &str) -> String {
+        self.paint("2", s)
+    }
+}
+
+/// Age like kubectl prints it (`45s`, `5m30s`, `3h`, `2d4h`, `40d`).
+pub fn age(created: Option<&str>, now: Timestamp) -> String {
+    let Some(t) = timestamp(created) else { return "<unknown>".into() };
+    let secs = now.duration_since(t).as_secs().max(0);
+    let (m, h, d) = (secs / 60, secs / 3600, secs / 86400);
+    match () {
+        _ if secs < 120 => format!("{secs}s"),
+        _ if m < 10 => format!("{m}m{}s", secs % 60).replace("m0s", "m"),
+        _ if h < 3 => format!("{m}m"),
+        _ if h < 8 => format!("{h}h{}m", m % 60).replace("h0m", "h"),
+        _ if h < 48 => format!("{h}h"),
+        _ if d < 8 => format!("{d}d{}h", h % 24).replace("d0h", "d"),
+        _ if d < 730 => format!("{d}d"),
+        _ => format!("{}y", d / 365),
+    }
+}
+
+/// Time until `at` (`in 5s`), or `due` once passed.
+fn until(at: &str, now: Timestamp) -> String {
+    match timestamp(Some(at)) {
+        Some(t) if t > now => format!("in {}", age(Some(&now.to_string()), t)),
+        Some(_) => "due now".into(),
+        None => "at an unknown time".into(),
+    }
+}
+
+pub fn size(bytes: usize) -> String {
+    match bytes {
+        b if b < 1024 => format!("{b}B"),
+        b if b < 1024 * 1024 => format!("{:.1}KiB", b as f64 / 1024.0),
+        b => format!("{:.1}MiB", b as f64 / (1024.0 * 1024.0)),
+    }
+}
+
+/// Left-aligned columns, two spaces apart; `paint` styles a cell after padding.
+fn table(header: &[&str], rows: &[Vec<String>], style: Style, paint: impl Fn(usize, usize, &str) -> String) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| -> String {
+        let last = cells.len() - 1;
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            s.push_str(c);
+            if i < last {
+                let pad = widths[i] - strip_ansi(c).chars().count() + 2;
+                s.push_str(&" ".repeat(pad));
+            }
+        }
+        s.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(header.iter().map(|h| style.bold(h)).collect());
+    for (r, row) in rows.iter().enumerate() {
+        out.push_str(&line(row.iter().enumerate().map(|(i, c)| paint(r, i, c)).collect()));
+    }
+    out
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn list(prefix: &str, keys: &[String]) -> Vec<String> {
+    keys.iter().map(|k| format!("{prefix}{k}")).collect()
+}
+
+/// `+a -b ~c`, at most `max` items.
+fn changes(added: &[String], removed: &[String], changed: &[String], max: usize) -> String {
+    let mut all = list("+", added);
+    all.extend(list("-", removed));
+    all.extend(list("~", changed));
+    if all.len() > max {
+        let more = all.len() - max;
+        all.truncate(max);
+        all.push(format!("(+{more} more)"));
+    }
+    all.join(" ")
+}
+
+fn revisions(r: &[i64]) -> String {
+    r.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+}
+
+fn usage(u: &Usage) -> String {
+    let mut parts = Vec::new();
+    if !u.revisions.is_empty() {
+        parts.push(format!("rev {}", revisions(&u.revisions)));
+    }
+    if u.current {
+        parts.push("current".into());
+    }
+    if u.adopted {
+        parts.push("adopted".into());
+    }
+    format!("{} ({})", u.workload, parts.join(", "))
+}
+
+pub fn history(h: &History, now: Timestamp, style: Style) -> String {
+    let mut out = String::new();
+    let head = match (&h.head, h.source_exists) {
+        (_, false) => "source deleted".to_owned(),
+        (Some(hash), true) => match h.snapshots.iter().find(|s| s.head) {
+            Some(s) => format!("head {hash} (revision {})", s.revision),
+            None => format!("head {hash} (no snapshot yet)"),
+        },
+        (None, true) => "no head".into(),
+    };
+    out.push_str(&format!(
+        "{} in namespace {}: {} snapshot{}, {head}, newest {} kept\n\n",
+        style.bold(&h.source),
+        h.namespace,
+        h.snapshots.len(),
+        if h.snapshots.len() == 1 { "" } else { "s" },
+        h.keep
+    ));
+    let rows: Vec<Vec<String>> = h
+        .snapshots
+        .iter()
+        .map(|s| {
+            let keys = if s.revision == 1 {
+                format!("{} key{}", s.keys.len(), if s.keys.len() == 1 { "" } else { "s" })
+            } else {
+                changes(&s.added, &s.removed, &s.changed, 6)
+            };
+            let used = if s.used_by.is_empty() { "-".to_owned() } else { s.used_by.iter().map(usage).collect::<Vec<_>>().join("; ") };
+            let kept = if s.kept_only_by_newest {
+                format!("newest {} only", h.keep)
+            } else if s.kept_by.is_empty() {
+                "nothing (expires)".into()
+            } else {
+                s.kept_by
+                    .iter()
+                    .map(|k| if k == "newest" { format!("newest {}", h.keep) } else { k.clone() })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            vec![s.revision.to_string(), s.hash.clone(), age(s.created.as_deref(), now), size(s.size), keys, used, kept]
+        })
+        .collect();
+    let heads: Vec<bool> = h.snapshots.iter().map(|s| s.head).collect();
+    out.push_str(&table(&["REV", "HASH", "AGE", "SIZE", "KEYS", "USED BY", "KEPT BY"], &rows, style, |r, c, cell| match c {
+        0 | 1 if heads[r] => style.green(cell),
+        4 => cell
+            .split(' ')
+            .map(|w| match w.chars().next() {
+                Some('+') => style.green(w),
+                Some('-') => style.red(w),
+                Some('~') => style.yellow(w),
+                _ => w.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => cell.to_owned(),
+    }));
+    out
+}
+
+fn side(s: &DiffSide, now: Timestamp) -> String {
+    let mut parts = vec![match s.revision {
+        Some(r) => format!("revision {r}"),
+        None => "live content".into(),
+    }];
+    parts.push(s.name.clone());
+    if s.created.is_some() {
+        parts.push(format!("{} ago", age(s.created.as_deref(), now)));
+    }
+    if s.head {
+        parts.push("head".into());
+    }
+    parts.join(", ")
+}
+
+pub fn diff(d: &Diff, now: Timestamp, style: Style) -> String {
+    let mut out = String::new();
+    out.push_str(&style.bold(&format!("{} in namespace {}\n", d.source, d.namespace)));
+    out.push_str(&style.red(&format!("--- {}", side(&d.from, now))));
+    out.push('\n');
+    out.push_str(&style.green(&format!("+++ {}", side(&d.to, now))));
+    out.push('\n');
+    if d.keys.is_empty() {
+        out.push_str("no differences\n");
+        return out;
+    }
+    let summary = [("removed", &d.removed), ("added", &d.added), ("changed", &d.changed), ("unchanged", &d.unchanged)];
+    for (what, keys) in summary {
+        if !keys.is_empty() {
+            out.push_str(&format!("{what}: {}\n", keys.join(", ")));
+        }
+    }
+    for k in &d.keys {
+        out.push('\n');
+        out.push_str(&style.bold(&format!("{} ({})", k.key, k.change)));
+        out.push('\n');
+        if k.binary {
+            out.push_str("binary value differs\n");
+            continue;
+        }
+        for h in &k.hunks {
+            out.push_str(&style.cyan(&format!("@@ -{},{} +{},{} @@", h.old_start, h.old_lines, h.new_start, h.new_lines)));
+            out.push('\n');
+            for l in &h.lines {
+                let painted = match l.chars().next() {
+                    Some('+') => style.green(l),
+                    Some('-') => style.red(l),
+                    Some('\\') => style.dim(l),
+                    _ => l.clone(),
+                };
+                out.push_str(&painted);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+fn images_line(images: &[Image]) -> String {
+    images.iter().map(|i| format!("{}={}", i.container, i.image)).collect::<Vec<_>>().join(", ")
+}
+
+fn config_use(c: &ConfigUse) -> String {
+    match (c.via.as_str(), &c.snapshot) {
+        ("pin", Some(s)) if c.exists => s.clone(),
+        ("pin", Some(s)) => format!("{s} (deleted)"),
+        ("adoption", Some(s)) => format!("{} (content of {s}, adopted)", c.reference),
+        _ => format!("{} (plain reference, content unknown: the head will be used)", c.reference),
+    }
+}
+
+pub fn status(s: &Status, now: Timestamp, style: Style) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("{} in namespace {}\n", style.bold(&s.workload.to_string()), s.namespace));
+    let mode_from = if s.mode_from_label { "namespace label" } else { "default" };
+    out.push_str(&format!("  mode:      {} ({mode_from})\n", s.mode));
+    if let Some(r) = s.revision {
+        out.push_str(&format!("  revision:  {r}\n"));
+    }
+    out.push_str(&format!("  images:    {}\n", images_line(&s.images)));
+    if s.pins.is_empty() {
+        out.push_str("  config:    no ConfigMap references\n");
+    } else {
+        out.push_str("  config:\n");
+        let rows: Vec<Vec<String>> = s
+            .pins
+            .iter()
+            .map(|p| {
+                let mut state = Vec::new();
+                match (&p.hash, p.exists) {
+                    (None, true) => state.push("not pinned (plain reference)".to_owned()),
+                    (None, false) => state.push("not pinned; ConfigMap does not exist".to_owned()),
+                    (Some(_), false) => state.push("snapshot deleted".to_owned()),
+                    (Some(_), true) if p.is_head => state.push("head".to_owned()),
+                    (Some(_), true) => state.push(match &p.head {
+                        Some(h) => format!("not the head ({h})"),
+                        None => "source deleted".into(),
+                    }),
+                }
+                if p.held {
+                    state.push("held".into());
+                }
+                if p.manual {
+                    state.push("rollout: manual".into());
+                }
+                if let Some(pe) = &p.pending {
+                    state.push(format!(
+                        "propagation to {} {} (changed {} ago, settle {}s)",
+                        pe.head,
+                        until(&pe.fires_at, now),
+                        age(Some(&pe.changed_at), now),
+                        pe.settle_seconds
+                    ));
+                }
+                vec![format!("    {}", p.source), p.reference.clone(), state.join("; ")]
+            })
+            .collect();
+        let t = table(&["    SOURCE", "REFERENCE", "STATE"], &rows, style, |r, c, cell| match c {
+            2 if s.pins[r].is_head => style.green(cell),
+            2 if s.pins[r].held || s.pins[r].pending.is_some() => style.yellow(cell),
+            2 if s.pins[r].hash.is_some() && !s.pins[r].exists => style.red(cell),
+            _ => cell.to_owned(),
+        });
+        out.push_str(&t);
+    }
+    match (&s.undo, &s.undo_unavailable) {
+        (Some(u), _) => {
+            out.push_str(&format!("undo would restore revision {}:\n", u.revision.unwrap_or_default()));
+            out.push_str(&format!("  images:    {}\n", images_line(&u.images)));
+            for c in &u.config {
+                out.push_str(&format!("  {}: {}\n", c.source, config_use(c)));
+            }
+        }
+        (None, Some(why)) => out.push_str(&format!("undo: {why}\n")),
+        (None, None) => {}
+    }
+    out
+}
+
+pub fn undo(u: &Undo, style: Style) -> String {
+    let mut out = String::new();
+    let rev = u.target.revision.map(|r| format!(" to revision {r}")).unwrap_or_default();
+    let dry = if u.dry_run { " (server dry run)" } else { "" };
+    out.push_str(&format!("{} rolled back{rev}{dry}\n", style.bold(&u.workload.to_string())));
+    let mut containers: Vec<&str> = u.before.images.iter().map(|i| i.container.as_str()).collect();
+    for i in &u.after.images {
+        if !containers.contains(&i.container.as_str()) {
+            containers.push(&i.container);
+        }
+    }
+    let find_image =
+        |set: &[Image], c: &str| set.iter().find(|i| i.container == c).map(|i| i.image.clone()).unwrap_or_else(|| "(none)".into());
+    for c in containers {
+        let (b, a) = (find_image(&u.before.images, c), find_image(&u.after.images, c));
+        let arrow = if a == b { style.dim("(unchanged)") } else { format!("→ {}", style.green(&a)) };
+        out.push_str(&format!("  image {c}: {b} {arrow}\n"));
+    }
+    let mut sources: Vec<&str> = u.before.config.iter().map(|c| c.source.as_str()).collect();
+    for c in &u.after.config {
+        if !sources.contains(&c.source.as_str()) {
+            sources.push(&c.source);
+        }
+    }
+    let find_config = |set: &[ConfigUse], s: &str| set.iter().find(|c| c.source == s).map(config_use).unwrap_or_else(|| "(none)".into());
+    for s in sources {
+        let (b, a) = (find_config(&u.before.config, s), find_config(&u.after.config, s));
+        let held = if u.held.iter().any(|h| h == s) { " (held: propagation skips it until the next release)" } else { "" };
+        let arrow = if a == b { style.dim("(unchanged)") } else { format!("→ {}", style.green(&a)) };
+        out.push_str(&format!("  config {s}: {b} {arrow}{held}\n"));
+    }
+    out
+}
