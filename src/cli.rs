@@ -19,6 +19,39 @@ pub struct Cli {
 pub enum Command {
     /// Serve the admission webhook (and, unless disabled, run the controller loops).
     Serve(ServeArgs),
+    /// Run only the controller loops (propagation, adoption, repair, GC), without the webhook.
+    Controller(ControllerCommandArgs),
+    /// Sweep snapshots once: print what is deleted and why each kept snapshot is kept.
+    Gc(GcArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ControllerCommandArgs {
+    /// Plain-HTTP address for /livez, /readyz and /metrics.
+    #[arg(long, env = "CONFIGHISTORY_HEALTH_LISTEN", default_value = "0.0.0.0:8080")]
+    pub health_listen: SocketAddr,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub controller: ControllerArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct GcArgs {
+    /// Print what would be deleted; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Sweep only this namespace (default: every namespace holding snapshots).
+    #[arg(long = "only-namespace", env = "CONFIGHISTORY_GC_NAMESPACE")]
+    pub namespace_filter: Option<String>,
+    /// Newest snapshots kept per source regardless of use.
+    #[arg(long = "gc-keep", env = "CONFIGHISTORY_GC_KEEP", default_value_t = 5)]
+    pub keep: usize,
+    /// Seconds a snapshot is kept after it was last in use.
+    #[arg(long = "gc-grace", env = "CONFIGHISTORY_GC_GRACE", default_value_t = 600)]
+    pub grace: u64,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -118,4 +151,13 @@ pub struct ControllerArgs {
     pub leader_election_namespace: Option<String>,
     #[arg(long, env = "CONFIGHISTORY_LEASE_NAME", default_value = "confighistory")]
     pub lease_name: String,
+    /// Seconds between resyncs: re-hash of referenced sources, adoption, repair.
+    #[arg(long, env = "CONFIGHISTORY_RESYNC_INTERVAL", default_value_t = 60)]
+    pub resync_interval: u64,
+    /// Rate of the resync's API reads and snapshot writes (per second).
+    #[arg(long, env = "CONFIGHISTORY_RESYNC_QPS", default_value_t = 10.0)]
+    pub resync_qps: f64,
+    /// Label selector of the namespaces the loops act in (default: all). For canaries and tests.
+    #[arg(long, env = "CONFIGHISTORY_CONTROLLER_NAMESPACE_SELECTOR", default_value = "")]
+    pub namespace_selector: String,
 }

@@ -14,5 +14,7 @@ async fn main() -> anyhow::Result<()> {
     }
     match cli.command {
         Command::Serve(args) => confighistory::serve::run(args).await,
+        Command::Controller(args) => confighistory::controller::run_standalone(args).await,
+        Command::Gc(args) => confighistory::controller::run_gc_command(args).await,
     }
 }

@@ -40,7 +40,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     watch::start(client.clone(), state.clone(), synced.clone()).await;
     tokio::spawn(tls::watch(args.tls_cert.clone(), args.tls_key.clone(), resolver, tls_ready, Duration::from_secs(5)));
     if !args.no_controllers {
-        crate::controller::spawn(client.clone(), app.clone(), args.controller.clone());
+        let mut controller = args.controller.clone();
+        controller.leader_election_namespace.get_or_insert_with(|| args.policy.namespace.clone());
+        crate::controller::spawn(client.clone(), app.clone(), controller);
     }
 
     let health = TcpListener::bind(args.health_listen).await.with_context(|| format!("binding {}", args.health_listen))?;

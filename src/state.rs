@@ -18,6 +18,8 @@ pub type Key = (String, String);
 #[derive(Clone, Debug, Default)]
 pub struct NamespaceInfo {
     pub mode_label: Option<String>,
+    /// All labels (the controller can be restricted to namespaces matching a selector).
+    pub labels: BTreeMap<String, String>,
     pub settle: Option<String>,
     pub deleting: bool,
 }
@@ -204,6 +206,7 @@ impl State {
                 .pointer(&format!("/labels/{}", crate::admission::review::escape(names::MODE_LABEL)))
                 .and_then(Value::as_str)
                 .map(str::to_owned),
+            labels: string_map(&meta["labels"], |_| true),
             settle: meta
                 .pointer(&format!("/annotations/{}", crate::admission::review::escape(names::SETTLE)))
                 .and_then(Value::as_str)

@@ -1,12 +1,529 @@
 //! Controller loops (SPEC §7–9): propagation, adoption, repair and garbage collection.
-//! One replica runs them at a time.
+//! One replica runs them at a time ([`leader`]); every write is idempotent, so a leader change
+//! half-way loses and duplicates nothing.
+//!
+//! The loops read the watch cache ([`crate::state::State`]) that the admission server keeps, and
+//! decide with pure functions ([`propagate::due_propagations`], [`adopt::decide`], [`gc::plan`]);
+//! this module is the thin I/O around them:
+//! - every 250 ms (the cache is event-driven, so this is the reaction time): propagation;
+//! - every resync interval: re-hash referenced sources (rate-limited GETs; a stale head gets a
+//!   no-op touch that the webhook records as a change first seen now), adoption, repair;
+//! - every GC interval: a sweep of every namespace holding snapshots, from fresh lists.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::sync::Mutex;
 
 use crate::cli::ControllerArgs;
+use crate::cluster::watch::{api_resource, cronjob_version, resource};
+use crate::names;
+use crate::policy::Selector;
+use crate::server::metrics::METRICS;
 use crate::server::App;
+use crate::snapshot::Content;
+use crate::state::Watched;
+
+pub mod adopt;
+pub mod gc;
+pub mod leader;
+pub mod propagate;
+pub mod ratelimit;
+
+use propagate::{Plan, WorkloadKey};
+use ratelimit::{Backoff, Limiter};
+
+/// How often propagation looks at the cache.
+const TICK: Duration = Duration::from_millis(250);
+/// A workload patched with a trigger is not patched again for this long while the cache catches up.
+const IN_FLIGHT: Duration = Duration::from_secs(20);
+
+/// Everything the loops share.
+pub struct Ctx {
+    pub client: kube::Client,
+    pub app: Arc<App>,
+    pub args: ControllerArgs,
+    pub selector: Selector,
+    pub cronjob_version: &'static str,
+    pub leadership: leader::Leadership,
+    /// Workload writes (propagation and repair): cluster-wide and per namespace.
+    pub writes: Mutex<Limiter>,
+    /// Reads and snapshot writes of resync (re-hash, adoption).
+    pub reads: Mutex<Limiter>,
+    pub identity: String,
+}
 
 /// Starts the controller loops in the background.
-pub fn spawn(_client: kube::Client, _app: Arc<App>, _args: ControllerArgs) {
-    tracing::info!("controller loops are not enabled in this build");
+pub fn spawn(client: kube::Client, app: Arc<App>, args: ControllerArgs) {
+    tokio::spawn(async move {
+        match start(client, app, args).await {
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "controller loops did not start"),
+        }
+    });
+}
+
+/// Builds the shared context, starts the election and the loops; returns the context.
+pub async fn start(client: kube::Client, app: Arc<App>, args: ControllerArgs) -> anyhow::Result<Arc<Ctx>> {
+    let selector: Selector = args.namespace_selector.parse().map_err(anyhow::Error::msg)?;
+    let now = Instant::now();
+    let identity = leader::identity();
+    let lease_ns = args.leader_election_namespace.clone().unwrap_or_else(|| "confighistory".into());
+    let ctx = Arc::new(Ctx {
+        cronjob_version: cronjob_version(&client).await,
+        writes: Mutex::new(Limiter::new(
+            args.propagation_qps,
+            args.propagation_burst,
+            args.propagation_namespace_qps,
+            args.propagation_namespace_burst,
+            now,
+        )),
+        reads: Mutex::new(Limiter::new(args.resync_qps, args.resync_qps.ceil().max(1.0) as u32, 0.0, 1, now)),
+        leadership: leader::Leadership::default(),
+        identity: identity.clone(),
+        selector,
+        client: client.clone(),
+        app,
+        args: args.clone(),
+    });
+    let config = leader::Config::new(&lease_ns, &args.lease_name, identity);
+    tracing::info!(identity = %config.identity, lease = %format!("{lease_ns}/{}", args.lease_name), "controller: running leader election");
+    tokio::spawn(leader::run(client.clone(), config.clone(), ctx.leadership.clone()));
+    tokio::spawn(propagation_loop(ctx.clone()));
+    tokio::spawn(resync_loop(ctx.clone()));
+    tokio::spawn(gc_loop(ctx.clone()));
+    Ok(ctx)
+}
+
+/// Gives the Lease up (on shutdown), so another replica takes over without waiting for expiry.
+pub async fn release(ctx: &Ctx) {
+    if ctx.leadership.is_leader() {
+        let lease_ns = ctx.args.leader_election_namespace.clone().unwrap_or_else(|| "confighistory".into());
+        leader::release(ctx.client.clone(), &leader::Config::new(&lease_ns, &ctx.args.lease_name, ctx.identity.clone())).await;
+    }
+}
+
+async fn wait_synced(ctx: &Ctx) {
+    while !ctx.app.synced.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Propagation
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct PropagationState {
+    /// Workloads patched recently, with the trigger value and when.
+    in_flight: HashMap<WorkloadKey, (String, Instant)>,
+    workload_backoff: Option<Backoff<WorkloadKey>>,
+    source_backoff: Option<Backoff<(String, String, String)>>,
+}
+
+async fn propagation_loop(ctx: Arc<Ctx>) {
+    wait_synced(&ctx).await;
+    let mut st = PropagationState {
+        workload_backoff: Some(Backoff::new(Duration::from_secs(1), Duration::from_secs(300))),
+        source_backoff: Some(Backoff::new(Duration::from_secs(1), Duration::from_secs(300))),
+        ..Default::default()
+    };
+    loop {
+        tokio::time::sleep(TICK).await;
+        if !ctx.leadership.is_leader() {
+            st.in_flight.clear();
+            continue;
+        }
+        propagation_pass(&ctx, &mut st).await;
+    }
+}
+
+async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
+    let now_ms = propagate::now_ms();
+    let plan = {
+        let state = ctx.app.state.read().expect("state lock");
+        propagate::due_propagations(&state, &ctx.app.policy, &ctx.selector, now_ms)
+    };
+    METRICS.propagations_waiting.store(plan.waiting as u64, Ordering::Relaxed);
+    METRICS.clear_gauge("confighistory_workloads_behind_head");
+    for (ns, n) in &plan.behind {
+        METRICS.set_gauge("confighistory_workloads_behind_head", ns, *n as f64);
+    }
+    METRICS.clear_gauge("confighistory_held_pins");
+    for (ns, n) in &plan.held {
+        METRICS.set_gauge("confighistory_held_pins", ns, *n as f64);
+    }
+
+    // Settled changes no workload is behind on: record them, once.
+    let sb = st.source_backoff.as_mut().expect("set");
+    for key in &plan.done {
+        let now = Instant::now();
+        if !sb.ready(key, now) {
+            continue;
+        }
+        let (ns, source, head) = key;
+        let patch = json!({"metadata": {"annotations": {names::PROPAGATED: head}}});
+        match ctx.app.cluster.patch_configmap(ns, source, &patch).await {
+            Ok(()) => {
+                sb.succeeded(key);
+                tracing::info!(namespace = %ns, source = %source, head = %head, "change propagated");
+            }
+            Err(e) if e.code == Some(404) => sb.succeeded(key),
+            Err(e) => {
+                let delay = sb.failed(key, now);
+                tracing::warn!(namespace = %ns, source = %source, error = %e, retry_in = ?delay, "could not record the propagated head");
+            }
+        }
+    }
+    sb.retain(|k| plan.done.contains(k));
+
+    let planned: HashSet<WorkloadKey> = plan.plans.iter().map(Plan::key).collect();
+    st.in_flight.retain(|k, (_, at)| planned.contains(k) && at.elapsed() < IN_FLIGHT);
+    let wb = st.workload_backoff.as_mut().expect("set");
+    wb.retain(|k| planned.contains(k));
+    for p in &plan.plans {
+        let key = p.key();
+        let trigger = p.trigger_value();
+        if st.in_flight.get(&key).is_some_and(|(t, _)| *t == trigger) || !wb.ready(&key, Instant::now()) {
+            continue;
+        }
+        if ctx.writes.lock().await.try_acquire(&p.namespace, Instant::now()).is_err() {
+            continue; // this namespace (or the cluster) is at its rate: next tick
+        }
+        match trigger_workload(ctx, p).await {
+            Ok(()) => {
+                wb.succeeded(&key);
+                st.in_flight.insert(key, (trigger.clone(), Instant::now()));
+                METRICS.propagations.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, trigger = %trigger, "propagating");
+                let sources: Vec<String> = p.trigger.iter().map(|(s, h)| format!("{s} ({h})")).collect();
+                event(ctx, p, "Normal", "ConfigPropagated", &format!("Moving to the current content of {}", sources.join(", "))).await;
+            }
+            Err(e) if e.code == Some(404) || e.code == Some(409) => {
+                // Gone or replaced: the next pass decides from the cache again.
+                wb.failed(&key, Instant::now());
+            }
+            Err(e) => {
+                let attempts = wb.attempts(&key);
+                let delay = wb.failed(&key, Instant::now());
+                tracing::warn!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, error = %e, retry_in = ?delay, "propagation failed");
+                if attempts == 0 {
+                    event(ctx, p, "Warning", "ConfigPropagationFailed", &format!("Could not move to the current config: {}", e.message))
+                        .await;
+                }
+            }
+        }
+    }
+}
+
+/// Sets the propagation trigger on a workload: one metadata merge patch, as confighistory's own
+/// identity, with the uid as a precondition. The webhook re-pins while admitting it.
+async fn trigger_workload(ctx: &Ctx, p: &Plan) -> Result<(), crate::cluster::ApiError> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &p.namespace, &api_resource(Watched::Workload(p.kind), ctx.cronjob_version));
+    let patch = json!({"metadata": {"uid": p.uid, "annotations": {names::PROPAGATE: p.trigger_value()}}});
+    let pp = PatchParams { field_manager: Some("confighistory".into()), ..Default::default() };
+    api.patch(&p.name, &pp, &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// Records a core/v1 Event on the workload (best effort).
+async fn event(ctx: &Ctx, p: &Plan, type_: &str, reason: &str, message: &str) {
+    let ar = api_resource(Watched::Workload(p.kind), ctx.cronjob_version);
+    let now = format!("{:.0}", k8s_openapi::jiff::Timestamp::now());
+    let obj = json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": format!("{}.", p.name), "namespace": p.namespace},
+        "involvedObject": {"apiVersion": ar.api_version, "kind": p.kind.as_str(), "name": p.name, "namespace": p.namespace, "uid": p.uid},
+        "reason": reason,
+        "message": message,
+        "type": type_,
+        "source": {"component": "confighistory"},
+        "reportingComponent": "confighistory",
+        "reportingInstance": ctx.identity,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    });
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &p.namespace, &resource("", "v1", "Event", "events"));
+    let Ok(ev) = serde_json::from_value::<DynamicObject>(obj) else { return };
+    if let Err(e) = api.create(&PostParams::default(), &ev).await {
+        tracing::debug!(error = %e, "could not record an Event");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resync: re-hash, adoption, repair
+// ---------------------------------------------------------------------------------------------
+
+async fn resync_loop(ctx: Arc<Ctx>) {
+    wait_synced(&ctx).await;
+    let mut seen: Option<HashSet<String>> = None;
+    let mut adopted: HashSet<(String, String, String)> = HashSet::new();
+    let mut repaired: HashMap<WorkloadKey, (String, Instant)> = HashMap::new();
+    let interval = Duration::from_secs(ctx.args.resync_interval.max(1));
+    loop {
+        if !ctx.leadership.is_leader() {
+            seen = None;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        }
+        let started = Instant::now();
+        // What "seen before" means starts when this replica starts leading.
+        let seen = seen.get_or_insert_with(|| adopt::current_templates(&ctx.app.state.read().expect("state lock")));
+        rehash(&ctx).await;
+        if !ctx.leadership.is_leader() {
+            continue;
+        }
+        let decisions = {
+            let state = ctx.app.state.read().expect("state lock");
+            adopt::decide(&state, &ctx.app.policy, &ctx.selector, seen, &adopted)
+        };
+        for a in &decisions.adoptions {
+            if !ctx.leadership.is_leader() {
+                break;
+            }
+            Limiter::acquire(&ctx.reads, &a.namespace).await;
+            match adopt_one(&ctx, a).await {
+                Ok(name) => {
+                    tracing::info!(namespace = %a.namespace, source = %a.source, snapshot = %name, templates = a.templates.len(), "adopted");
+                    adopted.extend(a.templates.iter().map(|t| (a.namespace.clone(), a.source.clone(), t.clone())));
+                }
+                Err(e) => tracing::warn!(namespace = %a.namespace, source = %a.source, error = %e, "adoption failed; retried next resync"),
+            }
+        }
+        repaired.retain(|_, (_, at)| at.elapsed() < IN_FLIGHT);
+        for p in &decisions.repairs {
+            if !ctx.leadership.is_leader() {
+                break;
+            }
+            let trigger = p.trigger_value();
+            if repaired.get(&p.key()).is_some_and(|(t, _)| *t == trigger) {
+                continue;
+            }
+            Limiter::acquire(&ctx.writes, &p.namespace).await;
+            match trigger_workload(&ctx, p).await {
+                Ok(()) => {
+                    tracing::info!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, trigger = %trigger, "repairing");
+                    repaired.insert(p.key(), (trigger, Instant::now()));
+                    event(
+                        &ctx,
+                        p,
+                        "Normal",
+                        "ConfigRepaired",
+                        "Admitted with mutable ConfigMap references while confighistory was unreachable; pinning them",
+                    )
+                    .await;
+                }
+                Err(e) => {
+                    tracing::warn!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, error = %e, "repair failed; retried next resync")
+                }
+            }
+        }
+        // Everything present now has been seen.
+        seen.extend(adopt::current_templates(&ctx.app.state.read().expect("state lock")));
+        let rest = interval.saturating_sub(started.elapsed());
+        tokio::time::sleep(rest.max(Duration::from_millis(500))).await;
+    }
+}
+
+/// Re-hashes every referenced source (rate-limited GETs). A stored head that does not match the
+/// content means a change the webhook missed: touching the source lets the webhook record it as a
+/// change first seen now (SPEC §7, missed changes).
+async fn rehash(ctx: &Ctx) {
+    let sources: Vec<(String, String, String)> = {
+        let state = ctx.app.state.read().expect("state lock");
+        let mut v: Vec<_> = state
+            .configmaps
+            .iter()
+            .filter(|((ns, name), cm)| {
+                cm.annotation(names::HEAD).is_some()
+                    && propagate::is_versioned_source(&ctx.app.policy, name, cm)
+                    && state.is_referenced_source(ns, name)
+                    && propagate::namespace_active(&state, &ctx.app.policy, &ctx.selector, ns)
+            })
+            .map(|((ns, name), cm)| (ns.clone(), name.clone(), cm.annotation(names::HEAD).unwrap_or_default().to_owned()))
+            .collect();
+        v.sort();
+        v
+    };
+    for (ns, name, _) in sources {
+        if !ctx.leadership.is_leader() {
+            return;
+        }
+        Limiter::acquire(&ctx.reads, &ns).await;
+        let obj = match ctx.app.cluster.get_configmap(&ns, &name).await {
+            Ok(Some(o)) => o,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::debug!(namespace = %ns, source = %name, error = %e, "re-hash: read failed");
+                continue;
+            }
+        };
+        let Some(stored) = crate::admission::annotation(&obj, names::HEAD).map(str::to_owned) else { continue };
+        let actual = Content::from_object(&obj).hash();
+        if stored == actual {
+            continue;
+        }
+        tracing::info!(namespace = %ns, source = %name, stored = %stored, actual = %actual, "source changed while the webhook was away; recording the change now");
+        // A no-op write: the webhook sees a stale head and records the change as first seen now.
+        let patch = json!({"metadata": {"annotations": {names::HEAD: stored}}});
+        if let Err(e) = ctx.app.cluster.patch_configmap(&ns, &name, &patch).await {
+            tracing::warn!(namespace = %ns, source = %name, error = %e, "could not touch the source");
+        }
+    }
+}
+
+/// Records the templates in the adoption record of the snapshot of the source's current content.
+async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> anyhow::Result<String> {
+    let obj = ctx
+        .app
+        .cluster
+        .get_configmap(&a.namespace, &a.source)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("source {} no longer exists", a.source))?;
+    let content = Content::from_object(&obj);
+    match crate::server::ensure_snapshot(ctx.app.cluster.as_ref(), &a.namespace, &a.source, &content, &a.templates, false).await {
+        Ok((name, _)) => Ok(name),
+        Err(resp) => Err(anyhow::anyhow!("{}", resp.message.unwrap_or_default())),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GC
+// ---------------------------------------------------------------------------------------------
+
+async fn gc_loop(ctx: Arc<Ctx>) {
+    wait_synced(&ctx).await;
+    let interval = Duration::from_secs(ctx.args.gc_interval.max(1));
+    let settings = gc::Settings { keep: ctx.args.gc_keep, grace: Duration::from_secs(ctx.args.gc_grace) };
+    loop {
+        tokio::time::sleep(interval).await;
+        if !ctx.leadership.is_leader() {
+            continue;
+        }
+        let start = Instant::now();
+        let namespaces: Vec<String> = {
+            let state = ctx.app.state.read().expect("state lock");
+            let mut v: Vec<String> = state
+                .configmaps
+                .iter()
+                .filter(|((_, name), cm)| cm.snapshot_of(name).is_some())
+                .map(|((ns, _), _)| ns.clone())
+                .filter(|ns| gc_namespace_allowed(&state, &ctx.app.policy, &ctx.selector, ns))
+                .collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        let (mut deleted, mut total) = (0, 0);
+        for ns in namespaces {
+            if !ctx.leadership.is_leader() {
+                break;
+            }
+            match gc::sweep_namespace(&ctx.client, &ns, ctx.cronjob_version, settings, false).await {
+                Ok(report) => {
+                    METRICS.set_gauge("confighistory_snapshots", &ns, report.snapshots as f64);
+                    METRICS.set_gauge("confighistory_snapshot_bytes", &ns, report.bytes as f64);
+                    deleted += report.deleted.len();
+                    total += report.snapshots;
+                    for e in &report.errors {
+                        tracing::warn!(namespace = %ns, error = %e, "gc");
+                    }
+                }
+                Err(e) => tracing::warn!(namespace = %ns, error = %e, "gc sweep failed; retried next interval"),
+            }
+        }
+        tracing::info!(snapshots = total, deleted, elapsed = ?start.elapsed(), "gc sweep done");
+    }
+}
+
+/// GC acts in namespaces that are not excluded, not off, not being deleted (the namespace's own
+/// deletion removes everything) and selected.
+fn gc_namespace_allowed(state: &crate::state::State, policy: &crate::policy::Policy, selector: &Selector, ns: &str) -> bool {
+    let info = state.namespace(ns);
+    if info.is_some_and(|n| n.deleting) || (!selector.is_empty() && !info.is_some_and(|n| selector.matches(&n.labels))) {
+        return false;
+    }
+    policy.mode(ns, info.and_then(|n| n.mode_label.as_deref())).0 != crate::policy::Mode::Off
+}
+
+/// `confighistory gc`: one sweep, printing every verdict; the same code as the periodic sweep.
+pub async fn run_gc_command(args: crate::cli::GcArgs) -> anyhow::Result<()> {
+    let policy = args.policy.policy()?;
+    let client = kube::Client::try_default().await?;
+    let cj = cronjob_version(&client).await;
+    let settings = gc::Settings { keep: args.keep, grace: Duration::from_secs(args.grace) };
+    let namespaces = match &args.namespace_filter {
+        Some(ns) => vec![ns.clone()],
+        None => gc::namespaces_with_snapshots(&client).await?,
+    };
+    let (mut deleting, mut kept, mut errors) = (0, 0, 0);
+    let start = Instant::now();
+    for ns in namespaces {
+        if policy.excluded_namespaces.contains(&ns) {
+            continue;
+        }
+        let report = gc::sweep_namespace(&client, &ns, cj, settings, args.dry_run).await?;
+        print!("{report}");
+        deleting += report.items.iter().filter(|i| matches!(i.verdict, gc::Verdict::Delete(_))).count();
+        kept += report.items.iter().filter(|i| matches!(i.verdict, gc::Verdict::Keep(_))).count();
+        errors += report.errors.len();
+    }
+    println!(
+        "{}: {deleting} to delete, {kept} kept, {errors} errors, in {:.2}s",
+        if args.dry_run { "dry run" } else { "done" },
+        start.elapsed().as_secs_f64()
+    );
+    if errors > 0 {
+        anyhow::bail!("{errors} errors");
+    }
+    Ok(())
+}
+
+/// `confighistory controller`: the watches and the loops without the admission server.
+pub async fn run_standalone(args: crate::cli::ControllerCommandArgs) -> anyhow::Result<()> {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::RwLock;
+    let policy = args.policy.policy()?;
+    let client = kube::Client::try_default().await?;
+    let state = Arc::new(RwLock::new(crate::state::State::default()));
+    let synced = Arc::new(AtomicBool::new(false));
+    let app = Arc::new(App {
+        policy,
+        state: state.clone(),
+        cluster: Arc::new(crate::cluster::KubeCluster { client: client.clone(), field_manager: "confighistory".into() }),
+        synced: synced.clone(),
+        tls_ready: Arc::new(AtomicBool::new(true)),
+        max_body: crate::server::DEFAULT_MAX_BODY,
+    });
+    crate::cluster::watch::start(client.clone(), state, synced).await;
+    let mut controller = args.controller.clone();
+    if controller.leader_election_namespace.is_none() {
+        controller.leader_election_namespace = Some(args.policy.namespace.clone());
+    }
+    let ctx = start(client, app.clone(), controller).await?;
+    let health = tokio::net::TcpListener::bind(args.health_listen).await?;
+    tracing::info!(health = %args.health_listen, "controller running");
+    let router = crate::server::health_router(app);
+    let terminate = async {
+        #[cfg(unix)]
+        if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            term.recv().await;
+            return;
+        }
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        r = axum::serve(health, router) => r?,
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+    release(&ctx).await;
+    Ok(())
 }

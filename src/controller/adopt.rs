@@ -1,0 +1,181 @@
+//! Adoption and repair (SPEC §9), decided together because they split the same workloads: those
+//! that still name a source plainly.
+//!
+//! - **Adoption**: a plain-name workload that existed before confighistory (or was seen by it
+//!   before) runs with the source's current content; the snapshot of that content gets the
+//!   workload's template hash in its adoption record, so an undo to that revision finds it. No
+//!   pod template is touched.
+//! - **Repair**: a plain-name workload whose template the controller never saw before and that has
+//!   no adoption record, or that confighistory had pinned before (it carries `pins`), was admitted
+//!   while the webhook was unreachable: it gets the propagation trigger, like a propagation.
+//!
+//! Sources with a pending change are left to propagation (the current content is not what the
+//! workload ran with, and the settle window must be honoured).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use super::propagate::{self, Plan};
+use crate::names;
+use crate::policy::{Policy, Selector};
+use crate::state::State;
+use crate::template::Kind;
+
+/// Record `templates` in the adoption record of the snapshot of `source`'s current content.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Adoption {
+    pub namespace: String,
+    pub source: String,
+    pub templates: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Decisions {
+    pub adoptions: Vec<Adoption>,
+    pub repairs: Vec<Plan>,
+}
+
+/// Template hashes recorded in adoption records, per (namespace, source).
+pub fn adoption_index(state: &State) -> HashMap<(String, String), HashSet<String>> {
+    let mut idx: HashMap<(String, String), HashSet<String>> = HashMap::new();
+    for ((ns, name), cm) in &state.configmaps {
+        if let Some((source, _)) = cm.snapshot_of(name) {
+            let set = idx.entry((ns.clone(), source)).or_default();
+            set.extend(cm.adopted().map(str::to_owned));
+        }
+    }
+    idx
+}
+
+/// Every template hash the cache holds now (workloads and revisions): what "seen before" starts
+/// from when this replica becomes leader.
+pub fn current_templates(state: &State) -> HashSet<String> {
+    state.workloads.values().map(|w| w.template_hash.clone()).chain(state.revisions.values().map(|r| r.template_hash.clone())).collect()
+}
+
+/// Decides adoptions and repairs. `seen`: templates this controller saw before; `done`:
+/// (namespace, source, template) adoptions already made by this process.
+pub fn decide(
+    state: &State,
+    policy: &Policy,
+    selector: &Selector,
+    seen: &HashSet<String>,
+    done: &HashSet<(String, String, String)>,
+) -> Decisions {
+    let adopted = adoption_index(state);
+    let mut adoptions: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    let mut repairs = Vec::new();
+    let mut workloads: Vec<_> = state.workloads.iter().collect();
+    workloads.sort_by(|a, b| a.0.cmp(b.0));
+    for ((kind, ns, name), w) in workloads {
+        if !kind.is_workload() || *kind == Kind::Job || w.deleting || w.annotations.get(names::IGNORE).map(String::as_str) == Some("true") {
+            continue;
+        }
+        if !propagate::namespace_active(state, policy, selector, ns) {
+            continue;
+        }
+        let mut plain: Vec<(String, String)> = Vec::new(); // (source, head)
+        for (source, pins) in propagate::sources_of(state, ns, &w.refs) {
+            if !pins.contains(&None) {
+                continue;
+            }
+            let Some(cm) = state.configmap(ns, &source) else { continue };
+            if !propagate::is_versioned_source(policy, &source, cm) || propagate::pending_change(state, policy, ns, cm).is_some() {
+                continue;
+            }
+            if adopted.get(&(ns.clone(), source.clone())).is_some_and(|s| s.contains(&w.template_hash)) {
+                continue; // adopted: an undo target, never restarted
+            }
+            plain.push((source, cm.annotation(names::HEAD).unwrap_or_default().to_owned()));
+        }
+        if plain.is_empty() {
+            continue;
+        }
+        let pinned_before = w.annotations.contains_key(names::PINS);
+        let new_template = !seen.contains(&w.template_hash);
+        if (pinned_before || new_template) && kind.propagates() {
+            repairs.push(Plan {
+                kind: *kind,
+                namespace: ns.clone(),
+                name: name.clone(),
+                uid: w.uid.clone(),
+                trigger: plain.into_iter().collect(),
+            });
+        } else if !pinned_before && matches!(kind, Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet) {
+            for (source, _) in plain {
+                if !done.contains(&(ns.clone(), source.clone(), w.template_hash.clone())) {
+                    adoptions.entry((ns.clone(), source)).or_default().insert(w.template_hash.clone());
+                }
+            }
+        }
+    }
+    Decisions {
+        adoptions: adoptions
+            .into_iter()
+            .map(|((namespace, source), t)| Adoption { namespace, source, templates: t.into_iter().collect() })
+            .collect(),
+        repairs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::propagate::tests::{h, snap, source, workload, T0};
+    use crate::snapshot;
+    use crate::template;
+    use serde_json::json;
+
+    fn tpl_hash(s: &State, name: &str) -> String {
+        s.workloads[&(Kind::Deployment, "ns".to_owned(), name.to_owned())].template_hash.clone()
+    }
+
+    #[test]
+    fn existing_plain_workloads_are_adopted_not_restarted() {
+        let mut s = State::default();
+        s.apply_configmap(&source("ns", "cfg", &h('a'), &[]));
+        s.apply_workload(Kind::Deployment, &workload("ns", "old", &["cfg"], &[]));
+        s.apply_workload(Kind::Job, &workload("ns", "job", &["cfg"], &[]));
+        let seen = current_templates(&s);
+        let d = decide(&s, &Policy::default(), &Selector::default(), &seen, &HashSet::new());
+        assert!(d.repairs.is_empty());
+        assert_eq!(d.adoptions, [Adoption { namespace: "ns".into(), source: "cfg".into(), templates: vec![tpl_hash(&s, "old")] }]);
+
+        // Once recorded, nothing more to do.
+        let mut rec = snap("ns", "cfg", &h('a'));
+        rec["metadata"]["annotations"][names::ADOPTED] = json!(tpl_hash(&s, "old"));
+        s.apply_configmap(&rec);
+        assert_eq!(decide(&s, &Policy::default(), &Selector::default(), &seen, &HashSet::new()), Decisions::default());
+    }
+
+    #[test]
+    fn plain_templates_admitted_while_the_webhook_was_down_are_repaired() {
+        let mut s = State::default();
+        s.apply_configmap(&source("ns", "cfg", &h('a'), &[]));
+        let seen = current_templates(&s);
+        // A new workload, never seen, no adoption record.
+        s.apply_workload(Kind::Deployment, &workload("ns", "new", &["cfg"], &[]));
+        // A workload confighistory had pinned, re-applied plain during the outage.
+        s.apply_workload(Kind::StatefulSet, &workload("ns", "was-pinned", &["cfg"], &[(names::PINS, "{\"cfg\":\"x\"}")]));
+        // Pinned workloads need nothing.
+        s.apply_workload(Kind::Deployment, &workload("ns", "pinned", &[&snapshot::name("cfg", &h('a'), 0)], &[]));
+        let d = decide(&s, &Policy::default(), &Selector::default(), &seen, &HashSet::new());
+        assert!(d.adoptions.is_empty(), "{d:?}");
+        let names: Vec<&str> = d.repairs.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["new", "was-pinned"]);
+        assert_eq!(d.repairs[0].trigger_value(), format!("cfg={}", h('a')));
+    }
+
+    #[test]
+    fn pending_changes_missing_or_unversioned_sources_are_left_alone() {
+        let mut s = State::default();
+        s.apply_configmap(&source("ns", "pending", &h('a'), &[(names::CHANGED_AT, T0)]));
+        s.apply_configmap(&source("ns", "hot", &h('a'), &[(names::VERSIONED, "false")]));
+        let mut imm = source("ns", "imm", &h('a'), &[]);
+        imm["immutable"] = json!(true);
+        s.apply_configmap(&imm);
+        s.apply_workload(Kind::Deployment, &workload("ns", "d", &["pending", "hot", "imm", "missing", names::ROOT_CA], &[]));
+        let d = decide(&s, &Policy::default(), &Selector::default(), &HashSet::new(), &HashSet::new());
+        assert_eq!(d, Decisions::default());
+        let _ = template::template_hash(&json!({}));
+    }
+}

@@ -1,0 +1,463 @@
+//! Garbage collection of snapshots (SPEC §8).
+//!
+//! A snapshot is kept while it is the head of its source; while a workload, ReplicaSet,
+//! ControllerRevision or Job references it; while its adoption record names a template that still
+//! exists; while it is among the newest N of its source (default 5, `confighistory.io/keep` on the
+//! source overrides); and for a grace period after it was last in use. Snapshots of a deleted
+//! source expire once unreferenced and past the grace period. Invalid "snapshots" are never
+//! deleted.
+//!
+//! **Last use.** A snapshot's last use is recorded on the snapshot itself, by the sweep:
+//! `confighistory.io/last-used` is set to the sweep's time by the first sweep that finds the
+//! snapshot not in use (head, referenced, or live adoption record), and removed again by a sweep
+//! that finds it in use. The time written is at or after the real last use, so the grace period
+//! is never shortened; it survives restarts and leader changes; and it costs one write per
+//! transition, not one per snapshot per sweep. Creation time alone would not do: a snapshot
+//! referenced for a month would be deleted the moment its last reference went.
+//!
+//! [`plan`] is the decision, pure; [`sweep_namespace`] reads fresh lists (never the watch cache),
+//! plans, and deletes with uid and resourceVersion preconditions.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
+use serde_json::{json, Value};
+
+use crate::cluster::watch::api_resource;
+use crate::names;
+use crate::server::metrics::METRICS;
+use crate::snapshot;
+use crate::state::Watched;
+use crate::template::{self, Kind};
+
+/// A snapshot as the sweep sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SnapshotInfo {
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub source: String,
+    pub hash: String,
+    pub created_ms: i64,
+    pub last_used_ms: Option<i64>,
+    pub adopted: Vec<String>,
+    /// `Err(why)` when the object is not a valid snapshot (SPEC §5).
+    pub valid: Result<(), String>,
+    pub bytes: usize,
+}
+
+impl SnapshotInfo {
+    pub fn from_object(obj: &Value) -> Option<SnapshotInfo> {
+        let meta = &obj["metadata"];
+        let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        let name = s(&meta["name"]);
+        let hash = meta["labels"].get(names::HASH_LABEL).and_then(Value::as_str)?.to_owned();
+        let ann = |k: &str| meta["annotations"].get(k).and_then(Value::as_str);
+        let source = ann(names::SOURCE_NAME)
+            .map(str::to_owned)
+            .or_else(|| snapshot::parse_name(&name).map(|(s, _, _)| s.to_owned()))
+            .unwrap_or_default();
+        Some(SnapshotInfo {
+            uid: s(&meta["uid"]),
+            resource_version: s(&meta["resourceVersion"]),
+            source,
+            hash,
+            created_ms: meta["creationTimestamp"].as_str().and_then(super::propagate::parse_time_ms).unwrap_or(0),
+            last_used_ms: ann(names::LAST_USED).and_then(super::propagate::parse_time_ms),
+            adopted: ann(names::ADOPTED).unwrap_or_default().split(',').filter(|t| !t.is_empty()).map(str::to_owned).collect(),
+            valid: snapshot::validate(obj).map(|_| ()).map_err(|e| e.to_string()),
+            bytes: snapshot::Content::from_object(obj).bytes(),
+            name,
+        })
+    }
+}
+
+/// A source as the sweep sees it (present = the source exists).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SourceInfo {
+    pub head: Option<String>,
+    pub keep: Option<usize>,
+}
+
+/// What references snapshots in a namespace, from fresh lists.
+#[derive(Clone, Debug, Default)]
+pub struct References {
+    /// ConfigMap name → who references it (`Kind/name`).
+    pub by_name: HashMap<String, Vec<String>>,
+    /// Template hashes of ReplicaSets and ControllerRevisions.
+    pub live_templates: HashSet<String>,
+}
+
+impl References {
+    pub fn add(&mut self, kind: Kind, obj: &Value) {
+        let Some(tpl) = obj.pointer(kind.template_pointer()) else { return };
+        let who = format!("{}/{}", kind.as_str(), obj["metadata"]["name"].as_str().unwrap_or_default());
+        for name in template::ref_names(tpl) {
+            self.by_name.entry(name).or_default().push(who.clone());
+        }
+        if !kind.is_workload() {
+            self.live_templates.insert(template::template_hash(tpl));
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Keep(String),
+    Delete(String),
+}
+
+/// A change to the snapshot's `last-used` record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stamp {
+    /// Not in use and not yet recorded: write now.
+    Set,
+    /// In use again: remove the stale record.
+    Clear,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    pub name: String,
+    pub verdict: Verdict,
+    pub stamp: Option<Stamp>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    pub keep: usize,
+    pub grace: Duration,
+}
+
+fn ago(now_ms: i64, t_ms: i64) -> String {
+    let s = (now_ms - t_ms).max(0) / 1000;
+    if s >= 3600 {
+        format!("{}h{}m", s / 3600, s % 3600 / 60)
+    } else if s >= 60 {
+        format!("{}m{}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// Decides, for every snapshot in a namespace, whether to keep it (and why) or delete it.
+pub fn plan(
+    snapshots: &[SnapshotInfo],
+    sources: &HashMap<String, SourceInfo>,
+    refs: &References,
+    now_ms: i64,
+    settings: Settings,
+) -> Vec<Item> {
+    let grace_ms = i64::try_from(settings.grace.as_millis()).unwrap_or(i64::MAX / 4);
+    // Newest N valid snapshots per existing source.
+    let mut newest: HashSet<&str> = HashSet::new();
+    let mut by_source: BTreeMap<&str, Vec<&SnapshotInfo>> = BTreeMap::new();
+    for s in snapshots.iter().filter(|s| s.valid.is_ok()) {
+        by_source.entry(s.source.as_str()).or_default().push(s);
+    }
+    for (source, mut list) in by_source {
+        let Some(src) = sources.get(source) else { continue };
+        list.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then_with(|| b.name.cmp(&a.name)));
+        newest.extend(list.iter().take(src.keep.unwrap_or(settings.keep)).map(|s| s.name.as_str()));
+    }
+
+    let mut items: Vec<Item> = snapshots
+        .iter()
+        .map(|s| {
+            let src = sources.get(&s.source);
+            let mut in_use = None;
+            if src.and_then(|x| x.head.as_deref()) == Some(s.hash.as_str()) {
+                in_use = Some(format!("the head of {}", s.source));
+            } else if let Some(users) = refs.by_name.get(&s.name) {
+                let mut users = users.clone();
+                users.sort();
+                users.dedup();
+                let more = if users.len() > 3 { format!(" and {} more", users.len() - 3) } else { String::new() };
+                users.truncate(3);
+                in_use = Some(format!("referenced by {}{more}", users.join(", ")));
+            } else if let Some(t) = s.adopted.iter().find(|t| refs.live_templates.contains(*t)) {
+                in_use = Some(format!("its adoption record names template {t}, which a revision still has"));
+            }
+            let stamp = match (&in_use, s.last_used_ms) {
+                (Some(_), Some(_)) => Some(Stamp::Clear),
+                (None, None) if s.valid.is_ok() => Some(Stamp::Set),
+                _ => None,
+            };
+            let verdict = if let Err(why) = &s.valid {
+                Verdict::Keep(format!("not a valid snapshot ({why}); never deleted"))
+            } else if let Some(why) = in_use {
+                Verdict::Keep(why)
+            } else if newest.contains(s.name.as_str()) {
+                let n = src.and_then(|x| x.keep).unwrap_or(settings.keep);
+                Verdict::Keep(format!("one of the newest {n} snapshots of {}", s.source))
+            } else {
+                match s.last_used_ms {
+                    None => Verdict::Keep(format!("unused as of now; the grace period of {}s starts", settings.grace.as_secs())),
+                    Some(t) if now_ms - t < grace_ms => Verdict::Keep(format!(
+                        "unused since {} ago, within the grace period of {}s",
+                        ago(now_ms, t),
+                        settings.grace.as_secs()
+                    )),
+                    Some(t) if src.is_none() => {
+                        Verdict::Delete(format!("source {} is deleted and nothing has used this for {}", s.source, ago(now_ms, t)))
+                    }
+                    Some(t) => Verdict::Delete(format!(
+                        "unused for {}, not the head, not among the newest {} of {}",
+                        ago(now_ms, t),
+                        src.and_then(|x| x.keep).unwrap_or(settings.keep),
+                        s.source
+                    )),
+                }
+            };
+            Item { name: s.name.clone(), verdict, stamp }
+        })
+        .collect();
+    items.sort_by(|a, b| a.name.cmp(&b.name));
+    items
+}
+
+/// What one namespace's sweep did.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub namespace: String,
+    pub items: Vec<Item>,
+    /// Names actually deleted (not in a dry run).
+    pub deleted: Vec<String>,
+    /// Deletions or record writes that failed, with why.
+    pub errors: Vec<String>,
+    pub snapshots: usize,
+    pub bytes: usize,
+    pub elapsed: Duration,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for item in &self.items {
+            match &item.verdict {
+                Verdict::Keep(why) => writeln!(f, "keep    {}/{}: {why}", self.namespace, item.name)?,
+                Verdict::Delete(why) => {
+                    let done = if self.deleted.contains(&item.name) { "deleted" } else { "delete " };
+                    writeln!(f, "{done} {}/{}: {why}", self.namespace, item.name)?
+                }
+            }
+        }
+        for e in &self.errors {
+            writeln!(f, "error   {}: {e}", self.namespace)?;
+        }
+        Ok(())
+    }
+}
+
+/// Lists what the sweep reads, fresh from the API server.
+async fn list(client: &kube::Client, ns: &str, what: Watched, cj: &str) -> Result<Vec<Value>, kube::Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &api_resource(what, cj));
+    let mut out = Vec::new();
+    let mut lp = ListParams::default().limit(500);
+    loop {
+        let page = api.list(&lp).await?;
+        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        out.extend(page.items.into_iter().map(|o| serde_json::to_value(o).unwrap_or(Value::Null)));
+        match next {
+            Some(c) => lp = lp.continue_token(&c),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// Namespaces that hold snapshots (metadata only, one list for the cluster).
+pub async fn namespaces_with_snapshots(client: &kube::Client) -> Result<Vec<String>, kube::Error> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource(Watched::ConfigMaps, "v1"));
+    let list = api.list_metadata(&ListParams::default().labels(names::HASH_LABEL)).await?;
+    let mut v: Vec<String> = list.items.into_iter().filter_map(|o| o.metadata.namespace).collect();
+    v.sort();
+    v.dedup();
+    Ok(v)
+}
+
+/// Sweeps one namespace: fresh lists, plan, then (unless `dry_run`) deletes with preconditions
+/// and records last use.
+pub async fn sweep_namespace(client: &kube::Client, ns: &str, cj: &str, settings: Settings, dry_run: bool) -> Result<Report, kube::Error> {
+    let start = Instant::now();
+    let configmaps = list(client, ns, Watched::ConfigMaps, cj).await?;
+    let mut refs = References::default();
+    for kind in [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::Job, Kind::CronJob] {
+        for obj in list(client, ns, Watched::Workload(kind), cj).await? {
+            refs.add(kind, &obj);
+        }
+    }
+    for kind in [Kind::ReplicaSet, Kind::ControllerRevision] {
+        for obj in list(client, ns, Watched::Revision(kind), cj).await? {
+            refs.add(kind, &obj);
+        }
+    }
+    let mut sources: HashMap<String, SourceInfo> = HashMap::new();
+    let mut snapshots = Vec::new();
+    for cm in &configmaps {
+        if let Some(s) = SnapshotInfo::from_object(cm) {
+            snapshots.push(s);
+            continue;
+        }
+        let ann = |k: &str| cm["metadata"]["annotations"].get(k).and_then(Value::as_str);
+        sources.insert(
+            cm["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+            SourceInfo { head: ann(names::HEAD).map(str::to_owned), keep: ann(names::KEEP).and_then(|k| k.trim().parse().ok()) },
+        );
+    }
+    let now = super::propagate::now_ms();
+    let items = plan(&snapshots, &sources, &refs, now, settings);
+    let mut report = Report {
+        namespace: ns.to_owned(),
+        snapshots: snapshots.iter().filter(|s| s.valid.is_ok()).count(),
+        bytes: snapshots.iter().filter(|s| s.valid.is_ok()).map(|s| s.bytes).sum(),
+        ..Default::default()
+    };
+    if !dry_run {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &api_resource(Watched::ConfigMaps, cj));
+        let by_name: HashMap<&str, &SnapshotInfo> = snapshots.iter().map(|s| (s.name.as_str(), s)).collect();
+        let stamp_time = format!("{:.0}", k8s_openapi::jiff::Timestamp::from_millisecond(now).unwrap_or_default());
+        for item in &items {
+            let s = by_name[item.name.as_str()];
+            if let Verdict::Delete(why) = &item.verdict {
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions { uid: Some(s.uid.clone()), resource_version: Some(s.resource_version.clone()) }),
+                    ..Default::default()
+                };
+                match api.delete(&s.name, &dp).await {
+                    Ok(_) => {
+                        tracing::info!(namespace = ns, snapshot = %s.name, reason = %why, "deleted snapshot");
+                        METRICS.gc_deleted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        report.deleted.push(s.name.clone());
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => report.errors.push(format!("delete {}: {e}", s.name)),
+                }
+                continue;
+            }
+            let value = match item.stamp {
+                Some(Stamp::Set) => Value::String(stamp_time.clone()),
+                Some(Stamp::Clear) => Value::Null,
+                None => continue,
+            };
+            let patch = json!({"metadata": {"uid": s.uid, "annotations": {names::LAST_USED: value}}});
+            if let Err(e) = api.patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                report.errors.push(format!("record last use on {}: {e}", s.name));
+            }
+        }
+    }
+    report.items = items;
+    report.elapsed = start.elapsed();
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: i64 = 60_000;
+
+    fn snap(name: &str, source: &str, hash: &str, created_min: i64, last_used_min: Option<i64>) -> SnapshotInfo {
+        SnapshotInfo {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            resource_version: "1".into(),
+            source: source.into(),
+            hash: hash.into(),
+            created_ms: created_min * MIN,
+            last_used_ms: last_used_min.map(|m| m * MIN),
+            adopted: vec![],
+            valid: Ok(()),
+            bytes: 10,
+        }
+    }
+
+    fn settings() -> Settings {
+        Settings { keep: 2, grace: Duration::from_secs(600) }
+    }
+
+    fn verdicts(items: &[Item]) -> Vec<(&str, bool, &str)> {
+        items
+            .iter()
+            .map(|i| match &i.verdict {
+                Verdict::Keep(w) => (i.name.as_str(), false, w.as_str()),
+                Verdict::Delete(w) => (i.name.as_str(), true, w.as_str()),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keeps_heads_references_adoptions_newest_and_recent_use() {
+        let snaps = vec![
+            snap("s-1", "s", "h1", 1, Some(100)), // old, unused long ago → delete
+            snap("s-2", "s", "h2", 2, Some(100)), // referenced by a ReplicaSet
+            snap("s-3", "s", "h3", 3, Some(195)), // unused 5 minutes: grace
+            snap("s-4", "s", "h4", 4, Some(100)), // adoption record of a live template
+            snap("s-5", "s", "h5", 5, None),      // newest two
+            snap("s-6", "s", "h6", 6, None),      // head
+            snap("s-7", "s", "h7", 0, None),      // unused, never recorded: record, keep
+        ];
+        let mut snaps = snaps;
+        snaps[3].adopted = vec!["tpl".into()];
+        let sources = HashMap::from([("s".to_owned(), SourceInfo { head: Some("h6".into()), keep: None })]);
+        let mut refs = References::default();
+        refs.by_name.insert("s-2".into(), vec!["ReplicaSet/app-1".into()]);
+        refs.live_templates.insert("tpl".into());
+        let items = plan(&snaps, &sources, &refs, 200 * MIN, settings());
+        let v = verdicts(&items);
+        assert_eq!(v[0].0, "s-1");
+        assert!(v[0].1, "{v:?}");
+        assert!(v[0].2.contains("unused for 1h40m"), "{}", v[0].2);
+        assert!(!v[1].1 && v[1].2.contains("ReplicaSet/app-1"));
+        assert!(!v[2].1 && v[2].2.contains("grace"));
+        assert!(!v[3].1 && v[3].2.contains("adoption record"));
+        assert!(!v[4].1 && v[4].2.contains("newest 2"));
+        assert!(!v[5].1 && v[5].2.contains("head"));
+        assert!(!v[6].1 && v[6].2.contains("grace period of 600s starts"));
+        assert_eq!(items[6].stamp, Some(Stamp::Set));
+        assert_eq!(items[1].stamp, Some(Stamp::Clear), "in use again: the old record goes");
+        assert_eq!(items[0].stamp, None);
+    }
+
+    #[test]
+    fn per_source_keep_and_deleted_sources() {
+        let snaps = vec![snap("a-1", "a", "h1", 1, Some(0)), snap("a-2", "a", "h2", 2, Some(0)), snap("gone-1", "gone", "g", 9, Some(0))];
+        let sources = HashMap::from([("a".to_owned(), SourceInfo { head: None, keep: Some(1) })]);
+        let items = plan(&snaps, &sources, &References::default(), 100 * MIN, settings());
+        let v = verdicts(&items);
+        assert!(v[0].1, "a-1 is not among the newest 1: {v:?}");
+        assert!(!v[1].1);
+        assert!(v[2].1 && v[2].2.contains("source gone is deleted"), "newest-N does not protect a deleted source's snapshots");
+    }
+
+    #[test]
+    fn invalid_snapshots_are_never_deleted() {
+        let mut s = snap("x-1", "x", "h", 0, Some(0));
+        s.valid = Err("it is not immutable".into());
+        let items = plan(&[s], &HashMap::new(), &References::default(), 1000 * MIN, settings());
+        assert!(matches!(&items[0].verdict, Verdict::Keep(w) if w.contains("not a valid snapshot")));
+        assert_eq!(items[0].stamp, None);
+    }
+
+    #[test]
+    fn references_come_from_every_kind() {
+        let mut refs = References::default();
+        let tpl = json!({"spec": {"volumes": [{"name": "v", "configMap": {"name": "cfg-aaaaaaaaaaaa"}}]}});
+        refs.add(Kind::Job, &json!({"metadata": {"name": "j"}, "spec": {"template": tpl}}));
+        refs.add(Kind::CronJob, &json!({"metadata": {"name": "c"}, "spec": {"jobTemplate": {"spec": {"template": tpl}}}}));
+        refs.add(Kind::ControllerRevision, &json!({"metadata": {"name": "r"}, "data": {"spec": {"template": tpl}}}));
+        assert_eq!(refs.by_name["cfg-aaaaaaaaaaaa"], ["Job/j", "CronJob/c", "ControllerRevision/r"]);
+        assert!(refs.live_templates.contains(&template::template_hash(&tpl)));
+    }
+
+    #[test]
+    fn a_thousand_snapshots_plan_quickly() {
+        let snaps: Vec<SnapshotInfo> =
+            (0..1000).map(|i| snap(&format!("s{}-{i}", i % 50), &format!("s{}", i % 50), &format!("h{i}"), i, Some(0))).collect();
+        let sources: HashMap<String, SourceInfo> = (0..50).map(|i| (format!("s{i}"), SourceInfo::default())).collect();
+        let start = Instant::now();
+        let items = plan(&snaps, &sources, &References::default(), 10_000 * MIN, settings());
+        assert_eq!(items.iter().filter(|i| matches!(i.verdict, Verdict::Delete(_))).count(), 900);
+        assert!(start.elapsed() < Duration::from_secs(1), "{:?}", start.elapsed());
+    }
+}

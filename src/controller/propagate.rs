@@ -1,0 +1,418 @@
+//! Propagation (SPEC §7): once a source's change has settled, every Deployment, StatefulSet,
+//! DaemonSet and CronJob still on an older, unheld pin of it (or on its plain name) gets the
+//! `confighistory.io/propagate` trigger, and the webhook re-pins while admitting that update.
+//! When no workload is behind any more, the source records the head as propagated.
+//!
+//! [`due_propagations`] is the decision, a pure function of the watch cache and the clock.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::names;
+use crate::policy::{self, Mode, Policy};
+use crate::state::{ConfigMapInfo, State};
+use crate::template::Kind;
+
+/// (kind, namespace, name) of a workload.
+pub type WorkloadKey = (Kind, String, String);
+
+/// A change of one source that has not been propagated yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub head: String,
+    /// When confighistory saw the change (ms since the epoch).
+    pub changed_ms: i64,
+    /// `changed_ms` plus the settle window.
+    pub due_ms: i64,
+}
+
+/// One workload update: the trigger naming every stale source (source → head).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub trigger: BTreeMap<String, String>,
+}
+
+impl Plan {
+    pub fn key(&self) -> WorkloadKey {
+        (self.kind, self.namespace.clone(), self.name.clone())
+    }
+    pub fn trigger_value(&self) -> String {
+        crate::admission::workload::format_trigger(&self.trigger)
+    }
+}
+
+/// Everything one pass decides.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Propagation {
+    /// Workload updates to make now.
+    pub plans: Vec<Plan>,
+    /// Settled sources that no workload is behind on any more: record `propagated = head`.
+    pub done: Vec<(String, String, String)>,
+    /// Changes still inside their settle window.
+    pub waiting: usize,
+    /// Earliest time (ms) something waiting becomes due.
+    pub next_due_ms: Option<i64>,
+    /// Per namespace: workloads with a pin that is not the head, and held pins.
+    pub behind: BTreeMap<String, u64>,
+    pub held: BTreeMap<String, u64>,
+}
+
+/// Parses an RFC 3339 time into ms since the epoch.
+pub fn parse_time_ms(s: &str) -> Option<i64> {
+    s.parse::<k8s_openapi::jiff::Timestamp>().ok().map(|t| t.as_millisecond())
+}
+
+pub fn now_ms() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_millisecond()
+}
+
+/// The settle window of a source: its own annotation, else its namespace's, else the default.
+pub fn settle_ms(state: &State, policy: &Policy, ns: &str, cm: &ConfigMapInfo) -> i64 {
+    let d = cm
+        .annotation(names::SETTLE)
+        .and_then(policy::parse_duration)
+        .or_else(|| state.namespace(ns).and_then(|n| n.settle.as_deref()).and_then(policy::parse_duration))
+        .unwrap_or(policy.settle);
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+/// Whether a namespace is one the loops act in: rewrite mode, not being deleted, and (when the
+/// controller is restricted to some namespaces) selected.
+pub fn namespace_active(state: &State, policy: &Policy, selector: &policy::Selector, ns: &str) -> bool {
+    let info = state.namespace(ns);
+    if info.is_some_and(|n| n.deleting) {
+        return false;
+    }
+    if !selector.is_empty() && !info.is_some_and(|n| selector.matches(&n.labels)) {
+        return false;
+    }
+    policy.mode(ns, info.and_then(|n| n.mode_label.as_deref())).0 == Mode::Rewrite
+}
+
+/// A mutable, versioned ConfigMap that is not a snapshot: one whose changes are tracked.
+pub fn is_versioned_source(policy: &Policy, name: &str, cm: &ConfigMapInfo) -> bool {
+    name != names::ROOT_CA
+        && !cm.immutable
+        && !cm.labels.contains_key(names::HASH_LABEL)
+        && policy.versioned(&cm.labels, cm.annotation(names::VERSIONED))
+}
+
+/// The pending change of a source, if any (the state-cache form of `admission::change_pending`).
+pub fn pending_change(state: &State, policy: &Policy, ns: &str, cm: &ConfigMapInfo) -> Option<Change> {
+    let head = cm.annotation(names::HEAD)?;
+    if cm.annotation(names::ROLLOUT) == Some("manual") || cm.annotation(names::PROPAGATED) == Some(head) {
+        return None;
+    }
+    let changed_ms = parse_time_ms(cm.annotation(names::CHANGED_AT)?).unwrap_or(0);
+    Some(Change { head: head.to_owned(), changed_ms, due_ms: changed_ms.saturating_add(settle_ms(state, policy, ns, cm)) })
+}
+
+/// Sources a workload's template uses: source → hashes it is pinned to (`None` = plain name).
+pub fn sources_of(state: &State, ns: &str, refs: &[String]) -> BTreeMap<String, BTreeSet<Option<String>>> {
+    let mut out: BTreeMap<String, BTreeSet<Option<String>>> = BTreeMap::new();
+    for r in refs {
+        match state.snapshot_of(ns, r) {
+            Some((source, hash)) => out.entry(source).or_default().insert(Some(hash)),
+            None => out.entry(r.clone()).or_default().insert(None),
+        };
+    }
+    out
+}
+
+pub fn held_sources(annotations: &BTreeMap<String, String>) -> BTreeSet<String> {
+    annotations
+        .get(names::HELD)
+        .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// Whether a workload on `pins` (hashes, `None` = plain) is behind `head` and may be moved.
+pub fn is_stale(pins: &BTreeSet<Option<String>>, head: &str, held: bool) -> bool {
+    pins.contains(&None) || (!held && pins.iter().flatten().any(|h| h != head))
+}
+
+/// Decides what to propagate now.
+///
+/// A workload is updated once for all its stale sources: it waits until every pending change it
+/// is behind on has settled (two sources edited in one apply give one revision), but never more
+/// than one extra window past its earliest due change.
+pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selector, now: i64) -> Propagation {
+    let mut out = Propagation::default();
+    // Pending changes, by (namespace, source).
+    let mut changes: HashMap<(String, String), Change> = HashMap::new();
+    for ((ns, name), cm) in &state.configmaps {
+        if !is_versioned_source(policy, name, cm) || !namespace_active(state, policy, selector, ns) {
+            continue;
+        }
+        if let Some(change) = pending_change(state, policy, ns, cm) {
+            if change.due_ms > now {
+                out.waiting += 1;
+                out.next_due_ms = Some(out.next_due_ms.map_or(change.due_ms, |d: i64| d.min(change.due_ms)));
+            }
+            changes.insert((ns.clone(), name.clone()), change);
+        }
+    }
+
+    let mut behind_any: HashMap<(String, String), bool> = HashMap::new();
+    let mut workloads: Vec<_> = state.workloads.iter().collect();
+    workloads.sort_by(|a, b| a.0.cmp(b.0));
+    for ((kind, ns, name), w) in workloads {
+        if !kind.propagates() || w.deleting || w.annotations.get(names::IGNORE).map(String::as_str) == Some("true") {
+            continue;
+        }
+        if !namespace_active(state, policy, selector, ns) {
+            continue;
+        }
+        let held = held_sources(&w.annotations);
+        let sources = sources_of(state, ns, &w.refs);
+        // Metrics: pins that are not the head, and held pins.
+        let mut is_behind = false;
+        for (source, pins) in &sources {
+            let head = state.configmap(ns, source).and_then(|c| c.annotation(names::HEAD));
+            if head.is_some_and(|h| pins.iter().flatten().any(|p| p != h)) {
+                is_behind = true;
+            }
+        }
+        if is_behind {
+            *out.behind.entry(ns.clone()).or_default() += 1;
+        }
+        let held_count = held.iter().filter(|s| sources.contains_key(*s)).count() as u64;
+        if held_count > 0 {
+            *out.held.entry(ns.clone()).or_default() += held_count;
+        }
+
+        let stale: Vec<(&String, &Change)> = sources
+            .iter()
+            .filter_map(|(source, pins)| {
+                let change = changes.get(&(ns.clone(), source.clone()))?;
+                is_stale(pins, &change.head, held.contains(source)).then_some((source, change))
+            })
+            .collect();
+        if stale.is_empty() {
+            continue;
+        }
+        for (source, _) in &stale {
+            behind_any.insert((ns.clone(), (*source).clone()), true);
+        }
+        let latest = stale.iter().map(|(_, c)| c.due_ms).max().unwrap_or(now);
+        let first = stale.iter().min_by_key(|(_, c)| c.due_ms).map(|(_, c)| *c).expect("not empty");
+        let overdue = first.due_ms.saturating_add(first.due_ms - first.changed_ms) <= now;
+        let trigger: BTreeMap<String, String> = if latest <= now {
+            stale.iter().map(|(s, c)| ((*s).clone(), c.head.clone())).collect()
+        } else if overdue {
+            stale.iter().filter(|(_, c)| c.due_ms <= now).map(|(s, c)| ((*s).clone(), c.head.clone())).collect()
+        } else {
+            out.next_due_ms = Some(out.next_due_ms.map_or(latest, |d| d.min(latest)));
+            continue;
+        };
+        out.plans.push(Plan { kind: *kind, namespace: ns.clone(), name: name.clone(), uid: w.uid.clone(), trigger });
+    }
+
+    let mut done: Vec<(String, String, String)> = changes
+        .into_iter()
+        .filter(|(key, c)| c.due_ms <= now && !behind_any.contains_key(key))
+        .map(|((ns, source), c)| (ns, source, c.head))
+        .collect();
+    done.sort();
+    out.done = done;
+    out.plans = interleave_namespaces(out.plans);
+    out
+}
+
+/// Orders plans round-robin over namespaces, so one busy namespace does not hold up the others.
+fn interleave_namespaces(plans: Vec<Plan>) -> Vec<Plan> {
+    let mut by_ns: BTreeMap<String, std::collections::VecDeque<Plan>> = BTreeMap::new();
+    for p in plans {
+        by_ns.entry(p.namespace.clone()).or_default().push_back(p);
+    }
+    let mut out = Vec::new();
+    loop {
+        let mut any = false;
+        for q in by_ns.values_mut() {
+            if let Some(p) = q.pop_front() {
+                out.push(p);
+                any = true;
+            }
+        }
+        if !any {
+            return out;
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::snapshot;
+    use serde_json::{json, Value};
+
+    pub const T0: &str = "2025-01-01T00:00:00Z";
+
+    pub fn ms(s: &str) -> i64 {
+        parse_time_ms(s).unwrap()
+    }
+
+    pub fn source(ns: &str, name: &str, head: &str, extra: &[(&str, &str)]) -> Value {
+        let mut ann = serde_json::Map::new();
+        ann.insert(names::HEAD.into(), json!(head));
+        for (k, v) in extra {
+            ann.insert((*k).into(), json!(v));
+        }
+        json!({"metadata": {"namespace": ns, "name": name, "uid": format!("uid-{name}"), "annotations": ann}, "data": {"k": head}})
+    }
+
+    pub fn snap(ns: &str, src: &str, hash: &str) -> Value {
+        json!({"metadata": {"namespace": ns, "name": snapshot::name(src, hash, 0), "uid": format!("uid-{src}-{hash}"),
+            "labels": {names::HASH_LABEL: hash, names::SOURCE_LABEL: src, names::MANAGED_BY: names::MANAGER},
+            "annotations": {names::SOURCE_NAME: src}}, "immutable": true})
+    }
+
+    pub fn workload(ns: &str, name: &str, cms: &[&str], ann: &[(&str, &str)]) -> Value {
+        let volumes: Vec<Value> = cms.iter().enumerate().map(|(i, c)| json!({"name": format!("v{i}"), "configMap": {"name": c}})).collect();
+        let a: serde_json::Map<String, Value> = ann.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect();
+        json!({"metadata": {"namespace": ns, "name": name, "uid": format!("uid-{name}"), "annotations": a},
+               "spec": {"template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "i"}], "volumes": volumes}}}})
+    }
+
+    pub fn cronjob(ns: &str, name: &str, cms: &[&str]) -> Value {
+        let mut w = workload(ns, name, cms, &[]);
+        let tpl = w["spec"]["template"].take();
+        w["spec"] = json!({"jobTemplate": {"spec": {"template": tpl}}});
+        w
+    }
+
+    pub fn h(c: char) -> String {
+        std::iter::repeat_n(c, snapshot::HASH_LEN).collect()
+    }
+
+    fn setup() -> State {
+        let mut s = State::default();
+        s.apply_namespace(&json!({"metadata": {"name": "ns"}}));
+        s.apply_configmap(&source("ns", "cfg", &h('b'), &[(names::CHANGED_AT, T0)]));
+        s.apply_configmap(&snap("ns", "cfg", &h('a')));
+        s.apply_configmap(&snap("ns", "cfg", &h('b')));
+        s
+    }
+
+    fn run(s: &State, at: i64) -> Propagation {
+        due_propagations(s, &Policy::default(), &policy::Selector::default(), at)
+    }
+
+    #[test]
+    fn waits_for_the_settle_window_then_moves_stale_unheld_workloads() {
+        let mut s = setup();
+        let old = snapshot::name("cfg", &h('a'), 0);
+        let new = snapshot::name("cfg", &h('b'), 0);
+        s.apply_workload(Kind::Deployment, &workload("ns", "stale", &[&old], &[]));
+        s.apply_workload(Kind::Deployment, &workload("ns", "plain", &["cfg"], &[]));
+        s.apply_workload(Kind::Deployment, &workload("ns", "fresh", &[&new], &[]));
+        s.apply_workload(Kind::Deployment, &workload("ns", "held", &[&old], &[(names::HELD, "cfg")]));
+        s.apply_workload(Kind::Job, &workload("ns", "job", &[&old], &[]));
+        s.apply_workload(Kind::CronJob, &cronjob("ns", "cron", &[&old]));
+        s.apply_workload(Kind::Deployment, &workload("ns", "ignored", &[&old], &[(names::IGNORE, "true")]));
+
+        let early = run(&s, ms(T0) + 9_999);
+        assert!(early.plans.is_empty() && early.done.is_empty());
+        assert_eq!(early.waiting, 1);
+        assert_eq!(early.next_due_ms, Some(ms(T0) + 10_000));
+
+        let due = run(&s, ms(T0) + 10_000);
+        let names: Vec<(Kind, &str)> = due.plans.iter().map(|p| (p.kind, p.name.as_str())).collect();
+        assert_eq!(names, [(Kind::Deployment, "plain"), (Kind::Deployment, "stale"), (Kind::CronJob, "cron")]);
+        assert_eq!(due.plans[2].trigger_value(), format!("cfg={}", h('b')));
+        assert!(due.done.is_empty(), "not done while workloads are behind");
+        assert_eq!(due.behind.get("ns"), Some(&3), "stale, held, cron (Jobs and ignored workloads are not counted)");
+        assert_eq!(due.held.get("ns"), Some(&1));
+
+        // The webhook re-pinned them: the change is done, once.
+        for n in ["stale", "plain"] {
+            s.apply_workload(Kind::Deployment, &workload("ns", n, &[&new], &[]));
+        }
+        s.apply_workload(Kind::CronJob, &cronjob("ns", "cron", &[&new]));
+        let after = run(&s, ms(T0) + 11_000);
+        assert!(after.plans.is_empty());
+        assert_eq!(after.done, [("ns".into(), "cfg".into(), h('b'))]);
+        s.apply_configmap(&source("ns", "cfg", &h('b'), &[(names::CHANGED_AT, T0), (names::PROPAGATED, &h('b'))]));
+        assert_eq!(run(&s, ms(T0) + 12_000), Propagation { behind: after.behind.clone(), held: after.held.clone(), ..Default::default() });
+    }
+
+    #[test]
+    fn settle_comes_from_the_source_then_the_namespace() {
+        let mut s = setup();
+        s.apply_namespace(&json!({"metadata": {"name": "ns", "annotations": {names::SETTLE: "1m"}}}));
+        s.apply_workload(Kind::Deployment, &workload("ns", "d", &["cfg"], &[]));
+        assert!(run(&s, ms(T0) + 59_000).plans.is_empty());
+        assert_eq!(run(&s, ms(T0) + 60_000).plans.len(), 1);
+        s.apply_configmap(&source("ns", "cfg", &h('b'), &[(names::CHANGED_AT, T0), (names::SETTLE, "5")]));
+        assert_eq!(run(&s, ms(T0) + 5_000).plans.len(), 1);
+    }
+
+    #[test]
+    fn manual_unversioned_propagated_and_other_modes_are_left_alone() {
+        for (extra, ns_labels) in [
+            (vec![(names::ROLLOUT, "manual")], json!({})),
+            (vec![(names::VERSIONED, "false")], json!({})),
+            (vec![(names::PROPAGATED, "bbbbbbbbbbbb")], json!({})),
+            (vec![], json!({names::MODE_LABEL: "audit"})),
+        ] {
+            let mut s = setup();
+            s.apply_namespace(&json!({"metadata": {"name": "ns", "labels": ns_labels}}));
+            let mut e = extra.clone();
+            e.push((names::CHANGED_AT, T0));
+            s.apply_configmap(&source("ns", "cfg", &h('b'), &e));
+            s.apply_workload(Kind::Deployment, &workload("ns", "d", &["cfg"], &[]));
+            let p = run(&s, ms(T0) + 60_000);
+            assert!(p.plans.is_empty() && p.done.is_empty(), "{extra:?} {ns_labels}: {p:?}");
+        }
+        // No changed-at (an existing source at install time): nothing to propagate.
+        let mut s = State::default();
+        s.apply_configmap(&source("ns", "cfg", &h('b'), &[]));
+        s.apply_workload(Kind::Deployment, &workload("ns", "d", &["cfg"], &[]));
+        assert!(run(&s, ms(T0)).plans.is_empty());
+    }
+
+    #[test]
+    fn two_sources_changed_together_give_one_update() {
+        let mut s = setup();
+        let t1 = "2025-01-01T00:00:01Z";
+        s.apply_configmap(&source("ns", "other", &h('d'), &[(names::CHANGED_AT, t1)]));
+        s.apply_configmap(&snap("ns", "other", &h('c')));
+        let pins = [snapshot::name("cfg", &h('a'), 0), snapshot::name("other", &h('c'), 0)];
+        s.apply_workload(Kind::Deployment, &workload("ns", "d", &[&pins[0], &pins[1]], &[]));
+        // cfg is due, other is not yet: the workload waits for both.
+        let p = run(&s, ms(T0) + 10_500);
+        assert!(p.plans.is_empty() && p.done.is_empty(), "{p:?}");
+        assert_eq!(p.next_due_ms, Some(ms(t1) + 10_000));
+        let p = run(&s, ms(t1) + 10_000);
+        assert_eq!(p.plans.len(), 1);
+        assert_eq!(p.plans[0].trigger_value(), format!("cfg={},other={}", h('b'), h('d')));
+    }
+
+    #[test]
+    fn a_workload_waits_at_most_one_extra_window() {
+        let mut s = setup();
+        let later = "2025-01-01T00:00:30Z";
+        s.apply_configmap(&source("ns", "other", &h('d'), &[(names::CHANGED_AT, later)]));
+        s.apply_workload(Kind::Deployment, &workload("ns", "d", &[&snapshot::name("cfg", &h('a'), 0), "other"], &[]));
+        assert!(run(&s, ms(T0) + 19_000).plans.is_empty());
+        let p = run(&s, ms(T0) + 20_000);
+        assert_eq!(p.plans[0].trigger_value(), format!("cfg={}", h('b')), "only the settled change");
+    }
+
+    #[test]
+    fn plans_alternate_between_namespaces() {
+        let mut s = State::default();
+        for ns in ["a", "b"] {
+            s.apply_configmap(&source(ns, "cfg", &h('b'), &[(names::CHANGED_AT, T0)]));
+            for i in 0..3 {
+                s.apply_workload(Kind::Deployment, &workload(ns, &format!("d{i}"), &["cfg"], &[]));
+            }
+        }
+        let p = run(&s, ms(T0) + 10_000);
+        let order: Vec<&str> = p.plans.iter().map(|p| p.namespace.as_str()).collect();
+        assert_eq!(order, ["a", "b", "a", "b", "a", "b"]);
+    }
+}
