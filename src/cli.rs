@@ -159,5 +159,5 @@ pub struct ControllerArgs {
     pub resync_qps: f64,
     /// Label selector of the namespaces the loops act in (default: all). For canaries and tests.
     #[arg(long, env = "CONFIGHISTORY_CONTROLLER_NAMESPACE_SELECTOR", default_value = "")]
-    pub namespace_selector: String,
+    pub controller_namespace_selector: String,
 }

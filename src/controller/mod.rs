@@ -69,7 +69,7 @@ pub fn spawn(client: kube::Client, app: Arc<App>, args: ControllerArgs) {
 
 /// Builds the shared context, starts the election and the loops; returns the context.
 pub async fn start(client: kube::Client, app: Arc<App>, args: ControllerArgs) -> anyhow::Result<Arc<Ctx>> {
-    let selector: Selector = args.namespace_selector.parse().map_err(anyhow::Error::msg)?;
+    let selector: Selector = args.controller_namespace_selector.parse().map_err(anyhow::Error::msg)?;
     let now = Instant::now();
     let identity = leader::identity();
     let lease_ns = args.leader_election_namespace.clone().unwrap_or_else(|| "confighistory".into());

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod controller;
 mod harness;
 mod pinning;
 mod smoke;

@@ -20,6 +20,10 @@ pub const CONFIGURATION_NAME: &str = "confighistory";
 /// The namespace confighistory itself runs in (excluded from its own webhooks by the server).
 pub const NAMESPACE: &str = "confighistory";
 
+/// Namespaces with this label are left to controller processes a test runs itself (leader
+/// failover, rate limits); the shared server's loops do not act in them.
+pub const CONTROLLER_LABEL: &str = "e2e.confighistory.io/controller";
+
 /// The running server.
 pub struct Webhook {
     /// `https://127.0.0.1:<port>`; the webhooks use `/mutate`, `/validate` and `/protect`.
@@ -50,6 +54,9 @@ fn start(cluster: &'static Cluster) -> Webhook {
     let listen = format!("{host}:{port}");
     let health_listen = format!("127.0.0.1:{health_port}");
 
+    // The namespace of the leader-election Lease.
+    cluster.apply_cluster_scoped(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"));
+
     let mut command = Command::new(repo_root().join("tests/e2e/run-webhook"));
     command.arg(&log_file);
     for kind in ["mutatingwebhookconfiguration", "validatingwebhookconfiguration"] {
@@ -64,6 +71,10 @@ fn start(cluster: &'static Cluster) -> Webhook {
         .arg("--tls-key")
         .arg(run_dir.join("tls.key"))
         .args(["--identity", WEBHOOK_IDENTITY, "--namespace", NAMESPACE])
+        // Controller loops (tests/e2e/controller.rs): a short settle window and resync so the
+        // scenarios finish fast; namespaces labelled CONTROLLER_LABEL get controllers of their own.
+        .args(["--settle", "2", "--resync-interval", "5"])
+        .arg(format!("--controller-namespace-selector=!{CONTROLLER_LABEL}"))
         .env("KUBECONFIG", &cluster.webhook_kubeconfig)
         .env("CONFIGHISTORY_E2E_DIR", &cluster.state_dir)
         .env("CONFIGHISTORY_E2E_ADMIN_KUBECONFIG", &cluster.kubeconfig)

@@ -1,0 +1,470 @@
+//! The controller loops on the real control plane (SPEC §7–9, §11.2, 6, 8, 10, 11, 12):
+//! propagation after the settle window, adoption at install, GC, rate limits and leader failover.
+//!
+//! The shared server runs with `--settle 2 --resync-interval 5`. Tests that need controllers of
+//! their own (failover) label their namespace with [`CONTROLLER_LABEL`], which the shared
+//! server's loops skip, and start `confighistory controller` processes for it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::confighistory::{webhook, CONTROLLER_LABEL, NAMESPACE};
+use crate::support::{cluster, free_port, repo_root, wait_for, wait_for_value, Cluster, Revision, TestNamespace};
+
+const SOURCE_NAME: &str = "confighistory.io/source-name";
+const PROPAGATED: &str = "confighistory.io/propagated";
+const HEAD: &str = "confighistory.io/head";
+
+fn config(name: &str, data: &[(&str, &str)]) -> String {
+    let mut s = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n");
+    for (k, v) in data {
+        s.push_str(&format!("  {k}: {v:?}\n"));
+    }
+    s
+}
+
+/// A Deployment whose container mounts every source; `extra` goes under `spec:`.
+fn deployment(name: &str, image: &str, sources: &[&str], extra: &str) -> String {
+    let mut mounts = String::new();
+    let mut volumes = String::new();
+    for (i, s) in sources.iter().enumerate() {
+        mounts.push_str(&format!("        - {{name: v{i}, mountPath: /etc/{s}}}\n"));
+        volumes.push_str(&format!("      - name: v{i}\n        configMap: {{name: {s}}}\n"));
+    }
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+spec:
+{extra}  replicas: 1
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      containers:
+      - name: app
+        image: {image}
+        volumeMounts:
+{mounts}      volumes:
+{volumes}"
+    )
+}
+
+fn annotation(ns: &TestNamespace, kind: &str, name: &str, key: &str) -> Option<String> {
+    ns.get_json(kind, name).and_then(|o| o["metadata"]["annotations"][key].as_str().map(str::to_owned))
+}
+
+/// Waits until the Deployment's history has `n` revisions and returns it.
+#[track_caller]
+fn history_len(ns: &TestNamespace, deployment: &str, n: usize, timeout: Duration) -> Vec<Revision> {
+    wait_for_value(&format!("{deployment} to have {n} revisions"), timeout, || {
+        let h = ns.history_of(deployment);
+        (h.len() == n).then_some(h)
+    })
+}
+
+/// Waits until the source records its current head as propagated.
+#[track_caller]
+fn propagated(ns: &TestNamespace, source: &str, timeout: Duration) {
+    wait_for(&format!("{source} to record its change as propagated"), timeout, || {
+        let head = annotation(ns, "configmap", source, HEAD);
+        head.is_some() && annotation(ns, "configmap", source, PROPAGATED) == head
+    });
+}
+
+fn setup(prefix: &str) -> Option<(&'static Cluster, TestNamespace)> {
+    let cluster = cluster()?;
+    webhook(cluster);
+    Some((cluster, TestNamespace::new(cluster, prefix)))
+}
+
+/// SPEC §11.2: a config-only edit gives exactly one new revision (same image, new config) after
+/// the settle window; undo brings the old config back.
+#[test]
+fn a_config_only_edit_gives_one_new_revision_and_undo_restores_the_old_config() {
+    let Some((_, ns)) = setup("ctl-edit") else { return };
+    ns.accepts(&config("app-config", &[("mode", "a")]));
+    ns.accepts(&deployment("app", "registry.example/app:1.0", &["app-config"], ""));
+    history_len(&ns, "app", 1, Duration::from_secs(30));
+
+    let edited = Instant::now();
+    ns.accepts(&config("app-config", &[("mode", "b")]));
+    // Nothing before the window (2 s in the suite).
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(ns.history_of("app").len(), 1, "propagated before the settle window");
+    let history = history_len(&ns, "app", 2, Duration::from_secs(30));
+    eprintln!("MEASURE edit-to-revision: {:.2}s (settle window 2 s)", edited.elapsed().as_secs_f64());
+    assert_eq!(history[1].image, "registry.example/app:1.0");
+    assert_eq!(history[1].config("app-config").unwrap()["mode"], "b");
+    assert_ne!(history[0].snapshots["app-config"], history[1].snapshots["app-config"]);
+    propagated(&ns, "app-config", Duration::from_secs(10));
+    // Once: no further revision.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(ns.history_of("app").len(), 2);
+    let deployment = ns.get_json("deployment", "app").unwrap();
+    assert!(deployment["metadata"]["annotations"]["confighistory.io/propagate"].is_null(), "the webhook consumed the trigger");
+
+    let events = ns.kubectl(&["get", "events", "-o", "json"]).expect_success().json();
+    assert!(
+        events["items"].as_array().unwrap().iter().any(|e| e["reason"] == "ConfigPropagated" && e["involvedObject"]["name"] == "app"),
+        "an Event on the workload"
+    );
+
+    ns.rollout_undo("app", None);
+    let last = ns.history_of("app").pop().unwrap();
+    assert_eq!(last.image, "registry.example/app:1.0");
+    assert_eq!(last.config("app-config").unwrap()["mode"], "a");
+}
+
+/// SPEC §11.6: two sources edited in one apply give one new revision.
+#[test]
+fn two_sources_edited_in_one_apply_give_one_revision() {
+    let Some((_, ns)) = setup("ctl-two") else { return };
+    ns.accepts(&format!("{}---\n{}", config("one", &[("a", "1")]), config("two", &[("b", "1")])));
+    ns.accepts(&deployment("app", "registry.example/app:1.0", &["one", "two"], ""));
+    history_len(&ns, "app", 1, Duration::from_secs(30));
+
+    ns.accepts(&format!("{}---\n{}", config("one", &[("a", "2")]), config("two", &[("b", "2")])));
+    let history = history_len(&ns, "app", 2, Duration::from_secs(30));
+    propagated(&ns, "one", Duration::from_secs(10));
+    propagated(&ns, "two", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(3));
+    let history_after = ns.history_of("app");
+    assert_eq!(history_after.len(), 2, "{history_after:#?}");
+    assert_eq!(history[1].config("one").unwrap()["a"], "2");
+    assert_eq!(history[1].config("two").unwrap()["b"], "2");
+}
+
+/// The incident: ConfigMap applied, Deployment with the new image applied 2 s later. History
+/// holds no revision with the old image and the new config; undo gives old image, old config.
+#[test]
+fn configmap_then_deployment_two_seconds_later_never_mixes_image_and_config() {
+    let Some((_, ns)) = setup("ctl-incident") else { return };
+    // The default window is 10 s; the suite runs with 2 s, so give this namespace the default.
+    ns.cluster.kubectl(&["annotate", "namespace", &ns.name, "confighistory.io/settle=10"]).expect_success();
+    ns.accepts(&config("pricing-config", &[("discount_rules_path", "/etc/rules")]));
+    ns.accepts(&deployment("pricing", "registry.example/pricing:4.11", &["pricing-config"], ""));
+    history_len(&ns, "pricing", 1, Duration::from_secs(30));
+
+    ns.accepts(&config("pricing-config", &[("rules.discount_path", "/etc/rules")]));
+    std::thread::sleep(Duration::from_secs(2));
+    ns.accepts(&deployment("pricing", "registry.example/pricing:4.12", &["pricing-config"], ""));
+    propagated(&ns, "pricing-config", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    let history = ns.history_of("pricing");
+    let summary: Vec<(String, Vec<String>)> =
+        history.iter().map(|r| (r.image.clone(), r.config("pricing-config").unwrap().keys().cloned().collect())).collect();
+    assert_eq!(
+        summary,
+        [
+            ("registry.example/pricing:4.11".to_owned(), vec!["discount_rules_path".to_owned()]),
+            ("registry.example/pricing:4.12".to_owned(), vec!["rules.discount_path".to_owned()]),
+        ]
+    );
+    ns.rollout_undo("pricing", None);
+    let last = ns.history_of("pricing").pop().unwrap();
+    assert_eq!(last.image, "registry.example/pricing:4.11");
+    assert!(last.config("pricing-config").unwrap().contains_key("discount_rules_path"));
+}
+
+/// SPEC §11.11: a workload rolled back after a config change is not dragged forward; a restart or
+/// `set image` keeps the undone config; the next release takes the head again.
+#[test]
+fn an_undone_config_is_held_through_restarts_until_the_next_release() {
+    let Some((_, ns)) = setup("ctl-held") else { return };
+    ns.accepts(&config("app-config", &[("mode", "a")]));
+    ns.accepts(&deployment("app", "registry.example/app:1.0", &["app-config"], ""));
+    history_len(&ns, "app", 1, Duration::from_secs(30));
+    ns.accepts(&config("app-config", &[("mode", "b")]));
+    history_len(&ns, "app", 2, Duration::from_secs(30));
+    propagated(&ns, "app-config", Duration::from_secs(10));
+
+    ns.rollout_undo("app", None);
+    let config_of_last = |ns: &TestNamespace| ns.history_of("app").pop().unwrap().config("app-config").unwrap()["mode"].clone();
+    assert_eq!(config_of_last(&ns), "a");
+    assert_eq!(annotation(&ns, "deployment", "app", "confighistory.io/held").as_deref(), Some("app-config"));
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(config_of_last(&ns), "a", "not dragged forward by propagation");
+
+    ns.kubectl(&["rollout", "restart", "deployment/app"]).expect_success();
+    ns.wait_observed("deployment", "app");
+    assert_eq!(config_of_last(&ns), "a", "a restart keeps the held config");
+    ns.kubectl(&["set", "image", "deployment/app", "app=registry.example/app:1.1"]).expect_success();
+    ns.wait_observed("deployment", "app");
+    let last = ns.history_of("app").pop().unwrap();
+    assert_eq!((last.image.as_str(), last.config("app-config").unwrap()["mode"].as_str()), ("registry.example/app:1.1", "a"));
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(config_of_last(&ns), "a");
+
+    ns.accepts(&deployment("app", "registry.example/app:1.2", &["app-config"], ""));
+    assert_eq!(config_of_last(&ns), "b", "a release takes the head");
+}
+
+/// SPEC §11.10: installed into a namespace whose Deployment already runs unpinned: nothing
+/// restarts, the controller adopts the running config; the next release and an undo bring back
+/// the old image with the old config.
+#[test]
+fn installing_restarts_nothing_and_the_first_release_can_be_undone() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    // audit mode: confighistory neither rewrites nor propagates here yet.
+    let ns = TestNamespace::with_labels(cluster, "ctl-install", &[("confighistory.io/mode", "audit")]);
+    ns.accepts(&config("app-config", &[("discount_rules_path", "/etc/rules")]));
+    ns.accepts(&deployment("app", "registry.example/app:4.11", &["app-config"], ""));
+    let before = history_len(&ns, "app", 1, Duration::from_secs(30));
+    assert_eq!(before[0].snapshots["app-config"], "app-config", "unpinned");
+
+    // "Install": the namespace switches to rewrite.
+    cluster.kubectl(&["label", "namespace", &ns.name, "confighistory.io/mode=rewrite", "--overwrite"]).expect_success();
+    // Adoption at the next resync (5 s in the suite): the running content gets a snapshot with an
+    // adoption record, and no pod template changes.
+    let adopted = wait_for_value("the running config to be adopted", Duration::from_secs(30), || {
+        ns.list_json("configmaps").into_iter().find(|cm| {
+            cm["metadata"]["annotations"][SOURCE_NAME] == "app-config"
+                && cm["metadata"]["annotations"]["confighistory.io/adopted-templates"].is_string()
+        })
+    });
+    assert_eq!(adopted["data"]["discount_rules_path"], "/etc/rules");
+    std::thread::sleep(Duration::from_secs(6));
+    let after = ns.history_of("app");
+    assert_eq!(after, before, "installing restarted nothing");
+
+    // The next release: config and image.
+    ns.accepts(&config("app-config", &[("rules.discount_path", "/etc/rules")]));
+    ns.accepts(&deployment("app", "registry.example/app:4.12", &["app-config"], ""));
+    history_len(&ns, "app", 2, Duration::from_secs(30));
+    ns.rollout_undo("app", None);
+    let last = ns.history_of("app").pop().unwrap();
+    assert_eq!(last.image, "registry.example/app:4.11");
+    assert!(last.config("app-config").unwrap().contains_key("discount_rules_path"), "{last:#?}");
+}
+
+/// SPEC §11.12: after a propagated edit, `kubectl apply --server-side` of the same manifests
+/// succeeds without a conflict (the controller never owns pod-template fields).
+#[test]
+fn server_side_apply_after_a_propagated_edit_does_not_conflict() {
+    let Some((_, ns)) = setup("ctl-ssa") else { return };
+    let cfg_a = config("app-config", &[("mode", "a")]);
+    let app = deployment("app", "registry.example/app:1.0", &["app-config"], "");
+    ns.apply_with(&cfg_a, &["--server-side"]).expect("server-side apply");
+    ns.apply_with(&app, &["--server-side"]).expect("server-side apply");
+    history_len(&ns, "app", 1, Duration::from_secs(30));
+    ns.apply_with(&config("app-config", &[("mode", "b")]), &["--server-side"]).expect("server-side apply");
+    history_len(&ns, "app", 2, Duration::from_secs(30));
+    propagated(&ns, "app-config", Duration::from_secs(10));
+
+    let again = ns.apply_with(&app, &["--server-side"]);
+    let again = again.unwrap_or_else(|out| panic!("server-side apply conflicted after propagation:\n{}", out.describe()));
+    assert!(!again.stderr.contains("conflict"), "{}", again.describe());
+    let history = ns.history_of("app");
+    assert_eq!(history.len(), 2, "re-applying the same manifests adds no revision: {history:#?}");
+    assert_eq!(history[1].config("app-config").unwrap()["mode"], "b");
+}
+
+fn run_gc(cluster: &Cluster, ns: &str, extra: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_confighistory"))
+        .args(["gc", "--only-namespace", ns, "--gc-keep", "1", "--gc-grace", "3"])
+        .args(extra)
+        .env("KUBECONFIG", &cluster.webhook_kubeconfig)
+        .output()
+        .expect("run confighistory gc");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "gc failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    stdout
+}
+
+fn verdict_of<'a>(report: &'a str, ns: &str, name: &str) -> &'a str {
+    let needle = format!(" {ns}/{name}:");
+    report.lines().find(|l| l.contains(&needle)).unwrap_or_else(|| panic!("{name} not in the report:\n{report}"))
+}
+
+/// SPEC §11.8: deleting a referenced snapshot is denied; GC removes a snapshot only after history
+/// stops reaching it and the grace period passed; never a referenced one, never a head.
+#[test]
+fn gc_removes_a_snapshot_only_after_history_lets_go_and_the_grace_period() {
+    let Some((cluster, ns)) = setup("ctl-gc") else { return };
+    let app = |image: &str| deployment("app", image, &["app-config"], "  revisionHistoryLimit: 1\n");
+    ns.accepts(&config("app-config", &[("v", "a")]));
+    ns.accepts(&app("registry.example/app:1.0"));
+    let first = history_len(&ns, "app", 1, Duration::from_secs(30))[0].snapshots["app-config"].clone();
+    ns.accepts(&config("app-config", &[("v", "b")]));
+    let second = history_len(&ns, "app", 2, Duration::from_secs(30))[1].snapshots["app-config"].clone();
+
+    let refused = ns.kubectl(&["delete", "configmap", &first]);
+    assert!(!refused.success, "a snapshot history still reaches is not deleted:\n{}", refused.describe());
+
+    ns.accepts(&config("app-config", &[("v", "c")]));
+    wait_for("revision 1 to be trimmed", Duration::from_secs(30), || {
+        let h = ns.history_of("app");
+        h.len() == 2 && h[0].snapshots["app-config"] == second
+    });
+    let third = ns.history_of("app")[1].snapshots["app-config"].clone();
+
+    let dry = run_gc(cluster, &ns.name, &["--dry-run"]);
+    eprintln!("{dry}");
+    assert!(verdict_of(&dry, &ns.name, &first).starts_with("keep"), "grace period first:\n{dry}");
+    assert!(verdict_of(&dry, &ns.name, &second).contains("referenced by ReplicaSet/"), "{dry}");
+    assert!(verdict_of(&dry, &ns.name, &third).contains("the head of app-config"), "{dry}");
+    assert!(ns.get_json("configmap", &first).is_some());
+
+    // The first sweep records when it found the snapshot unused; one after the grace period deletes.
+    run_gc(cluster, &ns.name, &[]);
+    assert!(annotation(&ns, "configmap", &first, "confighistory.io/last-used").is_some());
+    std::thread::sleep(Duration::from_secs(4));
+    let report = run_gc(cluster, &ns.name, &[]);
+    eprintln!("{report}");
+    assert!(verdict_of(&report, &ns.name, &first).starts_with("deleted"), "{report}");
+    assert!(ns.get_json("configmap", &first).is_none());
+    assert!(ns.get_json("configmap", &second).is_some(), "referenced by a ReplicaSet");
+    assert!(ns.get_json("configmap", &third).is_some(), "the head");
+    // Undo still works with what is left.
+    ns.rollout_undo("app", None);
+    assert_eq!(ns.history_of("app").pop().unwrap().config("app-config").unwrap()["v"], "b");
+}
+
+/// A source shared by 50 Deployments: one edit rolls them out within the rate limit (2 per second
+/// per namespace after a burst of 5), not all at once.
+#[test]
+fn an_edit_of_a_source_shared_by_fifty_deployments_is_rate_limited() {
+    let Some((_, ns)) = setup("ctl-fifty") else { return };
+    ns.accepts(&config("shared", &[("v", "1")]));
+    let all: Vec<String> = (0..50).map(|i| deployment(&format!("app-{i}"), "registry.example/app:1.0", &["shared"], "")).collect();
+    ns.accepts(&all.join("---\n").replace("replicas: 1", "replicas: 0"));
+    wait_for("50 first revisions", Duration::from_secs(120), || replica_sets(&ns, "1").len() == 50);
+
+    let edited = Instant::now();
+    ns.accepts(&config("shared", &[("v", "2")]));
+    let mut first_seen: BTreeMap<String, f64> = BTreeMap::new();
+    wait_for("50 second revisions", Duration::from_secs(180), || {
+        for name in replica_sets(&ns, "2") {
+            first_seen.entry(name).or_insert_with(|| edited.elapsed().as_secs_f64());
+        }
+        first_seen.len() == 50
+    });
+    let mut times: Vec<f64> = first_seen.values().copied().collect();
+    times.sort_by(f64::total_cmp);
+    eprintln!("MEASURE fifty: first {:.1}s, last {:.1}s after the edit", times[0], times[49]);
+    // burst 5, then 2/s: the last one no sooner than ~22 s after the first.
+    assert!(times[49] - times[0] >= 15.0, "rolled out too fast for the limit: {times:?}");
+    let early = times.iter().filter(|t| **t <= times[0] + 2.0).count();
+    assert!(early <= 12, "{early} within 2 s of the first: {times:?}");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(replica_sets(&ns, "3").len(), 0, "one revision each");
+}
+
+/// Owners of ReplicaSets with the given revision.
+fn replica_sets(ns: &TestNamespace, revision: &str) -> Vec<String> {
+    ns.list_json("replicasets")
+        .into_iter()
+        .filter(|rs| rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == revision)
+        .map(|rs| rs["metadata"]["ownerReferences"][0]["name"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// A `confighistory controller` process of a test's own, run through `tests/e2e/run-webhook`
+/// (stopped when the test process goes away).
+struct ControllerProcess {
+    wrapper: Child,
+    stdin: Option<ChildStdin>,
+    log: PathBuf,
+}
+
+impl ControllerProcess {
+    fn start(cluster: &Cluster, pod_name: &str, lease: &str, selector: &str) -> ControllerProcess {
+        let log = cluster.state_dir.join(format!("logs/controller-{pod_name}-{}.log", std::process::id()));
+        let health = format!("127.0.0.1:{}", free_port("127.0.0.1"));
+        let mut wrapper = Command::new(repo_root().join("tests/e2e/run-webhook"))
+            .arg(&log)
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_confighistory"))
+            .args(["controller", "--health-listen", &health, "--namespace", NAMESPACE])
+            .args(["--identity", crate::support::WEBHOOK_IDENTITY, "--settle", "2", "--resync-interval", "5"])
+            .args(["--lease-name", lease, "--controller-namespace-selector", selector])
+            .env("KUBECONFIG", &cluster.webhook_kubeconfig)
+            .env("POD_NAME", pod_name)
+            .env("CONFIGHISTORY_E2E_DIR", &cluster.state_dir)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start a controller");
+        let stdin = wrapper.stdin.take();
+        ControllerProcess { wrapper, stdin, log }
+    }
+
+    /// The controller's pid (the wrapper's child).
+    fn pid(&self) -> Option<u32> {
+        let parent = self.wrapper.id();
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            (ppid == parent).then_some(pid)
+        })
+    }
+
+    /// SIGKILL: no chance to give the Lease up.
+    fn kill_hard(&mut self) {
+        let pid = wait_for_value("the controller's pid", Duration::from_secs(5), || self.pid());
+        Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("kill");
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        drop(self.stdin.take()); // the wrapper stops the controller
+        let _ = self.wrapper.wait();
+        if std::thread::panicking() {
+            eprintln!("controller log {}:\n{}", self.log.display(), std::fs::read_to_string(&self.log).unwrap_or_default());
+        }
+    }
+}
+
+fn lease_holder(cluster: &Cluster, lease: &str) -> String {
+    let out = cluster.kubectl(&["get", "lease", lease, "-n", NAMESPACE, "-o", "jsonpath={.spec.holderIdentity}"]);
+    if out.success {
+        out.stdout.trim().to_owned()
+    } else {
+        String::new()
+    }
+}
+
+/// Two controller processes; the leader is killed; the other one takes over and propagates the
+/// next edit.
+#[test]
+fn another_replica_takes_over_when_the_leader_dies() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::with_labels(cluster, "ctl-failover", &[]);
+    cluster.kubectl(&["label", "namespace", &ns.name, &format!("{CONTROLLER_LABEL}={}", ns.name)]).expect_success();
+    let lease = format!("e2e-{}", ns.name);
+    let selector = format!("{CONTROLLER_LABEL}={}", ns.name);
+
+    let mut a = ControllerProcess::start(cluster, "ctl-a", &lease, &selector);
+    wait_for("ctl-a to lead", Duration::from_secs(30), || lease_holder(cluster, &lease).starts_with("ctl-a_"));
+    let _b = ControllerProcess::start(cluster, "ctl-b", &lease, &selector);
+
+    ns.accepts(&config("app-config", &[("mode", "a")]));
+    ns.accepts(&deployment("app", "registry.example/app:1.0", &["app-config"], ""));
+    history_len(&ns, "app", 1, Duration::from_secs(30));
+    ns.accepts(&config("app-config", &[("mode", "b")]));
+    history_len(&ns, "app", 2, Duration::from_secs(30));
+    propagated(&ns, "app-config", Duration::from_secs(10));
+
+    a.kill_hard();
+    let killed = Instant::now();
+    ns.accepts(&config("app-config", &[("mode", "c")]));
+    let history = history_len(&ns, "app", 3, Duration::from_secs(60));
+    eprintln!("MEASURE failover: new revision {:.1}s after the leader was killed", killed.elapsed().as_secs_f64());
+    assert!(lease_holder(cluster, &lease).starts_with("ctl-b_"));
+    assert_eq!(history[2].config("app-config").unwrap()["mode"], "c");
+    propagated(&ns, "app-config", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(ns.history_of("app").len(), 3, "nothing lost, nothing duplicated");
+}
