@@ -22,8 +22,9 @@ KEY=VALUE arguments:
 
 Prints one line per check group and exits 1 on the first failed assertion.
 """
-import json
 import sys
+
+from objects import read_docs
 
 
 def fail(msg):
@@ -34,20 +35,6 @@ def fail(msg):
 def check(cond, msg):
     if not cond:
         fail(msg)
-
-
-def read_docs(raw):
-    dec, i, docs = json.JSONDecoder(), 0, []
-    while True:
-        while i < len(raw) and raw[i].isspace():
-            i += 1
-        if i >= len(raw):
-            return docs
-        obj, i = dec.raw_decode(raw, i)
-        if obj.get("kind") == "List":
-            docs.extend(obj.get("items", []))
-        else:
-            docs.append(obj)
 
 
 def version_tuple(v):
