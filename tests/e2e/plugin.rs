@@ -1,0 +1,230 @@
+//! kubectl-confighistory against the real control plane and the confighistory server: history,
+//! diff, status and undo of a release, undo of a StatefulSet, and the errors a user meets.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::confighistory::webhook;
+use crate::support::{cluster, wait_for, Cluster, TestNamespace};
+
+struct Run {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    #[track_caller]
+    fn ok(self) -> Run {
+        assert!(self.success, "kubectl-confighistory failed:\n--- stdout\n{}--- stderr\n{}", self.stdout, self.stderr);
+        self
+    }
+    #[track_caller]
+    fn json(self) -> Value {
+        let out = self.ok();
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("no JSON ({e}):\n{}", out.stdout))
+    }
+    #[track_caller]
+    fn fails_with(self, expected: &str) {
+        assert!(!self.success, "expected a failure, got:\n{}", self.stdout);
+        assert!(self.stderr.contains(expected), "expected {expected:?} on stderr:\n{}", self.stderr);
+        assert!(self.stderr.starts_with("error: "), "{}", self.stderr);
+    }
+}
+
+/// Runs the plugin with the admin kubeconfig in `$KUBECONFIG`, stdout piped (so: no color).
+fn plugin(cluster: &Cluster, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-confighistory"))
+        .args(args)
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .env_remove("NO_COLOR")
+        .output()
+        .expect("run kubectl-confighistory");
+    Run {
+        success: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    }
+}
+
+fn config(key: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-config\ndata:\n  {key}: /etc/rules\n  log_level: info\n")
+}
+
+fn deployment(image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: app
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {{app: app}}
+  template:
+    metadata:
+      labels: {{app: app}}
+    spec:
+      containers:
+      - name: app
+        image: {image}
+        volumeMounts:
+        - {{name: config, mountPath: /etc/app}}
+      volumes:
+      - name: config
+        configMap: {{name: app-config}}
+"
+    )
+}
+
+/// Release A then release B (config applied before the Deployment), as in the incident.
+fn two_releases(ns: &TestNamespace) {
+    ns.accepts(&config("discount_rules_path"));
+    ns.accepts(&deployment("registry.example/app:4.11"));
+    ns.wait_observed("deployment", "app");
+    ns.accepts(&config("rules.discount_path"));
+    ns.accepts(&deployment("registry.example/app:4.12"));
+    ns.wait_observed("deployment", "app");
+    wait_for("two revisions", Duration::from_secs(30), || ns.history_of("app").len() == 2);
+}
+
+#[test]
+fn history_diff_status_and_undo_of_a_release() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::new(cluster, "plugin");
+    two_releases(&ns);
+    let n = ns.name.as_str();
+    let revisions = ns.history_of("app");
+    let (snap_a, snap_b) = (revisions[0].snapshots["app-config"].clone(), revisions[1].snapshots["app-config"].clone());
+    assert_ne!(snap_a, snap_b);
+
+    // history: newest first, head, users.
+    let h = plugin(cluster, &["history", "app-config", "-n", n, "-o", "json"]).json();
+    assert_eq!(h["kind"], "History");
+    let snaps = h["snapshots"].as_array().unwrap();
+    assert_eq!(snaps.len(), 2, "{h:#}");
+    assert_eq!((snaps[0]["revision"].as_u64(), snaps[0]["name"].as_str()), (Some(2), Some(snap_b.as_str())));
+    assert_eq!(snaps[0]["head"], true);
+    assert_eq!(snaps[0]["added"], serde_json::json!(["rules.discount_path"]));
+    assert_eq!(snaps[0]["removed"], serde_json::json!(["discount_rules_path"]));
+    assert_eq!(snaps[0]["usedBy"][0]["workload"]["name"], "app");
+    assert_eq!(snaps[0]["usedBy"][0]["current"], true);
+    assert_eq!(snaps[1]["usedBy"][0]["revisions"], serde_json::json!([1]));
+    let text = plugin(cluster, &["history", "app-config", "-n", n]).ok().stdout;
+    assert!(text.contains("REV  HASH") && text.contains("+rules.discount_path -discount_rules_path"), "{text}");
+    assert!(!text.contains('\x1b'), "no color when piped:\n{text}");
+    // A snapshot name stands for its source.
+    assert_eq!(plugin(cluster, &["history", &snap_a, "-n", n, "-o", "json"]).json()["source"], "app-config");
+    let yaml = plugin(cluster, &["history", "app-config", "-n", n, "-o", "yaml"]).ok().stdout;
+    assert!(yaml.contains("kind: History\n") && yaml.contains(&format!("- added:\n  - rules.discount_path\n")), "{yaml}");
+
+    // diff: default head against the one before; revision 1 of the Deployment against the head.
+    let d = plugin(cluster, &["diff", "app-config", "-n", n]).ok().stdout;
+    assert!(d.contains(&format!("--- revision 1, {snap_a}")) && d.contains(&format!("+++ revision 2, {snap_b}")), "{d}");
+    assert!(d.contains("removed: discount_rules_path") && d.contains("added: rules.discount_path") && d.contains("-/etc/rules"), "{d}");
+    let since = plugin(cluster, &["diff", "app-config", "deployment/app@1", "-n", n, "-o", "json"]).json();
+    assert_eq!(since["from"]["name"], snap_a.as_str());
+    assert_eq!(since["to"]["head"], true);
+    assert_eq!(since["unchanged"], serde_json::json!(["log_level"]));
+
+    // status: pinned to the head; an undo would restore 4.11 with config A.
+    let s = plugin(cluster, &["status", "app", "-n", n, "-o", "json"]).json();
+    assert_eq!(s["pins"][0]["reference"], snap_b.as_str());
+    assert_eq!(s["pins"][0]["isHead"], true);
+    assert_eq!(s["revision"], 2);
+    assert_eq!(s["undo"]["revision"], 1);
+    assert_eq!(s["undo"]["images"][0]["image"], "registry.example/app:4.11");
+    assert_eq!(s["undo"]["config"][0]["snapshot"], snap_a.as_str());
+    let text = plugin(cluster, &["status", "deployment/app", "-n", n]).ok().stdout;
+    assert!(text.contains("undo would restore revision 1") && text.contains(&snap_a), "{text}");
+
+    // undo --dry-run changes nothing.
+    let dry = plugin(cluster, &["undo", "app", "-n", n, "--dry-run"]).ok().stdout;
+    assert!(
+        dry.contains("(server dry run)") && dry.contains("→ registry.example/app:4.11") && dry.contains(&format!("→ {snap_a}")),
+        "{dry}"
+    );
+    let live = ns.get_json("deployment", "app").unwrap();
+    assert_eq!(live["spec"]["template"]["spec"]["containers"][0]["image"], "registry.example/app:4.12");
+
+    // undo: old image with old config, held; the webhook recognised the undo.
+    let u = plugin(cluster, &["undo", "deployment/app", "-n", n, "-o", "json"]).json();
+    assert_eq!(u["target"]["revision"], 1);
+    assert_eq!(u["after"]["images"][0]["image"], "registry.example/app:4.11");
+    assert_eq!(u["after"]["config"][0]["snapshot"], snap_a.as_str());
+    assert_eq!(u["held"], serde_json::json!(["app-config"]));
+    let live = ns.get_json("deployment", "app").unwrap();
+    assert_eq!(live["spec"]["template"]["spec"]["containers"][0]["image"], "registry.example/app:4.11");
+    assert_eq!(live["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"], snap_a.as_str());
+    wait_for("the undo to become revision 3", Duration::from_secs(30), || ns.history_of("app").iter().any(|r| r.revision == 3));
+    let s = plugin(cluster, &["status", "app", "-n", n, "-o", "json"]).json();
+    assert_eq!(
+        (s["revision"].as_i64(), s["pins"][0]["held"].as_bool(), s["pins"][0]["isHead"].as_bool()),
+        (Some(3), Some(true), Some(false))
+    );
+    let h = plugin(cluster, &["history", "app-config", "-n", n, "-o", "json"]).json();
+    assert_eq!(h["snapshots"][1]["usedBy"][0]["current"], true, "{h:#}");
+
+    // --to-revision: back to release B.
+    let out = plugin(cluster, &["undo", "app", "-n", n, "--to-revision", "2"]).ok().stdout;
+    assert!(out.contains("rolled back to revision 2") && out.contains(&format!("→ {snap_b}")), "{out}");
+}
+
+#[test]
+fn undo_of_a_statefulset_restores_its_config() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::new(cluster, "plugin-sts");
+    let sts = |image: &str| {
+        deployment(image)
+            .replace("kind: Deployment", "kind: StatefulSet")
+            .replace("spec:\n  replicas: 1\n", "spec:\n  serviceName: app\n  replicas: 1\n")
+    };
+    ns.accepts(&config("discount_rules_path"));
+    ns.accepts(&sts("registry.example/app:4.11"));
+    ns.accepts(&config("rules.discount_path"));
+    ns.accepts(&sts("registry.example/app:4.12"));
+    wait_for("two ControllerRevisions", Duration::from_secs(30), || ns.list_json("controllerrevisions").len() == 2);
+    let n = ns.name.as_str();
+    let s = plugin(cluster, &["status", "sts/app", "-n", n, "-o", "json"]).json();
+    let old = s["undo"]["config"][0]["snapshot"].as_str().expect("revision 1 names a snapshot").to_owned();
+    assert_eq!(s["undo"]["images"][0]["image"], "registry.example/app:4.11");
+    let out = plugin(cluster, &["undo", "statefulset/app", "-n", n]).ok().stdout;
+    assert!(out.contains("statefulset/app rolled back to revision 1") && out.contains(&format!("→ {old}")), "{out}");
+    let live = ns.get_json("statefulset", "app").unwrap();
+    assert_eq!(live["spec"]["template"]["spec"]["containers"][0]["image"], "registry.example/app:4.11");
+    assert_eq!(live["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"], old.as_str());
+}
+
+#[test]
+fn clear_errors_and_refusals() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::new(cluster, "plugin-errors");
+    let n = ns.name.as_str();
+    plugin(cluster, &["history", "nope", "-n", n]).fails_with("no ConfigMap or snapshot named \"nope\"");
+    plugin(cluster, &["history", "x", "-n", "e2e-no-such-namespace"]).fails_with("namespace \"e2e-no-such-namespace\" not found");
+    plugin(cluster, &["status", "deployment/nope", "-n", n]).fails_with("deployment/nope not found");
+    plugin(cluster, &["status", "job/x", "-n", n]).fails_with("unsupported workload kind");
+    plugin(cluster, &["undo", "nope", "-n", n]).fails_with("deployment/nope not found");
+    ns.accepts("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: lonely\ndata:\n  a: b\n");
+    plugin(cluster, &["history", "lonely", "-n", n]).fails_with("has no snapshots yet");
+
+    // A revision whose snapshot is gone cannot be undone to (made by hand in a namespace the
+    // webhook leaves alone, since it protects snapshots that revisions use).
+    let excluded = TestNamespace::excluded(cluster, "plugin-gone");
+    let gone = "app-config-abcdefghjkmn";
+    excluded.accepts(
+        &deployment("registry.example/app:4.11").replace("configMap: {name: app-config}", &format!("configMap: {{name: {gone}}}")),
+    );
+    excluded.wait_observed("deployment", "app");
+    excluded.accepts(&deployment("registry.example/app:4.12"));
+    wait_for("two revisions", Duration::from_secs(30), || excluded.history_of("app").len() == 2);
+    plugin(cluster, &["undo", "app", "-n", &excluded.name])
+        .fails_with(&format!("refusing to roll deployment/app back to revision 1: its config snapshot {gone}"));
+    let live = excluded.get_json("deployment", "app").unwrap();
+    assert_eq!(live["spec"]["template"]["spec"]["containers"][0]["image"], "registry.example/app:4.12", "nothing changed");
+}
