@@ -39,11 +39,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     watch::start(client.clone(), state.clone(), synced.clone()).await;
     tokio::spawn(tls::watch(args.tls_cert.clone(), args.tls_key.clone(), resolver, tls_ready, Duration::from_secs(5)));
-    if !args.no_controllers {
+    let controller = (!args.no_controllers).then(|| {
         let mut controller = args.controller.clone();
         controller.leader_election_namespace.get_or_insert_with(|| args.policy.namespace.clone());
-        crate::controller::spawn(client.clone(), app.clone(), controller);
-    }
+        crate::controller::spawn(client.clone(), app.clone(), controller)
+    });
 
     let health = TcpListener::bind(args.health_listen).await.with_context(|| format!("binding {}", args.health_listen))?;
     let health_router = server::health_router(app.clone());
@@ -56,7 +56,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     tracing::info!(listen = %args.listen, health = %args.health_listen, "serving admission webhook");
     let router = server::router(app).layer(tower::limit::GlobalConcurrencyLimitLayer::new(args.max_concurrency));
-    serve_tls(listener, TlsAcceptor::from(tls_config), router).await
+    let served = serve_tls(listener, TlsAcceptor::from(tls_config), router).await;
+    if let Some(controller) = controller {
+        controller.shutdown().await;
+    }
+    served
 }
 
 /// Accepts TLS connections and serves the router over HTTP/1.1 keep-alive, with timeouts

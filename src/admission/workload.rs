@@ -135,7 +135,9 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
 
     let uid = obj.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
     let template_hash = template::template_hash(a.template);
-    let undo = req.operation == Operation::Update && view.state.is_revision_of(uid, &template_hash);
+    // An undo changes the template; the propagation trigger (metadata only) does not, even though
+    // the unchanged template is, of course, one of the workload's revisions.
+    let undo = a.changed && req.operation == Operation::Update && view.state.is_revision_of(uid, &template_hash);
     let mut d = Decision::allow(if undo {
         "undo"
     } else if trigger.is_some() {

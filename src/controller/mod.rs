@@ -57,14 +57,32 @@ pub struct Ctx {
     pub identity: String,
 }
 
+/// The running loops, for a clean shutdown.
+#[derive(Clone, Default)]
+pub struct Handle(Arc<std::sync::OnceLock<Arc<Ctx>>>);
+
+impl Handle {
+    /// Gives the Lease up if this replica leads, so another one takes over at once.
+    pub async fn shutdown(&self) {
+        if let Some(ctx) = self.0.get() {
+            release(ctx).await;
+        }
+    }
+}
+
 /// Starts the controller loops in the background.
-pub fn spawn(client: kube::Client, app: Arc<App>, args: ControllerArgs) {
+pub fn spawn(client: kube::Client, app: Arc<App>, args: ControllerArgs) -> Handle {
+    let handle = Handle::default();
+    let cell = handle.0.clone();
     tokio::spawn(async move {
         match start(client, app, args).await {
-            Ok(_) => {}
+            Ok(ctx) => {
+                let _ = cell.set(ctx);
+            }
             Err(e) => tracing::error!(error = %e, "controller loops did not start"),
         }
     });
+    handle
 }
 
 /// Builds the shared context, starts the election and the loops; returns the context.
