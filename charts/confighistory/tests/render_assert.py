@@ -233,6 +233,9 @@ def main():
         check(c["resources"].get("requests") and c["resources"].get("limits"), "requests and limits")
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         check(ports == {"https": 8443, "health": 8080}, f"ports {ports}")
+        sleep = c.get("lifecycle", {}).get("preStop", {}).get("sleep")
+        check((sleep is not None) == (kube >= (1, 30, 0)),
+              f"preStop sleep {sleep} must be rendered exactly on Kubernetes >= 1.30")
         check(c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "health"}, "liveness probe")
         check(c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}, "readiness probe")
         env = {e["name"]: e for e in c["env"]}
