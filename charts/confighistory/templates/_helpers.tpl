@@ -137,7 +137,8 @@ carry the same CA.
 {{- $days := int .Values.tls.generatedValidityDays }}
 {{- $ca := genCA (printf "%s-ca" $fullname) $days }}
 {{- $dnsNames := include "confighistory.serviceDNSNames" . | fromJsonArray }}
-{{- $cert := genSignedCert (index $dnsNames 2) nil $dnsNames $days $ca }}
+{{- $commonName := printf "%s.%s.svc" $fullname .Release.Namespace }}
+{{- $cert := genSignedCert $commonName nil $dnsNames $days $ca }}
 {{- $tls = dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) }}
 {{- end }}
 {{- $_ := set .Values "__confighistoryGeneratedTLS" $tls }}
