@@ -139,6 +139,8 @@ async fn wait_synced(ctx: &Ctx) {
 struct PropagationState {
     /// Workloads patched recently, with the trigger value and when.
     in_flight: HashMap<WorkloadKey, (String, Instant)>,
+    /// Sources whose propagated head was just written, while the cache catches up.
+    recorded: HashMap<(String, String, String), Instant>,
     workload_backoff: Option<Backoff<WorkloadKey>>,
     source_backoff: Option<Backoff<(String, String, String)>>,
 }
@@ -178,9 +180,10 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
 
     // Settled changes no workload is behind on: record them, once.
     let sb = st.source_backoff.as_mut().expect("set");
+    st.recorded.retain(|k, at| plan.done.contains(k) && at.elapsed() < IN_FLIGHT);
     for key in &plan.done {
         let now = Instant::now();
-        if !sb.ready(key, now) {
+        if !sb.ready(key, now) || st.recorded.contains_key(key) {
             continue;
         }
         let (ns, source, head) = key;
@@ -188,6 +191,7 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
         match ctx.app.cluster.patch_configmap(ns, source, &patch).await {
             Ok(()) => {
                 sb.succeeded(key);
+                st.recorded.insert(key.clone(), Instant::now());
                 tracing::info!(namespace = %ns, source = %source, head = %head, "change propagated");
             }
             Err(e) if e.code == Some(404) => sb.succeeded(key),
@@ -406,6 +410,10 @@ async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> anyhow::Result<String> {
         .await?
         .ok_or_else(|| anyhow::anyhow!("source {} no longer exists", a.source))?;
     let content = Content::from_object(&obj);
+    if crate::admission::annotation(&obj, names::HEAD).is_some_and(|h| h != content.hash()) {
+        // Changed while the webhook was away: the workload did not run with this content.
+        anyhow::bail!("{} changed while confighistory was away; left to propagation", a.source);
+    }
     match crate::server::ensure_snapshot(ctx.app.cluster.as_ref(), &a.namespace, &a.source, &content, &a.templates, false).await {
         Ok((name, _)) => Ok(name),
         Err(resp) => Err(anyhow::anyhow!("{}", resp.message.unwrap_or_default())),
