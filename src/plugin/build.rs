@@ -187,6 +187,12 @@ pub fn timestamp(s: Option<&str>) -> Option<Timestamp> {
     s.and_then(|s| s.parse().ok())
 }
 
+/// The head of a source: the hash of its current content (the `head` annotation records the
+/// same once the webhook has seen the source referenced).
+pub fn head_of(source: &Value) -> String {
+    Content::from_object(source).hash()
+}
+
 /// Keys added, removed and changed from `old` to `new` (binary keys suffixed ` (binary)`).
 pub fn key_changes(old: &Content, new: &Content) -> (Vec<String>, Vec<String>, Vec<String>) {
     let (o, n) = (flat(old), flat(new));
@@ -213,7 +219,7 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
             Some(_) => no_history(inv, source),
         });
     }
-    let head = source_obj.and_then(|s| annotation(s, names::HEAD)).map(String::from);
+    let head = source_obj.map(head_of);
     let keep = source_obj.and_then(|s| annotation(s, names::KEEP)).and_then(|k| k.trim().parse().ok()).unwrap_or(DEFAULT_KEEP);
     let workloads = inv.workloads();
 
@@ -323,7 +329,8 @@ pub struct Picked {
 /// snapshot name, or `WORKLOAD@N` (the snapshot rollout revision N of a workload ran with).
 pub fn pick(inv: &Inventory, source: &str, spec: &str) -> Result<Picked> {
     let snaps = inv.snaps_of(source);
-    let head = inv.sources.get(source).and_then(|s| annotation(s, names::HEAD));
+    let head = inv.sources.get(source).map(head_of);
+    let head = head.as_deref();
     let of = |i: usize| -> Picked {
         let s = &snaps[i];
         Picked {
@@ -556,12 +563,13 @@ pub fn status(inv: &Inventory, wanted: &WorkloadRef) -> Result<Status> {
     let mut pins = Vec::new();
     for used in config_uses(inv, template) {
         let source_obj = inv.sources.get(&used.source);
-        let head = source_obj.and_then(|s| annotation(s, names::HEAD)).map(String::from);
+        let head = source_obj.map(head_of);
         let manual = source_obj.and_then(|s| annotation(s, names::ROLLOUT)) == Some("manual");
         let is_head = used.via == "pin" && used.hash.is_some() && used.hash == head;
         let is_held = held.contains(&used.source);
         let mut pending = None;
-        if let (Some(src), Some(h)) = (source_obj, head.as_deref()) {
+        // Propagation follows the head annotation the webhook recorded with changed-at.
+        if let (Some(src), Some(h)) = (source_obj, source_obj.and_then(|s| annotation(s, names::HEAD))) {
             let changed_at = annotation(src, names::CHANGED_AT);
             let propagated = annotation(src, names::PROPAGATED);
             let versioned = annotation(src, names::VERSIONED) != Some("false");

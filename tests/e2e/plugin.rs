@@ -119,7 +119,7 @@ fn history_diff_status_and_undo_of_a_release() {
     // A snapshot name stands for its source.
     assert_eq!(plugin(cluster, &["history", &snap_a, "-n", n, "-o", "json"]).json()["source"], "app-config");
     let yaml = plugin(cluster, &["history", "app-config", "-n", n, "-o", "yaml"]).ok().stdout;
-    assert!(yaml.contains("kind: History\n") && yaml.contains(&format!("- added:\n  - rules.discount_path\n")), "{yaml}");
+    assert!(yaml.contains("kind: History\n") && yaml.contains("- added:\n  - rules.discount_path\n"), "{yaml}");
 
     // diff: default head against the one before; revision 1 of the Deployment against the head.
     let d = plugin(cluster, &["diff", "app-config", "-n", n]).ok().stdout;
@@ -227,4 +227,38 @@ fn clear_errors_and_refusals() {
         .fails_with(&format!("refusing to roll deployment/app back to revision 1: its config snapshot {gone}"));
     let live = excluded.get_json("deployment", "app").unwrap();
     assert_eq!(live["spec"]["template"]["spec"]["containers"][0]["image"], "registry.example/app:4.12", "nothing changed");
+}
+
+#[test]
+fn status_of_a_cronjob_shows_its_pin_and_no_undo() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::new(cluster, "plugin-cj");
+    ns.accepts(&config("discount_rules_path"));
+    // batch/v1beta1: the API version Kubernetes 1.20 serves CronJobs under.
+    ns.accepts(
+        "apiVersion: batch/v1beta1
+kind: CronJob
+metadata:
+  name: report
+spec:
+  schedule: '0 3 * * *'
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+          - name: report
+            image: registry.example/report:1.0
+            envFrom:
+            - configMapRef: {name: app-config}
+",
+    );
+    let s = plugin(cluster, &["status", "cronjob/report", "-n", &ns.name, "-o", "json"]).json();
+    assert_eq!(s["workload"]["kind"], "CronJob");
+    assert_eq!(s["pins"][0]["source"], "app-config");
+    assert_eq!(s["pins"][0]["isHead"], true, "{s:#}");
+    assert!(s["undo"].is_null() && s["undoUnavailable"].as_str().unwrap().contains("no rollout history"), "{s:#}");
+    plugin(cluster, &["undo", "cronjob/report", "-n", &ns.name]).fails_with("no rollout history");
 }
