@@ -289,7 +289,9 @@ fn verdict_of<'a>(report: &'a str, ns: &str, name: &str) -> &'a str {
 #[test]
 fn gc_removes_a_snapshot_only_after_history_lets_go_and_the_grace_period() {
     let Some((cluster, ns)) = setup("ctl-gc") else { return };
-    let app = |image: &str| deployment("app", image, &["app-config"], "  revisionHistoryLimit: 1\n");
+    // No kubelet here: only a Deployment with no replicas completes its rollouts, and only a
+    // complete rollout trims old ReplicaSets.
+    let app = |image: &str| deployment("app", image, &["app-config"], "  revisionHistoryLimit: 1\n").replace("replicas: 1", "replicas: 0");
     ns.accepts(&config("app-config", &[("v", "a")]));
     ns.accepts(&app("registry.example/app:1.0"));
     let first = history_len(&ns, "app", 1, Duration::from_secs(30))[0].snapshots["app-config"].clone();
