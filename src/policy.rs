@@ -199,9 +199,7 @@ mod tests {
 
     #[test]
     fn a_namespace_cannot_label_itself_out_of_enforcement() {
-        let mut p = Policy::default();
-        p.default_mode = Mode::Enforce;
-        p.allowed_modes = vec![Mode::Enforce];
+        let p = Policy { default_mode: Mode::Enforce, allowed_modes: vec![Mode::Enforce], ..Policy::default() };
         let (mode, why) = p.mode("team-a", Some("off"));
         assert_eq!(mode, Mode::Enforce);
         assert!(why.unwrap().contains("does not allow"));
@@ -224,8 +222,7 @@ mod tests {
 
     #[test]
     fn versioned_opt_outs() {
-        let mut p = Policy::default();
-        p.excluded_sources = "ca-bundle=true".parse().unwrap();
+        let p = Policy { excluded_sources: "ca-bundle=true".parse().unwrap(), ..Policy::default() };
         assert!(p.versioned(&labels(&[]), None));
         assert!(!p.versioned(&labels(&[]), Some("false")));
         assert!(!p.versioned(&labels(&[("ca-bundle", "true")]), None));
