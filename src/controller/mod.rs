@@ -347,8 +347,14 @@ async fn resync_loop(ctx: Arc<Ctx>) {
                 }
             }
         }
-        // Everything present now has been seen.
-        seen.extend(adopt::current_templates(&ctx.app.state.read().expect("state lock")));
+        // Everything present now has been seen, except the templates still waiting for repair
+        // (they stay repair candidates until the webhook has pinned them).
+        {
+            let state = ctx.app.state.read().expect("state lock");
+            let waiting: HashSet<&String> =
+                decisions.repairs.iter().filter_map(|p| state.workloads.get(&p.key())).map(|w| &w.template_hash).collect();
+            seen.extend(adopt::current_templates(&state).into_iter().filter(|t| !waiting.contains(t)));
+        }
         let rest = interval.saturating_sub(started.elapsed());
         tokio::time::sleep(rest.max(Duration::from_millis(500))).await;
     }

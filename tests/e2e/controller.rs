@@ -505,3 +505,82 @@ fn gc_sweep_over_a_thousand_snapshots() {
     eprintln!("MEASURE gc sweep deleting: {delete:.2}s ({})", out.lines().last().unwrap_or_default());
     assert_eq!(out.lines().filter(|l| l.starts_with("deleted")).count(), 1000, "sources do not exist: all expire");
 }
+
+/// SPEC §7 (mechanism): after a propagated edit, a Helm 4 upgrade (server-side apply) of the
+/// release does not conflict over the references the webhook re-pinned.
+#[test]
+fn helm_upgrade_after_a_propagated_edit_does_not_conflict() {
+    let Some((cluster, ns)) = setup("ctl-helm") else { return };
+    let helm = std::env::var_os("CONFIGHISTORY_HELM").map(PathBuf::from).unwrap_or_else(|| cluster.kubectl.with_file_name("helm"));
+    let chart = cluster.state_dir.join(format!("run/ctl-helm-chart-{}", ns.name));
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(chart.join("Chart.yaml"), "apiVersion: v2\nname: app\nversion: 0.1.0\n").unwrap();
+    std::fs::write(chart.join("values.yaml"), "image: registry.example/app:1.0\nmode: a\n").unwrap();
+    std::fs::write(chart.join("templates/config.yaml"), config("app-config", &[("mode", "{{ .Values.mode }}")])).unwrap();
+    std::fs::write(
+        chart.join("templates/app.yaml"),
+        deployment("app", "{{ .Values.image }}", &["app-config"], "").replace("replicas: 1", "replicas: 0"),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(&helm)
+            .args(args)
+            .arg(&chart)
+            .args(["-n", &ns.name, "--wait=false"])
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .output()
+            .expect("run helm");
+        let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "helm {args:?} failed:\n{text}");
+        text
+    };
+    run(&["install", "app"]);
+    history_len(&ns, "app", 1, Duration::from_secs(30));
+    run(&["upgrade", "app", "--set", "mode=b"]);
+    let history = history_len(&ns, "app", 2, Duration::from_secs(30));
+    assert_eq!(history[1].config("app-config").unwrap()["mode"], "b");
+    propagated(&ns, "app-config", Duration::from_secs(10));
+
+    let out = run(&["upgrade", "app", "--set", "mode=b", "--set", "image=registry.example/app:1.1"]);
+    assert!(!out.to_lowercase().contains("conflict"), "{out}");
+    let last = history_len(&ns, "app", 3, Duration::from_secs(30)).pop().unwrap();
+    assert_eq!((last.image.as_str(), last.config("app-config").unwrap()["mode"].as_str()), ("registry.example/app:1.1", "b"));
+}
+
+/// SPEC §9 (repair): a workload admitted with mutable references while the webhook could not see
+/// it gets the propagation trigger and an Event, and is pinned once the webhook sees it again.
+/// Workloads that were there before are not touched.
+#[test]
+fn a_workload_admitted_while_the_webhook_was_away_is_repaired() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    // The webhooks skip namespaces with the exclude label: "the webhook is unreachable".
+    let ns = TestNamespace::with_labels(cluster, "ctl-repair", &[(crate::support::EXCLUDE_LABEL, "true")]);
+    cluster.kubectl(&["label", "namespace", &ns.name, &format!("{CONTROLLER_LABEL}={}", ns.name)]).expect_success();
+    ns.accepts(&config("app-config", &[("mode", "a")]));
+    ns.accepts(&deployment("old", "registry.example/app:1.0", &["app-config"], ""));
+    history_len(&ns, "old", 1, Duration::from_secs(30));
+    // The controller starts: "old" is from before, adopted and left alone.
+    let lease = format!("e2e-{}", ns.name);
+    let _ctl = ControllerProcess::start(cluster, "ctl-repair", &lease, &format!("{CONTROLLER_LABEL}={}", ns.name));
+    wait_for("the controller to lead", Duration::from_secs(30), || lease_holder(cluster, &lease).starts_with("ctl-repair_"));
+    wait_for("adoption", Duration::from_secs(30), || {
+        ns.list_json("configmaps").iter().any(|cm| cm["metadata"]["annotations"]["confighistory.io/adopted-templates"].is_string())
+    });
+
+    ns.accepts(&deployment("new", "registry.example/app:1.0", &["app-config"], ""));
+    wait_for("the repair trigger", Duration::from_secs(30), || {
+        annotation(&ns, "deployment", "new", "confighistory.io/propagate").is_some()
+    });
+    // The webhook is back.
+    cluster.kubectl(&["label", "namespace", &ns.name, &format!("{}-", crate::support::EXCLUDE_LABEL)]).expect_success();
+    let history = wait_for_value("new to be pinned", Duration::from_secs(60), || {
+        let h = ns.history_of("new");
+        (h.len() == 2).then_some(h)
+    });
+    assert_ne!(history[1].snapshots["app-config"], "app-config");
+    assert_eq!(history[1].config("app-config").unwrap()["mode"], "a");
+    let events = ns.kubectl(&["get", "events", "-o", "json"]).expect_success().json();
+    assert!(events["items"].as_array().unwrap().iter().any(|e| e["reason"] == "ConfigRepaired" && e["involvedObject"]["name"] == "new"));
+    assert_eq!(ns.history_of("old").len(), 1, "the workload from before was not restarted");
+}
