@@ -94,16 +94,19 @@ fn a_config_only_edit_gives_one_new_revision_and_undo_restores_the_old_config() 
 
     let edited = Instant::now();
     ns.accepts(&config("app-config", &[("mode", "b")]));
-    // Nothing before the window (2 s in the suite; changed-at has whole seconds, so it may end
-    // up to a second early).
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(ns.history_of("app").len(), 1, "propagated before the settle window");
     let history = history_len(&ns, "app", 2, Duration::from_secs(30));
     eprintln!("MEASURE edit-to-revision: {:.2}s (settle window 2 s)", edited.elapsed().as_secs_f64());
     assert_eq!(history[1].image, "registry.example/app:1.0");
     assert_eq!(history[1].config("app-config").unwrap()["mode"], "b");
     assert_ne!(history[0].snapshots["app-config"], history[1].snapshots["app-config"]);
     propagated(&ns, "app-config", Duration::from_secs(10));
+    // Not before the window (2 s in the suite): the new ReplicaSet is at least 2 s younger than
+    // the change (both times in whole seconds).
+    let changed_at = annotation(&ns, "configmap", "app-config", "confighistory.io/changed-at").expect("changed-at");
+    let rs = ns.get_json("replicaset", &history[1].owner).expect("the new ReplicaSet");
+    let ms = |s: &str| confighistory::controller::propagate::parse_time_ms(s).expect("RFC 3339");
+    let waited = ms(rs["metadata"]["creationTimestamp"].as_str().unwrap()) - ms(&changed_at);
+    assert!(waited >= 2000, "propagated {waited} ms after the change, inside the window");
     // Once: no further revision.
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(ns.history_of("app").len(), 2);
