@@ -587,3 +587,35 @@ fn a_workload_admitted_while_the_webhook_was_away_is_repaired() {
     assert!(events["items"].as_array().unwrap().iter().any(|e| e["reason"] == "ConfigRepaired" && e["involvedObject"]["name"] == "new"));
     assert_eq!(ns.history_of("old").len(), 1, "the workload from before was not restarted");
 }
+
+/// SPEC §7 (missed changes): a source edited while the webhook could not see it has a stale head;
+/// the resync re-hashes it and the change is propagated as first seen then.
+#[test]
+fn a_change_made_while_the_webhook_was_away_is_propagated_after_resync() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::new(cluster, "ctl-missed");
+    cluster.kubectl(&["label", "namespace", &ns.name, &format!("{CONTROLLER_LABEL}={}", ns.name)]).expect_success();
+    let lease = format!("e2e-{}", ns.name);
+    let _ctl = ControllerProcess::start(cluster, "ctl-missed", &lease, &format!("{CONTROLLER_LABEL}={}", ns.name));
+    ns.accepts(&config("app-config", &[("mode", "a")]));
+    ns.accepts(&deployment("app", "registry.example/app:1.0", &["app-config"], ""));
+    history_len(&ns, "app", 1, Duration::from_secs(30));
+    // A first edit makes app-config a tracked source with a head.
+    ns.accepts(&config("app-config", &[("mode", "b")]));
+    history_len(&ns, "app", 2, Duration::from_secs(30));
+    propagated(&ns, "app-config", Duration::from_secs(10));
+
+    // The webhook goes away; the edit is not seen.
+    let exclude = crate::support::EXCLUDE_LABEL;
+    cluster.kubectl(&["label", "namespace", &ns.name, &format!("{exclude}=true")]).expect_success();
+    std::thread::sleep(Duration::from_secs(2)); // the API server picks up the selector change
+    let stale = annotation(&ns, "configmap", "app-config", HEAD);
+    ns.accepts(&config("app-config", &[("mode", "c")]));
+    assert_eq!(annotation(&ns, "configmap", "app-config", HEAD), stale, "the webhook did not see the edit");
+    cluster.kubectl(&["label", "namespace", &ns.name, &format!("{exclude}-")]).expect_success();
+
+    let history = history_len(&ns, "app", 3, Duration::from_secs(60));
+    assert_eq!(history[2].config("app-config").unwrap()["mode"], "c");
+    assert_eq!(history[2].image, "registry.example/app:1.0");
+}
