@@ -39,7 +39,7 @@ pub struct ControllerCommandArgs {
 #[derive(Args, Debug, Clone)]
 pub struct GcArgs {
     /// Print what would be deleted; change nothing.
-    #[arg(long)]
+    #[arg(long, env = "CONFIGHISTORY_GC_DRY_RUN")]
     pub dry_run: bool,
     /// Sweep only this namespace (default: every namespace holding snapshots).
     #[arg(long = "only-namespace", env = "CONFIGHISTORY_GC_NAMESPACE")]
