@@ -55,6 +55,8 @@ pub struct Ctx {
     /// Reads and snapshot writes of resync (re-hash, adoption).
     pub reads: Mutex<Limiter>,
     pub identity: String,
+    /// Templates seen before (repair vs adoption), from when this replica started leading.
+    pub seen: std::sync::Mutex<Option<HashSet<String>>>,
 }
 
 /// The running loops, for a clean shutdown.
@@ -103,6 +105,7 @@ pub async fn start(client: kube::Client, app: Arc<App>, args: ControllerArgs) ->
         reads: Mutex::new(Limiter::new(args.resync_qps, args.resync_qps.ceil().max(1.0) as u32, 0.0, 1, now)),
         leadership: leader::Leadership::default(),
         identity: identity.clone(),
+        seen: std::sync::Mutex::new(None),
         selector,
         client: client.clone(),
         app,
@@ -168,6 +171,16 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
         let state = ctx.app.state.read().expect("state lock");
         propagate::due_propagations(&state, &ctx.app.policy, &ctx.selector, now_ms)
     };
+    if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
+        // Templates in namespaces the loops do not act in were admitted on purpose unpinned (audit,
+        // enforce, off): if the namespace later switches to rewrite, they are adopted, not repaired.
+        let state = ctx.app.state.read().expect("state lock");
+        for ((_, ns, _), w) in &state.workloads {
+            if !seen.contains(&w.template_hash) && !propagate::namespace_active(&state, &ctx.app.policy, &ctx.selector, ns) {
+                seen.insert(w.template_hash.clone());
+            }
+        }
+    }
     METRICS.propagations_waiting.store(plan.waiting as u64, Ordering::Relaxed);
     METRICS.clear_gauge("confighistory_workloads_behind_head");
     for (ns, n) in &plan.behind {
@@ -285,26 +298,30 @@ async fn event(ctx: &Ctx, p: &Plan, type_: &str, reason: &str, message: &str) {
 
 async fn resync_loop(ctx: Arc<Ctx>) {
     wait_synced(&ctx).await;
-    let mut seen: Option<HashSet<String>> = None;
     let mut adopted: HashSet<(String, String, String)> = HashSet::new();
     let mut repaired: HashMap<WorkloadKey, (String, Instant)> = HashMap::new();
     let interval = Duration::from_secs(ctx.args.resync_interval.max(1));
     loop {
         if !ctx.leadership.is_leader() {
-            seen = None;
+            *ctx.seen.lock().expect("seen lock") = None;
             tokio::time::sleep(Duration::from_millis(500)).await;
             continue;
         }
         let started = Instant::now();
         // What "seen before" means starts when this replica starts leading.
-        let seen = seen.get_or_insert_with(|| adopt::current_templates(&ctx.app.state.read().expect("state lock")));
+        let seen = ctx
+            .seen
+            .lock()
+            .expect("seen lock")
+            .get_or_insert_with(|| adopt::current_templates(&ctx.app.state.read().expect("state lock")))
+            .clone();
         rehash(&ctx).await;
         if !ctx.leadership.is_leader() {
             continue;
         }
         let decisions = {
             let state = ctx.app.state.read().expect("state lock");
-            adopt::decide(&state, &ctx.app.policy, &ctx.selector, seen, &adopted)
+            adopt::decide(&state, &ctx.app.policy, &ctx.selector, &seen, &adopted)
         };
         for a in &decisions.adoptions {
             if !ctx.leadership.is_leader() {
@@ -353,7 +370,9 @@ async fn resync_loop(ctx: Arc<Ctx>) {
             let state = ctx.app.state.read().expect("state lock");
             let waiting: HashSet<&String> =
                 decisions.repairs.iter().filter_map(|p| state.workloads.get(&p.key())).map(|w| &w.template_hash).collect();
-            seen.extend(adopt::current_templates(&state).into_iter().filter(|t| !waiting.contains(t)));
+            if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
+                seen.extend(adopt::current_templates(&state).into_iter().filter(|t| !waiting.contains(t)));
+            }
         }
         let rest = interval.saturating_sub(started.elapsed());
         tokio::time::sleep(rest.max(Duration::from_millis(500))).await;

@@ -223,7 +223,9 @@ fn installing_restarts_nothing_and_the_first_release_can_be_undone() {
     let before = history_len(&ns, "app", 1, Duration::from_secs(30));
     assert_eq!(before[0].snapshots["app-config"], "app-config", "unpinned");
 
-    // "Install": the namespace switches to rewrite.
+    // "Install": the namespace switches to rewrite (after the controller has had a moment to see
+    // the workload in audit mode: it was admitted unpinned on purpose, not during an outage).
+    std::thread::sleep(Duration::from_secs(1));
     cluster.kubectl(&["label", "namespace", &ns.name, "confighistory.io/mode=rewrite", "--overwrite"]).expect_success();
     // Adoption at the next resync (5 s in the suite): the running content gets a snapshot with an
     // adoption record, and no pod template changes.
