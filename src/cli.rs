@@ -116,6 +116,9 @@ pub struct ServeArgs {
     /// Most admission requests handled at once; more wait.
     #[arg(long, env = "CONFIGHISTORY_MAX_CONCURRENCY", default_value_t = 256)]
     pub max_concurrency: usize,
+    /// Seconds to keep serving after SIGTERM while reporting not-ready.
+    #[arg(long, env = "CONFIGHISTORY_SHUTDOWN_DELAY", default_value_t = 5)]
+    pub shutdown_delay: u64,
     /// Serve admissions only; run no controller loops.
     #[arg(long, env = "CONFIGHISTORY_NO_CONTROLLERS")]
     pub no_controllers: bool,

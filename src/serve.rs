@@ -5,7 +5,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -55,8 +55,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     tracing::info!(listen = %args.listen, health = %args.health_listen, "serving admission webhook");
-    let router = server::router(app).layer(tower::limit::GlobalConcurrencyLimitLayer::new(args.max_concurrency));
-    let served = serve_tls(listener, TlsAcceptor::from(tls_config), router).await;
+    let router = server::router(app.clone()).layer(tower::limit::GlobalConcurrencyLimitLayer::new(args.max_concurrency));
+    // On SIGTERM, report not-ready first and keep serving while the endpoints update, so a
+    // rolling update of confighistory itself never drops an admission.
+    let drain = Duration::from_secs(args.shutdown_delay);
+    let shutdown = async move {
+        shutdown_signal().await;
+        tracing::info!(seconds = drain.as_secs(), "shutting down: not ready, draining");
+        app.tls_ready.store(false, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(drain).await;
+    };
+    let served = serve_tls_until(listener, TlsAcceptor::from(tls_config), router, shutdown).await;
     if let Some(controller) = controller {
         controller.shutdown().await;
     }
@@ -66,7 +75,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 /// Accepts TLS connections and serves the router over HTTP/1.1 keep-alive, with timeouts
 /// for slow clients and a cap on header size.
 pub async fn serve_tls(listener: TcpListener, acceptor: TlsAcceptor, router: axum::Router) -> anyhow::Result<()> {
-    let shutdown = shutdown_signal();
+    serve_tls_until(listener, acceptor, router, shutdown_signal()).await
+}
+
+/// [`serve_tls`] until `shutdown` completes.
+pub async fn serve_tls_until(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    router: axum::Router,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -85,7 +103,6 @@ pub async fn serve_tls(listener: TcpListener, acceptor: TlsAcceptor, router: axu
             };
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(CLIENT_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
-            let _ = TokioExecutor::new();
             if let Err(e) = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router)).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }

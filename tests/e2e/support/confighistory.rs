@@ -73,7 +73,7 @@ fn start(cluster: &'static Cluster) -> Webhook {
         .args(["--identity", WEBHOOK_IDENTITY, "--namespace", NAMESPACE])
         // Controller loops (tests/e2e/controller.rs): a short settle window and resync so the
         // scenarios finish fast; namespaces labelled CONTROLLER_LABEL get controllers of their own.
-        .args(["--settle", "2", "--resync-interval", "5"])
+        .args(["--settle", "2", "--resync-interval", "5", "--shutdown-delay", "0"])
         .arg(format!("--controller-namespace-selector=!{CONTROLLER_LABEL}"))
         .env("KUBECONFIG", &cluster.webhook_kubeconfig)
         .env("CONFIGHISTORY_E2E_DIR", &cluster.state_dir)
