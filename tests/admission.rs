@@ -363,7 +363,9 @@ async fn a_snapshot_named_by_the_request_is_kept_and_held() {
 #[tokio::test]
 async fn the_propagation_trigger_is_honoured_only_from_confighistory() {
     let old = deployment("pricing:4.11", &snap("pricing-config", A));
-    let f = Fixture::new().source("pricing-config", B).snapshot("pricing-config", A, &[]).workload(&old);
+    // The current template is, of course, one of the workload's revisions: the trigger must not
+    // be mistaken for an undo.
+    let f = Fixture::new().source("pricing-config", B).snapshot("pricing-config", A, &[]).workload(&old).revision(&old, 1);
     let trigger = format!("pricing-config={}", content(B).hash());
     let new = with_annotations(old.clone(), &[("confighistory.io/propagate", &trigger)]);
 

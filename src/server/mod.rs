@@ -116,7 +116,8 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
 
 /// Decides, reading sources fresh when the decision asks, runs the effects, and answers.
 pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Response, &'static str) {
-    let now = format!("{:.0}", k8s_openapi::jiff::Timestamp::now());
+    // Milliseconds: the settle window is counted from changed-at.
+    let now = format!("{:.3}", k8s_openapi::jiff::Timestamp::now());
     let mut fresh = Fresh::new();
     for pass in 0..2 {
         let outcome = {
