@@ -6,31 +6,18 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::review::{Operation, Request};
-use super::workload::{analyze, made_by_cronjob};
+use super::workload::{admissible, made_by_cronjob};
 use super::{annotation, labels, Decision, Outcome, View};
 use crate::names;
 use crate::policy::Mode;
 use crate::template::{self, Kind};
 
 pub fn decide(req: &Request, view: &View) -> Outcome {
-    let Some(kind) = Kind::parse(&req.kind.kind).filter(|k| k.is_workload()) else {
-        return Outcome::Done(Decision::allow("unhandled-kind"));
+    let (mode, a) = match admissible(req, view) {
+        Ok(x) => x,
+        Err(reason) => return Outcome::Done(Decision::allow(reason)),
     };
-    if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
-        return Outcome::Done(Decision::allow("not-intercepted"));
-    }
-    let obj = req.object();
-    if !obj["metadata"]["deletionTimestamp"].is_null() {
-        return Outcome::Done(Decision::allow("deleting"));
-    }
-    let ns_label = view.state.namespace(&req.namespace).and_then(|n| n.mode_label.as_deref());
-    let mode = view.policy.mode(&req.namespace, ns_label).0;
-    if mode == Mode::Off || (mode != Mode::Enforce && annotation(obj, names::IGNORE) == Some("true")) {
-        return Outcome::Done(Decision::allow("mode"));
-    }
-    let Some(a) = analyze(req, kind, view) else {
-        return Outcome::Done(Decision::allow("no-template"));
-    };
+    let (kind, obj) = (a.kind, req.object());
     if !a.changed {
         return Outcome::Done(Decision::allow("unchanged"));
     }

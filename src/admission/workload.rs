@@ -86,27 +86,40 @@ pub fn made_by_cronjob(obj: &Value) -> bool {
     crate::state::controller_owner(&obj["metadata"]).is_some_and(|(k, _)| k == "CronJob")
 }
 
-pub fn decide(req: &Request, view: &View) -> Outcome {
+/// What every workload endpoint checks first: a kind we handle, a main-resource CREATE or
+/// UPDATE, an object not being deleted. Returns the kind, the namespace's mode and the analysis,
+/// or why the request is allowed as it is.
+pub fn admissible<'a>(req: &'a Request, view: &View) -> Result<(Mode, Analysis<'a>), &'static str> {
     let Some(kind) = Kind::parse(&req.kind.kind).filter(|k| k.is_workload()) else {
-        return Outcome::Done(Decision::allow("unhandled-kind"));
+        return Err("unhandled-kind");
     };
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
-        return Outcome::Done(Decision::allow("not-intercepted"));
+        return Err("not-intercepted");
     }
     let obj = req.object();
     if !obj["metadata"]["deletionTimestamp"].is_null() {
-        return Outcome::Done(Decision::allow("deleting"));
+        return Err("deleting");
     }
     let ns_label = view.state.namespace(&req.namespace).and_then(|n| n.mode_label.as_deref());
-    if view.policy.mode(&req.namespace, ns_label).0 != Mode::Rewrite {
+    let mode = view.policy.mode(&req.namespace, ns_label).0;
+    // The ignore annotation is honoured in rewrite and audit mode, never in enforce mode.
+    if mode == Mode::Off || (mode != Mode::Enforce && annotation(obj, names::IGNORE) == Some("true")) {
+        return Err("mode");
+    }
+    let analysis = analyze(req, kind, view).ok_or("no-template")?;
+    Ok((mode, analysis))
+}
+
+pub fn decide(req: &Request, view: &View) -> Outcome {
+    let (mode, a) = match admissible(req, view) {
+        Ok(x) => x,
+        Err(reason) => return Outcome::Done(Decision::allow(reason)),
+    };
+    if mode != Mode::Rewrite {
         return Outcome::Done(Decision::allow("mode"));
     }
-    if annotation(obj, names::IGNORE) == Some("true") {
-        return Outcome::Done(Decision::allow("ignored"));
-    }
-    let Some(a) = analyze(req, kind, view) else {
-        return Outcome::Done(Decision::allow("no-template"));
-    };
+    let kind = a.kind;
+    let obj = req.object();
     let own = req.user_info.username == view.policy.identity;
     let trigger: Option<BTreeSet<String>> = own.then(|| annotation(obj, names::PROPAGATE).map(parse_trigger)).flatten();
     let old_held = held_set(req.old_object());
