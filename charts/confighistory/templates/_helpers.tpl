@@ -76,6 +76,9 @@ namespaceSelector shared by all webhooks. Two ways to be excluded, both needed:
   chart applies it to its own namespace on clusters older than 1.21.
 The mode label (confighistory.io/mode) is deliberately not selected on: the
 server interprets it against config.allowedModes.
+webhook.namespaceSelector adds terms (ANDed with these) that limit
+confighistory to some namespaces; the controller loops get the same limit
+(confighistory.controllerNamespaceSelector).
 */}}
 {{- define "confighistory.namespaceSelector" -}}
 matchExpressions:
@@ -87,6 +90,38 @@ matchExpressions:
       {{- end }}
   - key: confighistory.io/exclude
     operator: DoesNotExist
+  {{- with .Values.webhook.namespaceSelector.matchExpressions }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .Values.webhook.namespaceSelector.matchLabels }}
+matchLabels:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+webhook.namespaceSelector in the string form of a label selector
+(`a=b,c in (x,y),!d`), for CONFIGHISTORY_CONTROLLER_NAMESPACE_SELECTOR: the
+controller loops act in the namespaces the webhooks see, and no others. Empty
+when no terms are set (all namespaces; the server excludes the same names).
+*/}}
+{{- define "confighistory.controllerNamespaceSelector" -}}
+{{- $terms := list }}
+{{- range $key, $value := .Values.webhook.namespaceSelector.matchLabels }}
+{{- $terms = append $terms (printf "%s=%s" $key $value) }}
+{{- end }}
+{{- range .Values.webhook.namespaceSelector.matchExpressions }}
+{{- if eq .operator "In" }}
+{{- $terms = append $terms (printf "%s in (%s)" .key (join "," .values)) }}
+{{- else if eq .operator "NotIn" }}
+{{- $terms = append $terms (printf "%s notin (%s)" .key (join "," .values)) }}
+{{- else if eq .operator "Exists" }}
+{{- $terms = append $terms .key }}
+{{- else }}
+{{- $terms = append $terms (printf "!%s" .key) }}
+{{- end }}
+{{- end }}
+{{- join "," $terms }}
 {{- end }}
 
 {{/*

@@ -18,6 +18,8 @@ KEY=VALUE arguments:
   exclude             comma list of admin-excluded namespaces
   servicemonitor      true | false
   sa                  expected ServiceAccount name; sacreate true | false
+  nslabel             KEY=VALUE expected as the webhooks' namespaceSelector.matchLabels
+                      (webhook.namespaceSelector) and as the controller loops' selector
   env.NAME            expected value of one container env variable
 
 Prints one line per check group and exits 1 on the first failed assertion.
@@ -171,6 +173,9 @@ def main():
               f"{where}: label exclusion {sel[1]}")
         check(not any("confighistory.io/mode" in e["key"] for e in sel),
               f"{where}: must not select on the mode label")
+        want_labels = dict([exp["nslabel"].split("=", 1)]) if exp.get("nslabel") else None
+        check(w["namespaceSelector"].get("matchLabels") == want_labels,
+              f"{where}: namespaceSelector.matchLabels {w['namespaceSelector'].get('matchLabels')} != {want_labels}")
         mc = w.get("matchConditions")
         if name == "configmaps.confighistory.io" and kube >= (1, 28, 0):
             check(mc and "kube-root-ca.crt" in mc[0]["expression"], f"{where}: matchConditions {mc}")
@@ -247,6 +252,8 @@ def main():
               == f"system:serviceaccount:$(CONFIGHISTORY_NAMESPACE):{sa}", "identity")
         check(sorted(env["CONFIGHISTORY_EXCLUDE_NAMESPACES"]["value"].split(",")) == sorted(set(excluded)),
               "CONFIGHISTORY_EXCLUDE_NAMESPACES")
+        check(env["CONFIGHISTORY_CONTROLLER_NAMESPACE_SELECTOR"]["value"] == exp.get("nslabel", ""),
+              "CONFIGHISTORY_CONTROLLER_NAMESPACE_SELECTOR: the loops act where the webhooks do")
         for k, v in exp.items():
             if k.startswith("env."):
                 name = k[4:]

@@ -28,6 +28,11 @@ pub const WEBHOOK_IDENTITY: &str = "system:serviceaccount:confighistory:confighi
 /// Label carried by every test namespace, with the namespace's own name as its value: webhooks
 /// registered by a single test select on it, so they never see another test's objects.
 pub const NAMESPACE_LABEL: &str = "e2e.confighistory.io/namespace";
+/// Label carried by every namespace a test process creates, with the process's run id
+/// ([`run_id`]) as its value. The webhooks and controller loops of that process's confighistory
+/// server select on it, so several `cargo test --test e2e` processes can share one cluster without
+/// seeing each other's objects.
+pub const RUN_LABEL: &str = "e2e.confighistory.io/run";
 /// Namespaces with this label are not sent to confighistory's webhooks (their namespaceSelector).
 pub const EXCLUDE_LABEL: &str = "confighistory.io/exclude";
 /// Annotation that names the source of a snapshot (spec §5).
@@ -48,9 +53,21 @@ pub struct Cluster {
     /// The address the API server uses to reach webhooks served by the tests (default 127.0.0.1;
     /// an external cluster needs an address of this machine that it can reach).
     pub webhook_host: String,
+    server_version: OnceLock<String>,
 }
 
 static CLUSTER: OnceLock<Option<Cluster>> = OnceLock::new();
+static RUN_ID: OnceLock<String> = OnceLock::new();
+
+/// This test process's run id: `<pid>-<4 random digits>` (a valid label value and name part). It
+/// names this process's webhook configurations (`confighistory-<run id>`) and labels its namespaces
+/// ([`RUN_LABEL`]).
+pub fn run_id() -> &'static str {
+    RUN_ID.get_or_init(|| {
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        format!("{}-{:04}", std::process::id(), nanos % 10_000)
+    })
+}
 
 fn ci() -> bool {
     matches!(std::env::var("CI").as_deref(), Ok("true" | "1" | "yes"))
@@ -106,6 +123,7 @@ impl Cluster {
             state_dir,
             external,
             webhook_host: std::env::var("CONFIGHISTORY_E2E_WEBHOOK_HOST").unwrap_or_else(|_| "127.0.0.1".into()),
+            server_version: OnceLock::new(),
         };
         let ready = cluster.kubectl(&["get", "--raw", "/readyz"]);
         if !ready.success {
@@ -152,13 +170,37 @@ impl Cluster {
         }
     }
 
+    /// The API server's version without the leading `v` (`1.20.2`), for `helm template --kube-version`.
+    pub fn server_version(&self) -> &str {
+        self.server_version.get_or_init(|| {
+            let out = self.kubectl(&["version", "-o", "json"]).expect_success();
+            let version = out.json()["serverVersion"]["gitVersion"].as_str().unwrap_or_default().trim_start_matches('v').to_owned();
+            assert!(!version.is_empty(), "kubectl version printed no server version:\n{}", out.describe());
+            version
+        })
+    }
+
     /// `kubectl apply -f -` of cluster-scoped objects (webhook configurations, namespaces).
     pub fn apply_cluster_scoped(&self, yaml: &str) -> Kubectl {
         self.kubectl_stdin(&["apply", "-f", "-"], yaml).expect_success()
     }
 }
 
-fn find_kubectl() -> PathBuf {
+/// helm: `$CONFIGHISTORY_HELM`, else the one next to the cached kubectl (`tests/e2e/tools`), else
+/// `helm` on PATH; `None` when there is none.
+pub fn find_helm() -> Option<PathBuf> {
+    if let Some(path) = env_path("CONFIGHISTORY_HELM") {
+        return Some(path);
+    }
+    let cached = find_kubectl().with_file_name("helm");
+    if cached.is_file() {
+        return Some(cached);
+    }
+    let on_path = Command::new("helm").arg("version").stdout(Stdio::null()).stderr(Stdio::null()).status();
+    on_path.is_ok_and(|s| s.success()).then(|| PathBuf::from("helm"))
+}
+
+pub(crate) fn find_kubectl() -> PathBuf {
     if let Some(path) = env_path("CONFIGHISTORY_KUBECTL") {
         return path;
     }
@@ -224,7 +266,8 @@ pub struct TestNamespace {
 static NAMESPACE_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 impl TestNamespace {
-    /// Creates `e2e-<prefix>-<unique>`, labelled [`NAMESPACE_LABEL`]=`<its name>`.
+    /// Creates `e2e-<prefix>-<unique>`, labelled [`NAMESPACE_LABEL`]=`<its name>` and
+    /// [`RUN_LABEL`]=[`run_id`] (so this process's confighistory server acts in it).
     pub fn new(cluster: &'static Cluster, prefix: &str) -> TestNamespace {
         TestNamespace::with_labels(cluster, prefix, &[])
     }
@@ -238,17 +281,32 @@ impl TestNamespace {
 
     /// Like [`TestNamespace::new`], with more labels (e.g. `confighistory.io/mode`).
     pub fn with_labels(cluster: &'static Cluster, prefix: &str, labels: &[(&str, &str)]) -> TestNamespace {
+        TestNamespace::in_run(cluster, Some(run_id()), prefix, labels)
+    }
+
+    /// A namespace of the run `run` ([`RUN_LABEL`]; `None`: of no run, so no confighistory
+    /// server of any test process acts in it until it is labelled, see [`TestNamespace::join_run`]).
+    pub fn in_run(cluster: &'static Cluster, run: Option<&str>, prefix: &str, labels: &[(&str, &str)]) -> TestNamespace {
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
         let unique = format!("{}{}{}", std::process::id() % 100_000, NAMESPACE_COUNTER.fetch_add(1, Ordering::Relaxed), nanos % 1000);
         let prefix: String = prefix.to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).take(40).collect();
         let name = format!("e2e-{}-{unique}", prefix.trim_matches('-'));
         let mut manifest =
             format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels:\n    {NAMESPACE_LABEL}: {name}\n");
+        if let Some(run) = run {
+            manifest.push_str(&format!("    {RUN_LABEL}: {run:?}\n"));
+        }
         for (key, value) in labels {
             manifest.push_str(&format!("    {key}: {value:?}\n"));
         }
         cluster.apply_cluster_scoped(&manifest);
         TestNamespace { name, cluster }
+    }
+
+    /// Labels this namespace [`RUN_LABEL`]=`run`: from now on that run's confighistory server
+    /// sees it (as if confighistory had just been installed).
+    pub fn join_run(&self, run: &str) {
+        self.cluster.kubectl(&["label", "namespace", &self.name, &format!("{RUN_LABEL}={run}"), "--overwrite"]).expect_success();
     }
 
     /// kubectl with `-n <this namespace>` appended.
