@@ -159,8 +159,30 @@ impl State {
         match self.configmap(ns, name) {
             Some(cm) => cm.snapshot_of(name),
             // Not seen yet (just created, or deleted): trust the shape of the name.
-            None => snapshot::parse_name(name).map(|(s, h, _)| (s.to_owned(), h.to_owned())),
+            None => {
+                let (prefix, hash, index) = snapshot::parse_name(name)?;
+                Some((self.long_source(ns, prefix, hash, index, name).unwrap_or(prefix).to_owned(), hash.to_owned()))
+            }
         }
+    }
+
+    /// The source of a snapshot name whose source part was shortened (sources over
+    /// [`snapshot::MAX_SOURCE_PART`] characters): the cached ConfigMap that gives exactly this
+    /// name, preferring the one whose head is `hash`. (Shortening trims trailing `-` and `.` too;
+    /// a prefix under 200 characters is taken as a whole source name.)
+    /// Without it, a reinvocation that comes before the watch delivers the new snapshot would
+    /// take the shortened prefix for the source and drop the pin from the workload's annotations.
+    fn long_source<'a>(&'a self, ns: &str, prefix: &str, hash: &str, index: u32, name: &str) -> Option<&'a str> {
+        if prefix.len() < 200 {
+            return None;
+        }
+        self.configmaps
+            .iter()
+            .filter(|((n, source), _)| n == ns && source.len() > snapshot::MAX_SOURCE_PART && source.starts_with(prefix))
+            .filter(|((_, source), _)| snapshot::name(source, hash, index) == name)
+            .map(|((_, source), cm)| (cm.annotation(names::HEAD) != Some(hash), source.as_str()))
+            .min()
+            .map(|(_, source)| source)
     }
 
     /// Whether `template_hash` is one of the revisions of the workload with this uid.

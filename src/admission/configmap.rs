@@ -57,8 +57,18 @@ pub fn decide(req: &Request, view: &View) -> Decision {
     }
 
     let own = req.user_info.username == view.policy.identity;
-    let changed_at =
-        if changed { Some(view.now.to_owned()) } else { old.and_then(|o| annotation(o, names::CHANGED_AT)).map(str::to_owned) };
+    let changed_at = if changed {
+        // A second pass over our own output (reinvocation) finds the time the first pass set, for
+        // this very content: keep it, or the second pass would not be a no-op. Only a recent time
+        // is taken from the request (a client cannot move a change out of its settle window).
+        let first_pass = annotation(obj, names::HEAD)
+            .filter(|h| *h == head)
+            .and(annotation(obj, names::CHANGED_AT))
+            .filter(|t| just_before(t, view.now, REINVOCATION_WINDOW));
+        Some(first_pass.unwrap_or(view.now).to_owned())
+    } else {
+        old.and_then(|o| annotation(o, names::CHANGED_AT)).map(str::to_owned)
+    };
     let propagated = if own { annotation(obj, names::PROPAGATED) } else { old.and_then(|o| annotation(o, names::PROPAGATED)) };
     d.response.patch = annotation_ops(
         obj,
@@ -87,4 +97,16 @@ pub fn decide(req: &Request, view: &View) -> Decision {
         }
     }
     d
+}
+
+/// How far back a `changed-at` in the request may lie and still be this admission's own first
+/// pass: the API server gives a whole admission chain at most 30 s (webhook timeouts).
+const REINVOCATION_WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether RFC 3339 time `t` lies within `window` before `now` (not after it).
+fn just_before(t: &str, now: &str, window: std::time::Duration) -> bool {
+    use k8s_openapi::jiff::Timestamp;
+    let (Ok(t), Ok(now)) = (t.parse::<Timestamp>(), now.parse::<Timestamp>()) else { return false };
+    let age = now.as_millisecond() - t.as_millisecond();
+    age >= 0 && age <= window.as_millis() as i64
 }

@@ -218,7 +218,10 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             To::Keep(n, h)
         } else {
             let (n, h) = requested.clone().expect("not plain");
-            if h != head && change_pending(cm, &head) && !was_held {
+            // confighistory's own update without a trigger is a reinvocation over its own output
+            // (the trigger was consumed by the first pass): it joins no pending change the first
+            // pass left alone, or a second pass would not be a no-op.
+            if h != head && change_pending(cm, &head) && !was_held && !own {
                 To::Head
             } else {
                 To::Keep(n, h)

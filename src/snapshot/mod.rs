@@ -65,18 +65,29 @@ impl Content {
 /// injective: no two different contents produce the same byte stream.
 pub fn hash(content: &Content) -> String {
     let mut h = Sha256::new();
-    h.update(b"confighistory/v1\0");
+    frame(content, |bytes| h.update(bytes));
+    encode(&h.finalize()[..8], HASH_LEN)
+}
+
+/// The byte stream [`hash`] digests, for tests that prove it decodes back to one content.
+pub fn framing(content: &Content) -> Vec<u8> {
+    let mut out = Vec::with_capacity(content.bytes() + 64);
+    frame(content, |bytes| out.extend_from_slice(bytes));
+    out
+}
+
+fn frame(content: &Content, mut sink: impl FnMut(&[u8])) {
+    sink(b"confighistory/v1\0");
     for (tag, map) in [(b'd', &content.data), (b'b', &content.binary_data)] {
-        h.update([tag]);
-        h.update((map.len() as u64).to_be_bytes());
+        sink(&[tag]);
+        sink(&(map.len() as u64).to_be_bytes());
         for (k, v) in map {
-            h.update((k.len() as u64).to_be_bytes());
-            h.update(k.as_bytes());
-            h.update((v.len() as u64).to_be_bytes());
-            h.update(v.as_bytes());
+            sink(&(k.len() as u64).to_be_bytes());
+            sink(k.as_bytes());
+            sink(&(v.len() as u64).to_be_bytes());
+            sink(v.as_bytes());
         }
     }
-    encode(&h.finalize()[..8], HASH_LEN)
 }
 
 /// Short DNS-safe hash of any string (used to shorten over-long label values).
@@ -99,11 +110,13 @@ pub fn is_hash(s: &str) -> bool {
     s.len() == HASH_LEN && s.bytes().all(|b| ALPHABET.contains(&b))
 }
 
+/// Source names longer than this are shortened in snapshot names.
+pub const MAX_SOURCE_PART: usize = MAX_NAME - 1 - HASH_LEN - SUFFIX_ROOM;
+
 /// The name of a snapshot: `<source>-<hash>`, then `-1`, `-2`, … in the collision sequence.
 /// The source part is shortened so the name stays a valid ConfigMap name.
 pub fn name(source: &str, hash: &str, index: u32) -> String {
-    let room = MAX_NAME - 1 - HASH_LEN - SUFFIX_ROOM;
-    let base = prefix(source, room).trim_end_matches(['-', '.']);
+    let base = prefix(source, MAX_SOURCE_PART).trim_end_matches(['-', '.']);
     if index == 0 {
         format!("{base}-{hash}")
     } else {

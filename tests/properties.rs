@@ -1,0 +1,299 @@
+//! Property tests (issue 8): mutation is idempotent under reinvocation, snapshot names are
+//! deterministic and independent of key order, and the hash framing is unambiguous. Also replays
+//! the committed fuzz corpus (`fuzz/corpus/`) through the fuzz targets' checks, so every input
+//! the fuzzer ever kept stays a regression test of `cargo test`.
+//!
+//! Deterministic: a fixed seed, a fixed number of cases, no persistence files.
+
+#[path = "../fuzz/checks.rs"]
+mod checks;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use confighistory::cluster::MemoryCluster;
+use confighistory::server::Endpoint;
+use confighistory::snapshot::{self, Content};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed};
+use serde_json::{json, Value};
+
+/// Any constant does; a fixed one keeps every run the same.
+const SEED: u64 = 0x0c0f_f1ee_5eed;
+
+fn config(cases: u32) -> Config {
+    Config { cases, rng_seed: RngSeed::Fixed(SEED), failure_persistence: None, ..Config::default() }
+}
+
+// ---------- mutation is idempotent (reinvocation), and the other rewrite invariants ----------
+
+proptest! {
+    #![proptest_config(config(768))]
+
+    /// Any workload request the choice decoder describes: apply the patch, review again → no patch
+    /// (with and without the new snapshots in the caches); plus the rest of `checks::rewrite_bytes`.
+    #[test]
+    fn mutation_is_idempotent_under_reinvocation(choices in prop::collection::vec(any::<u8>(), 0..96)) {
+        checks::rewrite_bytes(&choices);
+    }
+
+    /// The same requests as full AdmissionReview bodies, through every endpoint, with bytes
+    /// flipped here and there (mostly still JSON, sometimes not).
+    #[test]
+    fn any_admission_review_gets_a_well_formed_answer(
+        choices in prop::collection::vec(any::<u8>(), 0..64),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+    ) {
+        let req = checks::workload_request(&choices);
+        let mut body = serde_json::to_vec(&checks::review_body(&req)).unwrap();
+        for (at, byte) in flips {
+            let i = at.index(body.len());
+            body[i] = byte;
+        }
+        checks::review_bytes(&body);
+    }
+}
+
+// ---------- snapshot names ----------
+
+/// ConfigMap text with the keys of `data` written in the given order.
+fn configmap_text(name: &str, data: &[(String, String)], binary: &[(String, String)]) -> String {
+    let section =
+        |pairs: &[(String, String)]| pairs.iter().map(|(k, v)| format!("{}:{}", json!(k), json!(v))).collect::<Vec<_>>().join(",");
+    format!(
+        r#"{{"binaryData":{{{}}},"metadata":{{"namespace":"{}","name":"{name}"}},"kind":"ConfigMap","data":{{{}}},"apiVersion":"v1"}}"#,
+        section(binary),
+        checks::NS,
+        section(data)
+    )
+}
+
+/// Pins a fresh Deployment to `source` as it is in a fresh cluster; returns the pinned name.
+fn pinned_name(source_text: &str, source: &str) -> String {
+    let cluster = MemoryCluster::default();
+    let app = checks::app(&cluster);
+    let obj: Value = serde_json::from_str(source_text).unwrap();
+    cluster.insert(obj.clone());
+    app.state.write().unwrap().apply_configmap(&obj);
+    let template = checks::deployment_template("img:1", &[source]);
+    let req = serde_json::from_value(json!({
+        "uid": "u", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"}, "name": "d", "namespace": checks::NS,
+        "operation": "CREATE", "userInfo": {"username": "alice"},
+        "object": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": checks::NS}, "spec": {"template": template}},
+    }))
+    .unwrap();
+    let (response, reason) = checks::run(&app, Endpoint::Mutate, &req);
+    assert!(response.allowed, "{reason}: {:?}", response.message);
+    let names: Vec<&str> = response.patch.iter().filter(|op| op["op"] == "replace").filter_map(|op| op["value"].as_str()).collect();
+    assert_eq!(names.len(), 1, "{:?}", response.patch);
+    names[0].to_owned()
+}
+
+fn unique_pairs(max: usize) -> impl Strategy<Value = Vec<(String, String)>> {
+    prop::collection::btree_map("[a-zA-Z0-9._-]{1,12}", ".{0,16}", 0..max).prop_map(|m| m.into_iter().collect())
+}
+
+/// A DNS-1123 subdomain of up to 253 characters, as ConfigMap names are.
+fn source_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?",
+        "[a-z0-9]{1,20}(\\.[a-z0-9]{1,20}){0,3}",
+        (200usize..=253).prop_map(|n| "a".repeat(n)),
+        (1usize..=60).prop_map(|n| format!("{}-{}", "b".repeat(n), "c".repeat(253 - n - 1))),
+    ]
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
+fn is_label_value(s: &str) -> bool {
+    s.len() <= 63
+        && (s.is_empty()
+            || (s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                && s.as_bytes()[0].is_ascii_alphanumeric()
+                && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()))
+}
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    /// Same content, same name: whatever order the keys arrive in, on any replica (a fresh
+    /// cluster and caches each time), through the very edge the server runs.
+    #[test]
+    fn snapshot_names_are_deterministic_and_independent_of_key_order(
+        (data, shuffled) in unique_pairs(8).prop_flat_map(|d| (Just(d.clone()), Just(d).prop_shuffle())),
+        binary in unique_pairs(3),
+        reversed_binary in any::<bool>(),
+    ) {
+        let mut binary2 = binary.clone();
+        if reversed_binary {
+            binary2.reverse();
+        }
+        let a = configmap_text("cfg", &data, &binary);
+        let b = configmap_text("cfg", &shuffled, &binary2);
+        let ca = Content::from_object(&serde_json::from_str(&a).unwrap());
+        let cb = Content::from_object(&serde_json::from_str(&b).unwrap());
+        prop_assert_eq!(ca.hash(), cb.hash());
+        let expected = snapshot::name("cfg", &ca.hash(), 0);
+        prop_assert_eq!(pinned_name(&a, "cfg"), expected.clone());
+        prop_assert_eq!(pinned_name(&b, "cfg"), expected);
+    }
+
+    /// Names stay valid ConfigMap names for any valid source name and index of the collision
+    /// sequence, parse back to their hash and index, and the source label stays a label value.
+    #[test]
+    fn snapshot_names_are_valid_and_parse_back(source in source_name(), data in unique_pairs(4), index in 0u32..=snapshot::MAX_COLLISION_INDEX) {
+        let content = Content { data: data.into_iter().collect(), ..Content::default() };
+        let hash = content.hash();
+        prop_assert!(snapshot::is_hash(&hash));
+        let name = snapshot::name(&source, &hash, index);
+        prop_assert_eq!(&name, &snapshot::name(&source, &hash, index), "deterministic");
+        prop_assert!(is_dns_subdomain(&name), "{} is not a valid ConfigMap name", name);
+        let (prefix, h, i) = snapshot::parse_name(&name).expect("parses");
+        prop_assert_eq!((h, i), (hash.as_str(), index));
+        prop_assert!(source.starts_with(prefix));
+        let label = snapshot::source_label(&source);
+        prop_assert!(is_label_value(&label), "{} is not a label value", label);
+        // A valid snapshot under that name validates; the next index is another name.
+        let obj = snapshot::object(checks::NS, &source, &name, &content, &[]);
+        prop_assert_eq!(snapshot::validate(&obj), Ok(hash.clone()));
+        prop_assert_ne!(name, snapshot::name(&source, &hash, index + 1));
+    }
+}
+
+// ---------- the hash framing is unambiguous ----------
+
+/// Reads a framing back into the one content it encodes; `None` when the bytes are not a framing.
+/// That such a decoder exists (and consumes every byte) is what makes the framing injective.
+fn decode(bytes: &[u8]) -> Option<Content> {
+    let mut rest = bytes.strip_prefix(b"confighistory/v1\0")?;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let (head, tail) = (rest.get(..n)?, rest.get(n..)?);
+        rest = tail;
+        Some(head)
+    };
+    let mut content = Content::default();
+    for tag in [b'd', b'b'] {
+        if take(1)? != [tag] {
+            return None;
+        }
+        let count = u64::from_be_bytes(take(8)?.try_into().ok()?);
+        let mut map = BTreeMap::new();
+        for _ in 0..count {
+            let klen = u64::from_be_bytes(take(8)?.try_into().ok()?) as usize;
+            let key = String::from_utf8(take(klen)?.to_vec()).ok()?;
+            let vlen = u64::from_be_bytes(take(8)?.try_into().ok()?) as usize;
+            let value = String::from_utf8(take(vlen)?.to_vec()).ok()?;
+            map.insert(key, value);
+        }
+        if tag == b'd' {
+            content.data = map;
+        } else {
+            content.binary_data = map;
+        }
+    }
+    take(0)?;
+    rest.is_empty().then_some(content)
+}
+
+/// Contents built to collide if the framing were naive: keys and values made of a few
+/// characters that also appear in the framing (NUL, 'd', 'b', digits).
+fn tricky_content() -> impl Strategy<Value = Content> {
+    let s = "[db\\x00=,:0-9]{0,5}";
+    (prop::collection::btree_map(s, s, 0..4), prop::collection::btree_map(s, s, 0..3))
+        .prop_map(|(data, binary_data)| Content { data, binary_data })
+}
+
+proptest! {
+    #![proptest_config(config(1024))]
+
+    #[test]
+    fn the_hash_framing_decodes_to_exactly_one_content(c in tricky_content()) {
+        prop_assert_eq!(decode(&snapshot::framing(&c)), Some(c));
+    }
+
+    #[test]
+    fn different_contents_never_frame_alike(a in tricky_content(), b in tricky_content()) {
+        prop_assume!(a != b);
+        prop_assert_ne!(snapshot::framing(&a), snapshot::framing(&b));
+        prop_assert_ne!(a.hash(), b.hash());
+    }
+}
+
+#[test]
+fn classic_framing_ambiguities_hash_apart() {
+    let c = |data: &[(&str, &str)], bin: &[(&str, &str)]| Content {
+        data: data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        binary_data: bin.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+    };
+    let cases = [
+        c(&[("ab", "c")], &[]),
+        c(&[("a", "bc")], &[]),
+        c(&[("a", "b"), ("c", "d")], &[]),
+        c(&[("a", "b\0c\0d")], &[]),
+        c(&[("a", "")], &[]),
+        c(&[], &[("a", "")]),
+        c(&[], &[]),
+        c(&[("a", "1")], &[("b", "2")]),
+        c(&[("b", "2")], &[("a", "1")]),
+        c(&[("a", "1"), ("b", "2")], &[]),
+    ];
+    for (i, x) in cases.iter().enumerate() {
+        assert_eq!(decode(&snapshot::framing(x)).as_ref(), Some(x));
+        for y in &cases[i + 1..] {
+            assert_ne!(x.hash(), y.hash(), "{x:?} and {y:?}");
+        }
+    }
+}
+
+// ---------- the fuzz corpus, replayed ----------
+
+fn replay(target: &str, check: fn(&[u8])) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
+    let mut files: Vec<_> =
+        std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten().map(|e| e.path()).collect();
+    files.sort();
+    assert!(!files.is_empty(), "{} holds no corpus", dir.display());
+    for file in &files {
+        let data = std::fs::read(file).unwrap();
+        if let Err(panic) = std::panic::catch_unwind(|| check(&data)) {
+            panic!("{} fails: {:?}", file.display(), panic.downcast_ref::<String>().map(String::as_str).unwrap_or("(panic)"));
+        }
+    }
+}
+
+#[test]
+fn the_admission_review_corpus_replays_clean() {
+    replay("admission_review", checks::review_bytes);
+}
+
+#[test]
+fn the_rewrite_corpus_replays_clean() {
+    replay("rewrite", checks::rewrite_bytes);
+}
+
+// ---------- reinvocation across a clock tick ----------
+
+/// A source ConfigMap CREATE reviewed again a few milliseconds later (another webhook changed it
+/// in between, so the API server reinvokes): the first pass's `changed-at` stands.
+#[test]
+fn a_source_reinvoked_later_keeps_its_changed_at() {
+    let body = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/admission_review/configmap-create.json")).unwrap();
+    let req = confighistory::admission::review::parse(&body).unwrap();
+    let cluster = MemoryCluster::default();
+    let app = checks::app(&cluster);
+    let (first, _) = checks::run(&app, Endpoint::Mutate, &req);
+    assert!(first.patch.iter().any(|op| op["path"] == "/metadata/annotations"), "{:?}", first.patch);
+    let patched = checks::apply_patch(req.object(), &first.patch).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let again = confighistory::admission::review::Request { object: Some(patched), ..req };
+    let (second, _) = checks::run(&app, Endpoint::Mutate, &again);
+    assert!(second.patch.is_empty(), "{:?}", second.patch);
+}
