@@ -4,6 +4,7 @@
 
 mod support;
 
+mod admission;
 mod controller;
 mod harness;
 mod pinning;

@@ -10,6 +10,7 @@
 //! themselves.
 #![allow(dead_code)] // a toolbox: not every scenario uses every helper
 
+pub mod apps;
 pub mod confighistory;
 pub mod test_webhook;
 
@@ -69,7 +70,8 @@ pub fn run_id() -> &'static str {
     })
 }
 
-fn ci() -> bool {
+/// Whether this is CI (`CI=true`): nothing may be skipped.
+pub fn ci() -> bool {
     matches!(std::env::var("CI").as_deref(), Ok("true" | "1" | "yes"))
 }
 
@@ -376,11 +378,39 @@ impl TestNamespace {
     /// `kubectl rollout undo deployment/<name> [--to-revision=N]`; an undo must always go through.
     #[track_caller]
     pub fn rollout_undo(&self, deployment: &str, to_revision: Option<u32>) -> Kubectl {
-        let target = format!("deployment/{deployment}");
+        self.rollout_undo_of("deployment", deployment, to_revision)
+    }
+
+    /// `kubectl rollout undo <kind>/<name> [--to-revision=N]` once the workload's controller has
+    /// recorded its latest revision (so the undo goes to the revision before it).
+    #[track_caller]
+    pub fn rollout_undo_of(&self, kind: &str, name: &str, to_revision: Option<u32>) -> Kubectl {
+        self.wait_observed(kind, name);
+        let target = format!("{kind}/{name}");
         let revision = to_revision.map(|r| format!("--to-revision={r}"));
         let mut args = vec!["rollout", "undo", target.as_str()];
         args.extend(revision.as_deref());
         self.kubectl(&args).expect_success()
+    }
+
+    /// Sets an annotation on this namespace, e.g. `confighistory.io/settle`.
+    pub fn annotate(&self, key: &str, value: &str) {
+        self.cluster.kubectl(&["annotate", "namespace", &self.name, &format!("{key}={value}"), "--overwrite"]).expect_success();
+    }
+
+    /// Names of the snapshots in this namespace (ConfigMaps labelled `confighistory.io/hash`), sorted.
+    pub fn snapshots(&self) -> Vec<String> {
+        let out = self
+            .kubectl(&["get", "configmaps", "-l", "confighistory.io/hash", "-o", "jsonpath={.items[*].metadata.name}"])
+            .expect_success();
+        let mut names: Vec<String> = out.stdout.split_whitespace().map(str::to_owned).collect();
+        names.sort();
+        names
+    }
+
+    /// A workload's annotation, or `None`.
+    pub fn annotation_of(&self, kind: &str, name: &str, key: &str) -> Option<String> {
+        self.get_json(kind, name).and_then(|o| o["metadata"]["annotations"][key].as_str().map(str::to_owned))
     }
 
     /// Waits until the workload's controller has seen its latest spec (for a Deployment: its
@@ -413,6 +443,34 @@ impl TestNamespace {
             .collect();
         revisions.sort_by_key(|r| r.revision);
         revisions
+    }
+
+    /// The rollout history of a Deployment (its ReplicaSets), StatefulSet or DaemonSet (its
+    /// ControllerRevisions), oldest revision first; see [`TestNamespace::history_of`].
+    pub fn history_of_kind(&self, kind: &str, name: &str) -> Vec<Revision> {
+        if kind == "deployment" {
+            return self.history_of(name);
+        }
+        self.wait_observed(kind, name);
+        let owner = self.get_json(kind, name).unwrap_or_else(|| panic!("{kind} {name} not found in {}", self.name));
+        let uid = owner["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+        let mut revisions: Vec<Revision> = self
+            .list_json("controllerrevisions")
+            .iter()
+            .filter(|cr| cr["metadata"]["ownerReferences"].as_array().is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid.as_str())))
+            .map(|cr| {
+                let revision = cr["revision"].as_u64().unwrap_or(0) as u32;
+                self.revision_from_template(revision, cr["metadata"]["name"].as_str().unwrap_or_default(), &cr["data"]["spec"]["template"])
+            })
+            .collect();
+        revisions.sort_by_key(|r| r.revision);
+        revisions
+    }
+
+    /// What the live workload's pod template names, as a [`Revision`] (revision 0).
+    pub fn current_template(&self, kind: &str, name: &str) -> Revision {
+        let obj = self.get_json(kind, name).unwrap_or_else(|| panic!("{kind} {name} not found in {}", self.name));
+        self.revision_from_template(0, name, &obj["spec"]["template"])
     }
 
     /// What a pod template names: image, sources → referenced ConfigMaps, their data.
