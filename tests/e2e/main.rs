@@ -5,8 +5,12 @@
 mod support;
 
 mod admission;
+mod chart;
 mod controller;
 mod harness;
+mod modes;
 mod pinning;
 mod plugin;
+mod protection;
+mod readme;
 mod smoke;
