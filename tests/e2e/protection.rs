@@ -100,6 +100,12 @@ fn a_snapshots_metadata_is_frozen_for_everyone_but_confighistory() {
 #[test]
 fn a_referenced_snapshot_is_not_deleted_but_its_namespace_is() {
     let Some((ns, pinned)) = released("delete") else { return };
+    // The decision reads the server's watch cache: first let it see the Deployment (a dry run
+    // asks the same question and deletes nothing).
+    wait_for("the server to know the snapshot's users", Duration::from_secs(20), || {
+        let dry = ns.kubectl(&["delete", "configmap", &pinned, "--dry-run=server"]);
+        !dry.success && dry.stderr.contains("Deployment/pricing")
+    });
     let out = refused(ns.kubectl(&["delete", "configmap", &pinned]), "is still part of rollout history");
     assert!(out.stderr.contains("Deployment/pricing"), "the refusal names the user:\n{}", out.describe());
     assert!(ns.get_json("configmap", &pinned).is_some());
