@@ -86,7 +86,7 @@ pub fn refs(template: &Value) -> Vec<Ref> {
             if let Some(cm) = vol.get("configMap") {
                 push(&mut out, cm, format!("/spec/volumes/{i}/configMap"), format!("spec.volumes[{i}].configMap"));
             }
-            if let Some(sources) = vol.pointer("/projected/sources").and_then(Value::as_array) {
+            if let Some(sources) = vol.get("projected").and_then(|p| p.get("sources")).and_then(Value::as_array) {
                 for (j, src) in sources.iter().enumerate() {
                     if let Some(cm) = src.get("configMap") {
                         push(
@@ -105,7 +105,7 @@ pub fn refs(template: &Value) -> Vec<Ref> {
         for (c, container) in containers.iter().enumerate() {
             if let Some(env) = container.get("env").and_then(Value::as_array) {
                 for (e, var) in env.iter().enumerate() {
-                    if let Some(r) = var.pointer("/valueFrom/configMapKeyRef") {
+                    if let Some(r) = var.get("valueFrom").and_then(|v| v.get("configMapKeyRef")) {
                         push(
                             &mut out,
                             r,
@@ -132,14 +132,11 @@ pub fn refs(template: &Value) -> Vec<Ref> {
     out
 }
 
-fn push(out: &mut Vec<Ref>, holder: &Value, pointer: String, field: String) {
+fn push(out: &mut Vec<Ref>, holder: &Value, mut pointer: String, mut field: String) {
     if let Some(name) = holder.get("name").and_then(Value::as_str) {
-        out.push(Ref {
-            pointer: format!("{pointer}/name"),
-            field: format!("{field}.name"),
-            name: name.to_owned(),
-            optional: holder.get("optional").and_then(Value::as_bool).unwrap_or(false),
-        });
+        pointer.push_str("/name");
+        field.push_str(".name");
+        out.push(Ref { pointer, field, name: name.to_owned(), optional: holder.get("optional").and_then(Value::as_bool).unwrap_or(false) });
     }
 }
 

@@ -4,7 +4,9 @@
 //! newer or older than any typed client knows, and must copy ConfigMap bytes exactly.
 
 use base64::Engine;
-use serde::{Deserialize, Serialize};
+use serde::de::value::SeqAccessDeserializer;
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{json, Value};
 
 #[derive(Debug, thiserror::Error)]
@@ -82,9 +84,9 @@ pub struct Request {
     pub operation: Operation,
     #[serde(default)]
     pub user_info: UserInfo,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "trimmed")]
     pub object: Option<Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "trimmed")]
     pub old_object: Option<Value>,
     #[serde(default)]
     pub dry_run: Option<bool>,
@@ -99,6 +101,84 @@ impl Request {
     }
     pub fn old_object(&self) -> &Value {
         self.old_object.as_ref().unwrap_or(&Value::Null)
+    }
+}
+
+/// `object` and `oldObject` as the decisions read them: `status` and `metadata.managedFields`,
+/// which no rule reads and which are often most of a workload's bytes, are skipped while parsing
+/// rather than built and dropped (issue 7: parsing is most of an admission's cost).
+fn trimmed<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    struct Top(Value);
+    impl<'de> Deserialize<'de> for Top {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Top, D::Error> {
+            d.deserialize_any(Skipping { skip: "status", metadata: true }).map(Top)
+        }
+    }
+    Ok(Option::<Top>::deserialize(d)?.map(|t| t.0))
+}
+
+/// Builds a [`Value`], leaving out the key `skip` of a map (and `managedFields` of its `metadata`).
+#[derive(Clone, Copy)]
+struct Skipping {
+    skip: &'static str,
+    metadata: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for Skipping {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Skipping {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a Kubernetes object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if key == self.skip {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            let value = if self.metadata && key == "metadata" {
+                map.next_value_seed(Skipping { skip: "managedFields", metadata: false })?
+            } else {
+                map.next_value::<Value>()?
+            };
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+
+    // Anything but a map is kept as it is.
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
+        Value::deserialize(SeqAccessDeserializer::new(seq))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
     }
 }
 
@@ -188,6 +268,27 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("admissionReviewVersions: [v1]"), "{err}");
         assert!(matches!(parse(b"{not json"), Err(Error::Json(_))));
+    }
+
+    #[test]
+    fn objects_are_parsed_without_status_and_managed_fields() {
+        let object = json!({"metadata": {"name": "a", "managedFields": [{"manager": "kubectl"}], "labels": {"status": "x"}},
+            "spec": {"status": 1, "template": {"metadata": {"managedFields": 2}}}, "status": {"replicas": 2}, "data": {"k": "v"}});
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "1", "kind": {},
+            "operation": "UPDATE", "object": object, "oldObject": null}});
+        let req = parse(&serde_json::to_vec(&body).unwrap()).unwrap();
+        assert_eq!(
+            req.object,
+            Some(
+                json!({"metadata": {"name": "a", "labels": {"status": "x"}}, "spec": {"status": 1, "template": {"metadata": {"managedFields": 2}}},
+                "data": {"k": "v"}})
+            )
+        );
+        assert_eq!(req.old_object, None);
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "1", "kind": {},
+            "operation": "DELETE", "oldObject": [1, "x", true, null, 2.5]}});
+        let req = parse(&serde_json::to_vec(&body).unwrap()).unwrap();
+        assert_eq!((req.object, req.old_object), (None, Some(json!([1, "x", true, null, 2.5]))));
     }
 
     #[test]

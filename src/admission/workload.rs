@@ -2,6 +2,7 @@
 //! snapshot, deciding per source.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
 
 use serde_json::Value;
 
@@ -32,8 +33,6 @@ pub struct Analysis<'a> {
     pub old_pins: BTreeMap<String, (String, String)>,
     /// The template counts as changed (SPEC §6.2 "what counts as a change").
     pub changed: bool,
-    /// The request's template with plain names replaced by `oldObject`'s pins.
-    pub normalized: Value,
 }
 
 /// Groups references by source and decides whether the template changed.
@@ -52,16 +51,68 @@ pub fn analyze<'a>(req: &'a Request, kind: Kind, view: &View) -> Option<Analysis
             old_pins.entry(r.source).or_insert((r.r.name, hash));
         }
     }
-    let mut normalized = template.clone();
+    // The request's template with plain names replaced by oldObject's pins, compared with
+    // oldObject's template without building it (this runs on every workload write: no copy).
+    let mut pinning = Pinning::default();
     for r in &refs {
         if let (None, Some((pin, _))) = (&r.hash, old_pins.get(&r.source)) {
-            if let Some(slot) = normalized.pointer_mut(&r.r.pointer) {
-                *slot = Value::String(pin.clone());
-            }
+            pinning.at.insert(r.r.pointer.as_str(), pin.as_str());
+            pinning.names.insert(r.r.name.as_str());
         }
     }
-    let changed = req.operation == Operation::Create || old_template != Some(&normalized);
-    Some(Analysis { kind, namespace: ns, template, old_template, refs, old_pins, changed, normalized })
+    let changed = req.operation == Operation::Create || old_template.is_none_or(|old| !pinning.same(template, old, &mut String::new()));
+    Some(Analysis { kind, namespace: ns, template, old_template, refs, old_pins, changed })
+}
+
+/// Plain names to read as pins: JSON pointer (relative to the template) → pin.
+#[derive(Default)]
+struct Pinning<'a> {
+    at: BTreeMap<&'a str, &'a str>,
+    /// The plain names at those pointers (only strings equal to one of them need their pointer).
+    names: BTreeSet<&'a str>,
+}
+
+impl Pinning<'_> {
+    /// Whether `new`, with the plain names at `self.at` replaced by their pins, equals `old`.
+    /// `path` is `new`'s JSON pointer.
+    fn same(&self, new: &Value, old: &Value, path: &mut String) -> bool {
+        match (new, old) {
+            (Value::String(n), _) if self.names.contains(n.as_str()) => match self.at.get(path.as_str()) {
+                Some(pin) => old.as_str() == Some(*pin),
+                None => new == old,
+            },
+            (Value::Object(n), Value::Object(o)) => {
+                n.len() == o.len()
+                    && n.iter().all(|(k, v)| {
+                        o.get(k).is_some_and(|w| {
+                            let len = path.len();
+                            path.push('/');
+                            for c in k.chars() {
+                                match c {
+                                    '~' => path.push_str("~0"),
+                                    '/' => path.push_str("~1"),
+                                    c => path.push(c),
+                                }
+                            }
+                            let same = self.same(v, w, path);
+                            path.truncate(len);
+                            same
+                        })
+                    })
+            }
+            (Value::Array(n), Value::Array(o)) => {
+                n.len() == o.len()
+                    && n.iter().zip(o).enumerate().all(|(i, (v, w))| {
+                        let len = path.len();
+                        let _ = write!(path, "/{i}");
+                        let same = self.same(v, w, path);
+                        path.truncate(len);
+                        same
+                    })
+            }
+            _ => new == old,
+        }
+    }
 }
 
 /// Sources named by `confighistory.io/propagate` (`source=hash,...`).
@@ -277,4 +328,64 @@ fn pin_annotations(pins: &BTreeMap<String, String>, held: &BTreeSet<String>) -> 
         // The trigger is consumed by this admission; from anyone else it is not trusted.
         (names::PROPAGATE, None),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::Fresh;
+    use crate::policy::Policy;
+    use crate::state::State;
+    use serde_json::json;
+
+    const PIN: &str = "cfg-0123456789ab";
+
+    fn deployment(volume: &str, env: &str, extra: Value) -> Value {
+        json!({"metadata": {"name": "app", "namespace": "ns"}, "spec": {"template": {
+            "metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": "t1", "a~b": "x"}, "labels": {"app": "cfg"}},
+            "spec": {"volumes": [{"name": "c", "configMap": {"name": volume}}],
+                     "containers": [{"name": "app", "image": "app:1", "extra": extra,
+                        "env": [{"name": "M", "valueFrom": {"configMapKeyRef": {"name": env, "key": "m"}}}]}]}}}})
+    }
+
+    /// The definition: replace the plain names by the pins in a copy, then compare.
+    fn reference(req: &Request, a: &Analysis) -> bool {
+        let mut normalized = a.template.clone();
+        for r in &a.refs {
+            if let (None, Some((pin, _))) = (&r.hash, a.old_pins.get(&r.source)) {
+                *normalized.pointer_mut(&r.r.pointer).unwrap() = Value::String(pin.clone());
+            }
+        }
+        req.operation == Operation::Create || a.old_template != Some(&normalized)
+    }
+
+    #[test]
+    fn changed_matches_comparing_a_pinned_copy() {
+        let (policy, state, fresh) = (Policy::default(), State::default(), Fresh::new());
+        let view = View { policy: &policy, state: &state, fresh: &fresh, now: "" };
+        let cases = [
+            (deployment("cfg", "cfg", json!(1)), deployment(PIN, PIN, json!(1)), false),
+            (deployment("cfg", PIN, json!(1)), deployment(PIN, PIN, json!(1)), false),
+            (deployment("cfg", "cfg", json!(2)), deployment(PIN, PIN, json!(1)), true),
+            // The old template has the plain name where the new one is read as pinned.
+            (deployment("cfg", "cfg", json!(1)), deployment(PIN, "cfg", json!(1)), true),
+            (deployment("cfg", "cfg", json!("cfg")), deployment(PIN, PIN, json!("cfg")), false),
+            (deployment("cfg", "cfg", json!(["cfg"])), deployment(PIN, PIN, json!([PIN])), true),
+            (deployment("other", "cfg", json!(1)), deployment(PIN, PIN, json!(1)), true),
+            (deployment("cfg", "cfg", json!(1)), deployment("cfg", "cfg", json!(1)), false),
+            (deployment("cfg", "cfg", json!({"x/y": 1})), deployment(PIN, PIN, json!({"x/y": 1})), false),
+        ];
+        for (i, (new, old, changed)) in cases.into_iter().enumerate() {
+            let req = Request {
+                operation: Operation::Update,
+                namespace: "ns".into(),
+                object: Some(new),
+                old_object: Some(old),
+                ..Default::default()
+            };
+            let a = analyze(&req, Kind::Deployment, &view).unwrap();
+            assert_eq!(a.changed, changed, "case {i}");
+            assert_eq!(a.changed, reference(&req, &a), "case {i}");
+        }
+    }
 }

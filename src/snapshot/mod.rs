@@ -2,7 +2,7 @@
 //!
 //! Everything here is pure: hashing, naming, validity and the object a snapshot is created as.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
@@ -231,8 +231,9 @@ pub fn validate(obj: &Value) -> Result<String, Invalid> {
 /// Keys removed and added between two contents, for the UPDATE warning.
 pub fn key_changes(old: &Content, new: &Content) -> (Vec<String>, Vec<String>) {
     let (old_keys, new_keys) = (old.keys(), new.keys());
-    let removed = old_keys.iter().filter(|k| !new_keys.contains(k)).cloned().collect();
-    let added = new_keys.iter().filter(|k| !old_keys.contains(k)).cloned().collect();
+    let (old_set, new_set): (HashSet<&String>, HashSet<&String>) = (old_keys.iter().collect(), new_keys.iter().collect());
+    let removed = old_keys.iter().filter(|k| !new_set.contains(k)).cloned().collect();
+    let added = new_keys.iter().filter(|k| !old_set.contains(k)).cloned().collect();
     (removed, added)
 }
 
