@@ -116,6 +116,10 @@ pub struct ServeArgs {
     /// Most admission requests handled at once; more wait.
     #[arg(long, env = "CONFIGHISTORY_MAX_CONCURRENCY", default_value_t = 256)]
     pub max_concurrency: usize,
+    /// Seconds an admission may take before it is denied as unavailable (with a retry hint);
+    /// keep it below the webhooks' timeoutSeconds.
+    #[arg(long, env = "CONFIGHISTORY_ADMISSION_DEADLINE", default_value_t = 4.0)]
+    pub admission_deadline: f64,
     /// Seconds to keep serving after SIGTERM while reporting not-ready.
     #[arg(long, env = "CONFIGHISTORY_SHUTDOWN_DELAY", default_value_t = 5)]
     pub shutdown_delay: u64,

@@ -55,7 +55,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     tracing::info!(listen = %args.listen, health = %args.health_listen, "serving admission webhook");
-    let router = server::router(app.clone()).layer(tower::limit::GlobalConcurrencyLimitLayer::new(args.max_concurrency));
+    let deadline = Duration::from_secs_f64(args.admission_deadline.max(0.1));
+    let router = limited(server::router(app.clone()), args.max_body_bytes, args.max_concurrency, deadline);
     // On SIGTERM, report not-ready first and keep serving while the endpoints update, so a
     // rolling update of confighistory itself never drops an admission.
     let drain = Duration::from_secs(args.shutdown_delay);
@@ -70,6 +71,56 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         controller.shutdown().await;
     }
     served
+}
+
+/// The admission router as served: a request's body is read in full, within [`CLIENT_TIMEOUT`]
+/// and `max_body` bytes, before the request takes one of `max_concurrency` places. A slow or
+/// stalled client holds its own connection, never a place: without this, a few clients that
+/// send headers and then trickle a body would keep every other admission waiting.
+///
+/// Once it has its place, an admission gets `deadline` to answer (waiting for a place counts).
+/// Past it, it is denied as unavailable, with a retry hint, before the API server's own webhook
+/// timeout turns it into an opaque error (or, with failurePolicy Ignore, an unpinned write): an
+/// API server that accepts connections and never answers would otherwise hold each admission,
+/// and its place, for the kube client's 30 s connect timeout or longer.
+pub fn limited(router: axum::Router, max_body: usize, max_concurrency: usize, deadline: Duration) -> axum::Router {
+    let places = Arc::new(tokio::sync::Semaphore::new(max_concurrency.max(1)));
+    router.layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
+        let places = places.clone();
+        async move {
+            use axum::response::IntoResponse;
+            let (parts, body) = req.into_parts();
+            let bytes = match tokio::time::timeout(CLIENT_TIMEOUT, axum::body::to_bytes(body, max_body)).await {
+                Ok(Ok(bytes)) => bytes,
+                Ok(Err(_)) => {
+                    let message = format!("request body over {max_body} bytes, or broken off");
+                    return (axum::http::StatusCode::PAYLOAD_TOO_LARGE, message).into_response();
+                }
+                Err(_) => {
+                    let message = format!("request body not received within {} s", CLIENT_TIMEOUT.as_secs());
+                    return (axum::http::StatusCode::REQUEST_TIMEOUT, message).into_response();
+                }
+            };
+            let uid = crate::admission::review::parse(&bytes).map(|r| r.uid).unwrap_or_default();
+            let admit = async {
+                let Ok(_place) = places.acquire().await else {
+                    return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
+                };
+                next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await
+            };
+            match tokio::time::timeout(deadline, admit).await {
+                Ok(response) => response,
+                Err(_) => {
+                    tracing::warn!(uid, deadline_ms = deadline.as_millis() as u64, "admission took too long (API server slow or unreachable?)");
+                    let message = format!(
+                        "confighistory could not decide within {:.1} s: the API server did not answer in time. Nothing was changed; retrying is safe",
+                        deadline.as_secs_f64()
+                    );
+                    axum::Json(crate::admission::Response::deny(503, message).into_review(&uid)).into_response()
+                }
+            }
+        }
+    }))
 }
 
 /// Accepts TLS connections and serves the router over HTTP/1.1 keep-alive, with timeouts

@@ -20,6 +20,8 @@ pub enum Error {
     NoCert { path: PathBuf },
     #[error("{path} holds no usable PEM private key: {reason}")]
     Key { path: PathBuf, reason: String },
+    #[error("the key in {key} does not belong to the certificate in {cert}")]
+    Mismatch { key: PathBuf, cert: PathBuf },
     #[error("TLS configuration: {0}")]
     Rustls(#[from] rustls::Error),
 }
@@ -37,7 +39,16 @@ pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey> {
     let key_pem = read(key)?;
     let key_der = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| Error::Key { path: key.to_owned(), reason: e.to_string() })?;
     let signing = ring::sign::any_supported_type(&key_der).map_err(|e| Error::Key { path: key.to_owned(), reason: e.to_string() })?;
-    Ok(CertifiedKey::new(certs, signing))
+    let certified = CertifiedKey::new(certs, signing);
+    // A rotation that writes the key and the certificate one after the other leaves a moment (or,
+    // with a slow writer, seconds) where the files do not belong together. Serving that pair fails
+    // every handshake, so it is refused here and the previous pair stays in service.
+    match certified.keys_match() {
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+            Err(Error::Mismatch { key: key.to_owned(), cert: cert.to_owned() })
+        }
+        _ => Ok(certified),
+    }
 }
 
 /// Serves whatever certificate was loaded last.

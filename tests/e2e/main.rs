@@ -7,6 +7,7 @@ mod support;
 mod admission;
 mod chart;
 mod controller;
+mod faults;
 mod harness;
 mod modes;
 mod pinning;
