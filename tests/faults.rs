@@ -1,0 +1,173 @@
+//! Faults without a cluster (issue 8): the regressions of the bugs that tests/e2e/faults.rs found
+//! on the real control plane, in process and in a second, so they run with every `cargo test`.
+//! docs/reliability.md has the whole list.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::Request as HttpRequest;
+use futures::future::BoxFuture;
+use http_body_util::BodyExt;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tower::ServiceExt;
+
+use confighistory::cluster::{self, Cluster, Created};
+use confighistory::policy::Policy;
+use confighistory::server::{self, tls, App};
+use confighistory::state::State;
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("confighistory-faults-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn generate(dir: &Path) {
+    let status = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/certs/generate"))
+        .args(["--out", dir.to_str().unwrap(), "--ip", "127.0.0.1"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("certs/generate runs (needs openssl)");
+    assert!(status.success());
+}
+
+/// An API server that accepts the call and never answers.
+struct Stalled;
+
+impl Cluster for Stalled {
+    fn get_configmap<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, cluster::Result<Option<Value>>> {
+        Box::pin(futures::future::pending())
+    }
+    fn create_configmap<'a>(&'a self, _: &'a str, _: &'a Value, _: bool) -> BoxFuture<'a, cluster::Result<Created>> {
+        Box::pin(futures::future::pending())
+    }
+    fn patch_configmap<'a>(&'a self, _: &'a str, _: &'a str, _: &'a Value) -> BoxFuture<'a, cluster::Result<()>> {
+        Box::pin(futures::future::pending())
+    }
+}
+
+fn app(cluster: Arc<dyn Cluster>) -> Arc<App> {
+    Arc::new(App {
+        policy: Policy::default(),
+        state: Arc::new(RwLock::new(State::default())),
+        cluster,
+        synced: Arc::new(AtomicBool::new(true)),
+        tls_ready: Arc::new(AtomicBool::new(true)),
+        max_body: server::DEFAULT_MAX_BODY,
+    })
+}
+
+fn deployment_review() -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "stalled-1", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"}, "name": "web", "namespace": "shop",
+        "operation": "CREATE", "userInfo": {"username": "alice"},
+        "object": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"template": {"spec": {"volumes": [{"name": "c", "configMap": {"name": "app-config"}}], "containers": [{"name": "a"}]}}}}}})
+}
+
+/// Bug 4: an API server that never answers held the admission past the API server's timeout.
+#[tokio::test]
+async fn a_stalled_api_server_is_denied_within_the_deadline() {
+    let router =
+        confighistory::serve::limited(server::router(app(Arc::new(Stalled))), server::DEFAULT_MAX_BODY, 4, Duration::from_millis(300));
+    let started = Instant::now();
+    let req = HttpRequest::post("/mutate")
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::to_vec(&deployment_review()).unwrap()))
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(5), router.oneshot(req)).await.expect("answered").unwrap();
+    let took = started.elapsed();
+    let body: Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(2), "{took:?}");
+    let r = &body["response"];
+    assert_eq!(r["uid"], "stalled-1");
+    assert_eq!(r["allowed"], false);
+    assert_eq!(r["status"]["code"], 503);
+    let message = r["status"]["message"].as_str().unwrap();
+    assert!(message.contains("API server") && message.contains("retrying is safe"), "{message}");
+}
+
+/// Bug 5: a key that does not belong to the certificate (a rotation half written) was loaded and
+/// served, failing every handshake.
+#[test]
+fn a_key_that_does_not_belong_to_the_certificate_is_refused() {
+    let (a, b) = (tempdir("pair-a"), tempdir("pair-b"));
+    generate(&a);
+    generate(&b);
+    assert!(tls::load(&a.join("tls.crt"), &a.join("tls.key")).is_ok());
+    let err = tls::load(&a.join("tls.crt"), &b.join("tls.key")).expect_err("a mismatched pair is refused");
+    assert!(matches!(err, tls::Error::Mismatch { .. }), "{err}");
+    assert!(err.to_string().contains("does not belong"), "{err}");
+}
+
+/// Bug 6: clients that send headers and then trickle the body held the concurrency places.
+#[tokio::test]
+async fn slow_bodies_do_not_hold_concurrency_places() {
+    let dir = tempdir("slow-body");
+    generate(&dir);
+    let (config, _) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key")).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = confighistory::serve::limited(
+        server::router(app(Arc::new(cluster::MemoryCluster::default()))),
+        server::DEFAULT_MAX_BODY,
+        1,
+        Duration::from_secs(4),
+    );
+    tokio::spawn(confighistory::serve::serve_tls_until(
+        listener,
+        tokio_rustls::TlsAcceptor::from(config),
+        router,
+        futures::future::pending(),
+    ));
+
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(dir.join("ca.crt")).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let client = Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    );
+    let connect = || async {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        tokio_rustls::TlsConnector::from(client.clone()).connect(ServerName::IpAddress(addr.ip().into()), tcp).await.unwrap()
+    };
+    let body = serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "ok", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"}, "name": "x", "namespace": "shop",
+        "operation": "CREATE", "userInfo": {"username": "alice"},
+        "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "shop"}}}}))
+    .unwrap();
+    let head = format!("POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len());
+
+    // Three clients, more than the one place, stall mid-body.
+    let mut stalled = Vec::new();
+    for _ in 0..3 {
+        let mut s = connect().await;
+        s.write_all(head.as_bytes()).await.unwrap();
+        s.write_all(&body[..10]).await.unwrap();
+        s.flush().await.unwrap();
+        stalled.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A whole request is answered at once all the same.
+    let mut s = connect().await;
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&body).await.unwrap();
+    let mut answer = vec![0u8; 256];
+    let n = tokio::time::timeout(Duration::from_secs(2), s.read(&mut answer)).await.expect("answered while others stall").unwrap();
+    assert!(answer[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer[..n]));
+    drop(stalled);
+}
