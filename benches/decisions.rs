@@ -16,12 +16,15 @@ fn configmap(name: &str, data: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "shop"}, "data": data})
 }
 
-/// A Deployment with `containers` containers, each reading `refs_per_container` ConfigMaps.
-fn deployment(containers: usize, refs_per_container: usize, name_of: impl Fn(usize) -> String) -> Value {
+/// A Deployment with `containers` containers reading `refs` ConfigMap keys in all, spread evenly
+/// (over 10 distinct ConfigMaps when there are that many references).
+fn deployment(containers: usize, refs: usize, name_of: impl Fn(usize) -> String) -> Value {
     let cs: Vec<Value> = (0..containers)
         .map(|c| {
-            let env: Vec<Value> = (0..refs_per_container)
-                .map(|r| json!({"name": format!("V{r}"), "valueFrom": {"configMapKeyRef": {"name": name_of((c * refs_per_container + r) % 10), "key": "k"}}}))
+            let mine: Vec<usize> = (0..refs).filter(|r| r % containers == c).collect();
+            let env: Vec<Value> = mine
+                .iter()
+                .map(|r| json!({"name": format!("V{r}"), "valueFrom": {"configMapKeyRef": {"name": name_of(r % 10), "key": "k"}}}))
                 .collect();
             json!({"name": format!("c{c}"), "image": "app:1", "env": env})
         })
@@ -51,6 +54,9 @@ fn bench(c: &mut Criterion) {
     state.apply_workload(Kind::Deployment, &pinned);
     let fresh = Fresh::new();
     let req = request("Deployment", "UPDATE", &plain, &pinned);
+    let view = View { policy: &policy, state: &state, fresh: &fresh, now };
+    let Outcome::Done(d) = admission::workload::decide(&req, &view) else { panic!("the steady state reads nothing") };
+    assert_eq!((d.reason, d.rewrites.len()), ("unchanged", 2), "the steady-state path, pins kept");
     c.bench_function("small deployment, steady state", |b| {
         b.iter(|| {
             let view = View { policy: &policy, state: &state, fresh: &fresh, now };
@@ -73,8 +79,8 @@ fn bench(c: &mut Criterion) {
     });
 
     // (b) 20 containers, 50 references to 10 sources, a release (template changed).
-    let big_plain = deployment(20, 50 / 20 + 1, |i| format!("cfg-{i}"));
-    let big_old = deployment(20, 50 / 20 + 1, snap);
+    let big_plain = deployment(20, 50, |i| format!("cfg-{i}"));
+    let big_old = deployment(20, 50, snap);
     let mut big_new = big_plain.clone();
     big_new["spec"]["template"]["spec"]["containers"][0]["image"] = json!("app:2");
     let mut fresh_big = Fresh::new();
@@ -84,6 +90,9 @@ fn bench(c: &mut Criterion) {
     let mut big_state = State::default();
     big_state.apply_workload(Kind::Deployment, &big_old);
     let req = request("Deployment", "UPDATE", &big_new, &big_old);
+    let view = View { policy: &policy, state: &big_state, fresh: &fresh_big, now };
+    let Outcome::Done(d) = admission::workload::decide(&req, &view) else { panic!("release reads its sources") };
+    assert_eq!((d.reason, d.rewrites.len(), d.effects.len()), ("pinned", 50, 10), "a release pinning 50 references to 10 sources");
     c.bench_function("20 containers / 50 references, release", |b| {
         b.iter(|| {
             let view = View { policy: &policy, state: &big_state, fresh: &fresh_big, now };
@@ -91,16 +100,37 @@ fn bench(c: &mut Criterion) {
         })
     });
 
-    // (c) a 1 MiB ConfigMap UPDATE of a source: hash both contents and diff the keys.
-    let blob = "x".repeat(1024 * 1024 - 1024);
-    let old = configmap("big", json!({"a": blob, "b": "1"}));
-    let new = configmap("big", json!({"a": format!("{blob}y"), "c": "1"}));
+    // (c) a 1 MiB ConfigMap UPDATE of a source, 200 keys of about 5 KiB: every value changes, one
+    // key is renamed. Hash the new content, compare with the old one, diff the keys.
+    let data = |seed: &str| -> serde_json::Map<String, Value> {
+        (0..200).map(|i| (format!("section-{i:03}.yaml"), json!(format!("setting_{i}_{seed}: {}\n", "v".repeat(5200))))).collect()
+    };
+    let old = configmap("big", Value::Object(data("a")));
+    let mut new_data = data("b");
+    let moved = new_data.remove("section-199.yaml").unwrap();
+    new_data.insert("section-200.yaml".into(), moved);
+    let new = configmap("big", Value::Object(new_data));
     let mut cm_state = State::default();
     cm_state.apply_workload(Kind::Deployment, &deployment(1, 1, |_| snapshot::name("big", &content.hash(), 0)));
     let body = serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "1", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"}, "name": "big", "namespace": "shop",
         "operation": "UPDATE", "userInfo": {"username": "alice"}, "object": new, "oldObject": old}}))
     .unwrap();
+    assert!((1 << 20..(1 << 20) + (64 << 10)).contains(&serde_json::to_vec(&new["data"]).unwrap().len()), "1 MiB of data");
+    let req = review::parse(&body).unwrap();
+    let d = admission::configmap::decide(&req, &View { policy: &policy, state: &cm_state, fresh: &fresh, now });
+    assert_eq!(d.reason, "source-changed");
+    assert!(
+        d.response.warnings.iter().any(|w| w.contains("removed [section-199.yaml], added [section-200.yaml]")),
+        "{:?}",
+        d.response.warnings
+    );
+    c.bench_function("1 MiB configmap update, decide (hash, compare, key diff)", |b| {
+        b.iter(|| {
+            let view = View { policy: &policy, state: &cm_state, fresh: &fresh, now };
+            black_box(admission::configmap::decide(black_box(&req), &view))
+        })
+    });
     c.bench_function("1 MiB configmap update, parse+decide", |b| {
         b.iter(|| {
             let req = review::parse(black_box(&body)).unwrap();

@@ -47,6 +47,13 @@ pub fn api_resource(what: Watched, cronjob_version: &str) -> ApiResource {
     }
 }
 
+/// Objects per page of the initial lists. Each page is parsed whole before it is reduced to the
+/// records `State` keeps, and all watches list at once: with kube's default of 500, a start against
+/// 10,000 ConfigMaps and 2,000 Deployments peaked at about 50 MiB of heap for 16 MiB of caches, and the
+/// allocator keeps the peak as RSS (issue 7, valgrind massif). 100 keeps the transient small; the
+/// extra list requests cost the API server little.
+const LIST_PAGE_SIZE: u32 = 100;
+
 /// Starts every watch; `synced` turns true once all of them delivered their first list.
 pub async fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<AtomicBool>) {
     let cj = cronjob_version(&client).await;
@@ -57,7 +64,8 @@ pub async fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<
         let (state, synced, pending) = (state.clone(), synced.clone(), pending.clone());
         tokio::spawn(async move {
             let mut seen: HashSet<Key> = HashSet::new();
-            let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+            let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
+            let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
             loop {
                 match stream.try_next().await {
                     Ok(Some(event)) => {

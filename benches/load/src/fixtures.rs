@@ -183,8 +183,8 @@ pub fn main(opts: &Opts) -> Result<()> {
     Ok(())
 }
 
-/// `--namespaces N --configmaps C --deployments D --prefix P --out DIR`: one List per namespace
-/// (`DIR/bulk-NNN.json`) holding its share of C ConfigMaps (about 2 KiB of data each, as kubectl
+/// `--namespaces N --configmaps C --deployments D --prefix P --out DIR`: the namespaces
+/// (`DIR/namespaces.json`), then one List per namespace (`DIR/bulk-NNN.json`) holding its share of C ConfigMaps (about 2 KiB of data each, as kubectl
 /// apply would leave them: with the last-applied copy) and D Deployments (replicas 0, each
 /// referencing 3 of the namespace's ConfigMaps by plain name).
 pub fn bulk(opts: &Opts) -> Result<()> {
@@ -195,9 +195,13 @@ pub fn bulk(opts: &Opts) -> Result<()> {
     let dir = Path::new(opts.get("out")?);
     std::fs::create_dir_all(dir)?;
     let (cm_per, dep_per) = (configmaps.div_ceil(namespaces), deployments.div_ceil(namespaces));
+    let names: Vec<Value> = (0..namespaces)
+        .map(|n| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("{prefix}-{n:03}"), "labels": {EXCLUDE_LABEL: "true"}}}))
+        .collect();
+    write(dir, "namespaces.json", &json!({"apiVersion": "v1", "kind": "List", "items": names}))?;
     for n in 0..namespaces {
         let ns = format!("{prefix}-{n:03}");
-        let mut items = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {EXCLUDE_LABEL: "true"}}})];
+        let mut items = vec![];
         for c in 0..cm_per.min(configmaps.saturating_sub(n * cm_per)) {
             let mut data = big_data(3, 2048, &format!("{n}-{c}"));
             data.insert("mode".into(), "strict".into());
