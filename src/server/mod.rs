@@ -111,7 +111,7 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
     }
     tracing::debug!(endpoint = endpoint.as_str(), uid = %req.uid, kind = %req.kind.kind, ns = %req.namespace, name = %req.name,
         op = req.operation.as_str(), reason, allowed = response.allowed, patch_ops = response.patch.len(), "admission");
-    Json(response.into_review(&req.uid)).into_response()
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], response.review_json(&req.uid)).into_response()
 }
 
 /// Decides, reading sources fresh when the decision asks, runs the effects, and answers.
