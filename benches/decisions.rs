@@ -103,7 +103,7 @@ fn bench(c: &mut Criterion) {
     // (c) a 1 MiB ConfigMap UPDATE of a source, 200 keys of about 5 KiB: every value changes, one
     // key is renamed. Hash the new content, compare with the old one, diff the keys.
     let data = |seed: &str| -> serde_json::Map<String, Value> {
-        (0..200).map(|i| (format!("section-{i:03}.yaml"), json!(format!("setting_{i}_{seed}: {}\n", "v".repeat(5200))))).collect()
+        (0..200).map(|i| (format!("section-{i:03}.yaml"), json!(format!("setting_{i}_{seed}: {}\n", "v".repeat(5250))))).collect()
     };
     let old = configmap("big", Value::Object(data("a")));
     let mut new_data = data("b");
