@@ -406,6 +406,29 @@ async fn a_missing_source_stays_plain_with_a_warning() {
 }
 
 #[tokio::test]
+async fn a_source_named_like_a_snapshot_is_pinned_before_the_watch_sees_it() {
+    // `backend12345` is 12 characters of the hash alphabet: the name has a snapshot's shape.
+    // Applied together with its first workload, the ConfigMap is in the API server but not yet
+    // in the caches: the fresh read, not the shape, decides that it is a source.
+    let f = Fixture::new();
+    f.cluster.insert(configmap("cache-backend12345", A));
+    let d = deployment("cache:1", "cache-backend12345");
+    let m = f.mutate_deployment("CREATE", &d, None).await;
+    assert!(m.allowed(), "{}", m.message());
+    let pinned = m.patched(&d);
+    let want = snap("cache-backend12345", A);
+    assert_eq!(pin_of(&pinned), (want.clone(), want.clone()));
+    let created = f.cluster.get(NS, &want).expect("snapshot created");
+    assert_eq!(created["metadata"]["annotations"]["confighistory.io/source-name"], "cache-backend12345");
+    let v = f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&pinned), None)).await;
+    assert!(v.allowed(), "{}", v.message());
+    // Unpinned, the same object is still refused: it names a mutable ConfigMap.
+    let v = f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
+    assert!(!v.allowed());
+    assert!(v.message().contains("names mutable ConfigMap cache-backend12345"), "{}", v.message());
+}
+
+#[tokio::test]
 async fn immutable_unversioned_and_ignored_are_left_alone() {
     let f = Fixture::new();
     let mut imm = configmap("static", A);

@@ -109,7 +109,8 @@ pub fn machine<T: Serialize>(kind: &str, value: &T, output: Output) -> String {
     }
 }
 
-async fn client(cli: &Cli) -> Result<(kube::Client, String)> {
+/// (client, namespace, API server URL).
+async fn client(cli: &Cli) -> Result<(kube::Client, String, String)> {
     let options = KubeConfigOptions { context: cli.context.clone(), ..Default::default() };
     let config = match &cli.kubeconfig {
         Some(path) => {
@@ -120,13 +121,15 @@ async fn client(cli: &Cli) -> Result<(kube::Client, String)> {
         None => kube::Config::infer().await.context("find a kubeconfig (set KUBECONFIG or --kubeconfig)")?,
     };
     let namespace = cli.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
-    Ok((kube::Client::try_from(config).context("create a Kubernetes client")?, namespace))
+    let url = config.cluster_url.to_string();
+    Ok((kube::Client::try_from(config).context("create a Kubernetes client")?, namespace, url))
 }
 
 /// Runs the command and returns what to print on stdout.
 pub async fn run(cli: Cli) -> Result<String> {
-    let (client, namespace) = client(&cli).await?;
-    gather::check_installed(&client).await?;
+    let (client, namespace, url) = client(&cli).await?;
+    // The first call tells whether the kubeconfig leads anywhere: say where it led.
+    gather::check_installed(&client).await.with_context(|| format!("cluster at {url}"))?;
     let ctx = gather::Ctx { client, namespace };
     let now = Timestamp::now();
     let style = stdout_style();
@@ -213,8 +216,41 @@ pub fn main() -> std::process::ExitCode {
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", describe(&e));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes on one line, like `{:#}`, without the causes that a message
+/// already quotes (kube's errors include their source in their own text).
+pub fn describe(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe;
+
+    #[test]
+    fn describe_skips_causes_the_message_already_quotes() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory (os error 2)");
+        let e = anyhow::Error::new(io)
+            .context("failed to read kubeconfig from 'x': No such file or directory (os error 2)")
+            .context("read kubeconfig x");
+        assert_eq!(describe(&e), "read kubeconfig x: failed to read kubeconfig from 'x': No such file or directory (os error 2)");
+        let e = anyhow::anyhow!("root cause").context("outer");
+        assert_eq!(describe(&e), "outer: root cause");
     }
 }

@@ -119,7 +119,10 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     // Milliseconds: the settle window is counted from changed-at.
     let now = format!("{:.3}", k8s_openapi::jiff::Timestamp::now());
     let mut fresh = Fresh::new();
-    for pass in 0..2 {
+    // Pass 0 decides from memory; a decision that needs fresh reads asks for them once, and,
+    // when those reads change how a reference is classified (a name shaped like a snapshot name
+    // that is in fact a source), once more.
+    for pass in 0..3 {
         let outcome = {
             let state = app.state.read().expect("state lock");
             let view = View { policy: &app.policy, state: &state, fresh: &fresh, now: &now };
@@ -135,8 +138,9 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                 let reason = decision.reason;
                 return (execute(app, req, decision).await, reason);
             }
-            Outcome::Fetch(names) if pass == 0 => {
-                for name in names {
+            Outcome::Fetch(names) if pass < 2 => {
+                let unread: Vec<String> = names.into_iter().filter(|n| !fresh.contains_key(n)).collect();
+                for name in unread {
                     match app.cluster.get_configmap(&req.namespace, &name).await {
                         Ok(obj) => {
                             fresh.insert(name, obj);

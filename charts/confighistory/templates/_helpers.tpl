@@ -260,6 +260,11 @@ every template that depends on them, so they fail early with a clear message.
 {{- fail "deployment.enabled=false needs webhook.url: without the in-cluster Deployment the webhooks must be registered by URL" }}
 {{- end }}
 {{- end }}
+{{- $main := int .Values.webhook.timeoutSeconds }}
+{{- $protect := int .Values.webhook.protectionTimeoutSeconds }}
+{{- if and (ge $protect $main) (gt $protect 1) }}
+{{- fail (printf "webhook.protectionTimeoutSeconds (%d) must be below webhook.timeoutSeconds (%d): snapshots are created from inside a workload admission, which must get their answer in time" $protect $main) }}
+{{- end }}
 {{- if eq .Values.tls.mode "secret" }}
 {{- if and .Values.deployment.enabled (not .Values.tls.existingSecret) }}
 {{- fail "tls.mode=secret needs tls.existingSecret: the name of a kubernetes.io/tls Secret in the release namespace" }}
@@ -269,3 +274,13 @@ every template that depends on them, so they fail early with a clear message.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+Seconds the server gives one admission: one less than the main webhooks'
+timeoutSeconds (half a second when that is 1), so the server's own answer
+reaches the API server before the API server stops waiting.
+*/}}
+{{- define "confighistory.admissionDeadline" -}}
+{{- $t := int .Values.webhook.timeoutSeconds -}}
+{{- if gt $t 1 -}}{{ sub $t 1 }}{{- else -}}0.5{{- end -}}
+{{- end -}}
