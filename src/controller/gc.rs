@@ -341,8 +341,16 @@ pub async fn sweep_namespace(client: &kube::Client, ns: &str, cj: &str, settings
                 None => continue,
             };
             let patch = json!({"metadata": {"uid": s.uid, "annotations": {names::LAST_USED: value}}});
-            if let Err(e) = api.patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                report.errors.push(format!("record last use on {}: {e}", s.name));
+            match api.patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => {}
+                // Snapshot protection lets only confighistory's own identity change snapshot
+                // metadata: a `gc` run by a person is refused here.
+                Err(kube::Error::Api(e)) if e.code == 403 => report.errors.push(format!(
+                    "record last use on {}: {}; run `confighistory gc` as confighistory's ServiceAccount \
+                     (kubectl exec -n <its namespace> deploy/confighistory -- confighistory gc), or with --dry-run",
+                    s.name, e.message
+                )),
+                Err(e) => report.errors.push(format!("record last use on {}: {e}", s.name)),
             }
         }
     }
