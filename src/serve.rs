@@ -101,16 +101,19 @@ pub fn limited(router: axum::Router, max_body: usize, max_concurrency: usize, de
                     return (axum::http::StatusCode::REQUEST_TIMEOUT, message).into_response();
                 }
             };
-            let uid = crate::admission::review::parse(&bytes).map(|r| r.uid).unwrap_or_default();
+            // `Bytes` clones share the buffer; the uid is parsed only if the deadline passes
+            // (parsing is most of an admission's cost: never twice on the normal path).
+            let body = bytes.clone();
             let admit = async {
                 let Ok(_place) = places.acquire().await else {
                     return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
                 };
-                next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await
+                next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(body))).await
             };
             match tokio::time::timeout(deadline, admit).await {
                 Ok(response) => response,
                 Err(_) => {
+                    let uid = crate::admission::review::parse(&bytes).map(|r| r.uid).unwrap_or_default();
                     tracing::warn!(uid, deadline_ms = deadline.as_millis() as u64, "admission took too long (API server slow or unreachable?)");
                     let message = format!(
                         "confighistory could not decide within {:.1} s: the API server did not answer in time. Nothing was changed; retrying is safe",
