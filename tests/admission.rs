@@ -429,6 +429,32 @@ async fn a_source_named_like_a_snapshot_is_pinned_before_the_watch_sees_it() {
 }
 
 #[tokio::test]
+async fn a_snapshot_the_watch_has_not_delivered_is_read_as_the_snapshot_it_is() {
+    // A source over 236 characters: its snapshot's name holds a shortened prefix, so only the
+    // snapshot object (its source-name annotation) tells the source. Neither is in the caches:
+    // the decision reads the snapshot, learns its source, then reads that, each once.
+    let long = format!("pricing-{}", "x".repeat(240));
+    let f = Fixture::new();
+    f.cluster.insert(configmap(&long, A));
+    let c = content(A);
+    let name = snapshot::name(&long, &c.hash(), 0);
+    f.cluster.insert(snapshot::object(NS, &long, &name, &c, &[]));
+    let d = deployment("pricing:4.11", &name);
+    let a = f.mutate_deployment("CREATE", &d, None).await;
+    assert!(a.allowed(), "{}", a.message());
+    let out = a.patched(&d);
+    assert_eq!(pin_of(&out), (name.clone(), name.clone()), "the snapshot is kept");
+    let pins: Value = serde_json::from_str(&annotation(&out, "confighistory.io/pins").expect("pins")).unwrap();
+    assert_eq!(pins, json!({long.as_str(): c.hash()}), "pinned under its full source name");
+    let reads: Vec<String> = f.calls().into_iter().filter(|c| c.starts_with("get ")).collect();
+    let mut distinct = reads.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(reads.len(), distinct.len(), "no name read twice: {reads:?}");
+    assert!(reads.contains(&format!("get {NS}/{long}")), "{reads:?}");
+}
+
+#[tokio::test]
 async fn immutable_unversioned_and_ignored_are_left_alone() {
     let f = Fixture::new();
     let mut imm = configmap("static", A);

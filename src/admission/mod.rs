@@ -19,7 +19,8 @@ pub mod workload;
 
 pub use review::{Request, Response};
 
-/// Fresh reads of source ConfigMaps, by name: `None` when the API server says 404.
+/// Fresh reads of source ConfigMaps, and of names shaped like snapshot names that the caches have
+/// not seen, by name: `None` when the API server says 404.
 pub type Fresh = HashMap<String, Option<Value>>;
 
 /// Everything a decision may look at.
@@ -30,6 +31,21 @@ pub struct View<'a> {
     pub fresh: &'a Fresh,
     /// Current time, RFC 3339.
     pub now: &'a str,
+}
+
+impl View<'_> {
+    /// (source, hash) when `name` names a snapshot. A name the watch has not delivered is judged
+    /// by the fresh read when the decision made one (a source whose own name merely looks like a
+    /// snapshot name, created in the same apply as its first workload, is a source), and by the
+    /// caches' rules otherwise ([`State::snapshot_of`]: the shape of the name).
+    pub fn snapshot_of(&self, ns: &str, name: &str) -> Option<(String, String)> {
+        if self.state.configmap(ns, name).is_none() {
+            if let Some(Some(obj)) = self.fresh.get(name) {
+                return crate::state::ConfigMapInfo::from_object(obj).snapshot_of(name);
+            }
+        }
+        self.state.snapshot_of(ns, name)
+    }
 }
 
 /// A write the edge must carry out before answering.

@@ -11,7 +11,6 @@ use super::{annotation, annotation_ops, change_pending, labels, Decision, Effect
 use crate::names;
 use crate::policy::Mode;
 use crate::snapshot::{self, Content};
-use crate::state::ConfigMapInfo;
 use crate::template::{self, Kind, Ref};
 
 /// A reference with the source it belongs to.
@@ -41,7 +40,7 @@ pub fn analyze<'a>(req: &'a Request, kind: Kind, view: &View) -> Option<Analysis
     let template = req.object().pointer(kind.template_pointer())?;
     let old_template = req.old_object.as_ref().and_then(|o| o.pointer(kind.template_pointer()));
     let ns = req.namespace.as_str();
-    let sourced = |r: Ref| match snapshot_of(view, ns, &r.name) {
+    let sourced = |r: Ref| match view.snapshot_of(ns, &r.name) {
         Some((source, hash)) => SourcedRef { r, source, hash: Some(hash) },
         None => SourcedRef { source: r.name.clone(), r, hash: None },
     };
@@ -65,22 +64,9 @@ pub fn analyze<'a>(req: &'a Request, kind: Kind, view: &View) -> Option<Analysis
     Some(Analysis { kind, namespace: ns, template, old_template, refs, old_pins, changed })
 }
 
-/// (source, hash) when `name` names a snapshot. A name the watch has not delivered is judged
-/// by the fresh read when the decision made one (a source whose own name merely looks like a
-/// snapshot name, created in the same apply as its first workload, is a source), and by its
-/// shape otherwise.
-fn snapshot_of(view: &View, ns: &str, name: &str) -> Option<(String, String)> {
-    if view.state.configmap(ns, name).is_none() {
-        if let Some(Some(obj)) = view.fresh.get(name) {
-            return ConfigMapInfo::from_object(obj).snapshot_of(name);
-        }
-    }
-    view.state.snapshot_of(ns, name)
-}
-
 /// Names that look like snapshot names but are not in the cache: read fresh with the sources,
-/// so that [`snapshot_of`] can tell a new snapshot from a source with such a name.
-pub fn unseen_snapshot_names<'a>(a: &'a Analysis, view: &'a View) -> impl Iterator<Item = &'a str> {
+/// so that [`View::snapshot_of`] can tell a new snapshot from a source with such a name.
+fn unseen_snapshot_names<'a>(a: &'a Analysis, view: &'a View) -> impl Iterator<Item = &'a str> {
     a.refs.iter().filter(|r| r.hash.is_some() && view.state.configmap(a.namespace, &r.r.name).is_none()).map(|r| r.r.name.as_str())
 }
 
