@@ -549,6 +549,32 @@ async fn unrelated_configmap_writes_are_answered_from_memory() {
     assert!(f.calls().is_empty());
 }
 
+/// The incident's ConfigMap: one key, `config.yaml`, a setting renamed inside it (issue 16).
+#[tokio::test]
+async fn source_update_warns_about_settings_renamed_inside_a_value() {
+    const A_YAML: &str = "currency: EUR\ndiscount_rules_path: /etc/pricing/discounts.yaml\n";
+    const B_YAML: &str = "currency: EUR\nrules:\n  discount_path: /etc/pricing/discounts.yaml\n";
+    let plain = deployment("pricing:4.11", "pricing-config");
+    let f = Fixture::new().source("pricing-config", &[("config.yaml", A_YAML)]).workload(&plain);
+    let (old, new) = (configmap("pricing-config", &[("config.yaml", A_YAML)]), configmap("pricing-config", &[("config.yaml", B_YAML)]));
+    let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old))).await;
+    assert!(a.allowed());
+    assert_eq!(
+        a.warnings(),
+        vec![
+            "pricing-config: values changed, same keys",
+            "pricing-config: config.yaml: settings removed [discount_rules_path], added [rules.discount_path]",
+        ]
+    );
+    // A value that is no document (or keeps its settings) adds nothing to the key warning.
+    let (old, new) = (
+        configmap("pricing-config", &[("config.yaml", A_YAML)]),
+        configmap("pricing-config", &[("config.yaml", "currency: USD\ndiscount_rules_path: /x\n")]),
+    );
+    let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old))).await;
+    assert_eq!(a.warnings(), vec!["pricing-config: values changed, same keys"]);
+}
+
 #[tokio::test]
 async fn source_update_tracks_head_warns_keys_and_adopts_outgoing_content() {
     let plain = deployment("pricing:4.11", "pricing-config");

@@ -53,6 +53,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
             (true, true) => format!("{name}: values changed, same keys"),
             _ => format!("{name}: keys removed [{}], added [{}]", removed.join(", "), added.join(", ")),
         });
+        super::settings::warnings(name, old_content, &content).into_iter().for_each(|w| d.response.warn(w));
     }
     if mode != Mode::Rewrite {
         return d;

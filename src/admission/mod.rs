@@ -14,6 +14,7 @@ use crate::state::State;
 pub mod configmap;
 pub mod protect;
 pub mod review;
+pub mod settings;
 pub mod validate;
 pub mod workload;
 
