@@ -527,6 +527,77 @@ async fn quota_refusals_are_explained() {
 }
 
 #[tokio::test]
+async fn a_full_quota_does_not_deny_a_release_whose_snapshot_exists() {
+    let old = deployment("pricing:4.11", &snap("pricing-config", A));
+    let f = Fixture::new().source("pricing-config", A).snapshot("pricing-config", A, &[]).workload(&old);
+    // The API server's quota admission refuses any ConfigMap POST, even of a name that exists.
+    *f.cluster.fail.lock().unwrap() = Some((
+        "create",
+        ApiError { code: Some(403), reason: "Forbidden".into(), message: "exceeded quota: cm, requested: configmaps=1".into() },
+    ));
+    let new = deployment("pricing:4.12", "pricing-config");
+    let a = f.mutate_deployment("UPDATE", &new, Some(&old)).await;
+    assert!(a.allowed(), "{}", a.message());
+    assert_eq!(pin_of(&a.patched(&new)).0, snap("pricing-config", A));
+    assert!(!f.calls().iter().any(|c| c.starts_with("create")), "read before create: {:?}", f.calls());
+}
+
+/// A writer that records its own adoption between our read and our patch (another replica's
+/// admission, the controller's resync): its record must survive ours.
+struct RacingAdopter {
+    inner: MemoryCluster,
+    raced: std::sync::atomic::AtomicBool,
+}
+
+impl confighistory::cluster::Cluster for RacingAdopter {
+    fn get_configmap<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, confighistory::cluster::Result<Option<Value>>> {
+        self.inner.get_configmap(ns, name)
+    }
+    fn create_configmap<'a>(
+        &'a self,
+        ns: &'a str,
+        obj: &'a Value,
+        dry_run: bool,
+    ) -> futures::future::BoxFuture<'a, confighistory::cluster::Result<confighistory::cluster::Created>> {
+        self.inner.create_configmap(ns, obj, dry_run)
+    }
+    fn patch_configmap<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        patch: &'a Value,
+    ) -> futures::future::BoxFuture<'a, confighistory::cluster::Result<()>> {
+        Box::pin(async move {
+            if !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let mut other = self.inner.get(ns, name).unwrap();
+                other["metadata"]["annotations"][confighistory::names::ADOPTED] = json!("t-other");
+                other["metadata"]["resourceVersion"] = json!("2");
+                self.inner.insert(other);
+            }
+            self.inner.patch_configmap(ns, name, patch).await
+        })
+    }
+}
+
+#[tokio::test]
+async fn adoption_records_written_concurrently_are_all_kept() {
+    let c = content(A);
+    let name = snapshot::name("pricing-config", &c.hash(), 0);
+    let mut obj = snapshot::object(NS, "pricing-config", &name, &c, &[]);
+    obj["metadata"]["resourceVersion"] = json!("1");
+    let cluster = RacingAdopter { inner: MemoryCluster::default(), raced: Default::default() };
+    cluster.inner.insert(obj);
+    let (got, _) = server::ensure_snapshot(&cluster, NS, "pricing-config", &c, &["t-mine".to_owned()], false).await.unwrap();
+    assert_eq!(got, name);
+    let adopted = annotation(&cluster.inner.get(NS, &name).unwrap(), confighistory::names::ADOPTED).unwrap();
+    assert_eq!(adopted, "t-other,t-mine", "the concurrent record is kept");
+}
+
+#[tokio::test]
 async fn dry_run_answers_the_same_and_writes_nothing() {
     let f = Fixture::new().source("pricing-config", A);
     let d = deployment("pricing:4.11", "pricing-config");

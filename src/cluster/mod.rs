@@ -159,7 +159,19 @@ impl Cluster for MemoryCluster {
                 reason: "NotFound".into(),
                 message: format!("configmaps \"{name}\" not found"),
             })?;
+            // A resourceVersion in a patch is a precondition, as on the API server.
+            let want = patch.pointer("/metadata/resourceVersion").and_then(Value::as_str);
+            let have = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default().to_owned();
+            if want.is_some_and(|w| w != have) {
+                return Err(ApiError {
+                    code: Some(409),
+                    reason: "Conflict".into(),
+                    message: format!("Operation cannot be fulfilled on configmaps \"{name}\": the object has been modified"),
+                });
+            }
             json_patch::merge(obj, patch);
+            let next = have.parse::<u64>().unwrap_or(0) + 1;
+            obj["metadata"]["resourceVersion"] = Value::String(next.to_string());
             Ok(())
         })
     }

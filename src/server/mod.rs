@@ -187,14 +187,18 @@ pub async fn ensure_snapshot(
 ) -> Result<(String, Vec<String>), Response> {
     let hash = content.hash();
     let mut warnings = Vec::new();
-    for index in 0..=snapshot::MAX_COLLISION_INDEX {
+    let read = |name: String| async move {
+        cluster.get_configmap(ns, &name).await.map_err(|e| api_denial(&format!("read ConfigMap {ns}/{name}"), &e))
+    };
+    // Races (created or deleted by someone else between two calls, a concurrent adoption record)
+    // look at the same name again, a few times.
+    let (mut index, mut races) = (0, 0);
+    while index <= snapshot::MAX_COLLISION_INDEX {
         let name = snapshot::name(source, &hash, index);
-        let existing = if dry_run {
-            cluster.get_configmap(ns, &name).await.map_err(|e| api_denial(&format!("read ConfigMap {ns}/{name}"), &e))?
-        } else {
-            None
-        };
-        if existing.is_none() {
+        // Read before create: a snapshot that exists is used, never re-created (SPEC §5). A POST
+        // first would be refused by a full ConfigMap quota even though the object exists, and a
+        // dry run would answer differently from the real request.
+        let Some(existing) = read(name.clone()).await? else {
             let obj = snapshot::object(ns, source, &name, content, adopted);
             match cluster.create_configmap(ns, &obj, dry_run).await {
                 Ok(Created::Created) => {
@@ -204,7 +208,11 @@ pub async fn ensure_snapshot(
                     }
                     return Ok((name, warnings));
                 }
-                Ok(Created::AlreadyExists) => {}
+                Ok(Created::AlreadyExists) if races < MAX_RACES => {
+                    races += 1;
+                    continue;
+                }
+                Ok(Created::AlreadyExists) => return Err(api_denial(&format!("create snapshot {ns}/{name}"), &race(&name))),
                 Err(e) if e.is_quota() => {
                     return Err(Response::deny(
                         403,
@@ -217,14 +225,6 @@ pub async fn ensure_snapshot(
                 }
                 Err(e) => return Err(api_denial(&format!("create snapshot {ns}/{name}"), &e)),
             }
-        }
-        let existing = match existing {
-            Some(o) => Some(o),
-            None => cluster.get_configmap(ns, &name).await.map_err(|e| api_denial(&format!("read ConfigMap {ns}/{name}"), &e))?,
-        };
-        let Some(existing) = existing else {
-            // Deleted between our create and get: try the same name again on the next round.
-            continue;
         };
         match snapshot::validate(&existing) {
             Ok(h) if h == hash => {
@@ -237,11 +237,20 @@ pub async fn ensure_snapshot(
                 if !missing.is_empty() && !dry_run {
                     let mut all: Vec<String> = have.iter().map(|s| s.to_string()).collect();
                     all.extend(missing.into_iter().cloned());
-                    let patch = json!({"metadata": {"annotations": {crate::names::ADOPTED: all.join(",")}}});
-                    cluster
-                        .patch_configmap(ns, &name, &patch)
-                        .await
-                        .map_err(|e| api_denial(&format!("record adoption on {ns}/{name}"), &e))?;
+                    // The resourceVersion read is a precondition: a concurrent writer's record is
+                    // re-read and kept, never overwritten (SPEC §9: each record is history).
+                    let mut patch = json!({"metadata": {"annotations": {crate::names::ADOPTED: all.join(",")}}});
+                    if let Some(rv) = existing.pointer("/metadata/resourceVersion") {
+                        patch["metadata"]["resourceVersion"] = rv.clone();
+                    }
+                    match cluster.patch_configmap(ns, &name, &patch).await {
+                        Ok(()) => {}
+                        Err(e) if (e.is_conflict() || e.code == Some(404)) && races < MAX_RACES => {
+                            races += 1;
+                            continue;
+                        }
+                        Err(e) => return Err(api_denial(&format!("record adoption on {ns}/{name}"), &e)),
+                    }
                 }
                 return Ok((name, warnings));
             }
@@ -253,6 +262,7 @@ pub async fn ensure_snapshot(
                 METRICS.collisions.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(namespace = ns, name = %name, reason = %why, "snapshot name collision");
                 warnings.push(format!("{name} is taken by a ConfigMap that is not this snapshot ({why}); using the next name"));
+                index += 1;
             }
         }
     }
@@ -260,6 +270,13 @@ pub async fn ensure_snapshot(
         409,
         format!("every snapshot name for {source} ({hash}) is taken; delete the ConfigMaps squatting on {source}-{hash}-*"),
     ))
+}
+
+/// How often [`ensure_snapshot`] looks at one name again after losing a race.
+const MAX_RACES: u32 = 5;
+
+fn race(name: &str) -> ApiError {
+    ApiError { code: Some(409), reason: "Conflict".into(), message: format!("{name} kept changing while being read") }
 }
 
 fn api_denial(what: &str, e: &ApiError) -> Response {

@@ -14,4 +14,5 @@ mod pinning;
 mod plugin;
 mod protection;
 mod readme;
+mod rollback;
 mod smoke;

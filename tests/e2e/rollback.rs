@@ -1,0 +1,45 @@
+//! Rollback correctness under pressure (issue 14, SPEC §2, §6.2, §6.3, §7, §9): undos that must
+//! never be denied, reverts and fix-forwards that must land, mode switches that must not un-pin.
+
+use std::time::Duration;
+
+use crate::support::apps::{pricing, release, IMAGE_A, IMAGE_B, KEY_A, KEY_B, SOURCE};
+use crate::support::confighistory::webhook;
+use crate::support::{cluster, wait_for, TestNamespace};
+
+fn setup(prefix: &str, labels: &[(&str, &str)]) -> Option<TestNamespace> {
+    let cluster = cluster()?;
+    webhook(cluster);
+    Some(TestNamespace::with_labels(cluster, prefix, labels))
+}
+
+/// Fills the namespace's ConfigMap quota: a ResourceQuota whose `configmaps` limit is the number
+/// there is now, once the quota controller has counted them (admission refuses creates before).
+fn fill_configmap_quota(ns: &TestNamespace) {
+    let count = ns.list_json("configmaps").len();
+    ns.kubectl(&["create", "quota", "full", &format!("--hard=configmaps={count}")]).expect_success();
+    wait_for("the quota controller to count the ConfigMaps", Duration::from_secs(30), || {
+        ns.get_json("resourcequota", "full").is_some_and(|q| q["status"]["used"]["configmaps"].as_str() == Some(&count.to_string()))
+    });
+}
+
+/// SPEC §5, §6.2.1: a snapshot that exists is used, never re-created. With the namespace's
+/// ConfigMap quota full, a release whose config already has its snapshot goes through (a POST
+/// first would be refused by the quota even though the object exists).
+#[test]
+fn a_release_under_a_full_configmap_quota_uses_the_existing_snapshot() {
+    let Some(ns) = setup("quota-release", &[]) else { return };
+    ns.accepts(&release(IMAGE_A, KEY_A));
+    let pinned = ns.current_template("deployment", "pricing").snapshots[SOURCE].clone();
+    assert_ne!(pinned, SOURCE);
+    fill_configmap_quota(&ns);
+
+    let out = ns.accepts(&pricing(IMAGE_B));
+    let now = ns.current_template("deployment", "pricing");
+    assert_eq!((now.image.as_str(), now.snapshots[SOURCE].as_str()), (IMAGE_B, pinned.as_str()), "{}", out.describe());
+    // The same answer from a dry run and from the real apply.
+    ns.apply_with(&pricing("registry.example/pricing:4.13"), &["--dry-run=server"]).expect("dry run accepted");
+
+    // A config the quota has no room for is refused, and says why.
+    ns.rejects(&release("registry.example/pricing:4.13", KEY_B), "ResourceQuota");
+}
