@@ -118,7 +118,10 @@ fn bench(c: &mut Criterion) {
     .unwrap();
     assert!((1 << 20..(1 << 20) + (64 << 10)).contains(&serde_json::to_vec(&new["data"]).unwrap().len()), "1 MiB of data");
     let req = review::parse(&body).unwrap();
-    let d = admission::configmap::decide(&req, &View { policy: &policy, state: &cm_state, fresh: &fresh, now });
+    let admission::Outcome::Done(d) = admission::configmap::decide(&req, &View { policy: &policy, state: &cm_state, fresh: &fresh, now })
+    else {
+        panic!("decided from memory")
+    };
     assert_eq!(d.reason, "source-changed");
     assert!(
         d.response.warnings.iter().any(|w| w.contains("removed [section-199.yaml], added [section-200.yaml]")),

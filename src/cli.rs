@@ -77,6 +77,10 @@ pub struct PolicyArgs {
     /// Settle window in seconds between a config-only edit and its propagation.
     #[arg(long, env = "CONFIGHISTORY_SETTLE", default_value_t = 10)]
     pub settle: u64,
+    /// Usernames besides its own allowed to create snapshots carrying adoption records, owner
+    /// references or finalizers (backup/restore tools), comma-separated.
+    #[arg(long, env = "CONFIGHISTORY_SNAPSHOT_CREATORS", value_delimiter = ',', default_value = "")]
+    pub snapshot_creators: Vec<String>,
 }
 
 impl PolicyArgs {
@@ -92,6 +96,7 @@ impl PolicyArgs {
             .collect::<anyhow::Result<_>>()?;
         p.excluded_sources = self.excluded_sources_selector.parse().map_err(anyhow::Error::msg)?;
         p.settle = std::time::Duration::from_secs(self.settle);
+        p.snapshot_creators = self.snapshot_creators.iter().filter(|s| !s.is_empty()).cloned().collect();
         Ok(p)
     }
 }

@@ -48,3 +48,34 @@ pub const ROOT_CA: &str = "kube-root-ca.crt";
 
 /// Namespaces confighistory never acts in, whatever the webhook configuration says.
 pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+
+/// An RFC 1123 DNS label (namespace names): at most 63 lowercase alphanumerics or `-`, starting
+/// and ending alphanumeric. Checked before a request-supplied name is logged or put in a path.
+pub fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && is_label_shaped(s)
+}
+
+/// An RFC 1123 DNS subdomain as Kubernetes checks object names (ConfigMaps, workloads): at most
+/// 253 characters, dot-separated parts shaped like labels (no length limit per part).
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_label_shaped)
+}
+
+fn is_label_shaped(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty() && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-') && b[0] != b'-' && b[b.len() - 1] != b'-'
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_names() {
+        assert!(is_dns_label("shop") && is_dns_label("a-1") && !is_dns_label("") && !is_dns_label("-a") && !is_dns_label("A"));
+        assert!(!is_dns_label(&"a".repeat(64)) && is_dns_label(&"a".repeat(63)));
+        assert!(is_dns_subdomain("pricing-config.v1") && !is_dns_subdomain("../secrets/x") && !is_dns_subdomain("a..b"));
+        assert!(!is_dns_subdomain("a\nb") && !is_dns_subdomain(&"a".repeat(254)) && !is_dns_subdomain("x/status"));
+        assert!(is_dns_subdomain(&"a".repeat(253)), "no per-part limit in object names");
+    }
+}

@@ -127,6 +127,9 @@ pub struct Policy {
     /// Sources matching this are not versioned (ConfigMaps that controllers rewrite often).
     pub excluded_sources: Selector,
     pub settle: Duration,
+    /// Identities besides its own that may create snapshots with metadata only confighistory
+    /// writes (adoption records, owners, finalizers): backup and restore tools (SPEC §6.4).
+    pub snapshot_creators: Vec<String>,
 }
 
 impl Default for Policy {
@@ -147,13 +150,19 @@ impl Policy {
             allowed_modes: vec![Mode::Rewrite, Mode::Enforce, Mode::Audit],
             excluded_sources: Selector::default(),
             settle: Duration::from_secs(10),
+            snapshot_creators: Vec::new(),
         }
     }
 
     /// The mode for a namespace, from its label when the admin allows that mode.
     /// Returns the mode and, when the label was refused, why (to log).
+    /// Namespaces confighistory does not act in at all, whatever their labels say.
+    pub fn excludes(&self, namespace: &str) -> bool {
+        namespace.is_empty() || self.excluded_namespaces.contains(namespace)
+    }
+
     pub fn mode(&self, namespace: &str, label: Option<&str>) -> (Mode, Option<String>) {
-        if namespace.is_empty() || self.excluded_namespaces.contains(namespace) {
+        if self.excludes(namespace) {
             return (Mode::Off, None);
         }
         match label.map(str::parse::<Mode>) {

@@ -190,16 +190,19 @@ impl State {
         self.owner_templates.get(owner_uid).is_some_and(|s| s.contains(template_hash))
     }
 
-    /// The snapshot of `source` whose adoption record lists `template_hash`.
+    /// The snapshot of `source` whose adoption record lists `template_hash`. When several do, the
+    /// oldest record wins (then the name): it is the one written first, when the template ran,
+    /// and no later object can displace it whatever name it picks.
     pub fn adopted_snapshot(&self, ns: &str, source: &str, template_hash: &str) -> Option<(String, String)> {
         self.configmaps
             .iter()
             .filter(|((n, _), _)| n == ns)
             .filter_map(|((_, name), cm)| {
                 let (src, hash) = cm.snapshot_of(name)?;
-                (src == source && cm.adopted().any(|t| t == template_hash)).then(|| (name.clone(), hash))
+                (src == source && cm.adopted().any(|t| t == template_hash)).then(|| (cm.created.as_str(), name.clone(), hash))
             })
             .min()
+            .map(|(_, name, hash)| (name, hash))
     }
 
     /// Workloads in a namespace that reference `name` plainly, with their template hashes.

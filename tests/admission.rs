@@ -819,9 +819,11 @@ async fn bad_input_gets_clear_errors() {
     let a = f.post("/mutate", vec![b' '; server::DEFAULT_MAX_BODY + 1]).await;
     assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE);
 
+    // A kind no webhook configuration sends is refused, with the endpoint and kind named.
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": NS}});
-    let a = f.send("/mutate", review("Pod", "", "v1", "CREATE", Some(&pod), None)).await;
-    assert!(a.allowed() && a.patch().is_empty());
+    let a = f.post("/mutate", serde_json::to_vec(&review("Pod", "", "v1", "CREATE", Some(&pod), None)).unwrap()).await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    assert!(a.body["error"].as_str().unwrap().contains("not registered for \"/v1/pods\""), "{}", a.body);
 }
 
 #[tokio::test]
@@ -834,4 +836,193 @@ async fn a_one_mebibyte_configmap_update_fits() {
     let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old))).await;
     assert!(a.allowed());
     assert!(annotation(&a.patched(&new), "confighistory.io/head").is_some());
+}
+
+// ---------- §9a trust: forged reviews sent straight to the port ----------
+
+/// A review for another namespace than the fixtures'.
+fn in_namespace(mut review: Value, ns: &str) -> Value {
+    review["request"]["namespace"] = json!(ns);
+    for o in ["object", "oldObject"] {
+        if review["request"][o].is_object() {
+            review["request"][o]["metadata"]["namespace"] = json!(ns);
+        }
+    }
+    review
+}
+
+#[tokio::test]
+async fn a_forged_old_object_plants_no_content() {
+    // Another tenant's source, used by a plain-name workload: an UPDATE "from" forged content.
+    let plain = deployment("pricing:4.11", "pricing-config");
+    let f = Fixture::new().source("pricing-config", A).workload(&plain);
+    let forged_old = configmap("pricing-config", &[("mode", "attacker"), ("discount_rules_path", "/evil")]);
+    let new = configmap("pricing-config", B);
+    let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&forged_old))).await;
+    assert!(a.allowed());
+    let planted = content(&[("mode", "attacker"), ("discount_rules_path", "/evil")]);
+    assert!(f.cluster.get(NS, &snapshot::name("pricing-config", &planted.hash(), 0)).is_none(), "no snapshot of forged content");
+    assert!(!f.calls().iter().any(|c| c.starts_with("create")), "nothing written: {:?}", f.calls());
+    assert!(a.warnings().iter().any(|w| w.contains("outgoing config not kept")), "{:?}", a.warnings());
+
+    // The same request with a stale resourceVersion: not the stored object either.
+    let mut stale = configmap("pricing-config", A);
+    stale["metadata"]["resourceVersion"] = json!("1");
+    let mut stored = f.cluster.get(NS, "pricing-config").unwrap();
+    stored["metadata"]["resourceVersion"] = json!("2");
+    f.cluster.insert(stored);
+    let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&stale))).await;
+    assert!(f.cluster.get(NS, &snap("pricing-config", A)).is_none(), "{:?}", a.warnings());
+
+    // oldObject as stored: the outgoing content is kept, as read from the API server.
+    let mut current = configmap("pricing-config", A);
+    current["metadata"]["resourceVersion"] = json!("2");
+    f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&current))).await;
+    let kept = f.cluster.get(NS, &snap("pricing-config", A)).expect("outgoing content kept");
+    assert_eq!(kept["data"], configmap("x", A)["data"]);
+}
+
+#[tokio::test]
+async fn dry_run_and_real_agree_on_forged_old_objects() {
+    let plain = deployment("pricing:4.11", "pricing-config");
+    let f = Fixture::new().source("pricing-config", A).workload(&plain);
+    let forged_old = configmap("pricing-config", &[("mode", "attacker")]);
+    let new = configmap("pricing-config", B);
+    let mut answers = Vec::new();
+    for dry in [true, false] {
+        let mut r = review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&forged_old));
+        r["request"]["dryRun"] = json!(dry);
+        let a = f.send("/mutate", r).await;
+        answers.push((a.allowed(), a.warnings(), a.patch().len()));
+    }
+    assert_eq!(answers[0], answers[1]);
+    assert!(!f.calls().iter().any(|c| c.starts_with("create")), "{:?}", f.calls());
+}
+
+#[tokio::test]
+async fn namespaces_outside_the_policy_get_no_reads_or_writes() {
+    let f = Fixture::new().source("pricing-config", A);
+    let d = deployment("pricing:4.11", "pricing-config");
+    let cm = configmap("pricing-config", B);
+    let snapshot_obj = snapshot::object("kube-system", "pricing-config", &snap("pricing-config", A), &content(A), &["t".into()]);
+    for (path, r) in [
+        ("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)),
+        ("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)),
+        ("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&cm), Some(&configmap("pricing-config", A)))),
+        ("/protect", review("ConfigMap", "", "v1", "CREATE", Some(&snapshot_obj), None)),
+        ("/protect", review("ConfigMap", "", "v1", "DELETE", None, Some(&snapshot_obj))),
+    ] {
+        for ns in ["kube-system", "confighistory"] {
+            let a = f.send(path, in_namespace(r.clone(), ns)).await;
+            assert!(a.allowed() && a.patch().is_empty() && a.warnings().is_empty(), "{path} in {ns}: {}", a.body);
+        }
+    }
+    assert!(f.calls().is_empty(), "{:?}", f.calls());
+}
+
+#[tokio::test]
+async fn requests_the_webhooks_never_send_are_refused_without_state() {
+    let f = Fixture::new().source("pricing-config", A);
+    let d = deployment("pricing:4.11", "pricing-config");
+    let cm = configmap("pricing-config", A);
+    let mut cases = vec![
+        // Kinds the endpoint is not registered for, forged kinds (unbounded metric labels before).
+        ("/validate", review("ConfigMap", "", "v1", "CREATE", Some(&cm), None)),
+        ("/protect", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)),
+        ("/mutate", review("Deployment-x1", "apps", "v1", "CREATE", Some(&d), None)),
+        ("/mutate", review("Deployment", "apps", "v2", "CREATE", Some(&d), None)),
+        ("/mutate", review("Deployment", "evil.io", "v1", "CREATE", Some(&d), None)),
+        ("/mutate", review("ConfigMap", "", "v1", "DELETE", None, Some(&cm))),
+        ("/mutate", review("Deployment", "apps", "v1", "CONNECT", Some(&d), None)),
+    ];
+    let mut resource = review("Deployment", "apps", "v1", "CREATE", Some(&d), None);
+    resource["request"]["resource"]["resource"] = json!("pods");
+    cases.push(("/mutate", resource));
+    let mut sub = review("Deployment", "apps", "v1", "UPDATE", Some(&d), Some(&d));
+    sub["request"]["subResource"] = json!("scale");
+    cases.push(("/mutate", sub));
+    // Names that are not Kubernetes names never reach a log line or an API path.
+    cases.push(("/mutate", in_namespace(review("Deployment", "apps", "v1", "CREATE", Some(&d), None), "../../secrets")));
+    let mut name = review("ConfigMap", "", "v1", "CREATE", Some(&cm), None);
+    name["request"]["name"] = json!("x\n level=error msg=forged");
+    cases.push(("/mutate", name));
+    for (path, r) in cases {
+        let a = f.post(path, serde_json::to_vec(&r).unwrap()).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{path}: {r}");
+        assert!(!a.body["error"].as_str().unwrap().is_empty());
+    }
+    assert!(f.calls().is_empty(), "{:?}", f.calls());
+    let metrics = confighistory::server::metrics::METRICS.render();
+    assert!(!metrics.contains("Deployment-x1"), "no metric label from a refused request");
+}
+
+#[tokio::test]
+async fn a_reference_that_is_not_a_configmap_name_is_never_read() {
+    let f = Fixture::new().source("pricing-config", A);
+    let d = deployment("pricing:4.11", "../secrets/db-password");
+    let a = f.mutate_deployment("CREATE", &d, None).await;
+    assert!(a.allowed());
+    assert!(f.calls().iter().all(|c| !c.contains("secrets")), "{:?}", f.calls());
+}
+
+#[tokio::test]
+async fn tenants_cannot_plant_history_in_snapshots() {
+    let f = Fixture::new();
+    let name = snap("pricing-config", A);
+    let adopted = snapshot::object(NS, "pricing-config", &name, &content(A), &["template-of-an-old-revision".into()]);
+    let a = f.send("/protect", review("ConfigMap", "", "v1", "CREATE", Some(&adopted), None)).await;
+    assert!(!a.allowed());
+    assert!(a.message().contains("adoption records"), "{}", a.message());
+    // confighistory itself and the admin's allowlist (backup restores) may.
+    assert!(f.as_user("/protect", ME, review("ConfigMap", "", "v1", "CREATE", Some(&adopted), None)).await.allowed());
+    let mut allowing = Fixture::new();
+    allowing.policy.snapshot_creators = vec!["system:serviceaccount:velero:velero".into()];
+    let r = review("ConfigMap", "", "v1", "CREATE", Some(&adopted), None);
+    assert!(allowing.as_user("/protect", "system:serviceaccount:velero:velero", r).await.allowed());
+
+    let plain = snapshot::object(NS, "pricing-config", &name, &content(A), &[]);
+    let mut owned = plain.clone();
+    owned["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "mine", "uid": "u"}]);
+    let mut finalized = plain.clone();
+    finalized["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    let mut renamed = plain.clone();
+    renamed["metadata"]["annotations"]["confighistory.io/source-name"] = json!("other-config");
+    let mut relabelled = plain.clone();
+    relabelled["metadata"]["labels"]["confighistory.io/source"] = json!("other-config");
+    for (obj, why) in [(&owned, "ownerReferences"), (&finalized, "finalizers"), (&renamed, "source"), (&relabelled, "source")] {
+        let a = f.send("/protect", review("ConfigMap", "", "v1", "CREATE", Some(obj), None)).await;
+        assert!(!a.allowed() && a.message().contains(why), "{why}: {}", a.message());
+    }
+    // An honest copy of its own content (a tenant restoring one by hand) is fine.
+    assert!(f.send("/protect", review("ConfigMap", "", "v1", "CREATE", Some(&plain), None)).await.allowed());
+    let second = snapshot::object(NS, "pricing-config", &snapshot::name("pricing-config", &content(A).hash(), 2), &content(A), &[]);
+    assert!(f.send("/protect", review("ConfigMap", "", "v1", "CREATE", Some(&second), None)).await.allowed());
+}
+
+#[tokio::test]
+async fn the_oldest_adoption_record_wins_whatever_its_name() {
+    let plain = deployment("pricing:4.11", "pricing-config");
+    let t = template_hash(&plain["spec"]["template"]);
+    let pinned_b = deployment("pricing:4.12", &snap("pricing-config", B));
+    let f = Fixture::new()
+        .source("pricing-config", B)
+        .snapshot("pricing-config", B, &[])
+        .workload(&pinned_b)
+        .revision(&plain, 1)
+        .revision(&pinned_b, 2);
+    // The record written when the template ran, and a later claim under a name that sorts first.
+    let mut first = snapshot::object(NS, "pricing-config", &snap("pricing-config", A), &content(A), std::slice::from_ref(&t));
+    first["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+    let other = (0..)
+        .map(|i| Content { data: [("mode".to_owned(), format!("attacker-{i}"))].into(), ..Default::default() })
+        .find(|c| snapshot::name("pricing-config", &c.hash(), 0) < snap("pricing-config", A))
+        .unwrap();
+    let mut later = snapshot::object(NS, "pricing-config", &snapshot::name("pricing-config", &other.hash(), 0), &other, &[t]);
+    later["metadata"]["creationTimestamp"] = json!("2026-06-01T00:00:00Z");
+    for o in [&first, &later] {
+        f.cluster.insert(o.clone());
+        f.state.write().unwrap().apply_configmap(o);
+    }
+    let a = f.mutate_deployment("UPDATE", &plain, Some(&pinned_b)).await;
+    assert_eq!(pin_of(&a.patched(&plain)).0, snap("pricing-config", A));
 }

@@ -68,7 +68,8 @@ fn app(cluster: Arc<dyn Cluster>) -> Arc<App> {
 
 fn deployment_review() -> Value {
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "stalled-1", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"}, "name": "web", "namespace": "shop",
+        "uid": "stalled-1", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+        "resource": {"group": "apps", "version": "v1", "resource": "deployments"}, "name": "web", "namespace": "shop",
         "operation": "CREATE", "userInfo": {"username": "alice"},
         "object": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
             "spec": {"template": {"spec": {"volumes": [{"name": "c", "configMap": {"name": "app-config"}}], "containers": [{"name": "a"}]}}}}}})
@@ -146,7 +147,8 @@ async fn slow_bodies_do_not_hold_concurrency_places() {
         tokio_rustls::TlsConnector::from(client.clone()).connect(ServerName::IpAddress(addr.ip().into()), tcp).await.unwrap()
     };
     let body = serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "ok", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"}, "name": "x", "namespace": "shop",
+        "uid": "ok", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+        "resource": {"group": "", "version": "v1", "resource": "configmaps"}, "name": "x", "namespace": "shop",
         "operation": "CREATE", "userInfo": {"username": "alice"},
         "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "shop"}}}}))
     .unwrap();

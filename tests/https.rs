@@ -86,7 +86,8 @@ async fn post(server: &Server, config: Arc<rustls::ClientConfig>, body: Value) -
 
 fn review() -> Value {
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "tls-1", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"}, "name": "x", "namespace": "shop",
+        "uid": "tls-1", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+        "resource": {"group": "", "version": "v1", "resource": "configmaps"}, "name": "x", "namespace": "shop",
         "operation": "CREATE", "userInfo": {"username": "alice"},
         "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "shop"}, "data": {"a": "1"}}}})
 }

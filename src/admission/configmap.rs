@@ -1,17 +1,17 @@
 //! Source ConfigMap admission (SPEC §6.1): track the head, warn about removed keys, and keep
-//! the outgoing content for workloads that still run with it.
+//! the outgoing content for workloads that still run with it (as the API server stores it, §9a).
 
 use serde_json::Value;
 
 use super::review::{Operation, Request};
-use super::{annotation, annotation_ops, labels, Decision, Effect, View};
+use super::{annotation, annotation_ops, labels, Decision, Effect, Outcome, View};
 use crate::names;
 use crate::policy::Mode;
 use crate::snapshot::{self, Content};
 
-pub fn decide(req: &Request, view: &View) -> Decision {
+pub fn decide(req: &Request, view: &View) -> Outcome {
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
-        return Decision::allow("not-intercepted");
+        return Outcome::Done(Decision::allow("not-intercepted"));
     }
     let obj = req.object();
     let name = req.name.as_str();
@@ -19,12 +19,12 @@ pub fn decide(req: &Request, view: &View) -> Decision {
         || obj.pointer("/metadata/labels").and_then(|l| l.get(names::HASH_LABEL)).is_some()
         || obj.get("immutable").and_then(Value::as_bool) == Some(true)
     {
-        return Decision::allow("not-a-source");
+        return Outcome::Done(Decision::allow("not-a-source"));
     }
     let ns_label = view.state.namespace(&req.namespace).and_then(|n| n.mode_label.as_deref());
     let mode = view.policy.mode(&req.namespace, ns_label).0;
     if mode == Mode::Off {
-        return Decision::allow("mode");
+        return Outcome::Done(Decision::allow("mode"));
     }
     let old = req.old_object.as_ref().filter(|_| req.operation == Operation::Update);
     let is_source = view.state.is_referenced_source(&req.namespace, name)
@@ -32,7 +32,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
         || old.is_some_and(|o| annotation(o, names::HEAD).is_some());
     // The hot path: every ConfigMap write in the cluster passes here.
     if !is_source || !view.policy.versioned(&labels(obj), annotation(obj, names::VERSIONED)) {
-        return Decision::allow("not-a-source");
+        return Outcome::Done(Decision::allow("not-a-source"));
     }
 
     let content = Content::from_object(obj);
@@ -56,7 +56,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
         super::settings::warnings(name, old_content, &content).into_iter().for_each(|w| d.response.warn(w));
     }
     if mode != Mode::Rewrite {
-        return d;
+        return Outcome::Done(d);
     }
 
     let own = req.user_info.username == view.policy.identity;
@@ -90,16 +90,28 @@ pub fn decide(req: &Request, view: &View) -> Decision {
                     && users.iter().all(|u| cm.adopted().any(|a| a == u))
             });
             if !recorded {
-                d.effects.push(Effect::EnsureSnapshot {
-                    namespace: req.namespace.clone(),
-                    source: name.to_owned(),
-                    content: old_content,
-                    adopted: users,
-                });
+                // The snapshot's content is what the API server stores, never the request's word
+                // for it: a forged oldObject sent straight to the port must not plant content.
+                let Some(stored) = view.fresh.get(name) else { return Outcome::Fetch(vec![name.to_owned()]) };
+                let version = |o: &Value| o.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
+                match stored {
+                    Some(s) if version(s) == old.and_then(version) && Content::from_object(s) == old_content => {
+                        d.effects.push(Effect::EnsureSnapshot {
+                            namespace: req.namespace.clone(),
+                            source: name.to_owned(),
+                            content: Content::from_object(s),
+                            adopted: users,
+                        })
+                    }
+                    _ => {
+                        tracing::warn!(namespace = %req.namespace, source = name, "oldObject is not the stored ConfigMap; outgoing content not kept");
+                        d.response.warn(format!("{name}: outgoing config not kept (the stored object is not this request's oldObject)"));
+                    }
+                }
             }
         }
     }
-    d
+    Outcome::Done(d)
 }
 
 /// How far back a `changed-at` in the request may lie and still be this admission's own first

@@ -13,9 +13,25 @@ pub fn decide(req: &Request, view: &View) -> Decision {
         return Decision::allow("unhandled-kind");
     }
     let name = &req.name;
+    if view.policy.excludes(&req.namespace) {
+        return Decision::allow("excluded-namespace");
+    }
     match req.operation {
         Operation::Create => match snapshot::validate(req.object()) {
-            Ok(_) => Decision::allow("valid-snapshot"),
+            Ok(_) if req.user_info.username == view.policy.identity || view.policy.snapshot_creators.contains(&req.user_info.username) => {
+                Decision::allow("valid-snapshot")
+            }
+            Ok(hash) => match foreign_problems(req.object(), name, &hash) {
+                None => Decision::allow("valid-snapshot"),
+                Some(why) => Decision::deny(
+                    "foreign-snapshot",
+                    403,
+                    format!(
+                        "ConfigMap {name} is a valid snapshot, but only confighistory (or an identity the admin allows) may create \
+                         one that {why}: it could plant history a later undo trusts"
+                    ),
+                ),
+            },
             Err(why) => Decision::deny(
                 "invalid-snapshot",
                 403,
@@ -87,6 +103,29 @@ pub fn decide(req: &Request, view: &View) -> Decision {
         }
         Operation::Connect => Decision::allow("not-intercepted"),
     }
+}
+
+/// Why a valid snapshot created by someone other than confighistory (SPEC §6.4) is refused: it
+/// carries adoption records, owner references or finalizers, or its source name and label do not
+/// agree with its name. `None`: an honest copy of its own content.
+fn foreign_problems(obj: &Value, name: &str, hash: &str) -> Option<String> {
+    if annotation(obj, names::ADOPTED).is_some_and(|a| !a.is_empty()) {
+        return Some(format!("carries adoption records ({})", names::ADOPTED));
+    }
+    for (field, what) in [("ownerReferences", "has ownerReferences"), ("finalizers", "has finalizers")] {
+        if meta_field(obj, field).is_some() {
+            return Some(what.to_owned());
+        }
+    }
+    let Some(source) = annotation(obj, names::SOURCE_NAME) else {
+        return Some(format!("has no {} annotation", names::SOURCE_NAME));
+    };
+    let label = obj.pointer("/metadata/labels").and_then(|l| l.get(names::SOURCE_LABEL)).and_then(Value::as_str);
+    let index = snapshot::parse_name(name).map(|(_, _, i)| i).unwrap_or_default();
+    if snapshot::name(source, hash, index) != name || label != Some(snapshot::source_label(source).as_str()) {
+        return Some(format!("names a source ({}) its name and {} label do not agree with", names::SOURCE_NAME, names::SOURCE_LABEL));
+    }
+    None
 }
 
 /// A metadata field, with absent, null and empty treated alike.

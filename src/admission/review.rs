@@ -40,6 +40,18 @@ pub struct GroupVersionKind {
     pub kind: String,
 }
 
+/// The resource a request is about, as the API server names it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupVersionResource {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub resource: String,
+}
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UserInfo {
@@ -75,6 +87,8 @@ impl Operation {
 pub struct Request {
     pub uid: String,
     pub kind: GroupVersionKind,
+    #[serde(default)]
+    pub resource: GroupVersionResource,
     #[serde(default)]
     pub sub_resource: Option<String>,
     #[serde(default)]

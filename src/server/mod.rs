@@ -97,6 +97,12 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
             return (StatusCode::BAD_REQUEST, Json(json!({"error": e.to_string()}))).into_response();
         }
     };
+    // Anything the webhook configurations never send is refused before it is decided, logged
+    // or counted: no reads, no writes, no metric label from the request.
+    if let Err(e) = expected(endpoint, &req) {
+        tracing::warn!(endpoint = endpoint.as_str(), error = %e, "refused an admission request the webhooks never send");
+        return (StatusCode::BAD_REQUEST, Json(json!({"error": e}))).into_response();
+    }
     let (response, reason) = admit(&app, endpoint, &req).await;
     let decision = if !response.allowed {
         "denied"
@@ -114,6 +120,60 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
     ([(axum::http::header::CONTENT_TYPE, "application/json")], response.review_json(&req.uid)).into_response()
 }
 
+/// (group, versions, kind, resource) of the workloads the chart registers (workloadRules).
+const WORKLOADS: [(&str, &[&str], &str, &str); 5] = [
+    ("apps", &["v1"], "Deployment", "deployments"),
+    ("apps", &["v1"], "StatefulSet", "statefulsets"),
+    ("apps", &["v1"], "DaemonSet", "daemonsets"),
+    ("batch", &["v1", "v1beta1"], "Job", "jobs"),
+    ("batch", &["v1", "v1beta1"], "CronJob", "cronjobs"),
+];
+const CONFIGMAPS: (&str, &[&str], &str, &str) = ("", &["v1"], "ConfigMap", "configmaps");
+
+/// Whether `req` is a request the chart's webhook configurations send to `endpoint`: a main
+/// resource they register, an operation they register, a valid namespace and name (SPEC §9a).
+/// The error says what is wrong, with request-supplied strings quoted (escaped).
+pub fn expected(endpoint: Endpoint, req: &review::Request) -> Result<(), String> {
+    let (k, r) = (&req.kind, &req.resource);
+    let known = |&(group, versions, kind, resource): &(&str, &[&str], &str, &str)| {
+        k.group == group
+            && versions.contains(&k.version.as_str())
+            && k.kind == kind
+            && (r.group.as_str(), r.version.as_str(), r.resource.as_str()) == (group, k.version.as_str(), resource)
+    };
+    let (kinds, operations): (Vec<_>, &[review::Operation]) = match endpoint {
+        Endpoint::Mutate => (WORKLOADS.iter().chain([&CONFIGMAPS]).collect(), &[review::Operation::Create, review::Operation::Update]),
+        Endpoint::Validate => (WORKLOADS.iter().collect(), &[review::Operation::Create, review::Operation::Update]),
+        Endpoint::Protect => (vec![&CONFIGMAPS], &[review::Operation::Create, review::Operation::Update, review::Operation::Delete]),
+    };
+    if !kinds.into_iter().any(known) {
+        return Err(format!(
+            "/{} is not registered for {:?} (kind {:?}/{:?}/{:?}); check the webhook configuration's rules",
+            endpoint.as_str(),
+            format!("{}/{}/{}", r.group, r.version, r.resource),
+            k.group,
+            k.version,
+            k.kind
+        ));
+    }
+    if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !operations.contains(&req.operation) {
+        return Err(format!(
+            "/{} is not registered for operation {} of subresource {:?}",
+            endpoint.as_str(),
+            req.operation.as_str(),
+            req.sub_resource
+        ));
+    }
+    if !crate::names::is_dns_label(&req.namespace) {
+        return Err(format!("namespace {:?} is not a valid namespace name", req.namespace));
+    }
+    // CREATE with generateName may reach admission before the name is generated.
+    if !req.name.is_empty() && !crate::names::is_dns_subdomain(&req.name) {
+        return Err(format!("name {:?} is not a valid object name", req.name));
+    }
+    Ok(())
+}
+
 /// Decides, reading sources fresh when the decision asks, runs the effects, and answers.
 pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Response, &'static str) {
     // Milliseconds: the settle window is counted from changed-at.
@@ -127,7 +187,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
             let state = app.state.read().expect("state lock");
             let view = View { policy: &app.policy, state: &state, fresh: &fresh, now: &now };
             match endpoint {
-                Endpoint::Mutate if req.kind.kind == "ConfigMap" => Outcome::Done(admission::configmap::decide(req, &view)),
+                Endpoint::Mutate if req.kind.kind == "ConfigMap" => admission::configmap::decide(req, &view),
                 Endpoint::Mutate => admission::workload::decide(req, &view),
                 Endpoint::Validate => admission::validate::decide(req, &view),
                 Endpoint::Protect => Outcome::Done(admission::protect::decide(req, &view)),
@@ -141,6 +201,12 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
             Outcome::Fetch(names) if pass < 2 => {
                 let unread: Vec<String> = names.into_iter().filter(|n| !fresh.contains_key(n)).collect();
                 for name in unread {
+                    // A name from the request's template goes into an API path only when it is a
+                    // valid ConfigMap name (`../secrets/x` is not); any other cannot exist.
+                    if !crate::names::is_dns_subdomain(&name) {
+                        fresh.insert(name, None);
+                        continue;
+                    }
                     match app.cluster.get_configmap(&req.namespace, &name).await {
                         Ok(obj) => {
                             fresh.insert(name, obj);

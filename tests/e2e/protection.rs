@@ -63,6 +63,29 @@ fn a_forged_snapshot_is_refused_and_an_honest_copy_is_accepted() {
     assert_eq!(elsewhere.snapshots(), [pinned]);
 }
 
+/// SPEC §6.4 CREATE, §9a: a tenant who may create ConfigMaps cannot plant history: a valid
+/// snapshot carrying an adoption record (which a later undo to a pre-install revision would trust),
+/// a finalizer or an owner of their choosing, or a source name its name does not agree with, is
+/// refused on the real API server; the same snapshot without them is accepted.
+#[test]
+fn a_tenant_cannot_plant_history_in_a_snapshot() {
+    let Some((ns, pinned)) = released("plant") else { return };
+    let hash = ns.get_json("configmap", &pinned).unwrap()["metadata"]["labels"][HASH_LABEL].as_str().unwrap().to_owned();
+    let elsewhere = TestNamespace::new(ns.cluster, "planted");
+    let honest = claimed_snapshot(&pinned, &hash, &[(KEY_A, "/etc/rules")]);
+    let annotations = format!("  annotations:\n    {SOURCE_NAME}: {SOURCE}\n");
+    for (extra, refusal) in [
+        (format!("{annotations}    confighistory.io/adopted-templates: 0123456789abcdef\n"), "adoption records"),
+        (format!("{annotations}  finalizers: [example.com/hold]\n"), "finalizers"),
+        (format!("  annotations:\n    {SOURCE_NAME}: other-config\n"), "source"),
+    ] {
+        elsewhere.rejects(&honest.replace(&annotations, &extra), refusal);
+    }
+    assert!(elsewhere.snapshots().is_empty());
+    elsewhere.accepts(&honest);
+    assert_eq!(elsewhere.snapshots(), [pinned]);
+}
+
 /// SPEC §6.4 UPDATE: nobody but confighistory may change a snapshot's labels (not even remove the
 /// hash label that makes it one), annotations, ownerReferences or finalizers; confighistory's own
 /// identity (its ServiceAccount) may.
