@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::hint::black_box;
 
-use confighistory::admission::{self, review, Fresh, Outcome, View};
+use confighistory::admission::{self, review, Failed, Fresh, Outcome, View};
 use confighistory::policy::Policy;
 use confighistory::snapshot::{self, Content};
 use confighistory::state::State;
@@ -54,12 +54,12 @@ fn bench(c: &mut Criterion) {
     state.apply_workload(Kind::Deployment, &pinned);
     let fresh = Fresh::new();
     let req = request("Deployment", "UPDATE", &plain, &pinned);
-    let view = View { policy: &policy, state: &state, fresh: &fresh, now };
+    let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now };
     let Outcome::Done(d) = admission::workload::decide(&req, &view) else { panic!("the steady state reads nothing") };
     assert_eq!((d.reason, d.rewrites.len()), ("unchanged", 2), "the steady-state path, pins kept");
     c.bench_function("small deployment, steady state", |b| {
         b.iter(|| {
-            let view = View { policy: &policy, state: &state, fresh: &fresh, now };
+            let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now };
             black_box(admission::workload::decide(black_box(&req), &view))
         })
     });
@@ -72,7 +72,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("small deployment, parse+decide+encode", |b| {
         b.iter(|| {
             let req = review::parse(black_box(&body)).unwrap();
-            let view = View { policy: &policy, state: &state, fresh: &fresh, now };
+            let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now };
             let Outcome::Done(d) = admission::workload::decide(&req, &view) else { panic!() };
             black_box(serde_json::to_vec(&d.finish(&HashMap::new()).into_review(&req.uid)).unwrap())
         })
@@ -90,12 +90,12 @@ fn bench(c: &mut Criterion) {
     let mut big_state = State::default();
     big_state.apply_workload(Kind::Deployment, &big_old);
     let req = request("Deployment", "UPDATE", &big_new, &big_old);
-    let view = View { policy: &policy, state: &big_state, fresh: &fresh_big, now };
+    let view = View { policy: &policy, state: &big_state, fresh: &fresh_big, failed: &Failed::new(), now };
     let Outcome::Done(d) = admission::workload::decide(&req, &view) else { panic!("release reads its sources") };
     assert_eq!((d.reason, d.rewrites.len(), d.effects.len()), ("pinned", 50, 10), "a release pinning 50 references to 10 sources");
     c.bench_function("20 containers / 50 references, release", |b| {
         b.iter(|| {
-            let view = View { policy: &policy, state: &big_state, fresh: &fresh_big, now };
+            let view = View { policy: &policy, state: &big_state, fresh: &fresh_big, failed: &Failed::new(), now };
             black_box(admission::workload::decide(black_box(&req), &view))
         })
     });
@@ -118,7 +118,8 @@ fn bench(c: &mut Criterion) {
     .unwrap();
     assert!((1 << 20..(1 << 20) + (64 << 10)).contains(&serde_json::to_vec(&new["data"]).unwrap().len()), "1 MiB of data");
     let req = review::parse(&body).unwrap();
-    let admission::Outcome::Done(d) = admission::configmap::decide(&req, &View { policy: &policy, state: &cm_state, fresh: &fresh, now })
+    let admission::Outcome::Done(d) =
+        admission::configmap::decide(&req, &View { policy: &policy, state: &cm_state, fresh: &fresh, failed: &Failed::new(), now })
     else {
         panic!("decided from memory")
     };
@@ -130,14 +131,14 @@ fn bench(c: &mut Criterion) {
     );
     c.bench_function("1 MiB configmap update, decide (hash, compare, key diff)", |b| {
         b.iter(|| {
-            let view = View { policy: &policy, state: &cm_state, fresh: &fresh, now };
+            let view = View { policy: &policy, state: &cm_state, fresh: &fresh, failed: &Failed::new(), now };
             black_box(admission::configmap::decide(black_box(&req), &view))
         })
     });
     c.bench_function("1 MiB configmap update, parse+decide", |b| {
         b.iter(|| {
             let req = review::parse(black_box(&body)).unwrap();
-            let view = View { policy: &policy, state: &cm_state, fresh: &fresh, now };
+            let view = View { policy: &policy, state: &cm_state, fresh: &fresh, failed: &Failed::new(), now };
             black_box(admission::configmap::decide(&req, &view))
         })
     });

@@ -56,7 +56,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     tracing::info!(listen = %args.listen, health = %args.health_listen, "serving admission webhook");
     let deadline = Duration::from_secs_f64(args.admission_deadline.max(0.1));
-    let router = limited(server::router(app.clone()), args.max_body_bytes, args.max_concurrency, deadline);
+    let router = limited(server::router(app.clone()), app.clone(), args.max_body_bytes, args.max_concurrency, deadline);
     // On SIGTERM, report not-ready first and keep serving while the endpoints update, so a
     // rolling update of confighistory itself never drops an admission.
     let drain = Duration::from_secs(args.shutdown_delay);
@@ -83,13 +83,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 /// timeout turns it into an opaque error (or, with failurePolicy Ignore, an unpinned write): an
 /// API server that accepts connections and never answers would otherwise hold each admission,
 /// and its place, for the kube client's 30 s connect timeout or longer.
-pub fn limited(router: axum::Router, max_body: usize, max_concurrency: usize, deadline: Duration) -> axum::Router {
+///
+/// An undo or a CronJob's run is never denied (SPEC §6.2.1): past the deadline it is allowed as
+/// sent, with a warning, judged from `app`'s caches; repair finishes the job.
+pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurrency: usize, deadline: Duration) -> axum::Router {
     let places = Arc::new(tokio::sync::Semaphore::new(max_concurrency.max(1)));
     router.layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
-        let places = places.clone();
+        let (places, app) = (places.clone(), app.clone());
         async move {
             use axum::response::IntoResponse;
             let (parts, body) = req.into_parts();
+            let workloads = matches!(parts.uri.path(), "/mutate" | "/validate");
             let bytes = match tokio::time::timeout(CLIENT_TIMEOUT, axum::body::to_bytes(body, max_body)).await {
                 Ok(Ok(bytes)) => bytes,
                 Ok(Err(_)) => {
@@ -113,8 +117,17 @@ pub fn limited(router: axum::Router, max_body: usize, max_concurrency: usize, de
             match tokio::time::timeout(deadline, admit).await {
                 Ok(response) => response,
                 Err(_) => {
-                    let uid = crate::admission::review::parse(&bytes).map(|r| r.uid).unwrap_or_default();
+                    let request = crate::admission::review::parse(&bytes).ok();
+                    let uid = request.as_ref().map(|r| r.uid.clone()).unwrap_or_default();
                     tracing::warn!(uid, deadline_ms = deadline.as_millis() as u64, "admission took too long (API server slow or unreachable?)");
+                    if let Some(req) = request.filter(|r| workloads && server::never_denied(&app, r)) {
+                        let mut response = crate::admission::Response::allow();
+                        response.warn(format!(
+                            "confighistory could not decide within {:.1} s; let through as sent, repair pins it",
+                            deadline.as_secs_f64()
+                        ));
+                        return axum::Json(response.into_review(&req.uid)).into_response();
+                    }
                     let message = format!(
                         "confighistory could not decide within {:.1} s: the API server did not answer in time. Nothing was changed; retrying is safe",
                         deadline.as_secs_f64()

@@ -514,6 +514,63 @@ async fn api_server_failure_denies_with_a_retry_hint() {
     assert!(a.message().contains("connection refused") && a.message().contains("retrying is safe"), "{}", a.message());
 }
 
+fn unavailable() -> Option<(&'static str, ApiError)> {
+    Some(("", ApiError { code: None, reason: "Unavailable".into(), message: "connection refused".into() }))
+}
+
+#[tokio::test]
+async fn an_undo_goes_through_when_the_api_server_fails() {
+    let rev1 = deployment("pricing:4.11", &snap("pricing-config", A));
+    let rev2 = deployment("pricing:4.12", &snap("pricing-config", B));
+    let f = Fixture::new().source("pricing-config", B).workload(&rev2).revision(&rev1, 1).revision(&rev2, 2);
+    let mut source = configmap("pricing-config", B);
+    source["metadata"]["annotations"] = json!({"confighistory.io/head": content(B).hash()});
+    f.state.write().unwrap().apply_configmap(&source);
+    *f.cluster.fail.lock().unwrap() = unavailable();
+    let a = f.mutate_deployment("UPDATE", &rev1, Some(&rev2)).await;
+    assert!(a.allowed(), "{}", a.message());
+    let out = a.patched(&rev1);
+    assert_eq!(pin_of(&out).0, snap("pricing-config", A), "the revision's own snapshot, as sent");
+    assert_eq!(annotation(&out, "confighistory.io/held").as_deref(), Some("pricing-config"), "held, judged from the caches");
+    assert!(a.warnings().iter().any(|w| w.contains("left as sent") && w.contains("connection refused")), "{:?}", a.warnings());
+    let v = f.send("/validate", review("Deployment", "apps", "v1", "UPDATE", Some(&out), Some(&rev2))).await;
+    assert!(v.allowed(), "{}", v.message());
+    // The same failure denies a release, with a retry hint.
+    let release = deployment("pricing:4.13", "pricing-config");
+    assert!(!f.mutate_deployment("UPDATE", &release, Some(&rev2)).await.allowed());
+}
+
+#[tokio::test]
+async fn an_undo_whose_snapshot_cannot_be_written_goes_through_as_sent() {
+    // Revision 1 predates confighistory and has no adoption record: the undo goes to the head,
+    // whose snapshot a full quota forbids.
+    let rev1 = deployment("pricing:4.11", "pricing-config");
+    let rev2 = deployment("pricing:4.12", &snap("pricing-config", B));
+    let f = Fixture::new().source("pricing-config", A).workload(&rev2).revision(&rev1, 1).revision(&rev2, 2);
+    *f.cluster.fail.lock().unwrap() = Some((
+        "create",
+        ApiError { code: Some(403), reason: "Forbidden".into(), message: "exceeded quota: cm, requested: configmaps=1".into() },
+    ));
+    let a = f.mutate_deployment("UPDATE", &rev1, Some(&rev2)).await;
+    assert!(a.allowed(), "{}", a.message());
+    assert_eq!(pin_of(&a.patched(&rev1)), ("pricing-config".to_owned(), "pricing-config".to_owned()));
+    assert!(a.warnings().iter().any(|w| w.contains("left as sent") && w.contains("exceeded quota")), "{:?}", a.warnings());
+}
+
+#[tokio::test]
+async fn a_cronjobs_job_is_never_denied_when_the_api_server_fails() {
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "report-1", "namespace": NS,
+        "ownerReferences": [{"kind": "CronJob", "name": "report", "uid": "u", "controller": true}]},
+        "spec": {"template": {"spec": {"containers": [{"name": "r", "envFrom": [{"configMapRef": {"name": snap("pricing-config", A)}}]}]}}}});
+    let f = Fixture::new().source("pricing-config", A).snapshot("pricing-config", A, &[]);
+    *f.cluster.fail.lock().unwrap() = unavailable();
+    let m = f.send("/mutate", review("Job", "batch", "v1", "CREATE", Some(&job), None)).await;
+    assert!(m.allowed(), "{}", m.message());
+    let v = f.send("/validate", review("Job", "batch", "v1", "CREATE", Some(&job), None)).await;
+    assert!(v.allowed(), "{}", v.message());
+    assert!(v.warnings().iter().any(|w| w.contains("connection refused")), "{:?}", v.warnings());
+}
+
 #[tokio::test]
 async fn quota_refusals_are_explained() {
     let f = Fixture::new().source("pricing-config", A);

@@ -78,8 +78,8 @@ fn deployment_review() -> Value {
 /// Bug 4: an API server that never answers held the admission past the API server's timeout.
 #[tokio::test]
 async fn a_stalled_api_server_is_denied_within_the_deadline() {
-    let router =
-        confighistory::serve::limited(server::router(app(Arc::new(Stalled))), server::DEFAULT_MAX_BODY, 4, Duration::from_millis(300));
+    let app = app(Arc::new(Stalled));
+    let router = confighistory::serve::limited(server::router(app.clone()), app, server::DEFAULT_MAX_BODY, 4, Duration::from_millis(300));
     let started = Instant::now();
     let req = HttpRequest::post("/mutate")
         .header("content-type", "application/json")
@@ -95,6 +95,45 @@ async fn a_stalled_api_server_is_denied_within_the_deadline() {
     assert_eq!(r["status"]["code"], 503);
     let message = r["status"]["message"].as_str().unwrap();
     assert!(message.contains("API server") && message.contains("retrying is safe"), "{message}");
+}
+
+/// Issue 14: an undo that reaches the server's own deadline (API server stalled) is let through
+/// as sent, never denied (SPEC §6.2.1); the same request as a release is denied.
+#[tokio::test]
+async fn an_undo_past_the_deadline_is_let_through_as_sent() {
+    let app = app(Arc::new(Stalled));
+    let template = |image: &str, cm: &str| json!({"metadata": {"labels": {"app": "web"}}, "spec": {"volumes": [{"name": "c", "configMap": {"name": cm}}], "containers": [{"name": "a", "image": image}]}});
+    let rev1 = template("web:1", "app-config-0123456789ab");
+    let rev2 = template("web:2", "app-config-bcdefghjkmnp");
+    app.state.write().unwrap().apply_revision(
+        confighistory::template::Kind::ReplicaSet,
+        &json!({"metadata": {"name": "web-1", "namespace": "shop", "ownerReferences": [{"kind": "Deployment", "uid": "uid-web", "controller": true}]},
+            "spec": {"template": rev1}}),
+    );
+    let deployment = |tpl: &Value| json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop", "uid": "uid-web"}, "spec": {"template": tpl}});
+    let router = confighistory::serve::limited(server::router(app.clone()), app, server::DEFAULT_MAX_BODY, 4, Duration::from_millis(300));
+    for (endpoint, tpl, allowed) in
+        [("/mutate", &rev1, true), ("/validate", &rev1, true), ("/mutate", &template("web:3", "app-config"), false)]
+    {
+        let mut review = deployment_review();
+        review["request"]["operation"] = json!("UPDATE");
+        review["request"]["object"] = deployment(tpl);
+        review["request"]["oldObject"] = deployment(&rev2);
+        let req = HttpRequest::post(endpoint)
+            .header("content-type", "application/json")
+            .body(Body::from(serde_json::to_vec(&review).unwrap()))
+            .unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(5), router.clone().oneshot(req)).await.expect("answered").unwrap();
+        let body: Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        let r = &body["response"];
+        assert_eq!(r["allowed"], allowed, "{endpoint} {body}");
+        if allowed {
+            assert!(r["patch"].is_null(), "as sent: {body}");
+        }
+        if allowed && endpoint == "/mutate" {
+            assert!(r["warnings"][0].as_str().is_some_and(|w| w.contains("let through as sent")), "{body}");
+        }
+    }
 }
 
 /// Bug 5: a key that does not belong to the certificate (a rotation half written) was loaded and
@@ -118,12 +157,8 @@ async fn slow_bodies_do_not_hold_concurrency_places() {
     let (config, _) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key")).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let router = confighistory::serve::limited(
-        server::router(app(Arc::new(cluster::MemoryCluster::default()))),
-        server::DEFAULT_MAX_BODY,
-        1,
-        Duration::from_secs(4),
-    );
+    let app = app(Arc::new(cluster::MemoryCluster::default()));
+    let router = confighistory::serve::limited(server::router(app.clone()), app, server::DEFAULT_MAX_BODY, 1, Duration::from_secs(4));
     tokio::spawn(confighistory::serve::serve_tls_until(
         listener,
         tokio_rustls::TlsAcceptor::from(config),

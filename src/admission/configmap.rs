@@ -92,6 +92,9 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             if !recorded {
                 // The snapshot's content is what the API server stores, never the request's word
                 // for it: a forged oldObject sent straight to the port must not plant content.
+                if let Some(failure) = view.failed.get(name) {
+                    return Outcome::Done(Decision { response: failure.denial.clone(), reason: "api-error", ..Default::default() });
+                }
                 let Some(stored) = view.fresh.get(name) else { return Outcome::Fetch(vec![name.to_owned()]) };
                 let version = |o: &Value| o.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
                 match stored {

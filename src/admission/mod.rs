@@ -24,12 +24,30 @@ pub use review::{Request, Response};
 /// not seen, by name: `None` when the API server says 404.
 pub type Fresh = HashMap<String, Option<Value>>;
 
+/// Names whose read, or whose snapshot's write, failed for this request, with the denial that
+/// explains it. A decision that may be denied denies with it; an undo (or a CronJob's Job) goes
+/// through without what failed (SPEC §6.2.1: fail open with a warning, repair finishes the job).
+pub type Failed = HashMap<String, Failure>;
+
+/// A read or write the API server refused or did not answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Failure {
+    /// What confighistory tried, e.g. `read ConfigMap shop/pricing-config`.
+    pub what: String,
+    /// What the API server said.
+    pub cause: String,
+    /// The answer to a request that may be denied.
+    pub denial: Response,
+}
+
 /// Everything a decision may look at.
 pub struct View<'a> {
     pub policy: &'a Policy,
     pub state: &'a State,
     /// Sources read from the API server for this request (empty on the first pass).
     pub fresh: &'a Fresh,
+    /// What could not be read or written for this request.
+    pub failed: &'a Failed,
     /// Current time, RFC 3339.
     pub now: &'a str,
 }
@@ -80,6 +98,8 @@ pub struct Decision {
     pub effects: Vec<Effect>,
     /// Short label for metrics and logs: what rule decided.
     pub reason: &'static str,
+    /// Never denied (an undo, a CronJob's Job): an effect that fails is left out, not refused.
+    pub fail_open: bool,
 }
 
 /// The first pass may ask for sources to be read fresh before deciding.

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::review::{Operation, Request};
-use super::workload::{admissible, made_by_cronjob};
+use super::review::Request;
+use super::workload::{admissible, is_undo, made_by_cronjob};
 use super::{annotation, labels, Decision, Outcome, View};
 use crate::names;
 use crate::policy::Mode;
@@ -21,14 +21,19 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     if !a.changed {
         return Outcome::Done(Decision::allow("unchanged"));
     }
-    let uid = obj.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
-    if req.operation == Operation::Update && view.state.is_revision_of(uid, &template::template_hash(a.template)) {
+    if is_undo(req, &a, &template::template_hash(a.template), view) {
         // An emergency rollback must go through.
         return Outcome::Done(Decision::allow("undo"));
     }
     let wanted: BTreeSet<&str> = a.refs.iter().map(|r| r.r.name.as_str()).filter(|n| *n != names::ROOT_CA).collect();
-    if wanted.iter().any(|n| !view.fresh.contains_key(*n)) {
-        return Outcome::Fetch(wanted.into_iter().map(str::to_owned).collect());
+    if wanted.iter().any(|n| !view.fresh.contains_key(*n) && !view.failed.contains_key(*n)) {
+        return Outcome::Fetch(wanted.into_iter().filter(|n| !view.failed.contains_key(*n)).map(str::to_owned).collect());
+    }
+    // Audit mode and a CronJob's Jobs only ever warn: what could not be read is a warning too.
+    let lenient = mode == Mode::Audit || (kind == Kind::Job && made_by_cronjob(obj));
+    let failures: Vec<&super::Failure> = wanted.iter().filter_map(|n| view.failed.get(*n)).collect();
+    if let (Some(failure), false) = (failures.first(), lenient) {
+        return Outcome::Done(Decision { response: failure.denial.clone(), reason: "api-error", ..Default::default() });
     }
 
     let prefix = kind.template_pointer().trim_start_matches('/').replace('/', ".");
@@ -40,17 +45,21 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             problems.push(format!("{prefix}.{} names mutable ConfigMap {}", r.r.field, r.r.name));
         }
     }
-    if problems.is_empty() {
-        return Outcome::Done(Decision::allow("valid"));
-    }
     let kind_name = format!("{} {}", kind.as_str(), req.name);
+    let unchecked = failures.iter().map(|f| format!("{kind_name}: not checked: could not {} ({})", f.what, f.cause));
+    if problems.is_empty() {
+        let mut d = Decision::allow("valid");
+        unchecked.for_each(|w| d.response.warn(w));
+        return Outcome::Done(d);
+    }
     let fix = "a rollback could not restore its content. Fix: use an immutable ConfigMap (e.g. kustomize configMapGenerator), \
                let confighistory pin it (namespace mode rewrite), or annotate the ConfigMap confighistory.io/versioned=false";
-    if mode == Mode::Audit || (kind == Kind::Job && made_by_cronjob(obj)) {
+    if lenient {
         let mut d = Decision::allow("audit");
         for p in &problems {
             d.response.warn(format!("{kind_name}: {p}"));
         }
+        unchecked.for_each(|w| d.response.warn(w));
         return Outcome::Done(d);
     }
     Outcome::Done(Decision::deny("mutable-config", 403, format!("{kind_name}: {}; {fix}", problems.join("; "))))

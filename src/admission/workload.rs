@@ -167,6 +167,27 @@ pub fn admissible<'a>(req: &'a Request, view: &View) -> Result<(Mode, Analysis<'
     Ok((mode, analysis))
 }
 
+/// Whether a changed template is an undo: it equals one of this workload's revisions (SPEC
+/// 6.2.1). An undo changes the template; the propagation trigger (metadata only) does not, even
+/// though the unchanged template is, of course, one of the workload's revisions. Recognised from
+/// the caches alone, before any read, so that nothing the API server does can deny it.
+pub fn is_undo(req: &Request, a: &Analysis, template_hash: &str, view: &View) -> bool {
+    let uid = req.object().pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+    a.changed && req.operation == Operation::Update && view.state.is_revision_of(uid, template_hash)
+}
+
+/// A Job made by a CronJob: the CronJob's run, whose template was admitted with the CronJob.
+fn is_cronjob_run(a: &Analysis, obj: &Value) -> bool {
+    a.kind == Kind::Job && made_by_cronjob(obj)
+}
+
+/// Whether a workload request must never be denied, whatever happens while deciding it (the
+/// API server fails, the server's own deadline passes): an undo, or a CronJob's run.
+pub fn never_denied(req: &Request, view: &View) -> bool {
+    admissible(req, view)
+        .is_ok_and(|(_, a)| is_cronjob_run(&a, req.object()) || is_undo(req, &a, &template::template_hash(a.template), view))
+}
+
 pub fn decide(req: &Request, view: &View) -> Outcome {
     let (mode, a) = match admissible(req, view) {
         Ok(x) => x,
@@ -197,18 +218,22 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         return Outcome::Done(d);
     }
 
+    let template_hash = template::template_hash(a.template);
+    let undo = is_undo(req, &a, &template_hash, view);
+    let fail_open = undo || is_cronjob_run(&a, obj);
+
     // The template changed: read every source fresh (it was typically written milliseconds ago).
     let wanted: BTreeSet<&str> =
         a.refs.iter().map(|r| r.source.as_str()).chain(unseen_snapshot_names(&a, view)).filter(|s| *s != names::ROOT_CA).collect();
-    if wanted.iter().any(|s| !view.fresh.contains_key(*s)) {
-        return Outcome::Fetch(wanted.into_iter().map(str::to_owned).collect());
+    if wanted.iter().any(|s| !view.fresh.contains_key(*s) && !view.failed.contains_key(*s)) {
+        return Outcome::Fetch(wanted.into_iter().filter(|s| !view.failed.contains_key(*s)).map(str::to_owned).collect());
+    }
+    if !fail_open {
+        if let Some(failure) = wanted.iter().find_map(|s| view.failed.get(*s)) {
+            return Outcome::Done(Decision { response: failure.denial.clone(), reason: "api-error", ..Default::default() });
+        }
     }
 
-    let uid = obj.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
-    let template_hash = template::template_hash(a.template);
-    // An undo changes the template; the propagation trigger (metadata only) does not, even though
-    // the unchanged template is, of course, one of the workload's revisions.
-    let undo = a.changed && req.operation == Operation::Update && view.state.is_revision_of(uid, &template_hash);
     let mut d = Decision::allow(if undo {
         "undo"
     } else if trigger.is_some() {
@@ -216,6 +241,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     } else {
         "pinned"
     });
+    d.fail_open = fail_open;
     let mut pins = BTreeMap::new();
     let mut held = BTreeSet::new();
 
@@ -225,6 +251,19 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     }
     for (source, refs) in by_source {
         if source == names::ROOT_CA {
+            continue;
+        }
+        if let Some(failure) = view.failed.get(source) {
+            // Only an undo or a CronJob's Job gets here: its references stay as sent, and the
+            // pins and holds they imply are recorded from the caches (repair finishes the job).
+            d.response.warn(format!("{source}: left as sent, repair pins it: could not {} ({})", failure.what, failure.cause));
+            if let Some(hash) = refs.iter().find_map(|r| r.hash.clone()) {
+                let head = view.state.configmap(&req.namespace, source).and_then(|c| c.annotation(names::HEAD));
+                if head.is_some_and(|h| h != hash) && (undo || old_held.contains(source)) {
+                    held.insert(source.to_owned());
+                }
+                pins.insert(source.to_owned(), hash);
+            }
             continue;
         }
         let Some(Some(cm)) = view.fresh.get(source) else {
@@ -340,7 +379,7 @@ fn pin_annotations(pins: &BTreeMap<String, String>, held: &BTreeSet<String>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::Fresh;
+    use crate::admission::{Failed, Fresh};
     use crate::policy::Policy;
     use crate::state::State;
     use serde_json::json;
@@ -369,7 +408,7 @@ mod tests {
     #[test]
     fn changed_matches_comparing_a_pinned_copy() {
         let (policy, state, fresh) = (Policy::default(), State::default(), Fresh::new());
-        let view = View { policy: &policy, state: &state, fresh: &fresh, now: "" };
+        let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: "" };
         let cases = [
             (deployment("cfg", "cfg", json!(1)), deployment(PIN, PIN, json!(1)), false),
             (deployment("cfg", PIN, json!(1)), deployment(PIN, PIN, json!(1)), false),

@@ -441,7 +441,7 @@ async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> anyhow::Result<String> {
     }
     match crate::server::ensure_snapshot(ctx.app.cluster.as_ref(), &a.namespace, &a.source, &content, &a.templates, false).await {
         Ok((name, _)) => Ok(name),
-        Err(resp) => Err(anyhow::anyhow!("{}", resp.message.unwrap_or_default())),
+        Err(f) => Err(anyhow::anyhow!("could not {}: {}", f.what, f.cause)),
     }
 }
 

@@ -14,7 +14,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::admission::{self, review, Decision, Effect, Fresh, Outcome, Response, View};
+use crate::admission::{self, review, Decision, Effect, Failed, Failure, Fresh, Outcome, Response, View};
 use crate::cluster::{ApiError, Cluster, Created};
 use crate::policy::Policy;
 use crate::snapshot;
@@ -174,18 +174,28 @@ pub fn expected(endpoint: Endpoint, req: &review::Request) -> Result<(), String>
     Ok(())
 }
 
+/// Whether a workload request must never be denied (an undo, a CronJob's run), from the caches.
+pub fn never_denied(app: &App, req: &review::Request) -> bool {
+    let (state, now) = (app.state.read().expect("state lock"), String::new());
+    let view = View { policy: &app.policy, state: &state, fresh: &Fresh::new(), failed: &Failed::new(), now: &now };
+    req.kind.kind != "ConfigMap" && admission::workload::never_denied(req, &view)
+}
+
 /// Decides, reading sources fresh when the decision asks, runs the effects, and answers.
 pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Response, &'static str) {
     // Milliseconds: the settle window is counted from changed-at.
     let now = format!("{:.3}", k8s_openapi::jiff::Timestamp::now());
     let mut fresh = Fresh::new();
+    let mut failed = Failed::new();
     // Pass 0 decides from memory; a decision that needs fresh reads asks for them once, and,
     // when those reads change how a reference is classified (a name shaped like a snapshot name
-    // that is in fact a source), once more.
-    for pass in 0..3 {
+    // that is in fact a source), once more. A decision that is never denied (an undo) and whose
+    // snapshot write fails is made again without that source, once per source.
+    let mut fetches = 0;
+    for _ in 0..MAX_PASSES {
         let outcome = {
             let state = app.state.read().expect("state lock");
-            let view = View { policy: &app.policy, state: &state, fresh: &fresh, now: &now };
+            let view = View { policy: &app.policy, state: &state, fresh: &fresh, failed: &failed, now: &now };
             match endpoint {
                 Endpoint::Mutate if req.kind.kind == "ConfigMap" => admission::configmap::decide(req, &view),
                 Endpoint::Mutate => admission::workload::decide(req, &view),
@@ -195,11 +205,18 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
         };
         match outcome {
             Outcome::Done(decision) => {
-                let reason = decision.reason;
-                return (execute(app, req, decision).await, reason);
+                let (reason, fail_open) = (decision.reason, decision.fail_open);
+                match execute(app, req, decision).await {
+                    Ok(response) => return (response, reason),
+                    Err((source, failure)) if fail_open && !failed.contains_key(&source) => {
+                        failed.insert(source, failure);
+                    }
+                    Err((_, failure)) => return (failure.denial, "api-error"),
+                }
             }
-            Outcome::Fetch(names) if pass < 2 => {
-                let unread: Vec<String> = names.into_iter().filter(|n| !fresh.contains_key(n)).collect();
+            Outcome::Fetch(names) if fetches < 2 => {
+                fetches += 1;
+                let unread: Vec<String> = names.into_iter().filter(|n| !fresh.contains_key(n) && !failed.contains_key(n)).collect();
                 for name in unread {
                     // A name from the request's template goes into an API path only when it is a
                     // valid ConfigMap name (`../secrets/x` is not); any other cannot exist.
@@ -211,7 +228,11 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                         Ok(obj) => {
                             fresh.insert(name, obj);
                         }
-                        Err(e) => return (api_denial(&format!("read ConfigMap {}/{name}", req.namespace), &e), "api-error"),
+                        // The decision says whether this denies the request (SPEC §6.2.1).
+                        Err(e) => {
+                            let failure = failure(&format!("read ConfigMap {}/{name}", req.namespace), &e);
+                            failed.insert(name, failure);
+                        }
                     }
                 }
             }
@@ -221,28 +242,31 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     (Response::deny(500, "confighistory could not decide (sources changed while reading); retrying is safe"), "internal")
 }
 
-async fn execute(app: &App, req: &review::Request, decision: Decision) -> Response {
+/// Decisions per admission at most: three for reads, then one more per failed snapshot write of
+/// a decision that is never denied.
+const MAX_PASSES: usize = 3 + 8;
+
+/// Runs the effects and answers; or the source whose snapshot could not be written, and why.
+async fn execute(app: &App, req: &review::Request, decision: Decision) -> Result<Response, (String, Failure)> {
     let mut names = HashMap::new();
     let mut warnings = Vec::new();
     for effect in &decision.effects {
         let Effect::EnsureSnapshot { namespace, source, content, adopted } = effect;
-        match ensure_snapshot(app.cluster.as_ref(), namespace, source, content, adopted, req.dry_run()).await {
-            Ok((name, mut w)) => {
-                names.insert((source.clone(), content.hash()), name);
-                warnings.append(&mut w);
-            }
-            Err(denial) => return denial,
-        }
+        let (name, mut w) = ensure_snapshot(app.cluster.as_ref(), namespace, source, content, adopted, req.dry_run())
+            .await
+            .map_err(|f| (source.clone(), f))?;
+        names.insert((source.clone(), content.hash()), name);
+        warnings.append(&mut w);
     }
     let mut response = decision.finish(&names);
     for w in warnings {
         response.warn(w);
     }
-    response
+    Ok(response)
 }
 
 /// Makes sure a valid snapshot of `content` exists, walking the collision sequence past any
-/// other object under its name. Returns the name and warnings; or the denial to send.
+/// other object under its name. Returns the name and warnings; or what failed.
 pub async fn ensure_snapshot(
     cluster: &dyn Cluster,
     ns: &str,
@@ -250,11 +274,11 @@ pub async fn ensure_snapshot(
     content: &snapshot::Content,
     adopted: &[String],
     dry_run: bool,
-) -> Result<(String, Vec<String>), Response> {
+) -> Result<(String, Vec<String>), Failure> {
     let hash = content.hash();
     let mut warnings = Vec::new();
     let read = |name: String| async move {
-        cluster.get_configmap(ns, &name).await.map_err(|e| api_denial(&format!("read ConfigMap {ns}/{name}"), &e))
+        cluster.get_configmap(ns, &name).await.map_err(|e| failure(&format!("read ConfigMap {ns}/{name}"), &e))
     };
     // Races (created or deleted by someone else between two calls, a concurrent adoption record)
     // look at the same name again, a few times.
@@ -278,18 +302,21 @@ pub async fn ensure_snapshot(
                     races += 1;
                     continue;
                 }
-                Ok(Created::AlreadyExists) => return Err(api_denial(&format!("create snapshot {ns}/{name}"), &race(&name))),
+                Ok(Created::AlreadyExists) => return Err(failure(&format!("create snapshot {ns}/{name}"), &race(&name))),
                 Err(e) if e.is_quota() => {
-                    return Err(Response::deny(
+                    return Err(Failure {
+                        what: format!("create snapshot {name}"),
+                        cause: e.message.clone(),
+                        denial: Response::deny(
                         403,
                         format!(
                             "confighistory could not create snapshot {name} of {source}: {}. Raise the namespace's ResourceQuota for configmaps \
                              (count/configmaps) or delete unused snapshots; nothing was changed, retrying is safe",
                             e.message
                         ),
-                    ))
+                    )})
                 }
-                Err(e) => return Err(api_denial(&format!("create snapshot {ns}/{name}"), &e)),
+                Err(e) => return Err(failure(&format!("create snapshot {ns}/{name}"), &e)),
             }
         };
         match snapshot::validate(&existing) {
@@ -315,7 +342,7 @@ pub async fn ensure_snapshot(
                             races += 1;
                             continue;
                         }
-                        Err(e) => return Err(api_denial(&format!("record adoption on {ns}/{name}"), &e)),
+                        Err(e) => return Err(failure(&format!("record adoption on {ns}/{name}"), &e)),
                     }
                 }
                 return Ok((name, warnings));
@@ -332,10 +359,14 @@ pub async fn ensure_snapshot(
             }
         }
     }
-    Err(Response::deny(
-        409,
-        format!("every snapshot name for {source} ({hash}) is taken; delete the ConfigMaps squatting on {source}-{hash}-*"),
-    ))
+    Err(Failure {
+        what: format!("find a free snapshot name for {source}"),
+        cause: "every name is taken".into(),
+        denial: Response::deny(
+            409,
+            format!("every snapshot name for {source} ({hash}) is taken; delete the ConfigMaps squatting on {source}-{hash}-*"),
+        ),
+    })
 }
 
 /// How often [`ensure_snapshot`] looks at one name again after losing a race.
@@ -345,7 +376,14 @@ fn race(name: &str) -> ApiError {
     ApiError { code: Some(409), reason: "Conflict".into(), message: format!("{name} kept changing while being read") }
 }
 
-fn api_denial(what: &str, e: &ApiError) -> Response {
+fn failure(what: &str, e: &ApiError) -> Failure {
     tracing::warn!(what, error = %e, "API server call failed during admission");
-    Response::deny(503, format!("confighistory could not {what}: API server said: {}. Nothing was changed; retrying is safe", e.message))
+    Failure {
+        what: what.to_owned(),
+        cause: e.message.clone(),
+        denial: Response::deny(
+            503,
+            format!("confighistory could not {what}: API server said: {}. Nothing was changed; retrying is safe", e.message),
+        ),
+    }
 }

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use confighistory::names::MODE_LABEL;
+
 use crate::support::apps::{pricing, release, IMAGE_A, IMAGE_B, KEY_A, KEY_B, SOURCE};
 use crate::support::confighistory::webhook;
 use crate::support::{cluster, wait_for, TestNamespace};
@@ -42,4 +44,28 @@ fn a_release_under_a_full_configmap_quota_uses_the_existing_snapshot() {
 
     // A config the quota has no room for is refused, and says why.
     ns.rejects(&release("registry.example/pricing:4.13", KEY_B), "ResourceQuota");
+}
+
+/// SPEC §6.2.1: an undo is never denied, not even when the snapshot it needs cannot be written
+/// (full quota). Here the target revision predates confighistory (no adoption record: the quota
+/// kept adoption from writing one), so it goes to the head, whose snapshot the quota forbids: the
+/// undo goes through as it is, with warnings, for repair to finish.
+#[test]
+fn an_undo_is_never_denied_when_its_snapshot_cannot_be_written() {
+    let Some(ns) = setup("quota-undo", &[(MODE_LABEL, "audit")]) else { return };
+    ns.accepts(&release(IMAGE_A, KEY_A));
+    ns.wait_observed("deployment", "pricing");
+    ns.accepts(&release(IMAGE_B, KEY_B));
+    assert_eq!(ns.history_of("pricing").len(), 2);
+    fill_configmap_quota(&ns);
+    ns.cluster.kubectl(&["label", "namespace", &ns.name, &format!("{MODE_LABEL}=rewrite"), "--overwrite"]).expect_success();
+    // The webhook's cache has seen the label (a release would now be refused for want of room).
+    wait_for("rewrite mode to apply", Duration::from_secs(10), || {
+        ns.apply_with(&pricing("registry.example/pricing:probe"), &["--dry-run=server"]).is_err()
+    });
+
+    let out = ns.rollout_undo("pricing", None);
+    let now = ns.current_template("deployment", "pricing");
+    assert_eq!(now.image, IMAGE_A, "{}", out.describe());
+    assert!(out.warnings().iter().any(|w| w.contains(SOURCE)), "the undo says what it could not do:\n{}", out.describe());
 }
