@@ -25,7 +25,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await.context("no Kubernetes configuration (in-cluster or KUBECONFIG)")?;
     let (tls_config, resolver) = tls::server_config(&args.tls_cert, &args.tls_key).context("loading TLS certificate")?;
 
-    let state = Arc::new(RwLock::new(State::default()));
+    // Rollout history that exists when the process starts is taken as it is; revisions created
+    // later count for undo only with a template a workload was seen with (SPEC §9a).
+    let started = format!("{:.0}", k8s_openapi::jiff::Timestamp::now());
+    let state = Arc::new(RwLock::new(State { revisions_trusted_before: Some(started), ..State::default() }));
     let synced = Arc::new(AtomicBool::new(false));
     let tls_ready = Arc::new(AtomicBool::new(false));
     let app = Arc::new(App {

@@ -85,6 +85,8 @@ pub struct WorkloadInfo {
 #[derive(Clone, Debug, Default)]
 pub struct RevisionInfo {
     pub owner_uid: String,
+    /// creationTimestamp (RFC 3339): history older than this process is trusted as it is.
+    pub created: String,
     pub template_hash: String,
     pub refs: Vec<String>,
     pub revision: i64,
@@ -117,6 +119,13 @@ pub struct State {
     pub owner_templates: HashMap<String, HashSet<String>>,
     /// Template hashes that still exist as a revision, per namespace (live adoption records).
     pub namespace_templates: HashMap<String, HashMap<String, u32>>,
+    /// Template hashes each workload has been seen with, by (namespace, uid): a revision counts
+    /// for undo only when its template is one of them or it predates this process (SPEC §9a: a
+    /// ReplicaSet forged with an owner reference to a tenant's Deployment makes no "undo").
+    pub seen_templates: HashMap<Key, HashSet<String>>,
+    /// Revisions created before this time (RFC 3339, seconds) are history from before this
+    /// process and trusted as they are; `None` trusts every revision (tests of other rules).
+    pub revisions_trusted_before: Option<String>,
     pub synced: Synced,
 }
 
@@ -185,9 +194,20 @@ impl State {
             .map(|(_, source)| source)
     }
 
-    /// Whether `template_hash` is one of the revisions of the workload with this uid.
-    pub fn is_revision_of(&self, owner_uid: &str, template_hash: &str) -> bool {
-        self.owner_templates.get(owner_uid).is_some_and(|s| s.contains(template_hash))
+    /// Whether `template_hash` is one of the revisions of the workload with this uid in `ns`: a
+    /// ReplicaSet or ControllerRevision of this namespace controlled by it, whose template the
+    /// workload was seen with (or which predates this process).
+    pub fn is_revision_of(&self, ns: &str, owner_uid: &str, template_hash: &str) -> bool {
+        if owner_uid.is_empty() || !self.owner_templates.get(owner_uid).is_some_and(|s| s.contains(template_hash)) {
+            return false;
+        }
+        let seen = self.seen_templates.get(&(ns.to_owned(), owner_uid.to_owned())).is_some_and(|s| s.contains(template_hash));
+        self.revisions.iter().any(|((_, n, _), r)| {
+            n == ns
+                && r.owner_uid == owner_uid
+                && r.template_hash == template_hash
+                && (seen || self.revisions_trusted_before.as_ref().is_none_or(|t| !r.created.is_empty() && r.created < *t))
+        })
     }
 
     /// The snapshot of `source` whose adoption record lists `template_hash`. When several do, the
@@ -215,6 +235,19 @@ impl State {
             .collect();
         v.sort();
         v.dedup();
+        v
+    }
+
+    /// Workloads in a namespace whose template names `name`, as `Kind/name`, at most three.
+    pub fn user_names(&self, ns: &str, name: &str) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .workloads
+            .iter()
+            .filter(|((_, n, _), w)| n == ns && w.refs.iter().any(|r| r == name))
+            .map(|((k, _, w), _)| format!("{}/{w}", k.as_str()))
+            .collect();
+        v.sort();
+        v.truncate(3);
         v
     }
 
@@ -267,12 +300,23 @@ impl State {
         };
         self.remove_workload(kind, &ns, &name);
         self.count_refs(&ns, &info.refs, 1, true);
+        if !info.uid.is_empty() {
+            self.seen_templates.entry((ns.clone(), info.uid.clone())).or_default().insert(info.template_hash.clone());
+        }
         self.workloads.insert((kind, ns, name), info);
     }
 
     pub fn delete_workload(&mut self, kind: Kind, obj: &Value) {
         let (ns, name) = key_of(obj);
-        self.remove_workload(kind, &ns, &name);
+        self.forget_workload(kind, &ns, &name);
+    }
+
+    /// A workload that is gone: its references and the templates it was seen with.
+    fn forget_workload(&mut self, kind: Kind, ns: &str, name: &str) {
+        if let Some(uid) = self.workloads.get(&(kind, ns.to_owned(), name.to_owned())).map(|w| w.uid.clone()) {
+            self.seen_templates.remove(&(ns.to_owned(), uid));
+        }
+        self.remove_workload(kind, ns, name);
     }
 
     fn remove_workload(&mut self, kind: Kind, ns: &str, name: &str) {
@@ -295,6 +339,7 @@ impl State {
         };
         let info = RevisionInfo {
             owner_uid: controller_owner(meta).map(|(_, uid)| uid).unwrap_or_default(),
+            created: str_at(meta, "creationTimestamp"),
             template_hash: template::template_hash(&tpl),
             refs: template::ref_names(&tpl).into_iter().collect(),
             revision,
@@ -363,7 +408,7 @@ impl State {
                 let gone: Vec<_> =
                     self.workloads.keys().filter(|(k, n, m)| *k == kind && !seen.contains(&(n.clone(), m.clone()))).cloned().collect();
                 for (k, n, m) in gone {
-                    self.remove_workload(k, &n, &m);
+                    self.forget_workload(k, &n, &m);
                 }
             }
             Watched::Revision(kind) => {
@@ -466,14 +511,15 @@ mod tests {
             "spec": {"template": {"metadata": {"labels": {"app": "a", "pod-template-hash": "x"}}}}});
         s.apply_revision(Kind::ReplicaSet, &rs);
         let h = template::template_hash(&json!({"metadata": {"labels": {"app": "a"}}}));
-        assert!(s.is_revision_of("uid-a", &h));
+        assert!(s.is_revision_of("ns", "uid-a", &h));
+        assert!(!s.is_revision_of("other-ns", "uid-a", &h), "an owner reference from another namespace");
         assert!(s.template_exists("ns", &h));
         rs["metadata"]["name"] = json!("a-2");
         s.apply_revision(Kind::ReplicaSet, &rs);
         s.delete_revision(Kind::ReplicaSet, &json!({"metadata": {"namespace": "ns", "name": "a-1"}}));
-        assert!(s.is_revision_of("uid-a", &h), "a-2 has the same template");
+        assert!(s.is_revision_of("ns", "uid-a", &h), "a-2 has the same template");
         s.delete_revision(Kind::ReplicaSet, &rs);
-        assert!(!s.is_revision_of("uid-a", &h));
+        assert!(!s.is_revision_of("ns", "uid-a", &h));
         assert!(!s.template_exists("ns", &h));
     }
 

@@ -55,6 +55,24 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         });
         super::settings::warnings(name, old_content, &content).into_iter().for_each(|w| d.response.warn(w));
     }
+    // A workload admitted in enforce mode while its ConfigMap did not exist yet, then the
+    // ConfigMap created mutable: the same mutable reference validation refuses, reached the other
+    // way round (SPEC §9a). Refused in enforce mode, flagged in audit mode.
+    if req.operation == Operation::Create && matches!(mode, Mode::Enforce | Mode::Audit) {
+        let users = view.state.user_names(&req.namespace, name);
+        if !users.is_empty() {
+            let message = format!(
+                "ConfigMap {name} is mutable and {} use it by name: a rollback could not restore its content. \
+                 Fix: create it with immutable: true (e.g. kustomize configMapGenerator) or annotate it {}=false",
+                users.join(", "),
+                names::VERSIONED
+            );
+            if mode == Mode::Enforce {
+                return Outcome::Done(Decision::deny("mutable-config", 403, message));
+            }
+            d.response.warn(message);
+        }
+    }
     if mode != Mode::Rewrite {
         return Outcome::Done(d);
     }

@@ -79,7 +79,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
             if view.state.configmap(ns, &source).and_then(|c| c.annotation(names::HEAD)) == Some(hash) {
                 reasons.push(format!("it is the current content of {source}"));
             }
-            let users = users_of(view, ns, name);
+            let users = view.state.user_names(ns, name);
             if !users.is_empty() {
                 reasons.push(format!("{} use it", users.join(", ")));
             } else if view.state.ref_count(ns, name).revisions > 0 {
@@ -136,18 +136,4 @@ fn meta_field<'a>(obj: &'a Value, field: &str) -> Option<&'a Value> {
         Value::Null => false,
         _ => true,
     })
-}
-
-/// Workloads in `ns` whose template names `snapshot`, as `Kind/name`, at most three.
-fn users_of(view: &View, ns: &str, snapshot: &str) -> Vec<String> {
-    let mut v: Vec<String> = view
-        .state
-        .workloads
-        .iter()
-        .filter(|((_, n, _), w)| n == ns && w.refs.iter().any(|r| r == snapshot))
-        .map(|((k, _, name), _)| format!("{}/{name}", k.as_str()))
-        .collect();
-    v.sort();
-    v.truncate(3);
-    v
 }

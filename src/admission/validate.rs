@@ -30,7 +30,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         return Outcome::Fetch(wanted.into_iter().filter(|n| !view.failed.contains_key(*n)).map(str::to_owned).collect());
     }
     // Audit mode and a CronJob's Jobs only ever warn: what could not be read is a warning too.
-    let lenient = mode == Mode::Audit || (kind == Kind::Job && made_by_cronjob(obj));
+    let lenient = mode == Mode::Audit || (kind == Kind::Job && made_by_cronjob(&req.namespace, obj, a.template, view));
     let failures: Vec<&super::Failure> = wanted.iter().filter_map(|n| view.failed.get(*n)).collect();
     if let (Some(failure), false) = (failures.first(), lenient) {
         return Outcome::Done(Decision { response: failure.denial.clone(), reason: "api-error", ..Default::default() });

@@ -138,9 +138,30 @@ pub fn held_set(obj: &Value) -> BTreeSet<String> {
     annotation(obj, names::HELD).unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
 }
 
-/// Whether a Job was made by a CronJob (its references are the CronJob's business).
-pub fn made_by_cronjob(obj: &Value) -> bool {
-    crate::state::controller_owner(&obj["metadata"]).is_some_and(|(k, _)| k == "CronJob")
+/// Whether a Job was made by a CronJob (its references are the CronJob's business): its
+/// controller is a CronJob of its namespace that exists with that uid, and its pod template is
+/// that CronJob's (less the labels the Job API adds). An owner reference alone is the request's
+/// word, which anyone who may create Jobs can write.
+pub fn made_by_cronjob(ns: &str, obj: &Value, template: &Value, view: &View) -> bool {
+    let Some(owner) = obj.pointer("/metadata/ownerReferences").and_then(Value::as_array).and_then(|o| {
+        o.iter().find(|o| {
+            o.get("controller").and_then(Value::as_bool) == Some(true) && o.get("kind").and_then(Value::as_str) == Some("CronJob")
+        })
+    }) else {
+        return false;
+    };
+    let (name, uid) = (owner["name"].as_str().unwrap_or_default(), owner["uid"].as_str().unwrap_or_default());
+    let Some(cronjob) = view.state.workloads.get(&(Kind::CronJob, ns.to_owned(), name.to_owned())) else { return false };
+    let mut template = template.clone();
+    if let Some(labels) = template.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
+        for added in ["controller-uid", "job-name", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name"] {
+            labels.remove(added);
+        }
+        if labels.is_empty() {
+            template["metadata"].as_object_mut().map(|m| m.remove("labels"));
+        }
+    }
+    !uid.is_empty() && cronjob.uid == uid && cronjob.template_hash == template::template_hash(&template)
 }
 
 /// What every workload endpoint checks first: a kind we handle, a main-resource CREATE or
@@ -173,19 +194,19 @@ pub fn admissible<'a>(req: &'a Request, view: &View) -> Result<(Mode, Analysis<'
 /// the caches alone, before any read, so that nothing the API server does can deny it.
 pub fn is_undo(req: &Request, a: &Analysis, template_hash: &str, view: &View) -> bool {
     let uid = req.object().pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
-    a.changed && req.operation == Operation::Update && view.state.is_revision_of(uid, template_hash)
+    a.changed && req.operation == Operation::Update && view.state.is_revision_of(a.namespace, uid, template_hash)
 }
 
 /// A Job made by a CronJob: the CronJob's run, whose template was admitted with the CronJob.
-fn is_cronjob_run(a: &Analysis, obj: &Value) -> bool {
-    a.kind == Kind::Job && made_by_cronjob(obj)
+fn is_cronjob_run(a: &Analysis, obj: &Value, view: &View) -> bool {
+    a.kind == Kind::Job && made_by_cronjob(a.namespace, obj, a.template, view)
 }
 
 /// Whether a workload request must never be denied, whatever happens while deciding it (the
 /// API server fails, the server's own deadline passes): an undo, or a CronJob's run.
 pub fn never_denied(req: &Request, view: &View) -> bool {
     admissible(req, view)
-        .is_ok_and(|(_, a)| is_cronjob_run(&a, req.object()) || is_undo(req, &a, &template::template_hash(a.template), view))
+        .is_ok_and(|(_, a)| is_cronjob_run(&a, req.object(), view) || is_undo(req, &a, &template::template_hash(a.template), view))
 }
 
 pub fn decide(req: &Request, view: &View) -> Outcome {
@@ -220,7 +241,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
 
     let template_hash = template::template_hash(a.template);
     let undo = is_undo(req, &a, &template_hash, view);
-    let fail_open = undo || is_cronjob_run(&a, obj);
+    let fail_open = undo || is_cronjob_run(&a, obj, view);
 
     // The template changed: read every source fresh (it was typically written milliseconds ago).
     let wanted: BTreeSet<&str> =

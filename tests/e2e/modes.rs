@@ -91,3 +91,49 @@ fn with_enforce_as_the_only_allowed_mode_no_namespace_label_escapes_it() {
     }
     drop(server);
 }
+
+/// SPEC §9a on the real API server: the ways around enforce mode a tenant has are closed.
+/// - A ReplicaSet the tenant creates with an owner reference to their own Deployment, whose
+///   template names a mutable ConfigMap, does not make that template an "undo" (never denied).
+/// - A Job claiming a CronJob owner that does not exist is refused like any Job.
+/// - A Deployment applied before its ConfigMap, then the ConfigMap created mutable: refused.
+#[test]
+fn enforce_mode_cannot_be_bypassed_by_forged_history_owners_or_ordering() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::with_labels(cluster, "bypass", &[(MODE_LABEL, "enforce")]);
+    let versioned = "pricing-config-v1";
+    ns.accepts(&immutable_config(versioned));
+    ns.accepts(&pricing(IMAGE_A).replace(&format!("name: {SOURCE}}}"), &format!("name: {versioned}}}")));
+    ns.accepts(&pricing_config(KEY_A));
+    ns.wait_observed("deployment", "pricing");
+
+    let deployment = ns.get_json("deployment", "pricing").unwrap();
+    let uid = deployment["metadata"]["uid"].as_str().unwrap().to_owned();
+    let mut template = deployment["spec"]["template"].clone();
+    template["spec"]["containers"][0]["image"] = serde_json::json!("pricing:unvetted");
+    template["spec"]["containers"][0]["envFrom"][0]["configMapRef"]["name"] = serde_json::json!(SOURCE);
+    template["spec"]["volumes"][0]["configMap"]["name"] = serde_json::json!(SOURCE);
+    let forged = serde_json::json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "pricing-forged",
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "pricing", "uid": uid, "controller": true}]},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "pricing"}}, "template": template}});
+    ns.accepts(&forged.to_string());
+    std::thread::sleep(std::time::Duration::from_secs(3)); // the webhook's watch has the ReplicaSet
+    let patch = serde_json::json!([{"op": "replace", "path": "/spec/template", "value": template}]).to_string();
+    let out = ns.kubectl(&["patch", "deployment", "pricing", "--type=json", "-p", &patch]);
+    assert!(!out.success, "a forged ReplicaSet made a mutable template an undo:\n{}", out.describe());
+    assert!(out.stderr.contains("names mutable ConfigMap pricing-config"), "{}", out.describe());
+
+    let job = format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: report-1\n  ownerReferences:\n  - {{apiVersion: batch/v1beta1, kind: CronJob, \
+         name: report, uid: 6a1e0c0e-0000-4000-8000-000000000001, controller: true}}\nspec:\n  template:\n    spec:\n      \
+         restartPolicy: Never\n      containers:\n      - name: r\n        image: report:1\n        envFrom:\n        - configMapRef: \
+         {{name: {SOURCE}}}\n"
+    );
+    ns.rejects(&job, "names mutable ConfigMap pricing-config");
+
+    ns.accepts(&crate::support::apps::workload("deployment", "late", IMAGE_A, "late-config"));
+    std::thread::sleep(std::time::Duration::from_secs(3)); // the webhook's watch has the Deployment
+    ns.rejects(&configmap("late-config", &[(KEY_A, "/etc/rules")]), "is mutable and Deployment/late use it");
+    ns.accepts(&format!("{}immutable: true\n", configmap("late-config", &[(KEY_A, "/etc/rules")])));
+}
