@@ -559,10 +559,9 @@ async fn an_undo_whose_snapshot_cannot_be_written_goes_through_as_sent() {
 
 #[tokio::test]
 async fn a_cronjobs_job_is_never_denied_when_the_api_server_fails() {
-    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "report-1", "namespace": NS,
-        "ownerReferences": [{"kind": "CronJob", "name": "report", "uid": "u", "controller": true}]},
-        "spec": {"template": {"spec": {"containers": [{"name": "r", "envFrom": [{"configMapRef": {"name": snap("pricing-config", A)}}]}]}}}});
+    let (cronjob, job) = cronjob_and_job(&snap("pricing-config", A));
     let f = Fixture::new().source("pricing-config", A).snapshot("pricing-config", A, &[]);
+    f.state.write().unwrap().apply_workload(Kind::CronJob, &cronjob);
     *f.cluster.fail.lock().unwrap() = unavailable();
     let m = f.send("/mutate", review("Job", "batch", "v1", "CREATE", Some(&job), None)).await;
     assert!(m.allowed(), "{}", m.message());
