@@ -725,6 +725,35 @@ async fn source_update_tracks_head_warns_keys_and_adopts_outgoing_content() {
     assert!(f.calls().is_empty());
 }
 
+/// SPEC §7: a change is an edit, not a content. A → B, then back to A before B was propagated:
+/// the marker that says "A was propagated" belongs to the first change to A, not to this one.
+#[tokio::test]
+async fn a_revert_is_a_change_of_its_own() {
+    let f = Fixture::new().source("pricing-config", A).workload(&deployment("x:1", &snap("pricing-config", B)));
+    let (a, b) = (content(A).hash(), content(B).hash());
+    let old = with_annotations(
+        configmap("pricing-config", B),
+        &[("confighistory.io/head", &b), ("confighistory.io/changed-at", "2026-12-03T09:00:00Z"), ("confighistory.io/propagated", &a)],
+    );
+    let reverted = configmap("pricing-config", A);
+    for user in ["alice", ME] {
+        let r = f.as_user("/mutate", user, review("ConfigMap", "", "v1", "UPDATE", Some(&reverted), Some(&old))).await;
+        let out = r.patched(&reverted);
+        assert_eq!(annotation(&out, "confighistory.io/head"), Some(a.clone()));
+        assert_eq!(annotation(&out, "confighistory.io/propagated"), None, "{user}: the revert waits for propagation");
+        // A second pass over the first one's output changes nothing more.
+        let again = f.as_user("/mutate", user, review("ConfigMap", "", "v1", "UPDATE", Some(&out), Some(&old))).await;
+        assert!(again.patch().is_empty(), "{user}: {:?}", again.patch());
+    }
+    // An edit of the metadata only keeps the marker; confighistory's own record of it is taken.
+    let relabelled = with_annotations(old.clone(), &[("team", "pricing")]);
+    let r = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&relabelled), Some(&old))).await;
+    assert_eq!(annotation(&r.patched(&relabelled), "confighistory.io/propagated"), Some(a.clone()));
+    let recorded = with_annotations(old.clone(), &[("confighistory.io/propagated", &b)]);
+    let r = f.as_user("/mutate", ME, review("ConfigMap", "", "v1", "UPDATE", Some(&recorded), Some(&old))).await;
+    assert_eq!(annotation(&r.patched(&recorded), "confighistory.io/propagated"), Some(b));
+}
+
 #[tokio::test]
 async fn installing_sets_no_changed_at_on_existing_sources() {
     let f = Fixture::new().source("pricing-config", A).workload(&deployment("x:1", "pricing-config"));

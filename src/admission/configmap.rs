@@ -90,7 +90,16 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     } else {
         old.and_then(|o| annotation(o, names::CHANGED_AT)).map(str::to_owned)
     };
-    let propagated = if own { annotation(obj, names::PROPAGATED) } else { old.and_then(|o| annotation(o, names::PROPAGATED)) };
+    // The marker belongs to one change: a new change (a revert to a content propagated before
+    // included: a change is an edit, not a content, SPEC §7) starts without it. Otherwise it is
+    // carried over, and taken from the request only from the controller that records it.
+    let propagated = if changed {
+        None
+    } else if own {
+        annotation(obj, names::PROPAGATED)
+    } else {
+        old.and_then(|o| annotation(o, names::PROPAGATED))
+    };
     d.response.patch = annotation_ops(
         obj,
         &[(names::HEAD, Some(head)), (names::CHANGED_AT, changed_at), (names::PROPAGATED, propagated.map(str::to_owned))],

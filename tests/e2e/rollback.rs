@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use confighistory::names::MODE_LABEL;
+use confighistory::names::{HEAD, MODE_LABEL, PROPAGATED, SETTLE};
 
-use crate::support::apps::{pricing, release, IMAGE_A, IMAGE_B, KEY_A, KEY_B, SOURCE};
+use crate::support::apps::{configmap, pricing, release, IMAGE_A, IMAGE_B, KEY_A, KEY_B, SOURCE};
 use crate::support::confighistory::webhook;
 use crate::support::{cluster, wait_for, TestNamespace};
 
@@ -68,4 +68,44 @@ fn an_undo_is_never_denied_when_its_snapshot_cannot_be_written() {
     let now = ns.current_template("deployment", "pricing");
     assert_eq!(now.image, IMAGE_A, "{}", out.describe());
     assert!(out.warnings().iter().any(|w| w.contains(SOURCE)), "the undo says what it could not do:\n{}", out.describe());
+}
+
+/// The mode the pricing Deployment's current template runs with (`mode` key of its config).
+fn current_mode(ns: &TestNamespace) -> String {
+    ns.current_template("deployment", "pricing").config(SOURCE).and_then(|c| c.get("mode").cloned()).unwrap_or_default()
+}
+
+fn mode_config(mode: &str) -> String {
+    configmap(SOURCE, &[("mode", mode)])
+}
+
+/// Waits until the source records its current head as propagated.
+fn propagated(ns: &TestNamespace) {
+    wait_for("the change to be propagated", Duration::from_secs(30), || {
+        let cm = ns.get_json("configmap", SOURCE).unwrap_or_default();
+        let a = &cm["metadata"]["annotations"];
+        a[HEAD].is_string() && a[HEAD] == a[PROPAGATED]
+    });
+}
+
+/// SPEC §7: a change is an edit, not a content. A was propagated; the owner changes the config to
+/// B, a `rollout restart` inside the settle window joins B, and the owner reverts to A before B's
+/// window ends: the revert is a change of its own and brings the workload back to A.
+#[test]
+fn a_revert_before_propagation_lands() {
+    let Some(ns) = setup("revert", &[]) else { return };
+    ns.accepts(&mode_config("x"));
+    ns.accepts(&pricing(IMAGE_A));
+    ns.accepts(&mode_config("a"));
+    wait_for("A to reach the workload", Duration::from_secs(30), || current_mode(&ns) == "a");
+    propagated(&ns);
+    ns.annotate(SETTLE, "6");
+    std::thread::sleep(Duration::from_secs(1)); // the caches see the namespace's window
+
+    ns.accepts(&mode_config("b"));
+    ns.kubectl(&["rollout", "restart", "deployment/pricing"]).expect_success();
+    assert_eq!(current_mode(&ns), "b", "a restart joins the pending change");
+    ns.accepts(&mode_config("a"));
+    wait_for("the revert to reach the workload", Duration::from_secs(30), || current_mode(&ns) == "a");
+    propagated(&ns);
 }
