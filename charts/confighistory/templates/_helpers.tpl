@@ -68,32 +68,41 @@ the admin's list. One comma-separated string, no duplicates.
 {{- end }}
 
 {{/*
-namespaceSelector shared by all webhooks. Two ways to be excluded, both needed:
+namespaceSelector shared by all webhooks. Only the admin decides where
+confighistory acts (SPEC §3, §9a): no label a namespace owner can set on their
+own namespace switches the webhooks off for it.
 - by name, through the kubernetes.io/metadata.name label the API server puts on
   every namespace since 1.21 (on 1.20 the label is absent and NotIn matches, so
   this term excludes nothing there);
-- by the confighistory.io/exclude label (any value), which works everywhere; the
-  chart applies it to its own namespace on clusters older than 1.21.
+- on clusters older than 1.21 only, also by the confighistory.io/exclude label,
+  which the chart applies to its own namespace there (no name label to select
+  on). A namespace owner can set that label on such clusters: upgrade, or add a
+  label only admins set to webhook.namespaceSelector. Snapshot protection never
+  selects on it (confighistory.protectionNamespaceSelector).
 The mode label (confighistory.io/mode) is deliberately not selected on: the
 server interprets it against config.allowedModes.
 webhook.namespaceSelector adds terms (ANDed with these) that limit
 confighistory to some namespaces; the controller loops get the same limit
 (confighistory.controllerNamespaceSelector).
+Call with (dict "root" $ "protection" bool).
 */}}
 {{- define "confighistory.namespaceSelector" -}}
+{{- $root := .root -}}
 matchExpressions:
   - key: kubernetes.io/metadata.name
     operator: NotIn
     values:
-      {{- range splitList "," (include "confighistory.excludedNamespaces" .) }}
+      {{- range splitList "," (include "confighistory.excludedNamespaces" $root) }}
       - {{ . | quote }}
       {{- end }}
+  {{- if and (not .protection) (not (include "confighistory.hasNamespaceNameLabel" $root)) }}
   - key: confighistory.io/exclude
     operator: DoesNotExist
-  {{- with .Values.webhook.namespaceSelector.matchExpressions }}
+  {{- end }}
+  {{- with $root.Values.webhook.namespaceSelector.matchExpressions }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
-{{- with .Values.webhook.namespaceSelector.matchLabels }}
+{{- with $root.Values.webhook.namespaceSelector.matchLabels }}
 matchLabels:
   {{- toYaml . | nindent 2 }}
 {{- end }}

@@ -165,12 +165,18 @@ def main():
                   f"{where}: clientConfig.service {svc}")
         check(cc.get("caBundle") == want_ca, f"{where}: caBundle does not match the expected CA")
         sel = w["namespaceSelector"]["matchExpressions"]
-        check(len(sel) == 2, f"{where}: namespaceSelector {sel}")
+        # No label a namespace owner can set (SPEC §9a): the exclude label only where
+        # namespaces have no name label to select on (< 1.21), and never for protection.
+        label_term = kube < (1, 21, 0) and not name.startswith("snapshot")
+        check(len(sel) == (2 if label_term else 1), f"{where}: namespaceSelector {sel}")
         check(sel[0]["key"] == "kubernetes.io/metadata.name" and sel[0]["operator"] == "NotIn"
               and sorted(sel[0]["values"]) == sorted(set(excluded)),
               f"{where}: name exclusion {sel[0]} != {excluded}")
-        check(sel[1] == {"key": "confighistory.io/exclude", "operator": "DoesNotExist"},
-              f"{where}: label exclusion {sel[1]}")
+        if label_term:
+            check(sel[1] == {"key": "confighistory.io/exclude", "operator": "DoesNotExist"},
+                  f"{where}: label exclusion {sel[1]}")
+        check(label_term or not any(e["key"] == "confighistory.io/exclude" for e in sel),
+              f"{where}: a tenant-settable label in the namespaceSelector {sel}")
         check(not any("confighistory.io/mode" in e["key"] for e in sel),
               f"{where}: must not select on the mode label")
         want_labels = dict([exp["nslabel"].split("=", 1)]) if exp.get("nslabel") else None

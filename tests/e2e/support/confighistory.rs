@@ -265,7 +265,11 @@ struct ChartRelease<'a> {
 
 impl ChartRelease<'_> {
     fn render(&self, templates: &[&str], extra: &[&str]) -> String {
-        let selector = json!({"matchLabels": {RUN_LABEL: self.run}}).to_string();
+        // The suite's own, admin-chosen exclusion (TestNamespace::excluded): the chart itself
+        // selects on no label a namespace owner can set, where names can be selected (>= 1.21).
+        let selector = json!({"matchLabels": {RUN_LABEL: self.run},
+            "matchExpressions": [{"key": super::EXCLUDE_LABEL, "operator": "DoesNotExist"}]})
+        .to_string();
         let mut args = vec![
             "--set".to_owned(),
             "deployment.enabled=false".into(),
