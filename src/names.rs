@@ -38,6 +38,9 @@ pub const MANAGER: &str = "confighistory";
 pub const PINS: &str = "confighistory.io/pins";
 /// Workload annotation: comma-separated sources whose pin was chosen on purpose.
 pub const HELD: &str = "confighistory.io/held";
+/// Workload annotation: held source → the head when the hold was taken, as JSON. A later change
+/// of the source moves the held pin (SPEC §2).
+pub const HELD_HEADS: &str = "confighistory.io/held-heads";
 /// Workload annotation: propagation trigger set by the controller (`source=hash,...`).
 pub const PROPAGATE: &str = "confighistory.io/propagate";
 

@@ -307,6 +307,39 @@ async fn undo_keeps_the_revisions_snapshot_and_holds_it() {
     assert_eq!(annotation(&out, "confighistory.io/held").as_deref(), Some("pricing-config"));
 }
 
+/// SPEC §2: the workload records the head a hold was taken at; a change made after the hold
+/// moves the held pin (here: a restart joins the fix-forward that is waiting for propagation).
+#[tokio::test]
+async fn a_hold_records_its_head_and_a_later_change_moves_it() {
+    const C: &[(&str, &str)] = &[("mode", "c"), ("rules.discount_path", "/rules")];
+    let rev1 = deployment("pricing:4.11", &snap("pricing-config", A));
+    let rev2 = deployment("pricing:4.12", &snap("pricing-config", B));
+    let f = Fixture::new()
+        .source("pricing-config", B)
+        .snapshot("pricing-config", A, &[])
+        .snapshot("pricing-config", B, &[])
+        .workload(&rev2)
+        .revision(&rev1, 1)
+        .revision(&rev2, 2);
+    let held = f.mutate_deployment("UPDATE", &rev1, Some(&rev2)).await.patched(&rev1);
+    assert_eq!(annotation(&held, "confighistory.io/held").as_deref(), Some("pricing-config"));
+    let heads = annotation(&held, "confighistory.io/held-heads").expect("the head at hold time");
+    assert_eq!(heads, format!("{{\"pricing-config\":\"{}\"}}", content(B).hash()));
+
+    // The team fixes the config forward (a change after the hold, waiting for propagation).
+    f.update_source("pricing-config", C);
+    let mut source = f.cluster.get(NS, "pricing-config").unwrap();
+    source["metadata"]["annotations"] =
+        json!({"confighistory.io/head": content(C).hash(), "confighistory.io/changed-at": "2026-12-03T09:00:00Z"});
+    f.cluster.insert(source);
+    let mut restarted = held.clone();
+    restarted["spec"]["template"]["metadata"]["annotations"] = json!({"kubectl.kubernetes.io/restartedAt": "now"});
+    let out = f.mutate_deployment("UPDATE", &restarted, Some(&held)).await.patched(&restarted);
+    assert_eq!(pin_of(&out).0, snap("pricing-config", C), "joins the fix-forward");
+    assert_eq!(annotation(&out, "confighistory.io/held"), None);
+    assert_eq!(annotation(&out, "confighistory.io/held-heads"), None);
+}
+
 #[tokio::test]
 async fn undo_to_a_revision_from_before_the_install_uses_the_adoption_record() {
     let plain = deployment("pricing:4.11", "pricing-config");

@@ -134,8 +134,24 @@ pub fn format_trigger(items: &BTreeMap<String, String>) -> String {
     items.iter().map(|(s, h)| format!("{s}={h}")).collect::<Vec<_>>().join(",")
 }
 
-pub fn held_set(obj: &Value) -> BTreeSet<String> {
-    annotation(obj, names::HELD).unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+/// Held sources, each with the head its hold was taken at (SPEC §2), from the `held` and
+/// `held-heads` annotation values; `None` for a hold recorded without its head (held against
+/// every change, as holds were before heads were recorded).
+pub type Holds = BTreeMap<String, Option<String>>;
+
+pub fn parse_holds(held: Option<&str>, heads: Option<&str>) -> Holds {
+    let heads: BTreeMap<String, String> = heads.and_then(|h| serde_json::from_str(h).ok()).unwrap_or_default();
+    held.unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| (s.to_owned(), heads.get(s).cloned())).collect()
+}
+
+pub fn holds_of(obj: &Value) -> Holds {
+    parse_holds(annotation(obj, names::HELD), annotation(obj, names::HELD_HEADS))
+}
+
+/// Whether a hold taken at head `held_at` stands against the source's head `head`: a hold stands
+/// against the changes made before it, not against those made after it (SPEC §2, §7).
+pub fn hold_stands(held_at: Option<&str>, head: &str) -> bool {
+    held_at.is_none_or(|h| h == head)
 }
 
 /// Whether a Job was made by a CronJob (its references are the CronJob's business): its
@@ -221,7 +237,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let obj = req.object();
     let own = req.user_info.username == view.policy.identity;
     let trigger: Option<BTreeSet<String>> = own.then(|| annotation(obj, names::PROPAGATE).map(parse_trigger)).flatten();
-    let old_held = held_set(req.old_object());
+    let old_holds = holds_of(req.old_object());
     let tpl_ptr = kind.template_pointer();
 
     if !a.changed && trigger.is_none() {
@@ -234,7 +250,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             }
         }
         let pins: BTreeMap<String, String> = a.old_pins.iter().map(|(s, (_, h))| (s.clone(), h.clone())).collect();
-        let held: BTreeSet<String> = old_held.into_iter().filter(|s| pins.contains_key(s)).collect();
+        let held: Holds = old_holds.into_iter().filter(|(s, _)| pins.contains_key(s)).collect();
         d.response.patch = annotation_ops(obj, &pin_annotations(&pins, &held));
         return Outcome::Done(d);
     }
@@ -264,7 +280,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     });
     d.fail_open = fail_open;
     let mut pins = BTreeMap::new();
-    let mut held = BTreeSet::new();
+    let mut held = Holds::new();
 
     let mut by_source: BTreeMap<&str, Vec<&SourcedRef>> = BTreeMap::new();
     for r in &a.refs {
@@ -280,8 +296,9 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             d.response.warn(format!("{source}: left as sent, repair pins it: could not {} ({})", failure.what, failure.cause));
             if let Some(hash) = refs.iter().find_map(|r| r.hash.clone()) {
                 let head = view.state.configmap(&req.namespace, source).and_then(|c| c.annotation(names::HEAD));
-                if head.is_some_and(|h| h != hash) && (undo || old_held.contains(source)) {
-                    held.insert(source.to_owned());
+                let was_held = old_holds.get(source).is_some_and(|at| head.is_none_or(|h| hold_stands(at.as_deref(), h)));
+                if head.is_some_and(|h| h != hash) && (undo || was_held) {
+                    held.insert(source.to_owned(), head.map(str::to_owned));
                 }
                 pins.insert(source.to_owned(), hash);
             }
@@ -303,7 +320,8 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         let plain = refs.iter().any(|r| r.hash.is_none());
         let requested = refs.iter().find_map(|r| r.hash.as_ref().map(|h| (r.r.name.clone(), h.clone())));
         let old_pin = a.old_pins.get(source);
-        let was_held = old_held.contains(source);
+        // A hold no longer stands once the source has changed after it: that change moves the pin.
+        let was_held = old_holds.get(source).is_some_and(|at| hold_stands(at.as_deref(), &head));
         let chosen_by_request = requested.as_ref().is_some_and(|(n, _)| old_pin.map(|(p, _)| p) != Some(n));
 
         enum To {
@@ -370,7 +388,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
                     // Kept on purpose (undo, explicit choice) → held; carried over → stays held if it was.
                     let on_purpose = undo || (chosen_by_request && !own) || was_held;
                     if on_purpose {
-                        held.insert(source.to_owned());
+                        held.insert(source.to_owned(), Some(head.clone()));
                         d.response.warn(format!("{source}: held on {name}, not the current config (next apply releases it)"));
                     } else {
                         d.response.warn(format!("{source}: stays on {name}; the current config is {head}"));
@@ -388,10 +406,12 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     Outcome::Done(d)
 }
 
-fn pin_annotations(pins: &BTreeMap<String, String>, held: &BTreeSet<String>) -> Vec<(&'static str, Option<String>)> {
+fn pin_annotations(pins: &BTreeMap<String, String>, held: &Holds) -> Vec<(&'static str, Option<String>)> {
+    let heads: BTreeMap<&String, &String> = held.iter().filter_map(|(s, h)| Some((s, h.as_ref()?))).collect();
     vec![
         (names::PINS, (!pins.is_empty()).then(|| serde_json::to_string(pins).unwrap_or_default())),
-        (names::HELD, (!held.is_empty()).then(|| held.iter().cloned().collect::<Vec<_>>().join(","))),
+        (names::HELD, (!held.is_empty()).then(|| held.keys().cloned().collect::<Vec<_>>().join(","))),
+        (names::HELD_HEADS, (!heads.is_empty()).then(|| serde_json::to_string(&heads).unwrap_or_default())),
         // The trigger is consumed by this admission; from anyone else it is not trusted.
         (names::PROPAGATE, None),
     ]

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::admission::workload::{hold_stands, parse_holds, Holds};
 use crate::names;
 use crate::policy::{self, Mode, Policy};
 use crate::state::{ConfigMapInfo, State};
@@ -122,11 +123,8 @@ pub fn sources_of(state: &State, ns: &str, refs: &[String]) -> BTreeMap<String, 
     out
 }
 
-pub fn held_sources(annotations: &BTreeMap<String, String>) -> BTreeSet<String> {
-    annotations
-        .get(names::HELD)
-        .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
-        .unwrap_or_default()
+pub fn held_sources(annotations: &BTreeMap<String, String>) -> Holds {
+    parse_holds(annotations.get(names::HELD).map(String::as_str), annotations.get(names::HELD_HEADS).map(String::as_str))
 }
 
 /// Whether a workload on `pins` (hashes, `None` = plain) is behind `head` and may be moved.
@@ -179,7 +177,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
         if is_behind {
             *out.behind.entry(ns.clone()).or_default() += 1;
         }
-        let held_count = held.iter().filter(|s| sources.contains_key(*s)).count() as u64;
+        let held_count = held.keys().filter(|s| sources.contains_key(*s)).count() as u64;
         if held_count > 0 {
             *out.held.entry(ns.clone()).or_default() += held_count;
         }
@@ -188,7 +186,8 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
             .iter()
             .filter_map(|(source, pins)| {
                 let change = changes.get(&(ns.clone(), source.clone()))?;
-                is_stale(pins, &change.head, held.contains(source)).then_some((source, change))
+                let held = held.get(source).is_some_and(|at| hold_stands(at.as_deref(), &change.head));
+                is_stale(pins, &change.head, held).then_some((source, change))
             })
             .collect();
         if stale.is_empty() {
@@ -337,6 +336,29 @@ pub(crate) mod tests {
         assert_eq!(after.done, [("ns".into(), "cfg".into(), h('b'))]);
         s.apply_configmap(&source("ns", "cfg", &h('b'), &[(names::CHANGED_AT, T0), (names::PROPAGATED, &h('b'))]));
         assert_eq!(run(&s, ms(T0) + 12_000), Propagation { behind: after.behind.clone(), held: after.held.clone(), ..Default::default() });
+    }
+
+    #[test]
+    fn a_hold_stands_against_changes_before_it_not_after_it() {
+        let mut s = setup();
+        let old = snapshot::name("cfg", &h('a'), 0);
+        let heads = |head: String| format!("{{\"cfg\":\"{head}\"}}");
+        // Held while b was the head (an undo after b): b does not move it.
+        s.apply_workload(
+            Kind::Deployment,
+            &workload("ns", "held-at-b", &[&old], &[(names::HELD, "cfg"), (names::HELD_HEADS, &heads(h('b')))]),
+        );
+        // Held while an earlier head was current: b came after the hold and moves it (a fix-forward).
+        s.apply_workload(
+            Kind::Deployment,
+            &workload("ns", "held-at-x", &[&old], &[(names::HELD, "cfg"), (names::HELD_HEADS, &heads(h('x')))]),
+        );
+        // Recorded without its head: held against every change, as before.
+        s.apply_workload(Kind::Deployment, &workload("ns", "legacy", &[&old], &[(names::HELD, "cfg")]));
+        let due = run(&s, ms(T0) + 10_000);
+        let names: Vec<&str> = due.plans.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["held-at-x"]);
+        assert_eq!(due.plans[0].trigger_value(), format!("cfg={}", h('b')));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use confighistory::names::{HEAD, MODE_LABEL, PROPAGATED, SETTLE};
+use confighistory::names::{HEAD, HELD, MODE_LABEL, PROPAGATED, SETTLE};
 
 use crate::support::apps::{configmap, pricing, release, IMAGE_A, IMAGE_B, KEY_A, KEY_B, SOURCE};
 use crate::support::confighistory::webhook;
@@ -108,4 +108,31 @@ fn a_revert_before_propagation_lands() {
     ns.accepts(&mode_config("a"));
     wait_for("the revert to reach the workload", Duration::from_secs(30), || current_mode(&ns) == "a");
     propagated(&ns);
+}
+
+/// SPEC §2: an undo holds the old config against the change it undid, not against the changes
+/// made after it. The team fixes the config forward and re-applies unchanged manifests: the fix
+/// reaches the workload (propagation moves the held pin), once, and the hold is released.
+#[test]
+fn a_fix_forward_after_an_undo_lands() {
+    let Some(ns) = setup("fix-forward", &[]) else { return };
+    ns.accepts(&mode_config("a"));
+    ns.accepts(&pricing(IMAGE_A));
+    ns.accepts(&mode_config("b"));
+    wait_for("b to reach the workload", Duration::from_secs(30), || current_mode(&ns) == "b");
+    propagated(&ns);
+
+    ns.rollout_undo("pricing", None);
+    assert_eq!(current_mode(&ns), "a");
+    assert_eq!(ns.annotation_of("deployment", "pricing", HELD).as_deref(), Some(SOURCE));
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(current_mode(&ns), "a", "the hold stands against the change it undid");
+
+    ns.accepts(&mode_config("c"));
+    ns.accepts(&pricing(IMAGE_A));
+    wait_for("the fix-forward to reach the held workload", Duration::from_secs(30), || current_mode(&ns) == "c");
+    propagated(&ns);
+    assert_eq!(ns.annotation_of("deployment", "pricing", HELD), None, "the hold is released");
+    let history = ns.history_of("pricing");
+    assert_eq!(history.iter().filter(|r| r.config(SOURCE).is_some_and(|c| c["mode"] == "c")).count(), 1, "{history:#?}");
 }
