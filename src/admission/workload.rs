@@ -298,7 +298,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
                 let head = view.state.configmap(&req.namespace, source).and_then(|c| c.annotation(names::HEAD));
                 let was_held = old_holds.get(source).is_some_and(|at| head.is_none_or(|h| hold_stands(at.as_deref(), h)));
                 if head.is_some_and(|h| h != hash) && (undo || was_held) {
-                    held.insert(source.to_owned(), head.map(str::to_owned));
+                    held.insert(source.to_owned(), if undo { head.map(str::to_owned) } else { old_holds[source].clone() });
                 }
                 pins.insert(source.to_owned(), hash);
             }
@@ -388,7 +388,10 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
                     // Kept on purpose (undo, explicit choice) → held; carried over → stays held if it was.
                     let on_purpose = undo || (chosen_by_request && !own) || was_held;
                     if on_purpose {
-                        held.insert(source.to_owned(), Some(head.clone()));
+                        // A hold carried over keeps the head it was taken at (a second pass over
+                        // this output, read as unchanged, carries it over the same way).
+                        let at = if undo || (chosen_by_request && !own) { Some(head.clone()) } else { old_holds[source].clone() };
+                        held.insert(source.to_owned(), at);
                         d.response.warn(format!("{source}: held on {name}, not the current config (next apply releases it)"));
                     } else {
                         d.response.warn(format!("{source}: stays on {name}; the current config is {head}"));
