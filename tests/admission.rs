@@ -263,6 +263,32 @@ async fn reapplying_unchanged_manifests_keeps_pins_without_api_calls() {
     assert!(f.calls().is_empty());
 }
 
+/// SPEC 6.2: the unchanged rule holds in every mode that acts. A workload pinned in rewrite mode,
+/// its namespace switched to enforce or audit, the same manifest re-applied: the pins stay, no API
+/// call, and validation lets it through.
+#[tokio::test]
+async fn switching_modes_never_unpins_an_unchanged_template() {
+    for mode in ["enforce", "audit"] {
+        let old = deployment("pricing:4.11", &snap("pricing-config", A));
+        let f = Fixture::new().source("pricing-config", B).snapshot("pricing-config", A, &[]).workload(&old).namespace_mode(mode);
+        let reapplied = deployment("pricing:4.11", "pricing-config");
+        let a = f.mutate_deployment("UPDATE", &reapplied, Some(&old)).await;
+        let out = a.patched(&reapplied);
+        assert_eq!(out["spec"]["template"], old["spec"]["template"], "{mode}: the pins stay");
+        let v = f.send("/validate", review("Deployment", "apps", "v1", "UPDATE", Some(&out), Some(&old))).await;
+        assert!(v.allowed(), "{mode}: {}", v.message());
+        assert!(f.calls().is_empty(), "{mode}: {:?}", f.calls());
+        // A changed template is not rewritten in these modes.
+        let release = deployment("pricing:4.12", "pricing-config");
+        assert!(f
+            .mutate_deployment("UPDATE", &release, Some(&old))
+            .await
+            .patch()
+            .iter()
+            .all(|op| op["path"] != "/spec/template/spec/volumes/0/configMap/name"));
+    }
+}
+
 #[tokio::test]
 async fn release_takes_the_head_and_releases_a_hold() {
     let old = with_annotations(deployment("pricing:4.11", &snap("pricing-config", A)), &[("confighistory.io/held", "pricing-config")]);

@@ -230,9 +230,6 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         Ok(x) => x,
         Err(reason) => return Outcome::Done(Decision::allow(reason)),
     };
-    if mode != Mode::Rewrite {
-        return Outcome::Done(Decision::allow("mode"));
-    }
     let kind = a.kind;
     let obj = req.object();
     let own = req.user_info.username == view.policy.identity;
@@ -240,7 +237,9 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let old_holds = holds_of(req.old_object());
     let tpl_ptr = kind.template_pointer();
 
-    if !a.changed && trigger.is_none() {
+    // In every mode that acts (SPEC 6.2): enforce and audit never rewrite a changed template, but
+    // an unchanged one keeps its pins, or a re-applied manifest would un-pin (and restart) it.
+    if !a.changed && (trigger.is_none() || mode != Mode::Rewrite) {
         // Unchanged template: keep the pins (re-applied manifests send plain names), carry the
         // annotations over from oldObject. No API call.
         let mut d = Decision::allow("unchanged");
@@ -253,6 +252,9 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         let held: Holds = old_holds.into_iter().filter(|(s, _)| pins.contains_key(s)).collect();
         d.response.patch = annotation_ops(obj, &pin_annotations(&pins, &held));
         return Outcome::Done(d);
+    }
+    if mode != Mode::Rewrite {
+        return Outcome::Done(Decision::allow("mode"));
     }
 
     let template_hash = template::template_hash(a.template);

@@ -136,3 +136,26 @@ fn a_fix_forward_after_an_undo_lands() {
     let history = ns.history_of("pricing");
     assert_eq!(history.iter().filter(|r| r.config(SOURCE).is_some_and(|c| c["mode"] == "c")).count(), 1, "{history:#?}");
 }
+
+/// SPEC 6.2, §3: switching a namespace between the modes that act never un-pins or restarts
+/// anything by itself. Pinned in rewrite mode, switched to enforce (or audit), the same manifests
+/// re-applied: the template keeps its pins and the history gains no revision.
+#[test]
+fn switching_a_namespace_to_enforce_or_audit_never_unpins_or_restarts() {
+    for mode in ["enforce", "audit"] {
+        let Some(ns) = setup(&format!("switch-{mode}"), &[]) else { return };
+        ns.accepts(&release(IMAGE_A, KEY_A));
+        let before = ns.history_of("pricing");
+        assert_eq!(before.len(), 1);
+        assert_ne!(before[0].snapshots[SOURCE], SOURCE);
+        ns.cluster.kubectl(&["label", "namespace", &ns.name, &format!("{MODE_LABEL}={mode}"), "--overwrite"]).expect_success();
+        std::thread::sleep(Duration::from_secs(1)); // the webhook's namespace cache
+        ns.accepts(&release(IMAGE_A, KEY_A));
+        ns.accepts(&pricing(IMAGE_A));
+        assert_eq!(ns.history_of("pricing"), before, "{mode}: no new revision, the pins stay");
+        if mode == "enforce" {
+            // A changed template naming the mutable ConfigMap is what enforce refuses.
+            ns.rejects(&pricing(IMAGE_B), "names mutable ConfigMap");
+        }
+    }
+}
