@@ -304,3 +304,79 @@ fn print_json_examples() {
     print!("{}", machine("Status", &build::status(&inv, &pricing()).unwrap(), Output::Json));
     print!("{}", machine("Undo", &undo_model(&inv), Output::Json));
 }
+
+/// Runs the plugin binary with no kubeconfig at all: what it answers must need no cluster.
+fn offline(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-confighistory"))
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .env("HOME", std::env::temp_dir().join("confighistory-plugin-no-home"))
+        .output()
+        .expect("run kubectl-confighistory")
+}
+
+#[test]
+fn completions_need_no_cluster() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = offline(&["completion", shell]);
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && script.contains("kubectl-confighistory") && script.contains("history"), "{shell}: {script}");
+    }
+    // kubectl's plugin completion (kubectl_complete-confighistory → __complete), cobra's format.
+    let out = String::from_utf8(offline(&["__complete", ""]).stdout).unwrap();
+    assert_eq!(out, "completion\ndiff\nhistory\nstatus\nundo\n:4\n");
+    let out = String::from_utf8(offline(&["__complete", "undo", "app", "--d"]).stdout).unwrap();
+    assert_eq!(out, "--dry-run\n:4\n");
+    let out = String::from_utf8(offline(&["__complete", "completion", "z"]).stdout).unwrap();
+    assert_eq!(out, "zsh\n:4\n");
+    let script =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/kubectl_complete-confighistory")).unwrap();
+    assert!(script.contains("exec kubectl-confighistory __complete \"$@\""));
+}
+
+#[test]
+fn refusals_and_bad_flags_are_clear_before_any_connection() {
+    let out = offline(&["undo", "app", "--dry-run=client"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.starts_with("error: --dry-run=client is not supported") && err.contains("--dry-run=server"), "{err}");
+    let out = offline(&["history", "x", "-o", "wide"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("use json, yaml, name or jsonpath=TEMPLATE"));
+    let out = offline(&["history", "x", "--request-timeout", "soon"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("invalid timeout"));
+    // An error of diff exits 2 (1 means "different", as for kubectl diff).
+    assert_eq!(offline(&["diff", "x"]).status.code(), Some(2));
+    assert_eq!(offline(&["history", "x"]).status.code(), Some(1));
+}
+
+#[test]
+fn name_and_jsonpath_outputs() {
+    use confighistory::plugin::emit;
+    let inv = inventory();
+    let h = build::history(&inv, SOURCE).unwrap();
+    let names: Vec<String> = h.snapshots.iter().map(|s| format!("configmap/{}", s.name)).collect();
+    let c = contents();
+    assert_eq!(
+        emit("History", &h, &names, Output::Name).unwrap(),
+        format!("configmap/{}\n", snap_name(SOURCE, &c[3])) + &names[1..].iter().map(|n| format!("{n}\n")).collect::<String>()
+    );
+    let t = "{.kind} {.source}: {.snapshots[0].name}{\"\\n\"}";
+    assert_eq!(
+        emit("History", &h, &names, Output::JsonPath(t.into())).unwrap(),
+        format!("History {SOURCE}: {}\n", snap_name(SOURCE, &c[3]))
+    );
+    let d = build::diff(&inv, SOURCE, None, None).unwrap();
+    assert_eq!(emit("Diff", &d, &[], Output::JsonPath("{.changed[*]}".into())).unwrap(), "app.yaml");
+}
+
+#[test]
+fn request_timeouts_read_like_kubectl() {
+    use confighistory::plugin::parse_timeout;
+    use std::time::Duration;
+    assert_eq!(parse_timeout("30s"), Ok(Duration::from_secs(30)));
+    assert_eq!(parse_timeout("2m"), Ok(Duration::from_secs(120)));
+    assert_eq!(parse_timeout("15"), Ok(Duration::from_secs(15)));
+    assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
+    assert_eq!(parse_timeout("0"), Ok(Duration::ZERO));
+    assert!(parse_timeout("1d").is_err() && parse_timeout("").is_err());
+}

@@ -1,6 +1,17 @@
-//! Line diff (Myers' O(ND) algorithm) and unified hunks, for `diff`.
+//! Line diff through the `similar` crate (linear-space Myers) and unified hunks, for `diff`.
+//!
+//! Guarded in time: past [`DEADLINE`] the diff stops looking for a minimal script and finishes
+//! with a coarser (still correct) one, so a 1 MiB value never hangs the plugin (issue 16:
+//! 20,000 lines, half changed, took 22 s and 2.5 GB with the old quadratic-memory Myers).
+
+use std::time::{Duration, Instant};
+
+use similar::{Algorithm, DiffOp};
 
 use super::model::Hunk;
+
+/// Time allowed for a minimal diff of one value.
+pub const DEADLINE: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -9,84 +20,29 @@ pub enum Op {
     Insert,
 }
 
-/// Beyond this many differences, give up on a minimal diff: everything old is removed, everything
-/// new added (keeps the plugin fast on huge, unrelated values).
-const MAX_D: usize = 4000;
-
 /// The edit script turning `a` into `b`.
 pub fn diff<'a>(a: &[&'a str], b: &[&'a str]) -> Vec<(Op, &'a str)> {
-    let prefix = a.iter().zip(b).take_while(|(x, y)| x == y).count();
-    let suffix = a[prefix..].iter().rev().zip(b[prefix..].iter().rev()).take_while(|(x, y)| x == y).count();
-    let (am, bm) = (&a[prefix..a.len() - suffix], &b[prefix..b.len() - suffix]);
-    let mut out: Vec<(Op, &str)> = a[..prefix].iter().map(|l| (Op::Equal, *l)).collect();
-    out.extend(myers(am, bm));
-    out.extend(a[a.len() - suffix..].iter().map(|l| (Op::Equal, *l)));
-    out
+    script(a, b, &ops(a, b))
 }
 
-fn myers<'a>(a: &[&'a str], b: &[&'a str]) -> Vec<(Op, &'a str)> {
-    let (n, m) = (a.len() as isize, b.len() as isize);
-    let max = (n + m) as usize;
-    if max == 0 {
-        return Vec::new();
-    }
-    let offset = max as isize + 1;
-    let mut v = vec![0isize; 2 * max + 3];
-    let mut trace: Vec<Vec<isize>> = Vec::new();
-    let mut found = None;
-    'outer: for d in 0..=max.min(MAX_D) as isize {
-        trace.push(v.clone());
-        let mut k = -d;
-        while k <= d {
-            let idx = (k + offset) as usize;
-            let mut x = if k == -d || (k != d && v[idx - 1] < v[idx + 1]) { v[idx + 1] } else { v[idx - 1] + 1 };
-            let mut y = x - k;
-            while x < n && y < m && a[x as usize] == b[y as usize] {
-                x += 1;
-                y += 1;
-            }
-            v[idx] = x;
-            if x >= n && y >= m {
-                found = Some(d);
-                break 'outer;
-            }
-            k += 2;
-        }
-    }
-    let Some(dmax) = found else {
-        let mut out: Vec<(Op, &str)> = a.iter().map(|l| (Op::Delete, *l)).collect();
-        out.extend(b.iter().map(|l| (Op::Insert, *l)));
-        return out;
-    };
-    // Backtrack through the saved frontiers.
+fn ops(a: &[&str], b: &[&str]) -> Vec<DiffOp> {
+    similar::capture_diff_slices_deadline(Algorithm::Myers, a, b, Some(Instant::now() + DEADLINE))
+}
+
+fn script<'a>(a: &[&'a str], b: &[&'a str], ops: &[DiffOp]) -> Vec<(Op, &'a str)> {
     let mut out = Vec::new();
-    let (mut x, mut y) = (n, m);
-    for d in (1..=dmax).rev() {
-        let v = &trace[d as usize];
-        let k = x - y;
-        let idx = (k + offset) as usize;
-        let prev_k = if k == -d || (k != d && v[idx - 1] < v[idx + 1]) { k + 1 } else { k - 1 };
-        let prev_x = v[(prev_k + offset) as usize];
-        let prev_y = prev_x - prev_k;
-        while x > prev_x && y > prev_y {
-            x -= 1;
-            y -= 1;
-            out.push((Op::Equal, a[x as usize]));
-        }
-        if x == prev_x {
-            y -= 1;
-            out.push((Op::Insert, b[y as usize]));
-        } else {
-            x -= 1;
-            out.push((Op::Delete, a[x as usize]));
+    for op in ops {
+        let (o, n) = (op.old_range(), op.new_range());
+        match op {
+            DiffOp::Equal { .. } => out.extend(a[o].iter().map(|l| (Op::Equal, *l))),
+            DiffOp::Delete { .. } => out.extend(a[o].iter().map(|l| (Op::Delete, *l))),
+            DiffOp::Insert { .. } => out.extend(b[n].iter().map(|l| (Op::Insert, *l))),
+            DiffOp::Replace { .. } => {
+                out.extend(a[o].iter().map(|l| (Op::Delete, *l)));
+                out.extend(b[n].iter().map(|l| (Op::Insert, *l)));
+            }
         }
     }
-    while x > 0 && y > 0 {
-        x -= 1;
-        y -= 1;
-        out.push((Op::Equal, a[x as usize]));
-    }
-    out.reverse();
     out
 }
 
@@ -207,5 +163,45 @@ mod tests {
         // Only the final newline differs.
         assert!(hunks("a", "a\n", 3)[0].lines[0].starts_with("\\ "));
         assert!(hunks("a\n", "a\n", 3).is_empty());
+    }
+
+    #[test]
+    fn twenty_thousand_lines_half_changed_stay_minimal_and_fast() {
+        let old: String = (0..20_000).map(|i| format!("setting_{i}: value {i}\n")).collect();
+        let new: String =
+            (0..20_000).map(|i| if i % 2 == 0 { format!("setting_{i}: new {i}\n") } else { format!("setting_{i}: value {i}\n") }).collect();
+        let t = std::time::Instant::now();
+        let h = hunks(&old, &new, 3);
+        let count = |m: char| h.iter().flat_map(|h| &h.lines).filter(|l| l.starts_with(m)).count();
+        // The old implementation gave up here and printed 20,000 deletions and insertions.
+        assert_eq!((count('-'), count('+')), (10_000, 10_000));
+        assert!(t.elapsed() < DEADLINE * 5, "{:?}", t.elapsed());
+    }
+
+    /// Time and memory of `diff` on the sizes issue 16 names. Peak RSS per case:
+    /// `LINEDIFF_CASE=20k /usr/bin/time -v target/release/deps/confighistory-* measure --ignored --nocapture`.
+    #[test]
+    #[ignore = "measurement, run by hand in release (docs/plugin.md)"]
+    fn measure() {
+        let case = std::env::var("LINEDIFF_CASE").unwrap_or_else(|_| "20k".into());
+        let (old, new): (String, String) = match case.as_str() {
+            // 20,000 lines, every other one changed.
+            "20k" => (
+                (0..20_000).map(|i| format!("setting_{i}: value {i}\n")).collect(),
+                (0..20_000)
+                    .map(|i| if i % 2 == 0 { format!("setting_{i}: changed {i}\n") } else { format!("setting_{i}: value {i}\n") })
+                    .collect(),
+            ),
+            // 1 MiB of 64-byte lines, every line changed.
+            "1mib" => {
+                ((0..16_384).map(|i| format!("{:063}\n", i)).collect(), (0..16_384).map(|i| format!("{:063}\n", i + 1_000_000)).collect())
+            }
+            // One 1 MiB line.
+            _ => ("a".repeat(1 << 20), "b".repeat(1 << 20)),
+        };
+        let t = std::time::Instant::now();
+        let h = hunks(&old, &new, 3);
+        let lines: usize = h.iter().map(|h| h.lines.len()).sum();
+        println!("case {case}: {} hunks, {lines} lines, {:?}", h.len(), t.elapsed());
     }
 }

@@ -9,6 +9,7 @@ pub mod build;
 pub mod gather;
 pub mod linediff;
 pub mod model;
+pub mod output;
 pub mod render;
 pub mod yaml;
 
@@ -16,11 +17,12 @@ use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use k8s_openapi::jiff::Timestamp;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde::Serialize;
 
+pub use output::Output;
 use render::Style;
 
 #[derive(Parser, Debug)]
@@ -46,17 +48,15 @@ pub struct Cli {
     /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
     #[arg(long, global = true)]
     pub kubeconfig: Option<PathBuf>,
-    /// Output format: human text (default), json or yaml.
-    #[arg(short = 'o', long, global = true, value_enum)]
+    /// Output format: human text (default), json, yaml, name or jsonpath=TEMPLATE.
+    #[arg(short = 'o', long, global = true, value_parser = output::parse)]
     pub output: Option<Output>,
+    /// How long to wait for each call to the API server, as kubectl takes it (`30s`, `1m`, a
+    /// number of seconds; `0`: no limit).
+    #[arg(long, global = true, value_parser = parse_timeout)]
+    pub request_timeout: Option<std::time::Duration>,
     #[command(subcommand)]
     pub command: Command,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Output {
-    Json,
-    Yaml,
 }
 
 #[derive(Subcommand, Debug)]
@@ -85,10 +85,46 @@ pub enum Command {
         /// The revision to roll back to (default 0: the previous revision).
         #[arg(long, default_value_t = 0)]
         to_revision: i64,
-        /// `server` (or `client`): ask the API server what would happen, change nothing.
+        /// `server`: ask the API server (and confighistory's webhook) what would happen, change
+        /// nothing. `client` is refused: what an undo restores is decided in the API server.
         #[arg(long, num_args = 0..=1, default_missing_value = "server", value_parser = ["none", "server", "client"])]
         dry_run: Option<String>,
     },
+    /// Shell completion script: `source <(kubectl confighistory completion bash)`.
+    Completion { shell: clap_complete::Shell },
+    /// Completions for kubectl's plugin completion (`kubectl_complete-confighistory` calls it).
+    #[command(name = "__complete", hide = true)]
+    Complete {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+/// A kubectl `--request-timeout`: `0` (none), seconds, or a number with `ms`, `s`, `m` or `h`.
+pub fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: f64 = n.parse().map_err(|_| format!("invalid timeout {s:?}: use e.g. 30s, 1m or 0"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid timeout {s:?}: use e.g. 30s, 1m or 0")),
+    };
+    std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid timeout {s:?}: {e}"))
+}
+
+/// What a run prints and its exit code (kubectl's: `diff` exits 1 when there are differences).
+pub struct Done {
+    pub out: String,
+    pub code: u8,
+}
+
+impl From<String> for Done {
+    fn from(out: String) -> Done {
+        Done { out, code: 0 }
+    }
 }
 
 /// The style for human output on stdout: color on a terminal unless `NO_COLOR` is set.
@@ -97,22 +133,36 @@ pub fn stdout_style() -> Style {
     Style { color: std::io::stdout().is_terminal() && !no_color && std::env::var("TERM").as_deref() != Ok("dumb") }
 }
 
-/// Machine output: the model with a `kind` field, as JSON or YAML.
+/// Machine output: the model with a `kind` field, as JSON or YAML (or through a jsonpath
+/// template); `-o name` prints `names`, one per line.
 pub fn machine<T: Serialize>(kind: &str, value: &T, output: Output) -> String {
+    emit(kind, value, &[], output).unwrap_or_else(|e| e.to_string())
+}
+
+/// [`machine`], with the names `-o name` prints and a template's error reported.
+pub fn emit<T: Serialize>(kind: &str, value: &T, names: &[String], output: Output) -> Result<String, output::Error> {
     let mut v = serde_json::to_value(value).unwrap_or_default();
     if let Some(m) = v.as_object_mut() {
         m.insert("kind".into(), kind.into());
     }
-    match output {
+    Ok(match output {
         Output::Json => serde_json::to_string_pretty(&v).unwrap_or_default() + "\n",
         Output::Yaml => yaml::to_yaml(&v),
-    }
+        Output::Name => names.iter().map(|n| format!("{n}\n")).collect(),
+        Output::JsonPath(t) => output::jsonpath(&t, &v)?,
+    })
+}
+
+/// `kind.group/name` of a workload, as `kubectl get -o name` prints it.
+fn workload_name(w: &model::WorkloadRef) -> String {
+    let group = if matches!(w.kind.as_str(), "CronJob" | "Job") { "batch" } else { "apps" };
+    format!("{}.{group}/{}", w.kind.to_lowercase(), w.name)
 }
 
 /// (client, namespace, API server URL).
 async fn client(cli: &Cli) -> Result<(kube::Client, String, String)> {
     let options = KubeConfigOptions { context: cli.context.clone(), ..Default::default() };
-    let config = match &cli.kubeconfig {
+    let mut config = match &cli.kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).with_context(|| format!("read kubeconfig {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &options).await.context("load kubeconfig")?
@@ -120,13 +170,30 @@ async fn client(cli: &Cli) -> Result<(kube::Client, String, String)> {
         None if cli.context.is_some() => kube::Config::from_kubeconfig(&options).await.context("load kubeconfig")?,
         None => kube::Config::infer().await.context("find a kubeconfig (set KUBECONFIG or --kubeconfig)")?,
     };
+    if let Some(t) = cli.request_timeout {
+        let t = (!t.is_zero()).then_some(t);
+        (config.connect_timeout, config.read_timeout, config.write_timeout) = (t, t, t);
+    }
     let namespace = cli.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
     let url = config.cluster_url.to_string();
     Ok((kube::Client::try_from(config).context("create a Kubernetes client")?, namespace, url))
 }
 
-/// Runs the command and returns what to print on stdout.
-pub async fn run(cli: Cli) -> Result<String> {
+/// Runs the command and returns what to print on stdout, with the exit code.
+pub async fn run(cli: Cli) -> Result<Done> {
+    // Commands that need no cluster, and refusals, before any connection.
+    match &cli.command {
+        Command::Completion { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "kubectl-confighistory", &mut out);
+            return Ok(String::from_utf8_lossy(&out).into_owned().into());
+        }
+        Command::Complete { args } => return Ok(complete(args).into()),
+        Command::Undo { dry_run: Some(d), .. } if d == "client" => anyhow::bail!(
+            "--dry-run=client is not supported: what an undo restores is decided by confighistory's webhook in the API server; use --dry-run=server"
+        ),
+        _ => {}
+    }
     let (client, namespace, url) = client(&cli).await?;
     // The first call tells whether the kubeconfig leads anywhere: say where it led.
     gather::check_installed(&client).await.with_context(|| format!("cluster at {url}"))?;
@@ -138,28 +205,33 @@ pub async fn run(cli: Cli) -> Result<String> {
             let inv = gather::inventory(&ctx, &[source]).await?;
             let source = resolve_source(&inv, source);
             let h = build::history(&inv, &source)?;
-            Ok(match cli.output {
-                Some(o) => machine("History", &h, o),
+            let names: Vec<String> = h.snapshots.iter().map(|s| format!("configmap/{}", s.name)).collect();
+            Ok(match cli.output.clone() {
+                Some(o) => emit("History", &h, &names, o)?,
                 None => render::history(&h, now, style),
-            })
+            }
+            .into())
         }
         Command::Diff { source, a, b } => {
             let inv = gather::inventory(&ctx, &[source]).await?;
             let source = resolve_source(&inv, source);
             let d = build::diff(&inv, &source, a.as_deref(), b.as_deref())?;
-            Ok(match cli.output {
-                Some(o) => machine("Diff", &d, o),
+            let names = [format!("configmap/{}", d.from.name), format!("configmap/{}", d.to.name)];
+            let out = match cli.output.clone() {
+                Some(o) => emit("Diff", &d, &names, o)?,
                 None => render::diff(&d, now, style),
-            })
+            };
+            Ok(Done { out, code: u8::from(!d.keys.is_empty()) })
         }
         Command::Status { workload } => {
             let wanted = build::parse_workload(workload)?;
             let inv = gather::inventory(&ctx, &[]).await?;
             let s = build::status(&inv, &wanted)?;
-            Ok(match cli.output {
-                Some(o) => machine("Status", &s, o),
+            Ok(match cli.output.clone() {
+                Some(o) => emit("Status", &s, &[workload_name(&wanted)], o)?,
                 None => render::status(&s, now, style),
-            })
+            }
+            .into())
         }
         Command::Undo { workload, to_revision, dry_run } => {
             let dry_run = dry_run.as_deref().is_some_and(|d| d != "none");
@@ -181,12 +253,42 @@ pub async fn run(cli: Cli) -> Result<String> {
                 (build::revision_config(&inv, None, after_w.template()), after_w.held().into_iter().collect())
             };
             let u = model::Undo { namespace: inv.namespace.clone(), workload: wanted, dry_run, skipped, before, target, after, held };
-            Ok(match cli.output {
-                Some(o) => machine("Undo", &u, o),
+            Ok(match cli.output.clone() {
+                Some(o) => emit("Undo", &u, &[workload_name(&u.workload)], o)?,
                 None => render::undo(&u, style),
-            })
+            }
+            .into())
         }
+        Command::Completion { .. } | Command::Complete { .. } => unreachable!("answered before connecting"),
     }
+}
+
+/// kubectl's plugin completion protocol (cobra's `__complete`): candidates for the last word, one
+/// per line, then `:4` (no file completion).
+pub fn complete(args: &[String]) -> String {
+    let cmd = Cli::command();
+    let current = args.last().map(String::as_str).unwrap_or("");
+    let sub = args[..args.len().saturating_sub(1)].iter().find_map(|a| cmd.find_subcommand(a.as_str()));
+    let mut out: Vec<String> = Vec::new();
+    if current.starts_with('-') {
+        let args = cmd.get_arguments().chain(sub.into_iter().flat_map(|s| s.get_arguments()));
+        for a in args {
+            if let Some(l) = a.get_long() {
+                out.push(format!("--{l}"));
+            }
+            if let Some(s) = a.get_short() {
+                out.push(format!("-{s}"));
+            }
+        }
+    } else if sub.is_none() {
+        out.extend(cmd.get_subcommands().filter(|s| !s.is_hide_set()).map(|s| s.get_name().to_owned()));
+    } else if sub.is_some_and(|s| s.get_name() == "completion") {
+        out.extend(["bash", "zsh", "fish"].map(String::from));
+    }
+    out.retain(|c| c.starts_with(current));
+    out.sort();
+    out.dedup();
+    out.into_iter().map(|c| c + "\n").collect::<String>() + ":4\n"
 }
 
 /// A snapshot name given where a source is expected means its source.
@@ -203,6 +305,8 @@ fn resolve_source(inv: &build::Inventory, given: &str) -> String {
 /// stderr with exit code 1, like kubectl.
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // kubectl diff's convention: 1 means "different", so errors of `diff` exit 2.
+    let error_code = if matches!(cli.command, Command::Diff { .. }) { 2 } else { 1 };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -211,13 +315,13 @@ pub fn main() -> std::process::ExitCode {
         }
     };
     match runtime.block_on(run(cli)) {
-        Ok(out) => {
-            print!("{out}");
-            std::process::ExitCode::SUCCESS
+        Ok(done) => {
+            print!("{}", done.out);
+            std::process::ExitCode::from(done.code)
         }
         Err(e) => {
             eprintln!("error: {}", describe(&e));
-            std::process::ExitCode::FAILURE
+            std::process::ExitCode::from(error_code)
         }
     }
 }

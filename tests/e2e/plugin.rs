@@ -12,6 +12,7 @@ use crate::support::{cluster, wait_for, Cluster, TestNamespace};
 
 struct Run {
     success: bool,
+    code: Option<i32>,
     stdout: String,
     stderr: String,
 }
@@ -20,6 +21,12 @@ impl Run {
     #[track_caller]
     fn ok(self) -> Run {
         assert!(self.success, "kubectl-confighistory failed:\n--- stdout\n{}--- stderr\n{}", self.stdout, self.stderr);
+        self
+    }
+    /// `diff` found differences: exit code 1, as kubectl diff.
+    #[track_caller]
+    fn differs(self) -> Run {
+        assert_eq!(self.code, Some(1), "expected exit 1 (differences):\n--- stdout\n{}--- stderr\n{}", self.stdout, self.stderr);
         self
     }
     #[track_caller]
@@ -52,6 +59,7 @@ fn plugin_with(kubeconfig: Option<&Path>, args: &[&str]) -> Run {
     let out = command.output().expect("run kubectl-confighistory");
     Run {
         success: out.status.success(),
+        code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into(),
         stderr: String::from_utf8_lossy(&out.stderr).into(),
     }
@@ -130,10 +138,21 @@ fn history_diff_status_and_undo_of_a_release() {
     assert!(yaml.contains("kind: History\n") && yaml.contains("- added:\n  - rules.discount_path\n"), "{yaml}");
 
     // diff: default head against the one before; revision 1 of the Deployment against the head.
-    let d = plugin(cluster, &["diff", "app-config", "-n", n]).ok().stdout;
+    let d = plugin(cluster, &["diff", "app-config", "-n", n]).differs().stdout;
     assert!(d.contains(&format!("--- revision 1, {snap_a}")) && d.contains(&format!("+++ revision 2, {snap_b}")), "{d}");
     assert!(d.contains("removed: discount_rules_path") && d.contains("added: rules.discount_path") && d.contains("-/etc/rules"), "{d}");
-    let since = plugin(cluster, &["diff", "app-config", "deployment/app@1", "-n", n, "-o", "json"]).json();
+    let since = plugin(cluster, &["diff", "app-config", "deployment/app@1", "-n", n, "-o", "json"]).differs();
+    let since: Value = serde_json::from_str(&since.stdout).unwrap();
+    // kubectl's conventions (issue 16): no difference exits 0, an error of diff exits 2.
+    assert_eq!(plugin(cluster, &["diff", "app-config", &snap_b, "head", "-n", n]).code, Some(0));
+    assert_eq!(plugin(cluster, &["diff", "nope", "-n", n]).code, Some(2));
+    let names = plugin(cluster, &["history", "app-config", "-n", n, "-o", "name"]).ok().stdout;
+    assert_eq!(names, format!("configmap/{snap_b}\nconfigmap/{snap_a}\n"));
+    let path = plugin(cluster, &["history", "app-config", "-n", n, "-o", "jsonpath={.snapshots[*].name}", "--request-timeout", "20s"]);
+    assert_eq!(path.ok().stdout, format!("{snap_b} {snap_a}"));
+    let status = plugin(cluster, &["status", "app", "-n", n, "-o", "name"]).ok().stdout;
+    assert_eq!(status, "deployment.apps/app\n");
+    plugin(cluster, &["undo", "app", "-n", n, "--dry-run=client"]).fails_with("--dry-run=client is not supported");
     assert_eq!(since["from"]["name"], snap_a.as_str());
     assert_eq!(since["to"]["head"], true);
     assert_eq!(since["unchanged"], serde_json::json!(["log_level"]));
