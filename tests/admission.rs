@@ -860,6 +860,31 @@ async fn a_namespace_cannot_label_itself_into_a_forbidden_mode() {
     assert!(!f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await.allowed());
 }
 
+/// SPEC 6.3: in rewrite mode, a plain reference to a ConfigMap created while the workload was
+/// being admitted (the mutating pass found none) is allowed with a warning; an older one is not,
+/// and enforce mode refuses both.
+#[tokio::test]
+async fn a_configmap_created_during_the_admission_is_allowed_in_rewrite_mode_only() {
+    let now = format!(
+        "{:.0}",
+        confighistory::controller::propagate::parse_time_ms("2026-12-03T00:00:00Z").map(|_| k8s_openapi::jiff::Timestamp::now()).unwrap()
+    );
+    for (mode, created, allowed) in
+        [("rewrite", now.as_str(), true), ("rewrite", "2026-01-01T00:00:00Z", false), ("enforce", now.as_str(), false)]
+    {
+        let f = Fixture::new().namespace_mode(mode);
+        let mut cm = configmap("pricing-config", A);
+        cm["metadata"]["creationTimestamp"] = json!(created);
+        f.cluster.insert(cm);
+        let d = deployment("pricing:4.11", "pricing-config");
+        let v = f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
+        assert_eq!(v.allowed(), allowed, "{mode} {created}: {}", v.message());
+        if allowed {
+            assert!(v.warnings().iter().any(|w| w.contains("appeared while admitting")), "{:?}", v.warnings());
+        }
+    }
+}
+
 #[tokio::test]
 async fn undos_deletions_and_cronjob_jobs_are_never_denied() {
     let rev1 = deployment("pricing:4.11", "pricing-config");

@@ -37,19 +37,26 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     }
 
     let prefix = kind.template_pointer().trim_start_matches('/').replace('/', ".");
+    let kind_name = format!("{} {}", kind.as_str(), req.name);
     let mut problems = Vec::new();
+    let mut appeared = Vec::new();
     for r in &a.refs {
         let Some(Some(cm)) = view.fresh.get(&r.r.name) else { continue };
         let mutable = cm.get("immutable").and_then(Value::as_bool) != Some(true);
         if mutable && view.policy.versioned(&labels(cm), annotation(cm, names::VERSIONED)) {
-            problems.push(format!("{prefix}.{} names mutable ConfigMap {}", r.r.field, r.r.name));
+            if mode == Mode::Rewrite && created_during_admission(cm, view.now) {
+                // Created in parallel with this workload (Terraform, Pulumi, parallel scripts):
+                // the mutating pass found no source to pin; repair pins it (SPEC 6.3).
+                appeared.push(format!("{kind_name}: ConfigMap {} appeared while admitting; pinned shortly", r.r.name));
+            } else {
+                problems.push(format!("{prefix}.{} names mutable ConfigMap {}", r.r.field, r.r.name));
+            }
         }
     }
-    let kind_name = format!("{} {}", kind.as_str(), req.name);
     let unchecked = failures.iter().map(|f| format!("{kind_name}: not checked: could not {} ({})", f.what, f.cause));
     if problems.is_empty() {
-        let mut d = Decision::allow("valid");
-        unchecked.for_each(|w| d.response.warn(w));
+        let mut d = Decision::allow(if appeared.is_empty() { "valid" } else { "appeared" });
+        appeared.into_iter().chain(unchecked).for_each(|w| d.response.warn(w));
         return Outcome::Done(d);
     }
     let fix = "a rollback could not restore its content. Fix: use an immutable ConfigMap (e.g. kustomize configMapGenerator), \
@@ -63,4 +70,17 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         return Outcome::Done(d);
     }
     Outcome::Done(Decision::deny("mutable-config", 403, format!("{kind_name}: {}; {fix}", problems.join("; "))))
+}
+
+/// How long an admission chain can take (the API server's webhook timeouts add up to at most
+/// 30 s): a source created within it, either side of our clock, may postdate the mutating pass.
+const ADMISSION_CHAIN: i64 = 30_000;
+
+/// Whether a ConfigMap was created so recently that the mutating pass of the request being
+/// validated may have run before it existed.
+fn created_during_admission(cm: &Value, now: &str) -> bool {
+    let ms = |t: &str| t.parse::<k8s_openapi::jiff::Timestamp>().ok().map(|t| t.as_millisecond());
+    let created = cm.pointer("/metadata/creationTimestamp").and_then(Value::as_str).and_then(ms);
+    // creationTimestamp has whole seconds: up to a second older than the real time.
+    matches!((created, ms(now)), (Some(c), Some(n)) if (n - c).abs() <= ADMISSION_CHAIN + 1_000)
 }

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use confighistory::names::{HEAD, HELD, MODE_LABEL, PROPAGATED, SETTLE};
 
-use crate::support::apps::{configmap, pricing, release, IMAGE_A, IMAGE_B, KEY_A, KEY_B, SOURCE};
+use crate::support::apps::{configmap, pricing, pricing_config, release, IMAGE_A, IMAGE_B, KEY_A, KEY_B, SOURCE};
 use crate::support::confighistory::webhook;
-use crate::support::{cluster, wait_for, TestNamespace};
+use crate::support::test_webhook::{allow, TestWebhook};
+use crate::support::{cluster, wait_for, wait_for_value, TestNamespace};
 
 fn setup(prefix: &str, labels: &[(&str, &str)]) -> Option<TestNamespace> {
     let cluster = cluster()?;
@@ -158,4 +159,31 @@ fn switching_a_namespace_to_enforce_or_audit_never_unpins_or_restarts() {
             ns.rejects(&pricing(IMAGE_B), "names mutable ConfigMap");
         }
     }
+}
+
+/// SPEC 6.3: a tool that creates a ConfigMap and its Deployment at the same moment (Terraform,
+/// Pulumi, parallel scripts) can have the mutating pass find no ConfigMap and the validating pass
+/// find a mutable one. Made deterministic here: a second mutating webhook, called after
+/// confighistory's, creates the ConfigMap. The Deployment is allowed with a warning, and the
+/// controller pins it afterwards.
+#[test]
+fn a_configmap_created_in_parallel_with_its_deployment_is_allowed_and_pinned_afterwards() {
+    let Some(ns) = setup("parallel", &[]) else { return };
+    let (cluster, name) = (ns.cluster, ns.name.clone());
+    let created = std::sync::atomic::AtomicBool::new(false);
+    let hook = TestWebhook::start(cluster, move |req| {
+        if req["kind"]["kind"] == "Deployment" && !created.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            cluster.kubectl_stdin(&["apply", "-n", &name, "-f", "-"], &pricing_config(KEY_A)).expect_success();
+        }
+        allow()
+    });
+    let _registration = hook.register_mutating(&ns, "apps", &["CREATE"], &["deployments"]);
+    let out = ns.accepts(&pricing(IMAGE_A));
+    assert!(out.warnings().iter().any(|w| w.contains("does not exist yet")), "{}", out.describe());
+    assert!(out.warnings().iter().any(|w| w.contains("appeared while admitting")), "{}", out.describe());
+    let pinned = wait_for_value("the controller to pin it", Duration::from_secs(30), || {
+        let t = ns.current_template("deployment", "pricing");
+        (t.snapshots[SOURCE] != SOURCE).then_some(t)
+    });
+    assert_eq!(pinned.config(SOURCE).unwrap()[KEY_A], "/etc/rules");
 }

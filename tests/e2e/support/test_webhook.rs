@@ -72,10 +72,28 @@ impl TestWebhook {
     /// (core group, v1) in `namespace` only to this webhook, with failurePolicy Fail. Deleted when
     /// the returned guard drops.
     pub fn register_validating(&self, namespace: &TestNamespace, operations: &[&str], resources: &[&str]) -> Registration {
+        self.register("ValidatingWebhookConfiguration", namespace, "", operations, resources)
+    }
+
+    /// Registers a MutatingWebhookConfiguration like [`TestWebhook::register_validating`], for
+    /// `resources` of API group `group`. Its name (`e2e-...`) sorts after confighistory's, so the
+    /// API server calls it after confighistory's mutating webhook.
+    pub fn register_mutating(&self, namespace: &TestNamespace, group: &str, operations: &[&str], resources: &[&str]) -> Registration {
+        self.register("MutatingWebhookConfiguration", namespace, group, operations, resources)
+    }
+
+    fn register(
+        &self,
+        kind: &'static str,
+        namespace: &TestNamespace,
+        group: &str,
+        operations: &[&str],
+        resources: &[&str],
+    ) -> Registration {
         let name = format!("{}.e2e.confighistory.io", namespace.name);
         let configuration = json!({
             "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
+            "kind": kind,
             "metadata": {"name": name},
             "webhooks": [{
                 "name": name,
@@ -86,7 +104,7 @@ impl TestWebhook {
                 "clientConfig": {"url": format!("{}/validate", self.url), "caBundle": ca_bundle(&self.ca_pem)},
                 "namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: namespace.name}},
                 "rules": [{
-                    "apiGroups": [""],
+                    "apiGroups": [group],
                     "apiVersions": ["v1"],
                     "operations": operations,
                     "resources": resources,
@@ -95,7 +113,11 @@ impl TestWebhook {
             }],
         });
         namespace.cluster.apply_cluster_scoped(&configuration.to_string());
-        Registration { cluster: namespace.cluster, kind: "validatingwebhookconfiguration", name }
+        Registration {
+            cluster: namespace.cluster,
+            kind: if kind.starts_with("Mutating") { "mutatingwebhookconfiguration" } else { "validatingwebhookconfiguration" },
+            name,
+        }
     }
 }
 
