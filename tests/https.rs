@@ -157,3 +157,60 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Every metric the chart's Grafana dashboard and PrometheusRule query is in a real scrape of
+/// /metrics after real traffic (issue 16), and the certificate-expiry gauge holds the served
+/// certificate's notAfter.
+#[tokio::test]
+async fn dashboards_and_alerts_query_only_metrics_the_server_exports() {
+    use tower::ServiceExt as _;
+    let dir = tempdir("metrics");
+    generate(&dir, "metrics");
+    let server = start(&dir).await;
+    let config = client_config(&dir.join("ca.crt"), &[&rustls::version::TLS13]);
+    assert_eq!(post(&server, config.clone(), review()).await.unwrap().0, 200);
+    assert_eq!(post(&server, config, json!("not a review")).await.unwrap().0, 400);
+
+    let app = Arc::new(App {
+        policy: Policy::default(),
+        state: Arc::new(RwLock::new(State::default())),
+        cluster: Arc::new(MemoryCluster::default()),
+        synced: Arc::new(AtomicBool::new(true)),
+        tls_ready: Arc::new(AtomicBool::new(true)),
+        max_body: server::DEFAULT_MAX_BODY,
+    });
+    let req = hyper::Request::get("/metrics").body(axum::body::Body::empty()).unwrap();
+    let resp = server::health_router(app).oneshot(req).await.unwrap();
+    let scrape = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/confighistory");
+    let queries = std::fs::read_to_string(chart.join("dashboards/confighistory.json")).unwrap()
+        + &std::fs::read_to_string(chart.join("templates/prometheusrule.yaml")).unwrap();
+    let mut names: Vec<&str> = queries
+        .match_indices("confighistory_")
+        .map(|(i, _)| {
+            let rest = &queries[i..];
+            &rest[..rest.find(|c: char| !(c.is_ascii_lowercase() || c == '_')).unwrap_or(rest.len())]
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    assert!(names.len() >= 10, "{names:?}");
+    for name in &names {
+        let family = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
+        assert!(scrape.contains(&format!("# TYPE {family} ")), "{name} is queried by the chart but not exported:\n{scrape}");
+    }
+    assert!(scrape.contains("confighistory_errors_total{what=\"bad-request\"} "), "{scrape}");
+    let not_after: i64 = scrape
+        .lines()
+        .find_map(|l| l.strip_prefix("confighistory_tls_certificate_not_after_seconds "))
+        .and_then(|v| v.parse().ok())
+        .expect("expiry gauge");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    assert!(not_after > now + 86_400, "the generated certificate is valid for more than a day: {not_after} vs {now}");
+    // The same, read by openssl.
+    let out = Command::new("openssl").args(["x509", "-noout", "-enddate", "-in"]).arg(dir.join("tls.crt")).output().unwrap();
+    let end = String::from_utf8_lossy(&out.stdout);
+    let out = Command::new("date").args(["-u", "+%s", "-d"]).arg(end.trim().trim_start_matches("notAfter=")).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim().parse::<i64>().unwrap(), not_after);
+}

@@ -9,6 +9,17 @@ use std::time::Duration;
 /// Latency buckets in seconds: webhook latency is added to every apply, so millisecond scale.
 const BUCKETS: [f64; 12] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 
+/// The `what` label values of `confighistory_errors_total`.
+const ERRORS: [&str; 2] = ["api", "bad-request"];
+
+/// Per-namespace gauges the controller sets.
+const GAUGES: [(&str, &str); 4] = [
+    ("confighistory_held_pins", "Held pins (an undo or an explicit snapshot) per namespace."),
+    ("confighistory_snapshot_bytes", "Bytes of snapshots per namespace."),
+    ("confighistory_snapshots", "Snapshots per namespace."),
+    ("confighistory_workloads_behind_head", "Workloads whose pin is not their source's head, per namespace."),
+];
+
 #[derive(Default)]
 pub struct Metrics {
     requests: Mutex<BTreeMap<(String, String, String, String), u64>>,
@@ -19,6 +30,9 @@ pub struct Metrics {
     pub propagations: AtomicU64,
     pub propagations_waiting: AtomicU64,
     pub gc_deleted: AtomicU64,
+    /// notAfter of the serving certificate, seconds since the epoch (0: none loaded yet).
+    pub tls_not_after: AtomicU64,
+    errors: Mutex<BTreeMap<&'static str, u64>>,
     gauges: Mutex<BTreeMap<(&'static str, String), f64>>,
 }
 
@@ -45,6 +59,12 @@ impl Metrics {
         }
         h.count += 1;
         h.sum += secs;
+    }
+
+    /// An error answering admissions: `bad-request` (refused, 400) or `api` (an API server call
+    /// failed; the request failed open or was denied with 503).
+    pub fn error(&self, what: &'static str) {
+        *self.errors.lock().expect("metrics lock").entry(what).or_default() += 1;
     }
 
     pub fn api_call(&self, verb: &'static str) {
@@ -106,14 +126,25 @@ impl Metrics {
             "# HELP confighistory_propagations_waiting Source changes waiting for their settle window.\n# TYPE confighistory_propagations_waiting gauge\nconfighistory_propagations_waiting {}",
             self.propagations_waiting.load(Ordering::Relaxed)
         );
+        out.push_str("# HELP confighistory_errors_total Errors answering admissions: refused requests, failed API server calls.\n");
+        out.push_str("# TYPE confighistory_errors_total counter\n");
+        let errors = self.errors.lock().expect("metrics lock");
+        for what in ERRORS {
+            let _ = writeln!(out, "confighistory_errors_total{{what=\"{what}\"}} {}", errors.get(what).copied().unwrap_or(0));
+        }
+        let _ = writeln!(
+            out,
+            "# HELP confighistory_tls_certificate_not_after_seconds Expiry of the serving certificate (Unix time).\n# TYPE confighistory_tls_certificate_not_after_seconds gauge\nconfighistory_tls_certificate_not_after_seconds {}",
+            self.tls_not_after.load(Ordering::Relaxed)
+        );
+        // Every family is declared even before the controller has set a sample, so dashboards and
+        // alerts find it in any scrape.
         let gauges = self.gauges.lock().expect("metrics lock");
-        let mut last = "";
-        for ((name, ns), v) in gauges.iter() {
-            if *name != last {
-                let _ = writeln!(out, "# TYPE {name} gauge");
-                last = name;
+        for (name, help) in GAUGES {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for ((_, ns), v) in gauges.iter().filter(|((n, _), _)| *n == name) {
+                let _ = writeln!(out, "{name}{{namespace=\"{ns}\"}} {v}");
             }
-            let _ = writeln!(out, "{name}{{namespace=\"{ns}\"}} {v}");
         }
         out
     }

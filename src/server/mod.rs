@@ -94,6 +94,7 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(endpoint = endpoint.as_str(), error = %e, "bad admission request");
+            METRICS.error("bad-request");
             return (StatusCode::BAD_REQUEST, Json(json!({"error": e.to_string()}))).into_response();
         }
     };
@@ -101,6 +102,7 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
     // or counted: no reads, no writes, no metric label from the request.
     if let Err(e) = expected(endpoint, &req) {
         tracing::warn!(endpoint = endpoint.as_str(), error = %e, "refused an admission request the webhooks never send");
+        METRICS.error("bad-request");
         return (StatusCode::BAD_REQUEST, Json(json!({"error": e}))).into_response();
     }
     let (response, reason) = admit(&app, endpoint, &req).await;
@@ -378,6 +380,7 @@ fn race(name: &str) -> ApiError {
 
 fn failure(what: &str, e: &ApiError) -> Failure {
     tracing::warn!(what, error = %e, "API server call failed during admission");
+    METRICS.error("api");
     Failure {
         what: what.to_owned(),
         cause: e.message.clone(),

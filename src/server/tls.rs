@@ -39,6 +39,10 @@ pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey> {
     let key_pem = read(key)?;
     let key_der = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| Error::Key { path: key.to_owned(), reason: e.to_string() })?;
     let signing = ring::sign::any_supported_type(&key_der).map_err(|e| Error::Key { path: key.to_owned(), reason: e.to_string() })?;
+    // The leaf's expiry, for the certificate-expiring alert (docs/operations.md).
+    if let Some(t) = not_after(&certs[0]) {
+        super::metrics::METRICS.tls_not_after.store(t.max(0) as u64, std::sync::atomic::Ordering::Relaxed);
+    }
     let certified = CertifiedKey::new(certs, signing);
     // A rotation that writes the key and the certificate one after the other leaves a moment (or,
     // with a slow writer, seconds) where the files do not belong together. Serving that pair fails
@@ -100,4 +104,59 @@ pub async fn watch(cert: PathBuf, key: PathBuf, resolver: Arc<Reloading>, ready:
             Err(e) => tracing::warn!(error = %e, "TLS files changed but could not be loaded; keeping the previous certificate"),
         }
     }
+}
+
+/// One DER element: (tag, content, rest).
+fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, b) = b.split_first()?;
+    let (&first, mut b) = b.split_first()?;
+    let len = if first < 0x80 {
+        first as usize
+    } else {
+        let n = (first & 0x7f) as usize;
+        if n == 0 || n > 4 || b.len() < n {
+            return None;
+        }
+        let len = b[..n].iter().fold(0usize, |acc, x| (acc << 8) | *x as usize);
+        b = &b[n..];
+        len
+    };
+    (b.len() >= len).then(|| (tag, &b[..len], &b[len..]))
+}
+
+/// notAfter of an X.509 certificate, in seconds since the epoch (RFC 5280 §4.1).
+pub fn not_after(der: &[u8]) -> Option<i64> {
+    let (_, cert, _) = tlv(der)?;
+    let (_, tbs, _) = tlv(cert)?;
+    let mut rest = tbs;
+    // [0] version is optional; then serial, signature algorithm, issuer, validity.
+    if rest.first() == Some(&0xa0) {
+        rest = tlv(rest)?.2;
+    }
+    for _ in 0..3 {
+        rest = tlv(rest)?.2;
+    }
+    let (_, validity, _) = tlv(rest)?;
+    let (_, _, after) = tlv(validity)?;
+    let (tag, time, _) = tlv(after)?;
+    let text = std::str::from_utf8(time).ok()?.strip_suffix('Z')?;
+    let (year, rest) = match tag {
+        // UTCTime: YY from 1950 to 2049.
+        0x17 => {
+            let yy: i64 = text.get(..2)?.parse().ok()?;
+            (if yy < 50 { 2000 + yy } else { 1900 + yy }, text.get(2..)?)
+        }
+        0x18 => (text.get(..4)?.parse().ok()?, text.get(4..)?),
+        _ => return None,
+    };
+    let field = |i: usize| -> Option<i64> { rest.get(i..i + 2)?.parse().ok() };
+    let (month, day, hour, minute, second) = (field(0)?, field(2)?, field(4)?, field(6)?, field(8)?);
+    // Days from the civil date (H. Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hour * 3600 + minute * 60 + second)
 }

@@ -17,6 +17,7 @@ KEY=VALUE arguments:
   replicas            expected replicas
   exclude             comma list of admin-excluded namespaces
   servicemonitor      true | false
+  dashboards          true | false: the Grafana dashboard ConfigMap and the PrometheusRule
   sa                  expected ServiceAccount name; sacreate true | false
   nslabel             KEY=VALUE expected as the webhooks' namespaceSelector.matchLabels
                       (webhook.namespaceSelector) and as the controller loops' selector
@@ -24,6 +25,7 @@ KEY=VALUE arguments:
 
 Prints one line per check group and exits 1 on the first failed assertion.
 """
+import json
 import sys
 
 from objects import read_docs
@@ -77,6 +79,14 @@ def main():
                      "certManagerIssuer": {"Certificate"}}.get(tls, set())
         if exp.get("servicemonitor") == "true":
             expected.add("ServiceMonitor")
+    if exp.get("dashboards") == "true":
+        expected |= {"ConfigMap", "PrometheusRule"}
+        dash = one("ConfigMap", f"{fullname}-dashboard")
+        check(dash["metadata"]["labels"].get("grafana_dashboard") == "1", "dashboard ConfigMap has the sidecar label")
+        check(json.loads(dash["data"]["confighistory.json"])["uid"] == "confighistory", "dashboard JSON parses")
+        rules = [r["alert"] for g in one("PrometheusRule", fullname)["spec"]["groups"] for r in g["rules"]]
+        check(rules == ["ConfighistoryWorkloadsBehindHead", "ConfighistorySnapshotProtectionDenying",
+                        "ConfighistoryWebhookErrors", "ConfighistoryCertificateExpiring"], f"alerts {rules}")
     if hook:
         expected |= {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job"}
     check(set(kinds) == expected, f"kinds {kinds} != expected {sorted(expected)}")
