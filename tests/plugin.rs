@@ -324,7 +324,7 @@ fn completions_need_no_cluster() {
     }
     // kubectl's plugin completion (kubectl_complete-confighistory → __complete), cobra's format.
     let out = String::from_utf8(offline(&["__complete", ""]).stdout).unwrap();
-    assert_eq!(out, "completion\ndiff\nhistory\nstatus\nundo\n:4\n");
+    assert_eq!(out, "completion\ndiff\nhistory\nlist\nstatus\nundo\n:4\n");
     let out = String::from_utf8(offline(&["__complete", "undo", "app", "--d"]).stdout).unwrap();
     assert_eq!(out, "--dry-run\n:4\n");
     let out = String::from_utf8(offline(&["__complete", "completion", "z"]).stdout).unwrap();
@@ -379,4 +379,49 @@ fn request_timeouts_read_like_kubectl() {
     assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
     assert_eq!(parse_timeout("0"), Ok(Duration::ZERO));
     assert!(parse_timeout("1d").is_err() && parse_timeout("").is_err());
+}
+
+#[test]
+fn list_golden() {
+    let meta = |ns: &str, name: &str, ann: Value| json!({"metadata": {"namespace": ns, "name": name, "annotations": ann}});
+    let snap = |ns: &str, source: &str, hash: &str| {
+        let mut s = meta(ns, &format!("{source}-{hash}"), json!({"confighistory.io/source-name": source}));
+        s["metadata"]["labels"] = json!({"confighistory.io/hash": hash});
+        s
+    };
+    let snapshots = vec![
+        snap(NS, SOURCE, "aaaa"),
+        snap(NS, SOURCE, "bbbb"),
+        snap(NS, SOURCE, "cccc"),
+        snap("other", "flags", "dddd"),
+        snap("other", "gone", "eeee"),
+    ];
+    let mut sources = BTreeMap::new();
+    sources.insert((NS.to_string(), SOURCE.to_string()), Some(meta(NS, SOURCE, json!({"confighistory.io/head": "cccc"}))));
+    sources.insert(("other".to_string(), "flags".to_string()), Some(meta("other", "flags", json!({"confighistory.io/head": "dddd"}))));
+    sources.insert(("other".to_string(), "gone".to_string()), None);
+    let workloads = vec![
+        meta(NS, "pricing", json!({"confighistory.io/pins": r#"{"pricing-config":"cccc"}"#})),
+        meta(NS, "pricing-canary", json!({"confighistory.io/pins": r#"{"pricing-config":"bbbb"}"#})),
+        meta(
+            NS,
+            "pricing-old",
+            json!({"confighistory.io/pins": r#"{"pricing-config":"aaaa"}"#, "confighistory.io/held": "pricing-config"}),
+        ),
+        meta("other", "web", json!({"confighistory.io/pins": r#"{"flags":"dddd","gone":"eeee"}"#})),
+        meta("other", "unpinned", json!({})),
+    ];
+    let all = build::sources(None, &snapshots, &sources, &workloads);
+    golden("plugin-list-all.txt", &render::sources(&all, Style::PLAIN));
+    let row = &all.sources.iter().find(|r| r.name == SOURCE).unwrap();
+    assert_eq!((row.snapshots, row.workloads, row.behind, row.held), (3, 3, 1, 1));
+    let one =
+        build::sources(Some(NS), &snapshots[..3], &sources.clone().into_iter().filter(|((n, _), _)| n == NS).collect(), &workloads[..3]);
+    golden("plugin-list.txt", &render::sources(&one, Style::PLAIN));
+    assert_eq!(
+        render::sources(&build::sources(Some("empty"), &[], &BTreeMap::new(), &[]), Style::PLAIN),
+        "No versioned ConfigMaps found in empty namespace.\n"
+    );
+    let json: Value = serde_json::from_str(&machine("Sources", &one, Output::Json)).unwrap();
+    assert_eq!(json["sources"][0]["behind"], 1);
 }

@@ -628,3 +628,54 @@ pub fn check_target(w: &WorkloadRef, target: &RevisionConfig) -> Result<()> {
         list.join(", ")
     )
 }
+
+/// The `list` table from snapshot metadata, the sources' metadata (`None`: gone) and workload
+/// metadata, all of them `{"metadata": ...}` objects.
+pub fn sources(
+    namespace: Option<&str>,
+    snapshots: &[Value],
+    sources: &BTreeMap<(String, String), Option<Value>>,
+    workloads: &[Value],
+) -> Sources {
+    let mut rows: BTreeMap<(String, String), SourceRow> = BTreeMap::new();
+    for ((ns, name), obj) in sources {
+        let head = obj.as_ref().and_then(|o| annotation(o, names::HEAD)).map(String::from);
+        let row = SourceRow {
+            namespace: ns.clone(),
+            name: name.clone(),
+            exists: obj.is_some(),
+            snapshots: 0,
+            head,
+            workloads: 0,
+            behind: 0,
+            held: 0,
+        };
+        rows.insert((ns.clone(), name.clone()), row);
+    }
+    for s in snapshots {
+        if let Some(row) = snapshot_source(s).and_then(|k| rows.get_mut(&k)) {
+            row.snapshots += 1;
+        }
+    }
+    for w in workloads {
+        let ns = meta(w, "namespace").unwrap_or_default().to_owned();
+        let pins: BTreeMap<String, String> = annotation(w, names::PINS).and_then(|p| serde_json::from_str(p).ok()).unwrap_or_default();
+        let held: BTreeSet<&str> = annotation(w, names::HELD).map(|h| h.split(',').map(str::trim).collect()).unwrap_or_default();
+        for (source, hash) in &pins {
+            let Some(row) = rows.get_mut(&(ns.clone(), source.clone())) else { continue };
+            row.workloads += 1;
+            if held.contains(source.as_str()) {
+                row.held += 1;
+            } else if row.head.as_ref().is_some_and(|h| h != hash) {
+                row.behind += 1;
+            }
+        }
+    }
+    Sources { namespace: namespace.map(String::from), sources: rows.into_values().collect() }
+}
+
+/// (namespace, source name) of a snapshot, from its metadata.
+pub fn snapshot_source(s: &Value) -> Option<(String, String)> {
+    let name = annotation(s, names::SOURCE_NAME).or_else(|| label(s, names::SOURCE_LABEL))?;
+    Some((meta(s, "namespace")?.to_owned(), name.to_owned()))
+}

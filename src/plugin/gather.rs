@@ -238,3 +238,37 @@ pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, d
 pub async fn snapshots(ctx: &Ctx) -> Result<Vec<Value>> {
     list(ctx, &ApiResource::erase::<ConfigMap>(&()), &ListParams::default().labels(names::HASH_LABEL)).await
 }
+
+/// Everything `list` needs, metadata only (no ConfigMap data is read): snapshots, their sources
+/// (a GET each), and workloads, in one namespace or all (`all`).
+pub async fn sources(ctx: &Ctx, all: bool) -> Result<super::model::Sources> {
+    let client = &ctx.client;
+    let api = |ar: &ApiResource| -> Api<DynamicObject> {
+        if all {
+            Api::all_with(client.clone(), ar)
+        } else {
+            Api::namespaced_with(client.clone(), &ctx.namespace, ar)
+        }
+    };
+    let metas = |list: kube::core::ObjectList<kube::core::PartialObjectMeta<DynamicObject>>| -> Vec<Value> {
+        list.items.into_iter().map(|o| json!({ "metadata": o.metadata })).collect()
+    };
+    let cm = ApiResource::erase::<ConfigMap>(&());
+    let snapshots =
+        metas(api(&cm).list_metadata(&ListParams::default().labels(names::HASH_LABEL)).await.map_err(|e| api_err(e, "list configmaps"))?);
+    let mut sources = std::collections::BTreeMap::new();
+    for key in snapshots.iter().filter_map(build::snapshot_source) {
+        if sources.contains_key(&key) {
+            continue;
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &key.0, &cm);
+        let got = api.get_metadata_opt(&key.1).await.map_err(|e| api_err(e, &format!("get configmap {}/{}", key.0, key.1)))?;
+        sources.insert(key, got.map(|o| json!({ "metadata": o.metadata })));
+    }
+    let mut workloads = Vec::new();
+    for ar in [resource(Kind::Deployment), resource(Kind::StatefulSet), resource(Kind::DaemonSet), cronjob_resource(client).await] {
+        workloads
+            .extend(metas(api(&ar).list_metadata(&ListParams::default()).await.map_err(|e| api_err(e, &format!("list {}", ar.plural)))?));
+    }
+    Ok(build::sources((!all).then_some(ctx.namespace.as_str()), &snapshots, &sources, &workloads))
+}

@@ -61,6 +61,14 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// The versioned sources of the namespace: snapshot count, head, and how many workloads are
+    /// pinned to them, behind the head (waiting for propagation) and held.
+    #[command(visible_alias = "sources")]
+    List {
+        /// Every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+    },
     /// Snapshots of a source, newest first: revision, hash, age, size, key changes, users, why kept.
     History {
         /// The source ConfigMap (or one of its snapshots).
@@ -201,6 +209,15 @@ pub async fn run(cli: Cli) -> Result<Done> {
     let now = Timestamp::now();
     let style = stdout_style();
     match &cli.command {
+        Command::List { all_namespaces } => {
+            let s = gather::sources(&ctx, *all_namespaces).await?;
+            let names: Vec<String> = s.sources.iter().map(|r| format!("configmap/{}", r.name)).collect();
+            Ok(match cli.output.clone() {
+                Some(o) => emit("Sources", &s, &names, o)?,
+                None => render::sources(&s, style),
+            }
+            .into())
+        }
         Command::History { source } => {
             let inv = gather::inventory(&ctx, &[source]).await?;
             let source = resolve_source(&inv, source);

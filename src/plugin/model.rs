@@ -233,3 +233,30 @@ pub struct Undo {
     /// Sources the webhook now holds (`confighistory.io/held`).
     pub held: Vec<String>,
 }
+
+/// `list [-A]`: the versioned sources of a namespace (or of every namespace).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sources {
+    /// `None` with `--all-namespaces`.
+    pub namespace: Option<String>,
+    pub sources: Vec<SourceRow>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceRow {
+    pub namespace: String,
+    pub name: String,
+    /// False when only snapshots are left (the source was deleted).
+    pub exists: bool,
+    pub snapshots: u32,
+    /// The source's `confighistory.io/head` hash.
+    pub head: Option<String>,
+    /// Workloads pinned to one of its snapshots.
+    pub workloads: u32,
+    /// Of those, pinned to a snapshot other than the head and not held: waiting for propagation.
+    pub behind: u32,
+    /// Of those, held on purpose (an undo, an explicitly chosen snapshot).
+    pub held: u32,
+}

@@ -387,3 +387,39 @@ pub fn undo(u: &Undo, style: Style) -> String {
     }
     out
 }
+
+/// `list`: one row per versioned source, kubectl-style columns.
+pub fn sources(s: &Sources, style: Style) -> String {
+    if s.sources.is_empty() {
+        return match &s.namespace {
+            Some(ns) => format!("No versioned ConfigMaps found in {ns} namespace.\n"),
+            None => "No versioned ConfigMaps found.\n".into(),
+        };
+    }
+    let all = s.namespace.is_none();
+    let mut header = vec!["NAME", "SNAPSHOTS", "HEAD", "WORKLOADS", "BEHIND", "HELD"];
+    if all {
+        header.insert(0, "NAMESPACE");
+    }
+    let rows: Vec<Vec<String>> = s
+        .sources
+        .iter()
+        .map(|r| {
+            let name = if r.exists { r.name.clone() } else { format!("{} (deleted)", r.name) };
+            let mut row = vec![
+                name,
+                r.snapshots.to_string(),
+                r.head.clone().unwrap_or_else(|| "<none>".into()),
+                r.workloads.to_string(),
+                r.behind.to_string(),
+                r.held.to_string(),
+            ];
+            if all {
+                row.insert(0, r.namespace.clone());
+            }
+            row
+        })
+        .collect();
+    let behind_col = header.len() - 2;
+    table(&header, &rows, style, |_, col, cell| if col == behind_col && cell != "0" { style.yellow(cell) } else { cell.to_owned() })
+}

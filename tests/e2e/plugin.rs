@@ -195,6 +195,20 @@ fn history_diff_status_and_undo_of_a_release() {
     let h = plugin(cluster, &["history", "app-config", "-n", n, "-o", "json"]).json();
     assert_eq!(h["snapshots"][1]["usedBy"][0]["current"], true, "{h:#}");
 
+    // list: the source with its snapshots and the held workload; -A finds it among all namespaces.
+    let l = plugin(cluster, &["list", "-n", n, "-o", "json"]).json();
+    let row = &l["sources"][0];
+    assert_eq!(
+        (row["name"].as_str(), row["snapshots"].as_u64(), row["head"].as_str()),
+        (Some("app-config"), Some(2), snap_b.rsplit('-').next()),
+        "{l:#}"
+    );
+    assert_eq!((row["workloads"].as_u64(), row["behind"].as_u64(), row["held"].as_u64()), (Some(1), Some(0), Some(1)), "{l:#}");
+    let all = plugin(cluster, &["list", "-A", "-o", "json"]).json();
+    assert!(all["sources"].as_array().unwrap().iter().any(|r| r["namespace"] == n && r["name"] == "app-config"), "{all:#}");
+    let text = plugin(cluster, &["sources", "-A"]).ok().stdout;
+    assert!(text.starts_with("NAMESPACE  ") && text.contains(n), "{text}");
+
     // --to-revision: back to release B.
     let out = plugin(cluster, &["undo", "app", "-n", n, "--to-revision", "2"]).ok().stdout;
     assert!(out.contains("rolled back to revision 2") && out.contains(&format!("→ {snap_b}")), "{out}");
