@@ -1,5 +1,9 @@
 //! Micro-benchmarks of the pure decisions (issue 7): what one admission costs the API server's
 //! write path before any I/O. `cargo bench --bench decisions`.
+//!
+//! The same binary counts instructions (issue 17): `decisions --count PATH N` runs one hot path N
+//! times and nothing else, for `benches/instructions/run`, which runs it under callgrind. Instruction
+//! counts do not depend on what else the machine is doing, so a regression shows without timing noise.
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -9,7 +13,7 @@ use confighistory::policy::Policy;
 use confighistory::snapshot::{self, Content};
 use confighistory::state::State;
 use confighistory::template::Kind;
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, Criterion};
 use serde_json::{json, Value};
 
 fn configmap(name: &str, data: Value) -> Value {
@@ -34,11 +38,30 @@ fn deployment(containers: usize, refs: usize, name_of: impl Fn(usize) -> String)
         "spec": {"replicas": 3, "template": {"metadata": {"labels": {"app": "app"}}, "spec": {"containers": cs}}}})
 }
 
-fn request(kind: &str, op: &str, object: &Value, old: &Value) -> review::Request {
-    let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "1", "kind": {"group": "apps", "version": "v1", "kind": kind}, "name": object["metadata"]["name"], "namespace": "shop",
-        "operation": op, "userInfo": {"username": "alice"}, "object": object, "oldObject": old}});
-    review::parse(&serde_json::to_vec(&body).unwrap()).unwrap()
+/// An UPDATE review of `object` (a Deployment or a ConfigMap) over `old`, as the API server sends it.
+fn review_body(kind: &str, object: &Value, old: &Value) -> Vec<u8> {
+    let group = if kind == "ConfigMap" { "" } else { "apps" };
+    serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "1", "kind": {"group": group, "version": "v1", "kind": kind}, "name": object["metadata"]["name"], "namespace": "shop",
+        "operation": "UPDATE", "userInfo": {"username": "alice"}, "object": object, "oldObject": old}}))
+    .unwrap()
+}
+
+fn request(kind: &str, object: &Value, old: &Value) -> review::Request {
+    review::parse(&review_body(kind, object, old)).unwrap()
+}
+
+/// A 1 MiB source before and after an UPDATE: 200 keys of about 5 KiB, every value changed, one
+/// key renamed.
+fn big_configmaps() -> (Value, Value) {
+    let data = |seed: &str| -> serde_json::Map<String, Value> {
+        (0..200).map(|i| (format!("section-{i:03}.yaml"), json!(format!("setting_{i}_{seed}: {}\n", "v".repeat(5250))))).collect()
+    };
+    let old = configmap("big", Value::Object(data("a")));
+    let mut new_data = data("b");
+    let moved = new_data.remove("section-199.yaml").unwrap();
+    new_data.insert("section-200.yaml".into(), moved);
+    (old, configmap("big", Value::Object(new_data)))
 }
 
 fn bench(c: &mut Criterion) {
@@ -53,7 +76,7 @@ fn bench(c: &mut Criterion) {
     let mut state = State::default();
     state.apply_workload(Kind::Deployment, &pinned);
     let fresh = Fresh::new();
-    let req = request("Deployment", "UPDATE", &plain, &pinned);
+    let req = request("Deployment", &plain, &pinned);
     let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now };
     let Outcome::Done(d) = admission::workload::decide(&req, &view) else { panic!("the steady state reads nothing") };
     assert_eq!((d.reason, d.rewrites.len()), ("unchanged", 2), "the steady-state path, pins kept");
@@ -65,10 +88,7 @@ fn bench(c: &mut Criterion) {
     });
 
     // The same through parse → decide → serialize, as the handler does.
-    let body = serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "1", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"}, "name": "app", "namespace": "shop",
-        "operation": "UPDATE", "userInfo": {"username": "alice"}, "object": plain, "oldObject": pinned}}))
-    .unwrap();
+    let body = review_body("Deployment", &plain, &pinned);
     c.bench_function("small deployment, parse+decide+encode", |b| {
         b.iter(|| {
             let req = review::parse(black_box(&body)).unwrap();
@@ -89,7 +109,7 @@ fn bench(c: &mut Criterion) {
     }
     let mut big_state = State::default();
     big_state.apply_workload(Kind::Deployment, &big_old);
-    let req = request("Deployment", "UPDATE", &big_new, &big_old);
+    let req = request("Deployment", &big_new, &big_old);
     let view = View { policy: &policy, state: &big_state, fresh: &fresh_big, failed: &Failed::new(), now };
     let Outcome::Done(d) = admission::workload::decide(&req, &view) else { panic!("release reads its sources") };
     assert_eq!((d.reason, d.rewrites.len(), d.effects.len()), ("pinned", 50, 10), "a release pinning 50 references to 10 sources");
@@ -102,20 +122,10 @@ fn bench(c: &mut Criterion) {
 
     // (c) a 1 MiB ConfigMap UPDATE of a source, 200 keys of about 5 KiB: every value changes, one
     // key is renamed. Hash the new content, compare with the old one, diff the keys.
-    let data = |seed: &str| -> serde_json::Map<String, Value> {
-        (0..200).map(|i| (format!("section-{i:03}.yaml"), json!(format!("setting_{i}_{seed}: {}\n", "v".repeat(5250))))).collect()
-    };
-    let old = configmap("big", Value::Object(data("a")));
-    let mut new_data = data("b");
-    let moved = new_data.remove("section-199.yaml").unwrap();
-    new_data.insert("section-200.yaml".into(), moved);
-    let new = configmap("big", Value::Object(new_data));
+    let (old, new) = big_configmaps();
     let mut cm_state = State::default();
     cm_state.apply_workload(Kind::Deployment, &deployment(1, 1, |_| snapshot::name("big", &content.hash(), 0)));
-    let body = serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "1", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"}, "name": "big", "namespace": "shop",
-        "operation": "UPDATE", "userInfo": {"username": "alice"}, "object": new, "oldObject": old}}))
-    .unwrap();
+    let body = review_body("ConfigMap", &new, &old);
     assert!((1 << 20..(1 << 20) + (64 << 10)).contains(&serde_json::to_vec(&new["data"]).unwrap().len()), "1 MiB of data");
     let req = review::parse(&body).unwrap();
     let admission::Outcome::Done(d) =
@@ -149,4 +159,69 @@ criterion_group! {
     config = Criterion::default().sample_size(30).measurement_time(std::time::Duration::from_secs(3));
     targets = bench
 }
-criterion_main!(benches);
+
+/// The hot paths that `--count` runs: each the whole of what the handler does with a body
+/// (parse, decide, encode), on the fixtures `bench` measures.
+const COUNTED: [&str; 3] = ["steady", "release50", "configmap1mib"];
+
+fn count(path: &str, n: usize) {
+    let policy = Policy::default();
+    let now = "2026-12-02T10:00:00Z";
+    let content = Content::from_object(&configmap("x", json!({"k": "v"})));
+    let snap = |i: usize| snapshot::name(&format!("cfg-{i}"), &content.hash(), 0);
+    let fresh = Fresh::new();
+    let mut fresh_big = Fresh::new();
+    let mut state = State::default();
+    let body = match path {
+        "steady" => {
+            let pinned = deployment(1, 2, snap);
+            state.apply_workload(Kind::Deployment, &pinned);
+            review_body("Deployment", &deployment(1, 2, |i| format!("cfg-{i}")), &pinned)
+        }
+        "release50" => {
+            let old = deployment(20, 50, snap);
+            let mut new = deployment(20, 50, |i| format!("cfg-{i}"));
+            new["spec"]["template"]["spec"]["containers"][0]["image"] = json!("app:2");
+            for i in 0..10 {
+                fresh_big.insert(format!("cfg-{i}"), Some(configmap(&format!("cfg-{i}"), json!({"k": "v2"}))));
+            }
+            state.apply_workload(Kind::Deployment, &old);
+            review_body("Deployment", &new, &old)
+        }
+        "configmap1mib" => {
+            let (old, new) = big_configmaps();
+            state.apply_workload(Kind::Deployment, &deployment(1, 1, |_| snapshot::name("big", &content.hash(), 0)));
+            review_body("ConfigMap", &new, &old)
+        }
+        other => {
+            eprintln!("--count: unknown path {other}; one of {COUNTED:?}");
+            std::process::exit(2)
+        }
+    };
+    let fresh = if path == "release50" { &fresh_big } else { &fresh };
+    for _ in 0..n {
+        let req = review::parse(black_box(&body)).unwrap();
+        let failed = Failed::new();
+        let view = View { policy: &policy, state: &state, fresh, failed: &failed, now };
+        let outcome = if req.kind.kind == "ConfigMap" {
+            admission::configmap::decide(&req, &view)
+        } else {
+            admission::workload::decide(&req, &view)
+        };
+        let Outcome::Done(d) = outcome else { panic!("{path} decides in one pass") };
+        let response = d.finish(&HashMap::new());
+        black_box(response.review_json(&req.uid));
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--count") {
+        let path = args.get(i + 1).map(String::as_str).unwrap_or("");
+        let n = args.get(i + 2).and_then(|n| n.parse().ok()).unwrap_or(1);
+        count(path, n);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
