@@ -79,6 +79,8 @@ def main():
                      "certManagerIssuer": {"Certificate"}}.get(tls, set())
         if exp.get("servicemonitor") == "true":
             expected.add("ServiceMonitor")
+        if exp.get("networkpolicy", "true") == "true":
+            expected.add("NetworkPolicy")
     if exp.get("dashboards") == "true":
         expected |= {"ConfigMap", "PrometheusRule"}
         dash = one("ConfigMap", f"{fullname}-dashboard")
@@ -298,6 +300,23 @@ def main():
         svc = one("Service", fullname)
         check({(p["name"], p["port"], p["targetPort"]) for p in svc["spec"]["ports"]}
               == {("https", 443, "https"), ("metrics", 8080, "health")}, "Service ports")
+        if "NetworkPolicy" in by_kind:
+            # SPEC §9a: ingress only to the two ports; the admission port from the API
+            # server's CIDRs when given, the metrics port from the monitoring namespaces.
+            np = one("NetworkPolicy", fullname)["spec"]
+            check(np["podSelector"] == {"matchLabels": dep["spec"]["selector"]["matchLabels"]},
+                  f"NetworkPolicy podSelector {np['podSelector']}")
+            check(np["policyTypes"] == ["Ingress"] and len(np["ingress"]) == 2, f"NetworkPolicy {np}")
+            https, health = np["ingress"]
+            check(https["ports"] == [{"port": "https", "protocol": "TCP"}], f"admission rule {https}")
+            cidrs = [c for c in exp.get("apiservercidrs", "").split(",") if c]
+            check(https.get("from", []) == [{"ipBlock": {"cidr": c}} for c in cidrs],
+                  f"admission port sources {https.get('from')} != {cidrs}")
+            check(health["ports"] == [{"port": "health", "protocol": "TCP"}]
+                  and len(health["from"]) == 1 and "namespaceSelector" in health["from"][0],
+                  f"metrics rule {health}")
+            print(f"    networkpolicy: admission port from {cidrs or 'anywhere'}, metrics from "
+                  f"{health['from'][0]['namespaceSelector']}")
         if "PodDisruptionBudget" in by_kind:
             pdb = one("PodDisruptionBudget", fullname)
             want_api = "policy/v1" if kube >= (1, 21, 0) else "policy/v1beta1"
