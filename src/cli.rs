@@ -115,6 +115,10 @@ pub struct ServeArgs {
     /// Serving key (PEM), reloaded when it changes.
     #[arg(long, env = "CONFIGHISTORY_TLS_KEY", default_value = "/etc/confighistory/tls/tls.key")]
     pub tls_key: PathBuf,
+    /// CA bundle (PEM) that signed the API server's client certificate: when set, only clients
+    /// with a certificate it signed may connect to the admission port (mutual TLS).
+    #[arg(long, env = "CONFIGHISTORY_CLIENT_CA")]
+    pub client_ca: Option<PathBuf>,
     /// Largest admission request body accepted, in bytes.
     #[arg(long, env = "CONFIGHISTORY_MAX_BODY_BYTES", default_value_t = crate::server::DEFAULT_MAX_BODY)]
     pub max_body_bytes: usize,

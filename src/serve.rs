@@ -23,7 +23,8 @@ const MAX_HEADER_BYTES: usize = 64 * 1024;
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let policy = args.policy.policy()?;
     let client = kube::Client::try_default().await.context("no Kubernetes configuration (in-cluster or KUBECONFIG)")?;
-    let (tls_config, resolver) = tls::server_config(&args.tls_cert, &args.tls_key).context("loading TLS certificate")?;
+    let (tls_config, resolver) =
+        tls::server_config(&args.tls_cert, &args.tls_key, args.client_ca.as_deref()).context("loading TLS certificate")?;
 
     // Rollout history that exists when the process starts is taken as it is; revisions created
     // later count for undo only with a template a workload was seen with (SPEC §9a).

@@ -154,7 +154,7 @@ fn a_key_that_does_not_belong_to_the_certificate_is_refused() {
 async fn slow_bodies_do_not_hold_concurrency_places() {
     let dir = tempdir("slow-body");
     generate(&dir);
-    let (config, _) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key")).unwrap();
+    let (config, _) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key"), None).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = app(Arc::new(cluster::MemoryCluster::default()));

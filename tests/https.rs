@@ -34,7 +34,11 @@ struct Server {
 }
 
 async fn start(dir: &Path) -> Server {
-    let (config, resolver) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key")).unwrap();
+    start_with(dir, None).await
+}
+
+async fn start_with(dir: &Path, client_ca: Option<&Path>) -> Server {
+    let (config, resolver) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key"), client_ca).unwrap();
     let ready = Arc::new(AtomicBool::new(false));
     tokio::spawn(tls::watch(dir.join("tls.crt"), dir.join("tls.key"), resolver, ready.clone(), Duration::from_millis(100)));
     let app = Arc::new(App {
@@ -149,6 +153,82 @@ async fn oversized_headers_are_refused() {
     let _ = tokio::time::timeout(Duration::from_secs(5), tokio::io::AsyncReadExt::read_to_end(&mut tls, &mut buf)).await;
     let text = String::from_utf8_lossy(&buf);
     assert!(text.is_empty() || text.starts_with("HTTP/1.1 431"), "{text}");
+}
+
+/// A client certificate (clientAuth) signed by `dir`'s CA, as the API server's would be.
+fn client_certificate(dir: &Path) -> (Vec<CertificateDer<'static>>, rustls::pki_types::PrivateKeyDer<'static>) {
+    let run = |args: &[&str]| assert!(Command::new("openssl").args(args).current_dir(dir).status().expect("openssl").success(), "{args:?}");
+    run(&[
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        "client.key",
+        "-subj",
+        "/CN=kube-apiserver",
+        "-out",
+        "client.csr",
+    ]);
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "client.ext",
+        "-out",
+        "client.crt",
+    ]);
+    let certs = CertificateDer::pem_file_iter(dir.join("client.crt")).unwrap().map(Result::unwrap).collect();
+    (certs, rustls::pki_types::PrivateKeyDer::from_pem_file(dir.join("client.key")).unwrap())
+}
+
+/// SPEC §9a: with `--client-ca`, only a client holding a certificate that CA signed (the API
+/// server, through its AdmissionConfiguration kubeConfig) gets an answer; any other pod that can
+/// open the port gets nothing, not even a refusal of its forged review.
+#[tokio::test]
+async fn with_a_client_ca_only_the_api_servers_certificate_is_answered() {
+    let dir = tempdir("mtls");
+    generate(&dir, "mtls");
+    let server = start_with(&dir, Some(&dir.join("ca.crt"))).await;
+    let anonymous = post(&server, client_config(&dir.join("ca.crt"), &[&rustls::version::TLS13]), review()).await;
+    assert!(anonymous.is_err(), "a client without a certificate was answered: {anonymous:?}");
+    let anonymous12 = post(&server, client_config(&dir.join("ca.crt"), &[&rustls::version::TLS12]), review()).await;
+    assert!(anonymous12.is_err(), "{anonymous12:?}");
+
+    // Signed by another CA: refused too.
+    let other = tempdir("mtls-other");
+    generate(&other, "other");
+    let (certs, key) = client_certificate(&other);
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::pem_file_iter(dir.join("ca.crt")).unwrap().next().unwrap().unwrap()).unwrap();
+    let with_cert = |certs, key| {
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .unwrap()
+                .with_root_certificates(roots.clone())
+                .with_client_auth_cert(certs, key)
+                .unwrap(),
+        )
+    };
+    assert!(post(&server, with_cert(certs, key), review()).await.is_err());
+
+    let (certs, key) = client_certificate(&dir);
+    let (status, body) = post(&server, with_cert(certs, key), review()).await.unwrap();
+    assert_eq!((status, &body["response"]["uid"]), (200, &json!("tls-1")), "{body}");
 }
 
 fn tempdir(name: &str) -> std::path::PathBuf {

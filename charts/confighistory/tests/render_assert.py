@@ -25,6 +25,7 @@ KEY=VALUE arguments:
 
 Prints one line per check group and exits 1 on the first failed assertion.
 """
+import base64
 import json
 import sys
 
@@ -81,6 +82,8 @@ def main():
             expected.add("ServiceMonitor")
         if exp.get("networkpolicy", "true") == "true":
             expected.add("NetworkPolicy")
+        if exp.get("clientca"):
+            expected.add("ConfigMap")
     if exp.get("dashboards") == "true":
         expected |= {"ConfigMap", "PrometheusRule"}
         dash = one("ConfigMap", f"{fullname}-dashboard")
@@ -288,10 +291,22 @@ def main():
                      "CONFIGHISTORY_LEADER_ELECTION_NAMESPACE", "CONFIGHISTORY_LEASE_NAME",
                      "CONFIGHISTORY_LOG_FORMAT", "RUST_LOG"):
             check(name in env, f"env {name} missing")
-        (mount,) = c["volumeMounts"]
+        client_ca = exp.get("clientca", "")
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        check(set(mounts) == ({"tls", "client-ca"} if client_ca else {"tls"}), f"volume mounts {list(mounts)}")
+        mount = mounts["tls"]
         check(mount["mountPath"] == "/etc/confighistory/tls" and "subPath" not in mount,
               "TLS Secret must be mounted as a directory (no subPath) so rotation reaches the server")
-        (vol,) = pod["volumes"]
+        if client_ca:
+            # mTLS (SPEC §9a): the API server's client CA, mounted where the server reads it.
+            cm = one("ConfigMap", f"{fullname}-client-ca")
+            check(cm["data"]["ca.crt"].strip() == base64.b64decode(client_ca).decode().strip(), "client CA content")
+            check(env["CONFIGHISTORY_CLIENT_CA"]["value"] == mounts["client-ca"]["mountPath"] + "/ca.crt",
+                  "CONFIGHISTORY_CLIENT_CA points into the client-ca mount")
+            print("    mtls: client CA mounted, CONFIGHISTORY_CLIENT_CA set")
+        else:
+            check("CONFIGHISTORY_CLIENT_CA" not in env, "no client CA unless tls.clientCA")
+        vol = next(v for v in pod["volumes"] if v["name"] == "tls")
         secret = exp.get("secret", f"{fullname}-tls")
         check(vol["secret"]["secretName"] == secret, f"TLS volume secret {vol['secret']}")
         check(vol["secret"].get("defaultMode") == 0o440, f"TLS key must not be world-readable: {vol['secret']}")
