@@ -813,6 +813,26 @@ async fn a_revert_is_a_change_of_its_own() {
     assert_eq!(annotation(&r.patched(&recorded), "confighistory.io/propagated"), Some(b));
 }
 
+/// SPEC §7: a source that stops being versioned is a change of its own (propagated once more, to
+/// the plain name); later writes of it are no business of confighistory's.
+#[tokio::test]
+async fn opting_a_source_out_of_versioning_is_a_change() {
+    let f = Fixture::new().source("pricing-config", A).workload(&deployment("x:1", &snap("pricing-config", A)));
+    let a = content(A).hash();
+    let old = with_annotations(
+        configmap("pricing-config", A),
+        &[("confighistory.io/head", &a), ("confighistory.io/changed-at", "2026-12-03T09:00:00Z"), ("confighistory.io/propagated", &a)],
+    );
+    let opted_out = with_annotations(old.clone(), &[("confighistory.io/versioned", "false")]);
+    let r = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&opted_out), Some(&old))).await;
+    let out = r.patched(&opted_out);
+    assert_ne!(annotation(&out, "confighistory.io/changed-at").as_deref(), Some("2026-12-03T09:00:00Z"));
+    assert_eq!(annotation(&out, "confighistory.io/propagated"), None);
+    let edited = with_annotations(configmap("pricing-config", B), &[("confighistory.io/versioned", "false")]);
+    let r = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&edited), Some(&out))).await;
+    assert!(r.patch().is_empty(), "{:?}", r.patch());
+}
+
 #[tokio::test]
 async fn installing_sets_no_changed_at_on_existing_sources() {
     let f = Fixture::new().source("pricing-config", A).workload(&deployment("x:1", "pricing-config"));

@@ -30,8 +30,12 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let is_source = view.state.is_referenced_source(&req.namespace, name)
         || annotation(obj, names::HEAD).is_some()
         || old.is_some_and(|o| annotation(o, names::HEAD).is_some());
+    let versioned = |o: &Value| view.policy.versioned(&labels(o), annotation(o, names::VERSIONED));
+    // A source that stops (or starts again) being versioned is a change of its own: propagated
+    // once, it moves its workloads to the plain name (back to snapshots), SPEC §7.
+    let versioning_changed = old.is_some_and(|o| versioned(o) != versioned(obj));
     // The hot path: every ConfigMap write in the cluster passes here.
-    if !is_source || !view.policy.versioned(&labels(obj), annotation(obj, names::VERSIONED)) {
+    if !is_source || (!versioned(obj) && !versioning_changed) {
         return Outcome::Done(Decision::allow("not-a-source"));
     }
 
@@ -44,7 +48,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     // Equal contents have equal hashes: compare the bytes rather than hash the old content too
     // (a 1 MiB source costs a millisecond per SHA-256 pass).
     let content_changed = old_content.as_ref().is_none_or(|o| *o != content);
-    let changed = stale_head || content_changed;
+    let changed = stale_head || content_changed || versioning_changed;
     let mut d = Decision::allow(if changed { "source-changed" } else { "source" });
 
     if let (Some(old_content), true) = (&old_content, content_changed) {

@@ -312,10 +312,21 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             }
             continue;
         };
-        if cm.get("immutable").and_then(Value::as_bool) == Some(true)
-            || !view.policy.versioned(&labels(cm), annotation(cm, names::VERSIONED))
-        {
-            continue; // already safe, or meant to change under running pods
+        if cm.get("immutable").and_then(Value::as_bool) == Some(true) {
+            continue; // already safe
+        }
+        if !view.policy.versioned(&labels(cm), annotation(cm, names::VERSIONED)) {
+            // Meant to change under running pods. Its owner opted out after workloads were
+            // pinned: propagation moves the unheld ones back to the plain name, once (SPEC §7).
+            let head = Content::from_object(cm).hash();
+            let held = old_holds.get(source).is_some_and(|at| hold_stands(at.as_deref(), &head));
+            if trigger.as_ref().is_some_and(|t| t.contains(source)) && !held {
+                for r in refs.iter().filter(|r| r.hash.is_some()) {
+                    d.rewrites.push(Rewrite { pointer: format!("{tpl_ptr}{}", r.r.pointer), target: Target::Name(source.to_owned()) });
+                }
+                d.response.warn(format!("{source}: no longer versioned; back on the plain name"));
+            }
+            continue;
         }
         let content = Content::from_object(cm);
         let head = content.hash();

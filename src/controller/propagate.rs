@@ -24,6 +24,8 @@ pub struct Change {
     pub changed_ms: i64,
     /// `changed_ms` plus the settle window.
     pub due_ms: i64,
+    /// False once the source is no longer versioned: its workloads move to the plain name.
+    pub versioned: bool,
 }
 
 /// One workload update: the trigger naming every stale source (source → head).
@@ -108,7 +110,12 @@ pub fn pending_change(state: &State, policy: &Policy, ns: &str, cm: &ConfigMapIn
         return None;
     }
     let changed_ms = parse_time_ms(cm.annotation(names::CHANGED_AT)?).unwrap_or(0);
-    Some(Change { head: head.to_owned(), changed_ms, due_ms: changed_ms.saturating_add(settle_ms(state, policy, ns, cm)) })
+    Some(Change {
+        head: head.to_owned(),
+        changed_ms,
+        due_ms: changed_ms.saturating_add(settle_ms(state, policy, ns, cm)),
+        versioned: policy.versioned(&cm.labels, cm.annotation(names::VERSIONED)),
+    })
 }
 
 /// Sources a workload's template uses: source → hashes it is pinned to (`None` = plain name).
@@ -127,9 +134,19 @@ pub fn held_sources(annotations: &BTreeMap<String, String>) -> Holds {
     parse_holds(annotations.get(names::HELD).map(String::as_str), annotations.get(names::HELD_HEADS).map(String::as_str))
 }
 
-/// Whether a workload on `pins` (hashes, `None` = plain) is behind `head` and may be moved.
-pub fn is_stale(pins: &BTreeSet<Option<String>>, head: &str, held: bool) -> bool {
-    pins.contains(&None) || (!held && pins.iter().flatten().any(|h| h != head))
+/// Whether a workload on `pins` (hashes, `None` = plain) is behind the change and may be moved:
+/// to `head`, or, for a source no longer versioned, to the plain name.
+pub fn is_stale(pins: &BTreeSet<Option<String>>, change: &Change, held: bool) -> bool {
+    if !change.versioned {
+        return !held && pins.iter().any(Option::is_some);
+    }
+    pins.contains(&None) || (!held && pins.iter().flatten().any(|h| *h != change.head))
+}
+
+/// A mutable ConfigMap that is not a snapshot, versioned or not: one whose changes (including
+/// leaving versioning, SPEC §7) are propagated.
+fn is_tracked_source(name: &str, cm: &ConfigMapInfo) -> bool {
+    name != names::ROOT_CA && !cm.immutable && !cm.labels.contains_key(names::HASH_LABEL)
 }
 
 /// Decides what to propagate now.
@@ -142,7 +159,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
     // Pending changes, by (namespace, source).
     let mut changes: HashMap<(String, String), Change> = HashMap::new();
     for ((ns, name), cm) in &state.configmaps {
-        if !is_versioned_source(policy, name, cm) || !namespace_active(state, policy, selector, ns) {
+        if !is_tracked_source(name, cm) || !namespace_active(state, policy, selector, ns) {
             continue;
         }
         if let Some(change) = pending_change(state, policy, ns, cm) {
@@ -187,7 +204,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
             .filter_map(|(source, pins)| {
                 let change = changes.get(&(ns.clone(), source.clone()))?;
                 let held = held.get(source).is_some_and(|at| hold_stands(at.as_deref(), &change.head));
-                is_stale(pins, &change.head, held).then_some((source, change))
+                is_stale(pins, change, held).then_some((source, change))
             })
             .collect();
         if stale.is_empty() {
@@ -362,6 +379,24 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_source_that_stops_being_versioned_moves_its_pinned_workloads_to_the_plain_name_once() {
+        let mut s = setup();
+        let old = snapshot::name("cfg", &h('a'), 0);
+        s.apply_configmap(&source("ns", "cfg", &h('b'), &[(names::CHANGED_AT, T0), (names::VERSIONED, "false")]));
+        s.apply_workload(Kind::Deployment, &workload("ns", "pinned", &[&old], &[]));
+        s.apply_workload(Kind::Deployment, &workload("ns", "plain", &["cfg"], &[]));
+        let heads = format!("{{\"cfg\":\"{}\"}}", h('b'));
+        s.apply_workload(Kind::Deployment, &workload("ns", "held", &[&old], &[(names::HELD, "cfg"), (names::HELD_HEADS, &heads)]));
+        let due = run(&s, ms(T0) + 10_000);
+        let names: Vec<&str> = due.plans.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["pinned"], "plain already, and held, stay");
+        s.apply_workload(Kind::Deployment, &workload("ns", "pinned", &["cfg"], &[]));
+        let after = run(&s, ms(T0) + 11_000);
+        assert!(after.plans.is_empty());
+        assert_eq!(after.done, [("ns".into(), "cfg".into(), h('b'))], "recorded, so never again");
+    }
+
+    #[test]
     fn settle_comes_from_the_source_then_the_namespace() {
         let mut s = setup();
         s.apply_namespace(&json!({"metadata": {"name": "ns", "annotations": {names::SETTLE: "1m"}}}));
@@ -376,7 +411,6 @@ pub(crate) mod tests {
     fn manual_unversioned_propagated_and_other_modes_are_left_alone() {
         for (extra, ns_labels) in [
             (vec![(names::ROLLOUT, "manual")], json!({})),
-            (vec![(names::VERSIONED, "false")], json!({})),
             (vec![(names::PROPAGATED, "bbbbbbbbbbbb")], json!({})),
             (vec![], json!({names::MODE_LABEL: "audit"})),
         ] {

@@ -187,3 +187,22 @@ fn a_configmap_created_in_parallel_with_its_deployment_is_allowed_and_pinned_aft
     });
     assert_eq!(pinned.config(SOURCE).unwrap()[KEY_A], "/etc/rules");
 }
+
+/// SPEC §7: a source its owner opts out of versioning after workloads were pinned is propagated
+/// once more: its workloads move back to the plain name (one new revision), and from then on see
+/// its live updates (no revision per edit).
+#[test]
+fn opting_a_source_out_of_versioning_moves_its_workloads_to_the_plain_name() {
+    let Some(ns) = setup("opt-out", &[]) else { return };
+    ns.accepts(&release(IMAGE_A, KEY_A));
+    assert_ne!(ns.current_template("deployment", "pricing").snapshots[SOURCE], SOURCE);
+    ns.kubectl(&["annotate", "configmap", SOURCE, "confighistory.io/versioned=false"]).expect_success();
+    wait_for("the workload to be back on the plain name", Duration::from_secs(30), || {
+        ns.current_template("deployment", "pricing").snapshots[SOURCE] == SOURCE
+    });
+    let history = ns.history_of("pricing");
+    assert_eq!(history.len(), 2, "{history:#?}");
+    ns.kubectl(&["patch", "configmap", SOURCE, "--type=merge", "-p", r#"{"data":{"feature":"on"}}"#]).expect_success();
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(ns.history_of("pricing").len(), 2, "live updates, no new revision");
+}
