@@ -319,9 +319,12 @@ async fn resync_loop(ctx: Arc<Ctx>) {
         if !ctx.leadership.is_leader() {
             continue;
         }
-        let decisions = {
+        // The templates this pass decides about: only these count as seen when it ends. A workload
+        // that arrives while the pass runs (its writes are rate-limited, so that can take long) was
+        // not looked at; marking it seen would adopt an outage's template instead of repairing it.
+        let (decisions, present) = {
             let state = ctx.app.state.read().expect("state lock");
-            adopt::decide(&state, &ctx.app.policy, &ctx.selector, &seen, &adopted)
+            (adopt::decide(&state, &ctx.app.policy, &ctx.selector, &seen, &adopted), adopt::current_templates(&state))
         };
         for a in &decisions.adoptions {
             if !ctx.leadership.is_leader() {
@@ -371,7 +374,7 @@ async fn resync_loop(ctx: Arc<Ctx>) {
             let waiting: HashSet<&String> =
                 decisions.repairs.iter().filter_map(|p| state.workloads.get(&p.key())).map(|w| &w.template_hash).collect();
             if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
-                seen.extend(adopt::current_templates(&state).into_iter().filter(|t| !waiting.contains(t)));
+                seen.extend(present.into_iter().filter(|t| !waiting.contains(t)));
             }
         }
         let rest = interval.saturating_sub(started.elapsed());
