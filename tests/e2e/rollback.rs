@@ -181,7 +181,8 @@ fn a_configmap_created_in_parallel_with_its_deployment_is_allowed_and_pinned_aft
     let out = ns.accepts(&pricing(IMAGE_A));
     assert!(out.warnings().iter().any(|w| w.contains("does not exist yet")), "{}", out.describe());
     assert!(out.warnings().iter().any(|w| w.contains("appeared while admitting")), "{}", out.describe());
-    let pinned = wait_for_value("the controller to pin it", Duration::from_secs(30), || {
+    // Repair shares the controller's rate limit with propagation (other tests' too): be patient.
+    let pinned = wait_for_value("the controller to pin it", Duration::from_secs(90), || {
         let t = ns.current_template("deployment", "pricing");
         (t.snapshots[SOURCE] != SOURCE).then_some(t)
     });
