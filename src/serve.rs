@@ -112,18 +112,31 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
             // `Bytes` clones share the buffer; the uid is parsed only if the deadline passes
             // (parsing is most of an admission's cost: never twice on the normal path).
             let body = bytes.clone();
+            let arrived = std::time::Instant::now();
+            let waited = std::sync::Mutex::new(None);
             let admit = async {
                 let Ok(_place) = places.acquire().await else {
                     return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
                 };
+                *waited.lock().expect("lock") = Some(arrived.elapsed());
                 next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(body))).await
             };
             match tokio::time::timeout(deadline, admit).await {
                 Ok(response) => response,
+                // Most of the deadline went waiting for a place: the server is overloaded (a flood
+                // from somewhere), which says nothing about this request. An error, not a denial,
+                // so the webhook's failurePolicy decides (Ignore: it goes through and repair pins
+                // it later); a flood must not turn into refused writes for everyone (SPEC §9a).
+                Err(_) if waited.lock().expect("lock").is_none_or(|w| w > deadline / 2) => {
+                    tracing::warn!(deadline_ms = deadline.as_millis() as u64, "no admission place free within the deadline (overloaded)");
+                    let message = format!("confighistory is overloaded: no place free within {:.1} s", deadline.as_secs_f64());
+                    (axum::http::StatusCode::SERVICE_UNAVAILABLE, message).into_response()
+                }
                 Err(_) => {
                     let request = crate::admission::review::parse(&bytes).ok();
                     let uid = request.as_ref().map(|r| r.uid.clone()).unwrap_or_default();
-                    tracing::warn!(uid, deadline_ms = deadline.as_millis() as u64, "admission took too long (API server slow or unreachable?)");
+                    // `?`: the uid is the request's, escaped in text logs.
+                    tracing::warn!(uid = ?uid, deadline_ms = deadline.as_millis() as u64, "admission took too long (API server slow or unreachable?)");
                     if let Some(req) = request.filter(|r| workloads && server::never_denied(&app, r)) {
                         let mut response = crate::admission::Response::allow();
                         response.warn(format!(

@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::http::Request as HttpRequest;
+use axum::http::{Request as HttpRequest, StatusCode};
 use futures::future::BoxFuture;
 use http_body_util::BodyExt;
 use rustls::pki_types::pem::PemObject;
@@ -95,6 +95,37 @@ async fn a_stalled_api_server_is_denied_within_the_deadline() {
     assert_eq!(r["status"]["code"], 503);
     let message = r["status"]["message"].as_str().unwrap();
     assert!(message.contains("API server") && message.contains("retrying is safe"), "{message}");
+}
+
+/// Issue 13 (SPEC §9a): a flood that takes every place turns into refused writes for nobody. A
+/// request that waited its whole deadline for a place gets an error (failurePolicy decides:
+/// Ignore lets it through, repair pins it), not a denial; one that got a place is decided as usual.
+#[tokio::test]
+async fn waiting_for_a_place_is_never_a_denial() {
+    let app = app(Arc::new(Stalled));
+    let router = confighistory::serve::limited(server::router(app.clone()), app, server::DEFAULT_MAX_BODY, 1, Duration::from_millis(300));
+    let send = |body: Value| {
+        let router = router.clone();
+        async move {
+            let req = HttpRequest::post("/mutate")
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                .unwrap();
+            let resp = tokio::time::timeout(Duration::from_secs(5), router.oneshot(req)).await.expect("answered").unwrap();
+            let status = resp.status();
+            (status, resp.into_body().collect().await.unwrap().to_bytes())
+        }
+    };
+    // The one place is held by an admission waiting on the stalled API server...
+    let holder = tokio::spawn(send(deployment_review()));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // ...so this one waits for a place until its deadline.
+    let (status, body) = send(deployment_review()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("overloaded"));
+    let (status, body) = holder.await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["response"]["allowed"], false, "had a place: decided as usual");
 }
 
 /// Issue 14: an undo that reaches the server's own deadline (API server stalled) is let through

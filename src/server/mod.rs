@@ -117,7 +117,7 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
     if reason == "unhandled-kind" {
         tracing::info!(kind = %req.kind.kind, group = %req.kind.group, "allowed a kind confighistory does not handle");
     }
-    tracing::debug!(endpoint = endpoint.as_str(), uid = %req.uid, kind = %req.kind.kind, ns = %req.namespace, name = %req.name,
+    tracing::debug!(endpoint = endpoint.as_str(), uid = ?req.uid, kind = %req.kind.kind, ns = %req.namespace, name = %req.name,
         op = req.operation.as_str(), reason, allowed = response.allowed, patch_ops = response.patch.len(), "admission");
     ([(axum::http::header::CONTENT_TYPE, "application/json")], response.review_json(&req.uid)).into_response()
 }
