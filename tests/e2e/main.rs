@@ -9,6 +9,7 @@ mod chart;
 mod controller;
 mod faults;
 mod harness;
+mod incluster;
 mod modes;
 mod pinning;
 mod plugin;

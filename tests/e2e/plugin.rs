@@ -337,9 +337,8 @@ fn status_of_a_cronjob_shows_its_pin_and_no_undo() {
     webhook(cluster);
     let ns = TestNamespace::new(cluster, "plugin-cj");
     ns.accepts(&config("discount_rules_path"));
-    // batch/v1beta1: the API version Kubernetes 1.20 serves CronJobs under.
-    ns.accepts(
-        "apiVersion: batch/v1beta1
+    ns.accepts(&format!(
+        "apiVersion: {}
 kind: CronJob
 metadata:
   name: report
@@ -354,9 +353,10 @@ spec:
           - name: report
             image: registry.example/report:1.0
             envFrom:
-            - configMapRef: {name: app-config}
+            - configMapRef: {{name: app-config}}
 ",
-    );
+        cluster.cronjob_api_version()
+    ));
     let s = plugin(cluster, &["status", "cronjob/report", "-n", &ns.name, "-o", "json"]).json();
     assert_eq!(s["workload"]["kind"], "CronJob");
     assert_eq!(s["pins"][0]["source"], "app-config");

@@ -182,6 +182,17 @@ impl Cluster {
         })
     }
 
+    /// The API version this cluster serves CronJobs under: `batch/v1` from 1.21 on; 1.20 only
+    /// serves `batch/v1beta1`.
+    pub fn cronjob_api_version(&self) -> &'static str {
+        let minor: u32 = self.server_version().split('.').nth(1).and_then(|m| m.trim_end_matches('+').parse().ok()).unwrap_or(0);
+        if minor >= 21 {
+            "batch/v1"
+        } else {
+            "batch/v1beta1"
+        }
+    }
+
     /// `kubectl apply -f -` of cluster-scoped objects (webhook configurations, namespaces).
     pub fn apply_cluster_scoped(&self, yaml: &str) -> Kubectl {
         self.kubectl_stdin(&["apply", "-f", "-"], yaml).expect_success()

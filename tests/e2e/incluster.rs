@@ -1,0 +1,246 @@
+//! confighistory installed in the cluster as an admin installs it (`tests/e2e/cluster install`:
+//! the image from `dist/image` in the loopback registry, `helm install confighistory
+//! charts/confighistory -n confighistory --create-namespace --set image.repository=...`), on the
+//! current lane's real node: pods run, mount their ConfigMaps and print them.
+//!
+//! These tests need that install, and no other confighistory server acting on their namespaces, so
+//! they are ignored in the normal run; `tests/run` runs them after the URL-mode suite and the
+//! install: `cargo test --test e2e -- --ignored incluster::`.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::apps::{configmap, pricing_config, release, workload, KEY_A, KEY_B, SOURCE};
+use crate::support::{cluster, find_helm, repo_root, run_id, wait_for, wait_for_value, Cluster, TestNamespace};
+
+const NAMESPACE: &str = "confighistory";
+const RELEASE: &str = "confighistory";
+/// The test app's images in the loopback registry (docker.io/library/pricing:...). The app prints
+/// `app <version> started` and every file under /etc/pricing, then waits.
+const APP_A: &str = "pricing:4.11";
+const APP_B: &str = "pricing:4.12";
+
+/// The installed release's pods (not being deleted), by name.
+fn server_pods(cluster: &Cluster) -> Vec<Value> {
+    let pods = cluster
+        .kubectl(&["get", "pods", "-n", NAMESPACE, "-l", &format!("app.kubernetes.io/instance={RELEASE}"), "-o", "json"])
+        .expect_success()
+        .json();
+    pods["items"].as_array().cloned().unwrap_or_default().into_iter().filter(|p| p["metadata"]["deletionTimestamp"].is_null()).collect()
+}
+
+fn ready(pod: &Value) -> bool {
+    pod["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+/// The pod named by the Lease's holder (`<pod name>_<suffix>`), once there is one.
+fn leader(cluster: &Cluster) -> Option<String> {
+    let lease = cluster.kubectl(&["get", "lease", RELEASE, "-n", NAMESPACE, "-o", "jsonpath={.spec.holderIdentity}"]);
+    let holder = lease.stdout.trim();
+    (lease.success && !holder.is_empty()).then(|| holder.rsplit_once('_').map_or(holder, |(pod, _)| pod).to_owned())
+}
+
+/// The installed release, or a panic saying how to install it.
+fn installed() -> &'static Cluster {
+    let cluster = cluster().expect("incluster tests need a cluster (tests/e2e/cluster up, then install)");
+    let status = cluster.kubectl(&["get", "deployment", RELEASE, "-n", NAMESPACE]);
+    assert!(status.success, "confighistory is not installed in the cluster: run `tests/e2e/cluster install`\n{}", status.describe());
+    wait_for("2 Ready confighistory replicas", Duration::from_secs(120), || server_pods(cluster).iter().filter(|p| ready(p)).count() >= 2);
+    cluster
+}
+
+/// `kubectl rollout status` for a workload, with a bound.
+fn rollout_status(ns: &TestNamespace, target: &str) {
+    ns.kubectl(&["rollout", "status", target, "--timeout=120s"]).expect_success();
+}
+
+/// What each running (not terminating) pod of `app` printed, once every one of them is Ready and
+/// there are `replicas` of them.
+fn app_output(ns: &TestNamespace, app: &str, replicas: usize) -> Vec<String> {
+    wait_for_value(&format!("{replicas} Ready pods of {app} in {}", ns.name), Duration::from_secs(120), || {
+        let pods = ns.kubectl(&["get", "pods", "-l", &format!("app={app}"), "-o", "json"]).expect_success().json();
+        let live: Vec<Value> = pods["items"].as_array()?.iter().filter(|p| p["metadata"]["deletionTimestamp"].is_null()).cloned().collect();
+        if live.len() != replicas || !live.iter().all(ready) {
+            return None;
+        }
+        let logs: Option<Vec<String>> = live
+            .iter()
+            .map(|p| {
+                let out = ns.kubectl(&["logs", p["metadata"]["name"].as_str()?]);
+                (out.success && out.stdout.contains("started")).then_some(out.stdout)
+            })
+            .collect();
+        logs
+    })
+}
+
+/// The ConfigMap the Deployment's pod template mounts as `config`.
+fn mounted_configmap(ns: &TestNamespace, deployment: &str) -> String {
+    let d = ns.get_json("deployment", deployment).expect("deployment exists");
+    d["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "config"))
+        .and_then(|v| v["configMap"]["name"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+#[ignore = "needs confighistory installed in the cluster (tests/run: after `tests/e2e/cluster install`)"]
+fn incluster_two_ready_replicas_one_leader_webhooks_through_the_service() {
+    let cluster = installed();
+    let pods = server_pods(cluster);
+    assert_eq!(pods.iter().filter(|p| ready(p)).count(), 2, "{pods:#?}");
+    let names: BTreeSet<&str> = pods.iter().filter_map(|p| p["metadata"]["name"].as_str()).collect();
+    // (A leader that was just replaced holds the Lease until it expires.)
+    wait_for_value(&format!("one of {names:?} to hold the Lease"), Duration::from_secs(60), || {
+        leader(cluster).filter(|l| names.contains(l.as_str()))
+    });
+    for kind in ["mutatingwebhookconfiguration", "validatingwebhookconfiguration"] {
+        let configuration = cluster.kubectl(&["get", kind, RELEASE, "-o", "json"]).expect_success().json();
+        for hook in configuration["webhooks"].as_array().unwrap() {
+            let service = &hook["clientConfig"]["service"];
+            assert_eq!(service["name"], RELEASE, "{kind} {}: {hook:#}", hook["name"]);
+            assert_eq!(service["namespace"], NAMESPACE, "{kind} {}", hook["name"]);
+            assert!(hook["clientConfig"]["url"].is_null(), "{kind} {}", hook["name"]);
+        }
+    }
+    // The Service has both pods as endpoints: the API server reaches the webhooks through it.
+    let slices = cluster
+        .kubectl(&["get", "endpointslices", "-n", NAMESPACE, "-l", &format!("kubernetes.io/service-name={RELEASE}"), "-o", "json"])
+        .expect_success()
+        .json();
+    let ready_endpoints = slices["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+        .filter(|e| e["conditions"]["ready"] == true)
+        .count();
+    assert_eq!(ready_endpoints, 2, "{slices:#}");
+}
+
+/// The incident, end to end with running pods: after `kubectl rollout undo` the pods that run
+/// 4.11 again read 4.11's configuration (`discount_rules_path`), not 4.12's renamed key.
+#[test]
+#[ignore = "needs confighistory installed in the cluster (tests/run: after `tests/e2e/cluster install`)"]
+fn incluster_after_rollout_undo_the_running_pods_read_the_old_config() {
+    let cluster = installed();
+    let ns = TestNamespace::new(cluster, "incluster-incident");
+
+    ns.accepts(&release(APP_A, KEY_A));
+    rollout_status(&ns, "deployment/pricing");
+    let out = app_output(&ns, "pricing", 1);
+    assert!(out[0].contains("app 4.11 started") && out[0].contains(&format!("/etc/pricing/{KEY_A}")), "{out:?}");
+
+    ns.accepts(&release(APP_B, KEY_B));
+    rollout_status(&ns, "deployment/pricing");
+    let out = app_output(&ns, "pricing", 1);
+    assert!(out[0].contains("app 4.12 started") && out[0].contains(&format!("/etc/pricing/{KEY_B}")), "{out:?}");
+    assert!(!out[0].contains(&format!("/etc/pricing/{KEY_A}")), "{out:?}");
+
+    ns.rollout_undo("pricing", None);
+    rollout_status(&ns, "deployment/pricing");
+    let out = app_output(&ns, "pricing", 1);
+    assert!(out[0].contains("app 4.11 started"), "{out:?}");
+    assert!(out[0].contains(&format!("== /etc/pricing/{KEY_A}\n/etc/rules")), "the undone pod reads 4.11's config: {out:?}");
+    assert!(!out[0].contains(KEY_B), "the undone pod must not see 4.12's key: {out:?}");
+    // And what a person would check by hand: exec into the running pod.
+    let file = format!("/etc/pricing/{KEY_A}");
+    let exec = cluster.kubectl(&["exec", "-n", &ns.name, "deployment/pricing", "--", "cat", &file]).expect_success();
+    assert_eq!(exec.stdout.trim(), "/etc/rules");
+    let pinned = mounted_configmap(&ns, "pricing");
+    assert!(pinned.starts_with(&format!("{SOURCE}-")), "the undone template names a snapshot: {pinned}");
+}
+
+/// `helm upgrade` of confighistory itself (a changed value rolls both replicas) while a client
+/// applies a release in a loop: every apply is admitted, and every admitted template is pinned.
+#[test]
+#[ignore = "needs confighistory installed in the cluster (tests/run: after `tests/e2e/cluster install`)"]
+fn incluster_helm_upgrade_under_load_admits_everything_pinned() {
+    let cluster = installed();
+    let helm = find_helm().expect("helm (tests/e2e/tools)");
+    let ns = TestNamespace::new(cluster, "incluster-upgrade");
+    ns.accepts(&pricing_config(KEY_A));
+    let before: BTreeSet<String> = server_pods(cluster).iter().filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned)).collect();
+
+    let done = AtomicBool::new(false);
+    let rounds = std::thread::scope(|s| {
+        let client = s.spawn(|| {
+            let mut rounds = Vec::new();
+            let mut i = 0u32;
+            // Until the upgrade is over, then a few more (the last old pod stopping).
+            let mut after = 0;
+            while after < 5 {
+                if done.load(Ordering::SeqCst) {
+                    after += 1;
+                }
+                i += 1;
+                // A new Deployment each round (no pods: replicas 0), so every apply is an admission
+                // that must pin it; one admitted while no server answered stays unpinned.
+                let name = format!("load-{i}");
+                let manifest = workload("deployment", &name, APP_A, SOURCE).replace("replicas: 1", "replicas: 0");
+                let result = ns.apply(&manifest);
+                let pinned = if result.is_ok() { mounted_configmap(&ns, &name) } else { String::new() };
+                rounds.push((i, result.is_ok(), pinned, result.map_or_else(|e| e.describe(), |o| o.describe())));
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            rounds
+        });
+        let chart = repo_root().join("charts/confighistory");
+        // A value no earlier upgrade set, so the server's pods roll.
+        let changed = format!("podAnnotations.e2e-upgrade={}", run_id());
+        let upgrade = Command::new(&helm)
+            .args(["upgrade", RELEASE])
+            .arg(&chart)
+            .args(["-n", NAMESPACE, "--reset-then-reuse-values", "--set-string", &changed, "--wait", "--timeout", "5m"])
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .output()
+            .expect("run helm");
+        done.store(true, Ordering::SeqCst);
+        let rounds = client.join().expect("client thread");
+        assert!(upgrade.status.success(), "helm upgrade failed: {}", String::from_utf8_lossy(&upgrade.stderr));
+        rounds
+    });
+    let after: BTreeSet<String> = server_pods(cluster).iter().filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned)).collect();
+    assert!(before.is_disjoint(&after), "the upgrade replaced every server pod: {before:?} -> {after:?}");
+    assert!(rounds.len() >= 10, "the client kept applying through the upgrade: {} rounds", rounds.len());
+    for (i, ok, pinned, output) in &rounds {
+        assert!(ok, "apply {i} failed during the upgrade:\n{output}");
+        assert!(pinned.starts_with(&format!("{SOURCE}-")), "apply {i} was admitted unpinned ({pinned}):\n{output}");
+    }
+}
+
+/// Deleting the leader pod: another replica takes the Lease and a config-only edit still
+/// propagates to the workloads (a new snapshot, a rollout, pods that print the new config).
+#[test]
+#[ignore = "needs confighistory installed in the cluster (tests/run: after `tests/e2e/cluster install`)"]
+fn incluster_deleting_the_leader_pod_propagation_continues() {
+    let cluster = installed();
+    let ns = TestNamespace::new(cluster, "incluster-leader");
+    ns.annotate("confighistory.io/settle", "2");
+    ns.accepts(&release(APP_A, KEY_A));
+    rollout_status(&ns, "deployment/pricing");
+    let first = mounted_configmap(&ns, "pricing");
+
+    let old_leader = wait_for_value("a Lease holder", Duration::from_secs(60), || leader(cluster));
+    cluster.kubectl(&["delete", "pod", &old_leader, "-n", NAMESPACE, "--wait=false"]).expect_success();
+    ns.accepts(&configmap(SOURCE, &[(KEY_A, "/etc/rules-v2")]));
+
+    let new_leader = wait_for_value("another Lease holder", Duration::from_secs(90), || leader(cluster).filter(|l| *l != old_leader));
+    assert_ne!(new_leader, old_leader);
+    wait_for("the config-only edit to propagate", Duration::from_secs(120), || {
+        let now = mounted_configmap(&ns, "pricing");
+        now != first && ns.configmap_data(&now).is_some_and(|d| d.get(KEY_A).map(String::as_str) == Some("/etc/rules-v2"))
+    });
+    rollout_status(&ns, "deployment/pricing");
+    let out = app_output(&ns, "pricing", 1);
+    assert!(out[0].contains(&format!("== /etc/pricing/{KEY_A}\n/etc/rules-v2")), "{out:?}");
+    wait_for("2 Ready confighistory replicas again", Duration::from_secs(120), || {
+        server_pods(cluster).iter().filter(|p| ready(p)).count() == 2
+    });
+}
