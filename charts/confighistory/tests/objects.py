@@ -28,7 +28,8 @@ if __name__ == "__main__":
     skip = tuple(sys.argv[2:])
     keep, left = [], []
     for o in read_docs(sys.stdin.read()):
-        (left if skip and o["apiVersion"].startswith(skip) else keep).append(o)
+        # A prefix matches "apiVersion/kind" (a group, a version or one kind).
+        (left if skip and f'{o["apiVersion"]}/{o["kind"]}'.startswith(skip) else keep).append(o)
     json.dump({"apiVersion": "v1", "kind": "List", "items": keep}, sys.stdout)
     print("left out: " + (", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in left) or "nothing"),
           file=sys.stderr)

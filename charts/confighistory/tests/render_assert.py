@@ -92,6 +92,8 @@ def main():
         rules = [r["alert"] for g in one("PrometheusRule", fullname)["spec"]["groups"] for r in g["rules"]]
         check(rules == ["ConfighistoryWorkloadsBehindHead", "ConfighistorySnapshotProtectionDenying",
                         "ConfighistoryWebhookErrors", "ConfighistoryCertificateExpiring"], f"alerts {rules}")
+    if exp.get("guard"):
+        expected |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     if hook:
         expected |= {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job"}
     check(set(kinds) == expected, f"kinds {kinds} != expected {sorted(expected)}")
@@ -241,6 +243,21 @@ def main():
     for b in (one("ClusterRoleBinding", fullname), one("RoleBinding", f"{fullname}-leader-election")):
         check(b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
               f"{b['kind']} subjects {b['subjects']}")
+    if exp.get("guard"):
+        # SPEC §9a: the guard binds to confighistory's own ServiceAccount only and denies.
+        vap, vapb = one("ValidatingAdmissionPolicy"), one("ValidatingAdmissionPolicyBinding")
+        check(vap["apiVersion"] == exp["guard"] and vapb["apiVersion"] == exp["guard"], f"guard apiVersion {vap['apiVersion']}")
+        check(vap["spec"]["failurePolicy"] == "Fail", "guard failurePolicy")
+        check(vap["spec"]["matchConditions"] == [{"name": "confighistory-itself", "expression":
+              f"request.userInfo.username == 'system:serviceaccount:{ns}:{sa}'"}], f"guard binds {vap['spec']['matchConditions']}")
+        rules = {r for rule in vap["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]}
+        check(rules == {"configmaps", "deployments", "statefulsets", "daemonsets", "cronjobs"}, f"guard resources {rules}")
+        msgs = [v["message"] for v in vap["spec"]["validations"]]
+        for m in ("create only immutable snapshots", "delete only snapshots", "may not change labels",
+                  "change only confighistory.io/ annotations", "may not change a ConfigMap's data", "images"):
+            check(any(m in x for x in msgs), f"guard lacks {m!r}: {msgs}")
+        check(vapb["spec"] == {"policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}, f"binding {vapb['spec']}")
+        print(f"    guard: {exp['guard']} ValidatingAdmissionPolicy with {len(msgs)} rules on {sa}")
     print(f"    rbac: ClusterRole has exactly the {len(want)} expected resource grants, "
           f"Lease Role limited to {lease!r}")
 
