@@ -73,6 +73,7 @@ pub fn decide(
         if !propagate::namespace_active(state, policy, selector, ns) {
             continue;
         }
+        let new_template = !seen.contains(&w.template_hash);
         let mut plain: Vec<(String, String)> = Vec::new(); // (source, head)
         for (source, pins) in propagate::sources_of(state, ns, &w.refs) {
             if !pins.contains(&None) {
@@ -82,8 +83,10 @@ pub fn decide(
             if !propagate::is_versioned_source(policy, &source, cm) || propagate::pending_change(state, policy, ns, cm).is_some() {
                 continue;
             }
-            if adopted.get(&(ns.clone(), source.clone())).is_some_and(|s| s.contains(&w.template_hash)) {
-                continue; // adopted: an undo target, never restarted
+            // Adopted: an undo target, never restarted. A template never seen before is an
+            // outage's even when adopted (repair records its content before the trigger).
+            if !new_template && adopted.get(&(ns.clone(), source.clone())).is_some_and(|s| s.contains(&w.template_hash)) {
+                continue;
             }
             plain.push((source, cm.annotation(names::HEAD).unwrap_or_default().to_owned()));
         }
@@ -91,7 +94,6 @@ pub fn decide(
             continue;
         }
         let pinned_before = w.annotations.contains_key(names::PINS);
-        let new_template = !seen.contains(&w.template_hash);
         if (pinned_before || new_template) && kind.propagates() {
             repairs.push(Plan {
                 kind: *kind,
@@ -158,6 +160,10 @@ mod tests {
         s.apply_workload(Kind::StatefulSet, &workload("ns", "was-pinned", &["cfg"], &[(names::PINS, "{\"cfg\":\"x\"}")]));
         // Pinned workloads need nothing.
         s.apply_workload(Kind::Deployment, &workload("ns", "pinned", &[&snapshot::name("cfg", &h('a'), 0)], &[]));
+        // Repair records the outage template's content before its trigger: still repaired after.
+        let mut rec = snap("ns", "cfg", &h('a'));
+        rec["metadata"]["annotations"][names::ADOPTED] = json!(tpl_hash(&s, "new"));
+        s.apply_configmap(&rec);
         let d = decide(&s, &Policy::default(), &Selector::default(), &seen, &HashSet::new());
         assert!(d.adoptions.is_empty(), "{d:?}");
         let names: Vec<&str> = d.repairs.iter().map(|p| p.name.as_str()).collect();

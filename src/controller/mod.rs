@@ -348,6 +348,32 @@ async fn resync_loop(ctx: Arc<Ctx>) {
             if repaired.get(&p.key()).is_some_and(|(t, _)| *t == trigger) {
                 continue;
             }
+            // Before the trigger: the plain template the outage admitted ran with the source's
+            // current content (repair skips sources with a pending change, and adopt_one refuses a
+            // change the webhook missed). Recording it lets an undo to that revision bring its
+            // config back (SPEC §9); when it cannot be told, an Event says so.
+            let template = ctx.app.state.read().expect("state lock").workloads.get(&p.key()).map(|w| w.template_hash.clone());
+            for source in p.trigger.keys().filter(|_| template.is_some()) {
+                let a = adopt::Adoption {
+                    namespace: p.namespace.clone(),
+                    source: source.clone(),
+                    templates: template.iter().cloned().collect(),
+                };
+                if adopted.contains(&(a.namespace.clone(), a.source.clone(), a.templates[0].clone())) {
+                    continue;
+                }
+                Limiter::acquire(&ctx.reads, &p.namespace).await;
+                match adopt_one(&ctx, &a).await {
+                    Ok(_) => {
+                        adopted.insert((a.namespace.clone(), a.source.clone(), a.templates[0].clone()));
+                    }
+                    Err(e) => {
+                        let message =
+                            format!("The config this revision ran with ({source}) is unknown, an undo to it gets the current one: {e}");
+                        event(&ctx, p, "Warning", "ConfigUnknown", &message).await;
+                    }
+                }
+            }
             Limiter::acquire(&ctx.writes, &p.namespace).await;
             match trigger_workload(&ctx, p).await {
                 Ok(()) => {

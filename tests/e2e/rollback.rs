@@ -207,3 +207,27 @@ fn opting_a_source_out_of_versioning_moves_its_workloads_to_the_plain_name() {
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(ns.history_of("pricing").len(), 2, "live updates, no new revision");
 }
+
+/// SPEC §9: a revision created while the webhook was unreachable names its source plainly. Repair
+/// pins the workload, and first records the content that revision ran with (the source has not
+/// changed since), so a later undo to it brings that config back, not the current one.
+#[test]
+fn an_undo_to_a_revision_admitted_during_an_outage_brings_its_config_back() {
+    // The webhooks skip namespaces with the exclude label; the controller does not: an outage.
+    let Some(ns) = setup("outage-undo", &[(crate::support::EXCLUDE_LABEL, "true")]) else { return };
+    ns.accepts(&mode_config("a"));
+    ns.accepts(&pricing(IMAGE_A));
+    assert_eq!(ns.history_of("pricing")[0].snapshots[SOURCE], SOURCE, "admitted unpinned");
+    wait_for("the repair trigger", Duration::from_secs(30), || {
+        ns.annotation_of("deployment", "pricing", "confighistory.io/propagate").is_some()
+    });
+    // The webhook is back: repair pins the workload.
+    ns.cluster.kubectl(&["label", "namespace", &ns.name, &format!("{}-", crate::support::EXCLUDE_LABEL)]).expect_success();
+    wait_for("the repair to pin it", Duration::from_secs(90), || ns.current_template("deployment", "pricing").snapshots[SOURCE] != SOURCE);
+
+    ns.accepts(&format!("{}---\n{}", mode_config("b"), pricing(IMAGE_B)));
+    assert_eq!(current_mode(&ns), "b");
+    let out = ns.rollout_undo("pricing", Some(1));
+    let now = ns.current_template("deployment", "pricing");
+    assert_eq!((now.image.as_str(), current_mode(&ns).as_str()), (IMAGE_A, "a"), "{}", out.describe());
+}
