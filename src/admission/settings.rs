@@ -13,9 +13,12 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use crate::snapshot::Content;
 
-/// Larger values are not parsed: a ConfigMap holds at most about 1 MiB, and two of them cost
-/// about 40 ms to parse as YAML (docs/performance.md), this keeps the worst case near a quarter.
-pub const MAX_VALUE_BYTES: usize = 256 * 1024;
+/// Larger values are not parsed. Parsing is not free on the admission path: two 256 KiB YAML
+/// values took 180-340 ms (release build, busy 2-core machine, `tests::measure`), two 32 KiB ones
+/// 23-52 ms; a typical config file of a few KiB costs about a millisecond.
+pub const MAX_VALUE_BYTES: usize = 32 * 1024;
+/// Bytes parsed per request, old and new values together: later keys are skipped.
+pub const MAX_TOTAL_BYTES: usize = 2 * MAX_VALUE_BYTES;
 /// A document with more settings than this is not compared (bounds memory and output work).
 pub const MAX_PATHS: usize = 10_000;
 /// At most this many changed keys of one ConfigMap are parsed.
@@ -170,7 +173,16 @@ fn properties_keys(text: &str) -> Option<Vec<String>> {
 pub fn changes(old: &Content, new: &Content) -> Vec<Change> {
     let changed = old.data.iter().filter_map(|(k, o)| new.data.get(k).filter(|n| *n != o).map(|n| (k, o, n)));
     let mut out = Vec::new();
+    let mut parsed_bytes = 0;
     for (key, o, n) in changed.take(MAX_KEYS) {
+        // Values over the bound are not parsed, so they use none of the request's budget.
+        if o.len() > MAX_VALUE_BYTES || n.len() > MAX_VALUE_BYTES {
+            continue;
+        }
+        parsed_bytes += o.len() + n.len();
+        if parsed_bytes > MAX_TOTAL_BYTES {
+            break;
+        }
         let parsed = match format_by_name(key) {
             Some(f) => settings(f, o).zip(settings(f, n)),
             None => match (sniff(o), sniff(n)) {
@@ -443,6 +455,17 @@ mod tests {
         // Over the size bound: not parsed.
         let big = format!("a: 1\npad: {}\n", "x".repeat(MAX_VALUE_BYTES));
         assert!(changes(&content(&[("c.yaml", &big)]), &content(&[("c.yaml", "b: 1\n")])).is_empty());
+        // The request's budget: two values of 30 KiB each use it up, a third key is not parsed.
+        let doc = |p: &str| (0..1000).map(|i| format!("{p}{i:05}: {}\n", "v".repeat(20))).collect::<String>();
+        let (old, new) = (doc("a"), doc("b"));
+        assert!(old.len() < MAX_VALUE_BYTES && 2 * old.len() > MAX_TOTAL_BYTES / 2);
+        let keys = ["1.yaml", "2.yaml", "3.yaml"];
+        let c = changes(&content(&keys.map(|k| (k, old.as_str()))), &content(&keys.map(|k| (k, new.as_str()))));
+        assert_eq!(c.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(), vec!["1.yaml"]);
+        // A value over the bound costs nothing: the next key is still compared.
+        let c =
+            changes(&content(&[("0.yaml", big.as_str()), ("1.yaml", "x: 1\n")]), &content(&[("0.yaml", "y: 1\n"), ("1.yaml", "z: 1\n")]));
+        assert_eq!(c.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(), vec!["1.yaml"]);
         // Deep nesting within the size bound: no stack overflow, parsed or refused.
         let deep = format!("{}1{}", "{\"a\":".repeat(10_000), "}".repeat(10_000));
         let _ = changes(&content(&[("c.json", &deep)]), &content(&[("c.json", "{\"b\": 1}")]));
@@ -455,6 +478,27 @@ mod tests {
         let t = std::time::Instant::now();
         let _ = changes(&content(&[("c.yaml", bomb)]), &content(&[("c.yaml", "b: 1\n")]));
         assert!(t.elapsed() < std::time::Duration::from_secs(2));
+    }
+
+    /// Cost of the worst case the bounds allow: `cargo test --release --lib settings::tests::measure -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "measurement, run by hand in release"]
+    fn measure() {
+        let doc = |tag: &str| -> String {
+            let mut s = String::new();
+            let mut i = 0;
+            while s.len() < MAX_VALUE_BYTES - 64 {
+                s.push_str(&format!("section_{i}:\n  {tag}_key_{i}: value {i}\n  other_{i}: [1, 2]\n"));
+                i += 1;
+            }
+            s
+        };
+        let (a, b) = (doc("old"), doc("new"));
+        for key in ["config.yaml", "settings"] {
+            let t = std::time::Instant::now();
+            let c = changes(&content(&[(key, &a)]), &content(&[(key, &b)]));
+            println!("{key}: 2 x {} bytes, {} removed, {:?}", a.len(), c.first().map_or(0, |c| c.removed.len()), t.elapsed());
+        }
     }
 
     #[test]
