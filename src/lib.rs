@@ -13,6 +13,7 @@ pub mod admission;
 pub mod cli;
 pub mod cluster;
 pub mod controller;
+pub mod json;
 pub mod names;
 pub mod plugin;
 pub mod policy;

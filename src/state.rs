@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::Value;
 
+use crate::json::At;
 use crate::names;
 use crate::snapshot;
 use crate::template::{self, Kind};
@@ -261,12 +262,12 @@ impl State {
         let meta = &obj["metadata"];
         let info = NamespaceInfo {
             mode_label: meta
-                .pointer(&format!("/labels/{}", crate::admission::review::escape(names::MODE_LABEL)))
+                .at(&format!("/labels/{}", crate::admission::review::escape(names::MODE_LABEL)))
                 .and_then(Value::as_str)
                 .map(str::to_owned),
             labels: string_map(&meta["labels"], |_| true),
             settle: meta
-                .pointer(&format!("/annotations/{}", crate::admission::review::escape(names::SETTLE)))
+                .at(&format!("/annotations/{}", crate::admission::review::escape(names::SETTLE)))
                 .and_then(Value::as_str)
                 .map(str::to_owned),
             deleting: !meta["deletionTimestamp"].is_null(),
@@ -288,7 +289,7 @@ impl State {
 
     pub fn apply_workload(&mut self, kind: Kind, obj: &Value) {
         let (ns, name) = key_of(obj);
-        let tpl = obj.pointer(kind.template_pointer()).cloned().unwrap_or(Value::Null);
+        let tpl = obj.at(kind.template_pointer()).cloned().unwrap_or(Value::Null);
         let meta = &obj["metadata"];
         let info = WorkloadInfo {
             uid: str_at(meta, "uid"),
@@ -328,14 +329,12 @@ impl State {
     pub fn apply_revision(&mut self, kind: Kind, obj: &Value) {
         let (ns, name) = key_of(obj);
         let meta = &obj["metadata"];
-        let tpl = obj.pointer(kind.template_pointer()).cloned().unwrap_or(Value::Null);
+        let tpl = obj.at(kind.template_pointer()).cloned().unwrap_or(Value::Null);
         let revision = match kind {
             Kind::ControllerRevision => obj.get("revision").and_then(Value::as_i64).unwrap_or(0),
-            _ => meta
-                .pointer("/annotations/deployment.kubernetes.io~1revision")
-                .and_then(Value::as_str)
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0),
+            _ => {
+                meta.at("/annotations/deployment.kubernetes.io~1revision").and_then(Value::as_str).and_then(|s| s.parse().ok()).unwrap_or(0)
+            }
         };
         let info = RevisionInfo {
             owner_uid: controller_owner(meta).map(|(_, uid)| uid).unwrap_or_default(),

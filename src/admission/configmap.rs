@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::review::{Operation, Request};
 use super::{annotation, annotation_ops, labels, Decision, Effect, Outcome, View};
+use crate::json::At;
 use crate::names;
 use crate::policy::Mode;
 use crate::snapshot::{self, Content};
@@ -16,7 +17,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let obj = req.object();
     let name = req.name.as_str();
     if name == names::ROOT_CA
-        || obj.pointer("/metadata/labels").and_then(|l| l.get(names::HASH_LABEL)).is_some()
+        || obj.at("/metadata/labels").and_then(|l| l.get(names::HASH_LABEL)).is_some()
         || obj.get("immutable").and_then(Value::as_bool) == Some(true)
     {
         return Outcome::Done(Decision::allow("not-a-source"));
@@ -127,7 +128,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
                     return Outcome::Done(Decision { response: failure.denial.clone(), reason: "api-error", ..Default::default() });
                 }
                 let Some(stored) = view.fresh.get(name) else { return Outcome::Fetch(vec![name.to_owned()]) };
-                let version = |o: &Value| o.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
+                let version = |o: &Value| o.at("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
                 match stored {
                     Some(s) if version(s) == old.and_then(version) && Content::from_object(s) == old_content => {
                         d.effects.push(Effect::EnsureSnapshot {

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Value};
 
+use crate::json::At;
 use crate::policy::Policy;
 use crate::snapshot::{self, Content};
 use crate::state::State;
@@ -153,7 +154,7 @@ impl Decision {
 /// JSONPatch operations that make `obj`'s annotations hold `want` (None = absent).
 /// Writes nothing for keys that already have the wanted value.
 pub fn annotation_ops(obj: &Value, want: &[(&str, Option<String>)]) -> Vec<Value> {
-    let current = obj.pointer("/metadata/annotations").and_then(Value::as_object);
+    let current = obj.at("/metadata/annotations").and_then(Value::as_object);
     let mut ops = Vec::new();
     let mut fresh = BTreeMap::new();
     for (key, value) in want {
@@ -177,11 +178,11 @@ pub fn annotation_ops(obj: &Value, want: &[(&str, Option<String>)]) -> Vec<Value
 }
 
 pub fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
-    obj.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str)
+    obj.at("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str)
 }
 
 pub fn labels(obj: &Value) -> BTreeMap<String, String> {
-    obj.pointer("/metadata/labels")
+    obj.at("/metadata/labels")
         .and_then(Value::as_object)
         .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect())
         .unwrap_or_default()

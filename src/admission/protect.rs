@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::review::{Operation, Request};
 use super::{annotation, Decision, View};
+use crate::json::At;
 use crate::names;
 use crate::snapshot;
 
@@ -68,7 +69,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
                 return Decision::allow("namespace-deleting");
             }
             let old = req.old_object();
-            let Some(hash) = old.pointer("/metadata/labels").and_then(|l| l.get(names::HASH_LABEL)).and_then(Value::as_str) else {
+            let Some(hash) = old.at("/metadata/labels").and_then(|l| l.get(names::HASH_LABEL)).and_then(Value::as_str) else {
                 return Decision::allow("not-a-snapshot");
             };
             let source = annotation(old, names::SOURCE_NAME)
@@ -120,7 +121,7 @@ fn foreign_problems(obj: &Value, name: &str, hash: &str) -> Option<String> {
     let Some(source) = annotation(obj, names::SOURCE_NAME) else {
         return Some(format!("has no {} annotation", names::SOURCE_NAME));
     };
-    let label = obj.pointer("/metadata/labels").and_then(|l| l.get(names::SOURCE_LABEL)).and_then(Value::as_str);
+    let label = obj.at("/metadata/labels").and_then(|l| l.get(names::SOURCE_LABEL)).and_then(Value::as_str);
     let index = snapshot::parse_name(name).map(|(_, _, i)| i).unwrap_or_default();
     if snapshot::name(source, hash, index) != name || label != Some(snapshot::source_label(source).as_str()) {
         return Some(format!("names a source ({}) its name and {} label do not agree with", names::SOURCE_NAME, names::SOURCE_LABEL));

@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::review::Request;
 use super::workload::{admissible, is_undo, made_by_cronjob};
 use super::{annotation, labels, Decision, Outcome, View};
+use crate::json::At;
 use crate::names;
 use crate::policy::Mode;
 use crate::template::{self, Kind};
@@ -80,7 +81,7 @@ const ADMISSION_CHAIN: i64 = 30_000;
 /// validated may have run before it existed.
 fn created_during_admission(cm: &Value, now: &str) -> bool {
     let ms = |t: &str| t.parse::<k8s_openapi::jiff::Timestamp>().ok().map(|t| t.as_millisecond());
-    let created = cm.pointer("/metadata/creationTimestamp").and_then(Value::as_str).and_then(ms);
+    let created = cm.at("/metadata/creationTimestamp").and_then(Value::as_str).and_then(ms);
     // creationTimestamp has whole seconds: up to a second older than the real time.
     matches!((created, ms(now)), (Some(c), Some(n)) if (n - c).abs() <= ADMISSION_CHAIN + 1_000)
 }

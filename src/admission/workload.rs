@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::review::{Operation, Request};
 use super::{annotation, annotation_ops, change_pending, labels, Decision, Effect, Outcome, Rewrite, Target, View};
+use crate::json::At;
 use crate::names;
 use crate::policy::Mode;
 use crate::snapshot::{self, Content};
@@ -37,8 +38,8 @@ pub struct Analysis<'a> {
 
 /// Groups references by source and decides whether the template changed.
 pub fn analyze<'a>(req: &'a Request, kind: Kind, view: &View) -> Option<Analysis<'a>> {
-    let template = req.object().pointer(kind.template_pointer())?;
-    let old_template = req.old_object.as_ref().and_then(|o| o.pointer(kind.template_pointer()));
+    let template = req.object().at(kind.template_pointer())?;
+    let old_template = req.old_object.as_ref().and_then(|o| o.at(kind.template_pointer()));
     let ns = req.namespace.as_str();
     let sourced = |r: Ref| match view.snapshot_of(ns, &r.name) {
         Some((source, hash)) => SourcedRef { r, source, hash: Some(hash) },
@@ -159,7 +160,7 @@ pub fn hold_stands(held_at: Option<&str>, head: &str) -> bool {
 /// that CronJob's (less the labels the Job API adds). An owner reference alone is the request's
 /// word, which anyone who may create Jobs can write.
 pub fn made_by_cronjob(ns: &str, obj: &Value, template: &Value, view: &View) -> bool {
-    let Some(owner) = obj.pointer("/metadata/ownerReferences").and_then(Value::as_array).and_then(|o| {
+    let Some(owner) = obj.at("/metadata/ownerReferences").and_then(Value::as_array).and_then(|o| {
         o.iter().find(|o| {
             o.get("controller").and_then(Value::as_bool) == Some(true) && o.get("kind").and_then(Value::as_str) == Some("CronJob")
         })
@@ -209,7 +210,7 @@ pub fn admissible<'a>(req: &'a Request, view: &View) -> Result<(Mode, Analysis<'
 /// though the unchanged template is, of course, one of the workload's revisions. Recognised from
 /// the caches alone, before any read, so that nothing the API server does can deny it.
 pub fn is_undo(req: &Request, a: &Analysis, template_hash: &str, view: &View) -> bool {
-    let uid = req.object().pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+    let uid = req.object().at("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
     a.changed && req.operation == Operation::Update && view.state.is_revision_of(a.namespace, uid, template_hash)
 }
 

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::json::At;
 use crate::names;
 
 /// Crockford's base32, lowercase: DNS-safe and free of look-alike letters.
@@ -208,7 +209,7 @@ pub enum Invalid {
 
 /// Checks validity from the object itself, not from who created it.
 pub fn validate(obj: &Value) -> Result<String, Invalid> {
-    let label = |k: &'static str| obj.pointer("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str);
+    let label = |k: &'static str| obj.at("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str);
     if obj.get("immutable").and_then(Value::as_bool) != Some(true) {
         return Err(Invalid::Mutable);
     }
@@ -221,7 +222,7 @@ pub fn validate(obj: &Value) -> Result<String, Invalid> {
     if actual != claimed {
         return Err(Invalid::WrongContent { claimed: claimed.into(), actual });
     }
-    let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let name = obj.at("/metadata/name").and_then(Value::as_str).unwrap_or_default();
     match parse_name(name) {
         Some((_, h, _)) if h == claimed => Ok(actual),
         _ => Err(Invalid::NameMismatch(claimed.into())),
