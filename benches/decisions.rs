@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use std::hint::black_box;
 
 use confighistory::admission::{self, review, Failed, Fresh, Outcome, View};
-use confighistory::policy::Policy;
-use confighistory::snapshot::{self, Content};
-use confighistory::state::State;
-use confighistory::template::Kind;
+use confighistory::cache::State;
+use confighistory::model::policy::Policy;
+use confighistory::model::snapshot::{self, Content};
+use confighistory::model::template::Kind;
 use criterion::{criterion_group, Criterion};
 use serde_json::{json, Value};
 

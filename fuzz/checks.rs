@@ -1,7 +1,7 @@
 //! Invariants shared by the fuzz targets (`fuzz/fuzz_targets/*.rs`, cargo-fuzz) and the property
 //! tests (`tests/properties.rs`, which also replays the committed corpus on every `cargo test`).
 //!
-//! Everything goes through [`confighistory::server::admit`], the same edge the HTTPS router calls,
+//! Everything goes through [`confighistory::webhook::admit`], the same edge the HTTPS router calls,
 //! with an in-memory API server ([`MemoryCluster`]) holding a fixed little namespace:
 //! sources (mutable, immutable, unversioned, a 253-character name), an older snapshot with an
 //! adoption record, a squatter on the first snapshot name of one source, and a Deployment with
@@ -24,12 +24,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock, RwLock};
 
 use confighistory::admission::review::{self, Request, Response, MAX_WARNING};
+use confighistory::cache::State;
 use confighistory::cluster::MemoryCluster;
-use confighistory::policy::Policy;
-use confighistory::server::{admit, App, Endpoint};
-use confighistory::snapshot::{self, Content};
-use confighistory::state::State;
-use confighistory::template::{self, Kind};
+use confighistory::model::policy::Policy;
+use confighistory::model::snapshot::{self, Content};
+use confighistory::model::template::{self, Kind};
+use confighistory::webhook::{admit, App, Endpoint};
 use serde_json::{json, Value};
 
 pub const NS: &str = "shop";
@@ -159,7 +159,7 @@ pub fn app(cluster: &MemoryCluster) -> App {
         cluster: Arc::new(cluster.clone()),
         synced: Arc::new(AtomicBool::new(true)),
         tls_ready: Arc::new(AtomicBool::new(true)),
-        max_body: confighistory::server::DEFAULT_MAX_BODY,
+        max_body: confighistory::webhook::DEFAULT_MAX_BODY,
     }
 }
 

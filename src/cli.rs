@@ -84,9 +84,9 @@ pub struct PolicyArgs {
 }
 
 impl PolicyArgs {
-    pub fn policy(&self) -> anyhow::Result<crate::policy::Policy> {
+    pub fn policy(&self) -> anyhow::Result<crate::model::policy::Policy> {
         let excluded: Vec<String> = self.exclude_namespaces.iter().filter(|s| !s.is_empty()).cloned().collect();
-        let mut p = crate::policy::Policy::new(&self.identity, &self.namespace, &excluded);
+        let mut p = crate::model::policy::Policy::new(&self.identity, &self.namespace, &excluded);
         p.default_mode = self.default_mode.parse().map_err(anyhow::Error::msg)?;
         p.allowed_modes = self
             .allowed_modes
@@ -120,7 +120,7 @@ pub struct ServeArgs {
     #[arg(long, env = "CONFIGHISTORY_CLIENT_CA")]
     pub client_ca: Option<PathBuf>,
     /// Largest admission request body accepted, in bytes.
-    #[arg(long, env = "CONFIGHISTORY_MAX_BODY_BYTES", default_value_t = crate::server::DEFAULT_MAX_BODY)]
+    #[arg(long, env = "CONFIGHISTORY_MAX_BODY_BYTES", default_value_t = crate::webhook::DEFAULT_MAX_BODY)]
     pub max_body_bytes: usize,
     /// Most admission requests handled at once; more wait.
     #[arg(long, env = "CONFIGHISTORY_MAX_CONCURRENCY", default_value_t = 256)]

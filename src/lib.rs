@@ -2,23 +2,24 @@
 //! confighistory: gives ConfigMaps a rollout history, so `kubectl rollout undo` restores the
 //! configuration a revision ran with along with its image.
 //!
+//! The layers, lowest first; a module imports only from layers below it (docs/architecture.md):
+//! - [`model`]: the SPEC's vocabulary as pure functions: names and annotations, snapshots (§5),
+//!   pod templates and their references (§4), the policy (§3).
+//! - [`metrics`]: the process's Prometheus metrics.
+//! - [`cache`]: the in-memory view of the cluster that watches feed.
+//! - [`cluster`]: the Kubernetes port: every API-server read and write, the real client, an
+//!   in-memory cluster for tests, and the watches that feed the cache.
 //! - [`admission`]: the decisions of SPEC §6, pure functions of a request and a view.
-//! - [`snapshot`]: content hashing, names and validity of snapshots (§5).
-//! - [`template`]: pod templates and their ConfigMap references (§4).
-//! - [`state`]: the in-memory view fed by watches; [`cluster`]: API-server I/O.
-//! - [`server`]: the HTTPS router, TLS reload, health and metrics; [`serve`] wires it up.
-//! - [`controller`]: propagation, adoption, repair and GC (§7–9).
+//! - [`controller`]: propagation, adoption, repair and GC (§7–9), each loop beside its planner.
+//! - [`webhook`]: the HTTPS edge: router, limits, TLS reload, health; `serve` wires it up.
+//! - [`cli`] and [`plugin`]: the command line of the server and of `kubectl confighistory`.
 
 pub mod admission;
+pub mod cache;
 pub mod cli;
 pub mod cluster;
 pub mod controller;
-pub mod json;
-pub mod names;
+pub mod metrics;
+pub mod model;
 pub mod plugin;
-pub mod policy;
-pub mod serve;
-pub mod server;
-pub mod snapshot;
-pub mod state;
-pub mod template;
+pub mod webhook;

@@ -13,7 +13,7 @@ async fn main() -> anyhow::Result<()> {
         fmt.init();
     }
     match cli.command {
-        Command::Serve(args) => confighistory::serve::run(args).await,
+        Command::Serve(args) => confighistory::webhook::serve::run(args).await,
         Command::Controller(args) => confighistory::controller::run_standalone(args).await,
         Command::Gc(args) => confighistory::controller::run_gc_command(args).await,
     }

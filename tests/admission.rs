@@ -8,12 +8,12 @@ use std::sync::{Arc, RwLock};
 use axum::body::Body;
 use axum::http::{Request as HttpRequest, StatusCode};
 use base64::Engine;
+use confighistory::cache::State;
 use confighistory::cluster::{ApiError, MemoryCluster};
-use confighistory::policy::{Mode, Policy};
-use confighistory::server::{self, App};
-use confighistory::snapshot::{self, Content};
-use confighistory::state::State;
-use confighistory::template::{template_hash, Kind};
+use confighistory::model::policy::{Mode, Policy};
+use confighistory::model::snapshot::{self, Content};
+use confighistory::model::template::{template_hash, Kind};
+use confighistory::webhook::{self, App};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -170,13 +170,13 @@ impl Fixture {
             cluster: Arc::new(self.cluster.clone()),
             synced: Arc::new(AtomicBool::new(true)),
             tls_ready: Arc::new(AtomicBool::new(true)),
-            max_body: server::DEFAULT_MAX_BODY,
+            max_body: webhook::DEFAULT_MAX_BODY,
         })
     }
 
     async fn post(&self, path: &str, body: Vec<u8>) -> Answer {
         let req = HttpRequest::post(path).header("content-type", "application/json").body(Body::from(body)).unwrap();
-        let resp = server::router(self.app()).oneshot(req).await.unwrap();
+        let resp = webhook::router(self.app()).oneshot(req).await.unwrap();
         let status = resp.status();
         let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
         Answer { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null) }
@@ -689,7 +689,7 @@ impl confighistory::cluster::Cluster for RacingAdopter {
         Box::pin(async move {
             if !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst) {
                 let mut other = self.inner.get(ns, name).unwrap();
-                other["metadata"]["annotations"][confighistory::names::ADOPTED] = json!("t-other");
+                other["metadata"]["annotations"][confighistory::model::names::ADOPTED] = json!("t-other");
                 other["metadata"]["resourceVersion"] = json!("2");
                 self.inner.insert(other);
             }
@@ -706,9 +706,9 @@ async fn adoption_records_written_concurrently_are_all_kept() {
     obj["metadata"]["resourceVersion"] = json!("1");
     let cluster = RacingAdopter { inner: MemoryCluster::default(), raced: Default::default() };
     cluster.inner.insert(obj);
-    let (got, _) = server::ensure_snapshot(&cluster, NS, "pricing-config", &c, &["t-mine".to_owned()], false).await.unwrap();
+    let (got, _) = webhook::ensure_snapshot(&cluster, NS, "pricing-config", &c, &["t-mine".to_owned()], false).await.unwrap();
     assert_eq!(got, name);
-    let adopted = annotation(&cluster.inner.get(NS, &name).unwrap(), confighistory::names::ADOPTED).unwrap();
+    let adopted = annotation(&cluster.inner.get(NS, &name).unwrap(), confighistory::model::names::ADOPTED).unwrap();
     assert_eq!(adopted, "t-other,t-mine", "the concurrent record is kept");
 }
 
@@ -1098,7 +1098,7 @@ async fn bad_input_gets_clear_errors() {
     assert_eq!(a.status, StatusCode::BAD_REQUEST);
     assert!(a.body["error"].as_str().unwrap().contains("admissionReviewVersions"));
 
-    let a = f.post("/mutate", vec![b' '; server::DEFAULT_MAX_BODY + 1]).await;
+    let a = f.post("/mutate", vec![b' '; webhook::DEFAULT_MAX_BODY + 1]).await;
     assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE);
 
     // A kind no webhook configuration sends is refused, with the endpoint and kind named.
@@ -1234,7 +1234,7 @@ async fn requests_the_webhooks_never_send_are_refused_without_state() {
         assert!(!a.body["error"].as_str().unwrap().is_empty());
     }
     assert!(f.calls().is_empty(), "{:?}", f.calls());
-    let metrics = confighistory::server::metrics::METRICS.render();
+    let metrics = confighistory::metrics::METRICS.render();
     assert!(!metrics.contains("Deployment-x1"), "no metric label from a refused request");
 }
 

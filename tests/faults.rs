@@ -19,10 +19,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt;
 
+use confighistory::cache::State;
 use confighistory::cluster::{self, Cluster, Created};
-use confighistory::policy::Policy;
-use confighistory::server::{self, tls, App};
-use confighistory::state::State;
+use confighistory::model::policy::Policy;
+use confighistory::webhook::{self, tls, App};
 
 fn tempdir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("confighistory-faults-{name}-{}", std::process::id()));
@@ -62,7 +62,7 @@ fn app(cluster: Arc<dyn Cluster>) -> Arc<App> {
         cluster,
         synced: Arc::new(AtomicBool::new(true)),
         tls_ready: Arc::new(AtomicBool::new(true)),
-        max_body: server::DEFAULT_MAX_BODY,
+        max_body: webhook::DEFAULT_MAX_BODY,
     })
 }
 
@@ -79,7 +79,8 @@ fn deployment_review() -> Value {
 #[tokio::test]
 async fn a_stalled_api_server_is_denied_within_the_deadline() {
     let app = app(Arc::new(Stalled));
-    let router = confighistory::serve::limited(server::router(app.clone()), app, server::DEFAULT_MAX_BODY, 4, Duration::from_millis(300));
+    let router =
+        confighistory::webhook::serve::limited(webhook::router(app.clone()), app, webhook::DEFAULT_MAX_BODY, 4, Duration::from_millis(300));
     let started = Instant::now();
     let req = HttpRequest::post("/mutate")
         .header("content-type", "application/json")
@@ -103,7 +104,8 @@ async fn a_stalled_api_server_is_denied_within_the_deadline() {
 #[tokio::test]
 async fn waiting_for_a_place_is_never_a_denial() {
     let app = app(Arc::new(Stalled));
-    let router = confighistory::serve::limited(server::router(app.clone()), app, server::DEFAULT_MAX_BODY, 1, Duration::from_millis(300));
+    let router =
+        confighistory::webhook::serve::limited(webhook::router(app.clone()), app, webhook::DEFAULT_MAX_BODY, 1, Duration::from_millis(300));
     let send = |body: Value| {
         let router = router.clone();
         async move {
@@ -137,12 +139,13 @@ async fn an_undo_past_the_deadline_is_let_through_as_sent() {
     let rev1 = template("web:1", "app-config-0123456789ab");
     let rev2 = template("web:2", "app-config-bcdefghjkmnp");
     app.state.write().unwrap().apply_revision(
-        confighistory::template::Kind::ReplicaSet,
+        confighistory::model::template::Kind::ReplicaSet,
         &json!({"metadata": {"name": "web-1", "namespace": "shop", "ownerReferences": [{"kind": "Deployment", "uid": "uid-web", "controller": true}]},
             "spec": {"template": rev1}}),
     );
     let deployment = |tpl: &Value| json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop", "uid": "uid-web"}, "spec": {"template": tpl}});
-    let router = confighistory::serve::limited(server::router(app.clone()), app, server::DEFAULT_MAX_BODY, 4, Duration::from_millis(300));
+    let router =
+        confighistory::webhook::serve::limited(webhook::router(app.clone()), app, webhook::DEFAULT_MAX_BODY, 4, Duration::from_millis(300));
     for (endpoint, tpl, allowed) in
         [("/mutate", &rev1, true), ("/validate", &rev1, true), ("/mutate", &template("web:3", "app-config"), false)]
     {
@@ -189,8 +192,9 @@ async fn slow_bodies_do_not_hold_concurrency_places() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = app(Arc::new(cluster::MemoryCluster::default()));
-    let router = confighistory::serve::limited(server::router(app.clone()), app, server::DEFAULT_MAX_BODY, 1, Duration::from_secs(4));
-    tokio::spawn(confighistory::serve::serve_tls_until(
+    let router =
+        confighistory::webhook::serve::limited(webhook::router(app.clone()), app, webhook::DEFAULT_MAX_BODY, 1, Duration::from_secs(4));
+    tokio::spawn(confighistory::webhook::serve::serve_tls_until(
         listener,
         tokio_rustls::TlsAcceptor::from(config),
         router,

@@ -16,10 +16,10 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
+use confighistory::cache::State;
 use confighistory::cluster::MemoryCluster;
-use confighistory::policy::Policy;
-use confighistory::server::{self, tls, App};
-use confighistory::state::State;
+use confighistory::model::policy::Policy;
+use confighistory::webhook::{self, tls, App};
 
 fn generate(dir: &Path, cn: &str) {
     let status = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/certs/generate"))
@@ -47,11 +47,11 @@ async fn start_with(dir: &Path, client_ca: Option<&Path>) -> Server {
         cluster: Arc::new(MemoryCluster::default()),
         synced: Arc::new(AtomicBool::new(true)),
         tls_ready: ready,
-        max_body: server::DEFAULT_MAX_BODY,
+        max_body: webhook::DEFAULT_MAX_BODY,
     });
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(confighistory::serve::serve_tls(listener, tokio_rustls::TlsAcceptor::from(config), server::router(app)));
+    tokio::spawn(confighistory::webhook::serve::serve_tls(listener, tokio_rustls::TlsAcceptor::from(config), webhook::router(app)));
     Server { addr }
 }
 
@@ -257,10 +257,10 @@ async fn dashboards_and_alerts_query_only_metrics_the_server_exports() {
         cluster: Arc::new(MemoryCluster::default()),
         synced: Arc::new(AtomicBool::new(true)),
         tls_ready: Arc::new(AtomicBool::new(true)),
-        max_body: server::DEFAULT_MAX_BODY,
+        max_body: webhook::DEFAULT_MAX_BODY,
     });
     let req = hyper::Request::get("/metrics").body(axum::body::Body::empty()).unwrap();
-    let resp = server::health_router(app).oneshot(req).await.unwrap();
+    let resp = webhook::health_router(app).oneshot(req).await.unwrap();
     let scrape = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
 
     let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/confighistory");

@@ -4,12 +4,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use confighistory::model::snapshot::{self, Content};
+use confighistory::model::template;
 use confighistory::plugin::build::{self, Inventory};
 use confighistory::plugin::model::{Undo, WorkloadRef};
 use confighistory::plugin::render::{self, Style};
 use confighistory::plugin::{machine, Output};
-use confighistory::snapshot::{self, Content};
-use confighistory::template;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Value};
 

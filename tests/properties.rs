@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use confighistory::cluster::MemoryCluster;
-use confighistory::server::Endpoint;
-use confighistory::snapshot::{self, Content};
+use confighistory::model::snapshot::{self, Content};
+use confighistory::webhook::Endpoint;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use serde_json::{json, Value};

@@ -5,10 +5,10 @@ use serde_json::Value;
 
 use super::review::{Operation, Request};
 use super::{annotation, annotation_ops, labels, Decision, Effect, Outcome, View};
-use crate::json::At;
-use crate::names;
-use crate::policy::Mode;
-use crate::snapshot::{self, Content};
+use crate::model::json::At;
+use crate::model::names;
+use crate::model::policy::Mode;
+use crate::model::snapshot::{self, Content};
 
 pub fn decide(req: &Request, view: &View) -> Outcome {
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {

@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Value};
 
-use crate::json::At;
-use crate::policy::Policy;
-use crate::snapshot::{self, Content};
-use crate::state::State;
+use crate::cache::State;
+use crate::model::json::At;
+use crate::model::policy::Policy;
+use crate::model::snapshot::{self, Content};
 
 pub mod configmap;
 pub mod protect;
@@ -61,7 +61,7 @@ impl View<'_> {
     pub fn snapshot_of(&self, ns: &str, name: &str) -> Option<(String, String)> {
         if self.state.configmap(ns, name).is_none() {
             if let Some(Some(obj)) = self.fresh.get(name) {
-                return crate::state::ConfigMapInfo::from_object(obj).snapshot_of(name);
+                return crate::cache::ConfigMapInfo::from_object(obj).snapshot_of(name);
             }
         }
         self.state.snapshot_of(ns, name)
@@ -190,9 +190,9 @@ pub fn labels(obj: &Value) -> BTreeMap<String, String> {
 
 /// Whether a source has a change that propagation has not delivered yet (SPEC §7).
 pub fn change_pending(source: &Value, head: &str) -> bool {
-    annotation(source, crate::names::ROLLOUT) != Some("manual")
-        && annotation(source, crate::names::CHANGED_AT).is_some()
-        && annotation(source, crate::names::PROPAGATED) != Some(head)
+    annotation(source, crate::model::names::ROLLOUT) != Some("manual")
+        && annotation(source, crate::model::names::CHANGED_AT).is_some()
+        && annotation(source, crate::model::names::PROPAGATED) != Some(head)
 }
 
 #[cfg(test)]

@@ -5,9 +5,9 @@ use serde_json::Value;
 
 use super::review::{Operation, Request};
 use super::{annotation, Decision, View};
-use crate::json::At;
-use crate::names;
-use crate::snapshot;
+use crate::model::json::At;
+use crate::model::names;
+use crate::model::snapshot;
 
 pub fn decide(req: &Request, view: &View) -> Decision {
     if req.kind.kind != "ConfigMap" || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {

@@ -11,7 +11,7 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use crate::snapshot::Content;
+use crate::model::snapshot::Content;
 
 /// Larger values are not parsed. Parsing is not free on the admission path: two 256 KiB YAML
 /// values took 180-340 ms (release build, busy 2-core machine, `tests::measure`), two 32 KiB ones

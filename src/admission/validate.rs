@@ -8,10 +8,10 @@ use serde_json::Value;
 use super::review::Request;
 use super::workload::{admissible, is_undo, made_by_cronjob};
 use super::{annotation, labels, Decision, Outcome, View};
-use crate::json::At;
-use crate::names;
-use crate::policy::Mode;
-use crate::template::{self, Kind};
+use crate::model::json::At;
+use crate::model::names;
+use crate::model::policy::Mode;
+use crate::model::template::{self, Kind};
 
 pub fn decide(req: &Request, view: &View) -> Outcome {
     let (mode, a) = match admissible(req, view) {

@@ -8,11 +8,11 @@ use serde_json::Value;
 
 use super::review::{Operation, Request};
 use super::{annotation, annotation_ops, change_pending, labels, Decision, Effect, Outcome, Rewrite, Target, View};
-use crate::json::At;
-use crate::names;
-use crate::policy::Mode;
-use crate::snapshot::{self, Content};
-use crate::template::{self, Kind, Ref};
+use crate::model::json::At;
+use crate::model::names;
+use crate::model::policy::Mode;
+use crate::model::snapshot::{self, Content};
+use crate::model::template::{self, Kind, Ref};
 
 /// A reference with the source it belongs to.
 #[derive(Clone, Debug)]
@@ -438,8 +438,8 @@ fn pin_annotations(pins: &BTreeMap<String, String>, held: &Holds) -> Vec<(&'stat
 mod tests {
     use super::*;
     use crate::admission::{Failed, Fresh};
-    use crate::policy::Policy;
-    use crate::state::State;
+    use crate::cache::State;
+    use crate::model::policy::Policy;
     use serde_json::json;
 
     const PIN: &str = "cfg-0123456789ab";

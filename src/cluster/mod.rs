@@ -69,7 +69,7 @@ fn configmaps(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
 impl Cluster for KubeCluster {
     fn get_configmap<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Value>>> {
         Box::pin(async move {
-            crate::server::metrics::METRICS.api_call("get");
+            crate::metrics::METRICS.api_call("get");
             let obj = configmaps(&self.client, ns).get_opt(name).await?;
             Ok(obj.map(|o| serde_json::to_value(o).unwrap_or_default()))
         })
@@ -77,7 +77,7 @@ impl Cluster for KubeCluster {
 
     fn create_configmap<'a>(&'a self, ns: &'a str, obj: &'a Value, dry_run: bool) -> BoxFuture<'a, Result<Created>> {
         Box::pin(async move {
-            crate::server::metrics::METRICS.api_call("create");
+            crate::metrics::METRICS.api_call("create");
             let dyn_obj: DynamicObject = serde_json::from_value(obj.clone()).map_err(|e| ApiError {
                 code: None,
                 reason: "Invalid".into(),
@@ -94,7 +94,7 @@ impl Cluster for KubeCluster {
 
     fn patch_configmap<'a>(&'a self, ns: &'a str, name: &'a str, patch: &'a Value) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            crate::server::metrics::METRICS.api_call("patch");
+            crate::metrics::METRICS.api_call("patch");
             let pp = PatchParams { field_manager: Some(self.field_manager.clone()), ..Default::default() };
             configmaps(&self.client, ns).patch(name, &pp, &Patch::Merge(patch)).await?;
             Ok(())

@@ -11,8 +11,8 @@ use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use serde_json::Value;
 
-use crate::state::{Key, State, Watched};
-use crate::template::Kind;
+use crate::cache::{Key, State, Watched};
+use crate::model::template::Kind;
 
 pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource {

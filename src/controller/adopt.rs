@@ -15,10 +15,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::propagate::{self, Plan};
-use crate::names;
-use crate::policy::{Policy, Selector};
-use crate::state::State;
-use crate::template::Kind;
+use crate::cache::State;
+use crate::model::names;
+use crate::model::policy::{Policy, Selector};
+use crate::model::template::Kind;
 
 /// Record `templates` in the adoption record of the snapshot of `source`'s current content.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,8 +123,8 @@ pub fn decide(
 mod tests {
     use super::*;
     use crate::controller::propagate::tests::{h, snap, source, workload, T0};
-    use crate::snapshot;
-    use crate::template;
+    use crate::model::snapshot;
+    use crate::model::template;
     use serde_json::json;
 
     fn tpl_hash(s: &State, name: &str) -> String {

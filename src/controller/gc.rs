@@ -25,12 +25,12 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
 use serde_json::{json, Value};
 
+use crate::cache::Watched;
 use crate::cluster::watch::api_resource;
-use crate::names;
-use crate::server::metrics::METRICS;
-use crate::snapshot;
-use crate::state::Watched;
-use crate::template::{self, Kind};
+use crate::metrics::METRICS;
+use crate::model::names;
+use crate::model::snapshot;
+use crate::model::template::{self, Kind};
 
 /// A snapshot as the sweep sees it.
 #[derive(Clone, Debug, PartialEq)]

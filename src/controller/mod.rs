@@ -2,7 +2,7 @@
 //! One replica runs them at a time ([`leader`]); every write is idempotent, so a leader change
 //! half-way loses and duplicates nothing.
 //!
-//! The loops read the watch cache ([`crate::state::State`]) that the admission server keeps, and
+//! The loops read the watch cache ([`crate::cache::State`]) that the admission server keeps, and
 //! decide with pure functions ([`propagate::due_propagations`], [`adopt::decide`], [`gc::plan`]);
 //! this module is the thin I/O around them:
 //! - every 250 ms (the cache is event-driven, so this is the reaction time): propagation;
@@ -19,14 +19,14 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::Mutex;
 
+use crate::cache::Watched;
 use crate::cli::ControllerArgs;
 use crate::cluster::watch::{api_resource, cronjob_version, resource};
-use crate::names;
-use crate::policy::Selector;
-use crate::server::metrics::METRICS;
-use crate::server::App;
-use crate::snapshot::Content;
-use crate::state::Watched;
+use crate::metrics::METRICS;
+use crate::model::names;
+use crate::model::policy::Selector;
+use crate::model::snapshot::Content;
+use crate::webhook::App;
 
 pub mod adopt;
 pub mod gc;
@@ -468,7 +468,7 @@ async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> anyhow::Result<String> {
         // Changed while the webhook was away: the workload did not run with this content.
         anyhow::bail!("{} changed while confighistory was away; left to propagation", a.source);
     }
-    match crate::server::ensure_snapshot(ctx.app.cluster.as_ref(), &a.namespace, &a.source, &content, &a.templates, false).await {
+    match crate::webhook::ensure_snapshot(ctx.app.cluster.as_ref(), &a.namespace, &a.source, &content, &a.templates, false).await {
         Ok((name, _)) => Ok(name),
         Err(f) => Err(anyhow::anyhow!("could not {}: {}", f.what, f.cause)),
     }
@@ -525,12 +525,12 @@ async fn gc_loop(ctx: Arc<Ctx>) {
 
 /// GC acts in namespaces that are not excluded, not off, not being deleted (the namespace's own
 /// deletion removes everything) and selected.
-fn gc_namespace_allowed(state: &crate::state::State, policy: &crate::policy::Policy, selector: &Selector, ns: &str) -> bool {
+fn gc_namespace_allowed(state: &crate::cache::State, policy: &crate::model::policy::Policy, selector: &Selector, ns: &str) -> bool {
     let info = state.namespace(ns);
     if info.is_some_and(|n| n.deleting) || (!selector.is_empty() && !info.is_some_and(|n| selector.matches(&n.labels))) {
         return false;
     }
-    policy.mode(ns, info.and_then(|n| n.mode_label.as_deref())).0 != crate::policy::Mode::Off
+    policy.mode(ns, info.and_then(|n| n.mode_label.as_deref())).0 != crate::model::policy::Mode::Off
 }
 
 /// `confighistory gc`: one sweep, printing every verdict; the same code as the periodic sweep.
@@ -572,7 +572,7 @@ pub async fn run_standalone(args: crate::cli::ControllerCommandArgs) -> anyhow::
     use std::sync::RwLock;
     let policy = args.policy.policy()?;
     let client = kube::Client::try_default().await?;
-    let state = Arc::new(RwLock::new(crate::state::State::default()));
+    let state = Arc::new(RwLock::new(crate::cache::State::default()));
     let synced = Arc::new(AtomicBool::new(false));
     let app = Arc::new(App {
         policy,
@@ -580,7 +580,7 @@ pub async fn run_standalone(args: crate::cli::ControllerCommandArgs) -> anyhow::
         cluster: Arc::new(crate::cluster::KubeCluster { client: client.clone(), field_manager: "confighistory".into() }),
         synced: synced.clone(),
         tls_ready: Arc::new(AtomicBool::new(true)),
-        max_body: crate::server::DEFAULT_MAX_BODY,
+        max_body: crate::webhook::DEFAULT_MAX_BODY,
     });
     crate::cluster::watch::start(client.clone(), state, synced).await;
     let mut controller = args.controller.clone();
@@ -590,7 +590,7 @@ pub async fn run_standalone(args: crate::cli::ControllerCommandArgs) -> anyhow::
     let ctx = start(client, app.clone(), controller).await?;
     let health = tokio::net::TcpListener::bind(args.health_listen).await?;
     tracing::info!(health = %args.health_listen, "controller running");
-    let router = crate::server::health_router(app);
+    let router = crate::webhook::health_router(app);
     let terminate = async {
         #[cfg(unix)]
         if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

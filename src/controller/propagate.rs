@@ -8,10 +8,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::admission::workload::{hold_stands, parse_holds, Holds};
-use crate::names;
-use crate::policy::{self, Mode, Policy};
-use crate::state::{ConfigMapInfo, State};
-use crate::template::Kind;
+use crate::cache::{ConfigMapInfo, State};
+use crate::model::names;
+use crate::model::policy::{self, Mode, Policy};
+use crate::model::template::Kind;
 
 /// (kind, namespace, name) of a workload.
 pub type WorkloadKey = (Kind, String, String);
@@ -262,7 +262,7 @@ fn interleave_namespaces(plans: Vec<Plan>) -> Vec<Plan> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::snapshot;
+    use crate::model::snapshot;
     use serde_json::{json, Value};
 
     pub const T0: &str = "2025-01-01T00:00:00Z";

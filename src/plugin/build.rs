@@ -8,9 +8,9 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
 use super::model::*;
-use crate::names;
-use crate::snapshot::{self, Content};
-use crate::template::{self, Kind};
+use crate::model::names;
+use crate::model::snapshot::{self, Content};
+use crate::model::template::{self, Kind};
 
 /// Default of the newest-N rule (SPEC §8).
 pub const DEFAULT_KEEP: u32 = 5;
@@ -549,7 +549,7 @@ pub fn undo_target(w: &Workload, to: i64) -> Result<(i64, Value)> {
 fn settle(inv: &Inventory, source: &Value) -> u64 {
     annotation(source, names::SETTLE)
         .or_else(|| annotation(&inv.namespace_object, names::SETTLE))
-        .and_then(crate::policy::parse_duration)
+        .and_then(crate::model::policy::parse_duration)
         .map(|d| d.as_secs())
         .unwrap_or(DEFAULT_SETTLE_SECONDS)
 }

@@ -10,8 +10,8 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams}
 use serde_json::{json, Value};
 
 use super::build::{self, Inventory, Workload};
-use crate::names;
-use crate::template::{self, Kind};
+use crate::model::names;
+use crate::model::template::{self, Kind};
 
 /// Field manager of the plugin's writes.
 pub const FIELD_MANAGER: &str = "kubectl-confighistory";

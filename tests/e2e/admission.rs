@@ -11,7 +11,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use confighistory::names::{HELD, PINS, SETTLE};
+use confighistory::model::names::{HELD, PINS, SETTLE};
 use serde_json::Value;
 
 use crate::support::apps::{configmap, pricing, pricing_config, release, workload, IMAGE_A, IMAGE_B, KEY_A, KEY_B, SOURCE};

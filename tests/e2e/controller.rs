@@ -499,9 +499,9 @@ fn gc_sweep_over_a_thousand_snapshots() {
     for i in 0..1000 {
         let source = format!("src-{}", i % 20);
         let content =
-            confighistory::snapshot::Content { data: BTreeMap::from([("value".to_owned(), format!("{i}"))]), ..Default::default() };
-        let name = confighistory::snapshot::name(&source, &content.hash(), 0);
-        list.push(confighistory::snapshot::object(&ns.name, &source, &name, &content, &[]));
+            confighistory::model::snapshot::Content { data: BTreeMap::from([("value".to_owned(), format!("{i}"))]), ..Default::default() };
+        let name = confighistory::model::snapshot::name(&source, &content.hash(), 0);
+        list.push(confighistory::model::snapshot::object(&ns.name, &source, &name, &content, &[]));
     }
     let manifest = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": list}).to_string();
     let created = Instant::now();

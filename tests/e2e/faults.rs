@@ -231,7 +231,7 @@ fn source_configmap(name: &str, value: &str) -> String {
 
 fn hash_of(data: &[(&str, &str)]) -> String {
     let data: serde_json::Map<String, Value> = data.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
-    confighistory::snapshot::Content::from_object(&json!({ "data": data })).hash()
+    confighistory::model::snapshot::Content::from_object(&json!({ "data": data })).hash()
 }
 
 // ---------- a TCP proxy in front of the API server, to cut and restore ----------
@@ -340,7 +340,7 @@ fn api_server_outage_gets_clear_denials_and_recovers_on_its_own() {
     let server = Server::start(cluster, "outage", &kubeconfig, &[]);
     server.wait_health("/readyz", Duration::from_secs(60));
     let tls = tls_client(&server.ca());
-    let expected = confighistory::snapshot::name("app-config", &hash_of(&[("mode", "a")]), 0);
+    let expected = confighistory::model::snapshot::name("app-config", &hash_of(&[("mode", "a")]), 0);
 
     rt.block_on(async {
         // Up: pinned.

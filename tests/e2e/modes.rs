@@ -2,7 +2,7 @@
 //! and the fix, audit only warns, and a namespace can't label itself into a mode the admin does
 //! not allow.
 
-use confighistory::names::{IGNORE, MODE_LABEL};
+use confighistory::model::names::{IGNORE, MODE_LABEL};
 
 use crate::support::apps::{configmap, pricing, pricing_config, IMAGE_A, KEY_A, SOURCE};
 use crate::support::confighistory::{webhook, Webhook};

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use confighistory::names::{HASH_LABEL, MANAGED_BY, MANAGER, SOURCE_LABEL, SOURCE_NAME};
-use confighistory::snapshot::{self, Content};
+use confighistory::model::names::{HASH_LABEL, MANAGED_BY, MANAGER, SOURCE_LABEL, SOURCE_NAME};
+use confighistory::model::snapshot::{self, Content};
 
 use crate::support::apps::{configmap, pricing, pricing_config, workload, IMAGE_A, KEY_A, SOURCE};
 use crate::support::confighistory::webhook;

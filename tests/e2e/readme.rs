@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use confighistory::names::HELD;
+use confighistory::model::names::HELD;
 
 use crate::support::confighistory::webhook;
 use crate::support::{cluster, repo_root, TestNamespace};

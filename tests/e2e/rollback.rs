@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use confighistory::names::{HEAD, HELD, MODE_LABEL, PROPAGATED, SETTLE};
+use confighistory::model::names::{HEAD, HELD, MODE_LABEL, PROPAGATED, SETTLE};
 
 use crate::support::apps::{configmap, pricing, pricing_config, release, IMAGE_A, IMAGE_B, KEY_A, KEY_B, SOURCE};
 use crate::support::confighistory::webhook;

@@ -45,7 +45,7 @@ pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey> {
     let signing = ring::sign::any_supported_type(&key_der).map_err(|e| Error::Key { path: key.to_owned(), reason: e.to_string() })?;
     // The leaf's expiry, for the certificate-expiring alert (docs/operations.md).
     if let Some(t) = not_after(&certs[0]) {
-        super::metrics::METRICS.tls_not_after.store(t.max(0) as u64, std::sync::atomic::Ordering::Relaxed);
+        crate::metrics::METRICS.tls_not_after.store(t.max(0) as u64, std::sync::atomic::Ordering::Relaxed);
     }
     let certified = CertifiedKey::new(certs, signing);
     // A rotation that writes the key and the certificate one after the other leaves a moment (or,

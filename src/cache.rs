@@ -8,10 +8,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::Value;
 
-use crate::json::At;
-use crate::names;
-use crate::snapshot;
-use crate::template::{self, Kind};
+use crate::model::json::At;
+use crate::model::names;
+use crate::model::snapshot;
+use crate::model::template::{self, Kind};
 
 /// (namespace, name)
 pub type Key = (String, String);

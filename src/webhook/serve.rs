@@ -10,10 +10,10 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use super::{tls, App};
+use crate::cache::State;
 use crate::cli::ServeArgs;
 use crate::cluster::{watch, KubeCluster};
-use crate::server::{self, tls, App};
-use crate::state::State;
 
 /// How long a client may take to finish the TLS handshake or send its headers.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -50,7 +50,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     });
 
     let health = TcpListener::bind(args.health_listen).await.with_context(|| format!("binding {}", args.health_listen))?;
-    let health_router = server::health_router(app.clone());
+    let health_router = super::health_router(app.clone());
     tokio::spawn(async move {
         if let Err(e) = axum::serve(health, health_router).await {
             tracing::error!(error = %e, "health server stopped");
@@ -60,7 +60,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     tracing::info!(listen = %args.listen, health = %args.health_listen, "serving admission webhook");
     let deadline = Duration::from_secs_f64(args.admission_deadline.max(0.1));
-    let router = limited(server::router(app.clone()), app.clone(), args.max_body_bytes, args.max_concurrency, deadline);
+    let router = limited(super::router(app.clone()), app.clone(), args.max_body_bytes, args.max_concurrency, deadline);
     // On SIGTERM, report not-ready first and keep serving while the endpoints update, so a
     // rolling update of confighistory itself never drops an admission.
     let drain = Duration::from_secs(args.shutdown_delay);
@@ -137,7 +137,7 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
                     let uid = request.as_ref().map(|r| r.uid.clone()).unwrap_or_default();
                     // `?`: the uid is the request's, escaped in text logs.
                     tracing::warn!(uid = ?uid, deadline_ms = deadline.as_millis() as u64, "admission took too long (API server slow or unreachable?)");
-                    if let Some(req) = request.filter(|r| workloads && server::never_denied(&app, r)) {
+                    if let Some(req) = request.filter(|r| workloads && super::never_denied(&app, r)) {
                         let mut response = crate::admission::Response::allow();
                         response.warn(format!(
                             "confighistory could not decide within {:.1} s; let through as sent, repair pins it",

@@ -15,15 +15,15 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use crate::admission::{self, review, Decision, Effect, Failed, Failure, Fresh, Outcome, Response, View};
+use crate::cache::State;
 use crate::cluster::{ApiError, Cluster, Created};
-use crate::policy::Policy;
-use crate::snapshot;
-use crate::state::State;
+use crate::model::policy::Policy;
+use crate::model::snapshot;
 
-pub mod metrics;
+pub mod serve;
 pub mod tls;
 
-use metrics::METRICS;
+use crate::metrics::METRICS;
 
 /// Default body limit: a 1 MiB ConfigMap UPDATE carries object and oldObject, and kubectl's
 /// last-applied annotation can double each.
@@ -166,11 +166,11 @@ pub fn expected(endpoint: Endpoint, req: &review::Request) -> Result<(), String>
             req.sub_resource
         ));
     }
-    if !crate::names::is_dns_label(&req.namespace) {
+    if !crate::model::names::is_dns_label(&req.namespace) {
         return Err(format!("namespace {:?} is not a valid namespace name", req.namespace));
     }
     // CREATE with generateName may reach admission before the name is generated.
-    if !req.name.is_empty() && !crate::names::is_dns_subdomain(&req.name) {
+    if !req.name.is_empty() && !crate::model::names::is_dns_subdomain(&req.name) {
         return Err(format!("name {:?} is not a valid object name", req.name));
     }
     Ok(())
@@ -222,7 +222,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                 for name in unread {
                     // A name from the request's template goes into an API path only when it is a
                     // valid ConfigMap name (`../secrets/x` is not); any other cannot exist.
-                    if !crate::names::is_dns_subdomain(&name) {
+                    if !crate::model::names::is_dns_subdomain(&name) {
                         fresh.insert(name, None);
                         continue;
                     }
@@ -323,7 +323,7 @@ pub async fn ensure_snapshot(
         };
         match snapshot::validate(&existing) {
             Ok(h) if h == hash => {
-                let have: Vec<&str> = admission::annotation(&existing, crate::names::ADOPTED)
+                let have: Vec<&str> = admission::annotation(&existing, crate::model::names::ADOPTED)
                     .unwrap_or_default()
                     .split(',')
                     .filter(|s| !s.is_empty())
@@ -334,7 +334,7 @@ pub async fn ensure_snapshot(
                     all.extend(missing.into_iter().cloned());
                     // The resourceVersion read is a precondition: a concurrent writer's record is
                     // re-read and kept, never overwritten (SPEC §9: each record is history).
-                    let mut patch = json!({"metadata": {"annotations": {crate::names::ADOPTED: all.join(",")}}});
+                    let mut patch = json!({"metadata": {"annotations": {crate::model::names::ADOPTED: all.join(",")}}});
                     if let Some(rv) = existing.pointer("/metadata/resourceVersion") {
                         patch["metadata"]["resourceVersion"] = rv.clone();
                     }

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashSet};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::json::At;
-use crate::names;
+use crate::model::json::At;
+use crate::model::names;
 
 /// Crockford's base32, lowercase: DNS-safe and free of look-alike letters.
 const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::names;
+use crate::model::names;
 
 /// The kinds confighistory understands, with where their pod template lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

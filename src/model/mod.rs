@@ -1,0 +1,7 @@
+//! The SPEC's vocabulary as pure functions, with no I/O: what every other layer builds on.
+
+pub mod json;
+pub mod names;
+pub mod policy;
+pub mod snapshot;
+pub mod template;
