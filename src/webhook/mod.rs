@@ -20,6 +20,7 @@ use crate::cluster::{ApiError, Cluster, Created};
 use crate::model::policy::Policy;
 use crate::model::snapshot;
 
+pub mod limits;
 pub mod serve;
 pub mod tls;
 

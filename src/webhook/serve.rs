@@ -5,7 +5,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -15,8 +15,7 @@ use crate::cache::State;
 use crate::cli::ServeArgs;
 use crate::cluster::{watch, KubeCluster};
 
-/// How long a client may take to finish the TLS handshake or send its headers.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+pub use super::limits::{CLIENT_TIMEOUT, IDLE_TIMEOUT};
 /// Largest request head (headers) accepted.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
 
@@ -157,7 +156,8 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
 }
 
 /// Accepts TLS connections and serves the router over HTTP/1.1 keep-alive, with timeouts
-/// for slow clients and a cap on header size.
+/// for slow clients ([`CLIENT_TIMEOUT`] for a handshake or a begun head, [`IDLE_TIMEOUT`]
+/// between requests) and a cap on header size.
 pub async fn serve_tls(listener: TcpListener, acceptor: TlsAcceptor, router: axum::Router) -> anyhow::Result<()> {
     serve_tls_until(listener, acceptor, router, shutdown_signal()).await
 }
@@ -185,8 +185,9 @@ pub async fn serve_tls_until(
                 Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                 Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
             };
+            let (stream, clock) = super::limits::watch(stream, CLIENT_TIMEOUT, IDLE_TIMEOUT);
             let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(TokioTimer::new()).header_read_timeout(CLIENT_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
+            builder.timer(clock).header_read_timeout(CLIENT_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
             if let Err(e) = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router)).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
