@@ -9,6 +9,7 @@
 //! - [`cache`]: the in-memory view of the cluster that watches feed.
 //! - [`cluster`]: the Kubernetes port: every API-server read and write, the real client, an
 //!   in-memory cluster for tests, and the watches that feed the cache.
+//! - [`store`]: the snapshot store (SPEC §5): makes sure a snapshot exists, with its own errors.
 //! - [`admission`]: the decisions of SPEC §6, pure functions of a request and a view.
 //! - [`controller`]: propagation, adoption, repair and GC (§7–9), each loop beside its planner.
 //! - [`webhook`]: the HTTPS edge: router, limits, TLS reload, health; `serve` wires it up.
@@ -22,4 +23,5 @@ pub mod controller;
 pub mod metrics;
 pub mod model;
 pub mod plugin;
+pub mod store;
 pub mod webhook;

@@ -706,7 +706,7 @@ async fn adoption_records_written_concurrently_are_all_kept() {
     obj["metadata"]["resourceVersion"] = json!("1");
     let cluster = RacingAdopter { inner: MemoryCluster::default(), raced: Default::default() };
     cluster.inner.insert(obj);
-    let (got, _) = webhook::ensure_snapshot(&cluster, NS, "pricing-config", &c, &["t-mine".to_owned()], false).await.unwrap();
+    let (got, _) = confighistory::store::ensure(&cluster, NS, "pricing-config", &c, &["t-mine".to_owned()], false).await.unwrap();
     assert_eq!(got, name);
     let adopted = annotation(&cluster.inner.get(NS, &name).unwrap(), confighistory::model::names::ADOPTED).unwrap();
     assert_eq!(adopted, "t-other,t-mine", "the concurrent record is kept");

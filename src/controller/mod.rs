@@ -468,9 +468,14 @@ async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> anyhow::Result<String> {
         // Changed while the webhook was away: the workload did not run with this content.
         anyhow::bail!("{} changed while confighistory was away; left to propagation", a.source);
     }
-    match crate::webhook::ensure_snapshot(ctx.app.cluster.as_ref(), &a.namespace, &a.source, &content, &a.templates, false).await {
+    match crate::store::ensure(ctx.app.cluster.as_ref(), &a.namespace, &a.source, &content, &a.templates, false).await {
         Ok((name, _)) => Ok(name),
-        Err(f) => Err(anyhow::anyhow!("could not {}: {}", f.what, f.cause)),
+        Err(e) => {
+            if matches!(e, crate::store::Error::Api { .. } | crate::store::Error::Race { .. }) {
+                METRICS.error("api");
+            }
+            Err(e.into())
+        }
     }
 }
 

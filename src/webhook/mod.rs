@@ -16,9 +16,10 @@ use serde_json::json;
 
 use crate::admission::{self, review, Decision, Effect, Failed, Failure, Fresh, Outcome, Response, View};
 use crate::cache::State;
-use crate::cluster::{ApiError, Cluster, Created};
+use crate::cluster::{ApiError, Cluster};
 use crate::model::policy::Policy;
 use crate::model::snapshot;
+use crate::store;
 
 pub mod limits;
 pub mod serve;
@@ -268,9 +269,9 @@ async fn execute(app: &App, req: &review::Request, decision: Decision) -> Result
     Ok(response)
 }
 
-/// Makes sure a valid snapshot of `content` exists, walking the collision sequence past any
-/// other object under its name. Returns the name and warnings; or what failed.
-pub async fn ensure_snapshot(
+/// Makes sure a valid snapshot of `content` exists ([`store::ensure`]); a failure is the
+/// answer to a request that may be denied.
+async fn ensure_snapshot(
     cluster: &dyn Cluster,
     ns: &str,
     source: &str,
@@ -278,105 +279,35 @@ pub async fn ensure_snapshot(
     adopted: &[String],
     dry_run: bool,
 ) -> Result<(String, Vec<String>), Failure> {
-    let hash = content.hash();
-    let mut warnings = Vec::new();
-    let read = |name: String| async move {
-        cluster.get_configmap(ns, &name).await.map_err(|e| failure(&format!("read ConfigMap {ns}/{name}"), &e))
-    };
-    // Races (created or deleted by someone else between two calls, a concurrent adoption record)
-    // look at the same name again, a few times.
-    let (mut index, mut races) = (0, 0);
-    while index <= snapshot::MAX_COLLISION_INDEX {
-        let name = snapshot::name(source, &hash, index);
-        // Read before create: a snapshot that exists is used, never re-created (SPEC §5). A POST
-        // first would be refused by a full ConfigMap quota even though the object exists, and a
-        // dry run would answer differently from the real request.
-        let Some(existing) = read(name.clone()).await? else {
-            let obj = snapshot::object(ns, source, &name, content, adopted);
-            match cluster.create_configmap(ns, &obj, dry_run).await {
-                Ok(Created::Created) => {
-                    if !dry_run {
-                        METRICS.snapshots_created.fetch_add(1, Ordering::Relaxed);
-                        tracing::info!(namespace = ns, snapshot = %name, source, "created snapshot");
-                    }
-                    return Ok((name, warnings));
-                }
-                Ok(Created::AlreadyExists) if races < MAX_RACES => {
-                    races += 1;
-                    continue;
-                }
-                Ok(Created::AlreadyExists) => return Err(failure(&format!("create snapshot {ns}/{name}"), &race(&name))),
-                Err(e) if e.is_quota() => {
-                    return Err(Failure {
-                        what: format!("create snapshot {name}"),
-                        cause: e.message.clone(),
-                        denial: Response::deny(
-                        403,
-                        format!(
-                            "confighistory could not create snapshot {name} of {source}: {}. Raise the namespace's ResourceQuota for configmaps \
-                             (count/configmaps) or delete unused snapshots; nothing was changed, retrying is safe",
-                            e.message
-                        ),
-                    )})
-                }
-                Err(e) => return Err(failure(&format!("create snapshot {ns}/{name}"), &e)),
-            }
-        };
-        match snapshot::validate(&existing) {
-            Ok(h) if h == hash => {
-                let have: Vec<&str> = admission::annotation(&existing, crate::model::names::ADOPTED)
-                    .unwrap_or_default()
-                    .split(',')
-                    .filter(|s| !s.is_empty())
-                    .collect();
-                let missing: Vec<&String> = adopted.iter().filter(|a| !have.contains(&a.as_str())).collect();
-                if !missing.is_empty() && !dry_run {
-                    let mut all: Vec<String> = have.iter().map(|s| s.to_string()).collect();
-                    all.extend(missing.into_iter().cloned());
-                    // The resourceVersion read is a precondition: a concurrent writer's record is
-                    // re-read and kept, never overwritten (SPEC §9: each record is history).
-                    let mut patch = json!({"metadata": {"annotations": {crate::model::names::ADOPTED: all.join(",")}}});
-                    if let Some(rv) = existing.pointer("/metadata/resourceVersion") {
-                        patch["metadata"]["resourceVersion"] = rv.clone();
-                    }
-                    match cluster.patch_configmap(ns, &name, &patch).await {
-                        Ok(()) => {}
-                        Err(e) if (e.is_conflict() || e.code == Some(404)) && races < MAX_RACES => {
-                            races += 1;
-                            continue;
-                        }
-                        Err(e) => return Err(failure(&format!("record adoption on {ns}/{name}"), &e)),
-                    }
-                }
-                return Ok((name, warnings));
-            }
-            other => {
-                let why = match other {
-                    Ok(h) => format!("it is a snapshot of other content ({h})"),
-                    Err(e) => e.to_string(),
-                };
-                METRICS.collisions.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(namespace = ns, name = %name, reason = %why, "snapshot name collision");
-                warnings.push(format!("{name} is taken by a ConfigMap that is not this snapshot ({why}); using the next name"));
-                index += 1;
-            }
-        }
-    }
-    Err(Failure {
-        what: format!("find a free snapshot name for {source}"),
-        cause: "every name is taken".into(),
-        denial: Response::deny(
-            409,
-            format!("every snapshot name for {source} ({hash}) is taken; delete the ConfigMaps squatting on {source}-{hash}-*"),
-        ),
-    })
+    store::ensure(cluster, ns, source, content, adopted, dry_run).await.map_err(store_failure)
 }
 
-/// How often [`ensure_snapshot`] looks at one name again after losing a race.
-const MAX_RACES: u32 = 5;
-
-fn race(name: &str) -> ApiError {
-    ApiError { code: Some(409), reason: "Conflict".into(), message: format!("{name} kept changing while being read") }
+/// The answer to a request whose snapshot could not be made sure of.
+fn store_failure(e: store::Error) -> Failure {
+    match e {
+        store::Error::Api { what, source } => failure(&what, &source),
+        store::Error::Race { namespace, name } => failure(&format!("create snapshot {namespace}/{name}"), &store::race_error(&name)),
+        store::Error::Quota { name, source_name: source, source: e } => Failure {
+            what: format!("create snapshot {name}"),
+            cause: e.message.clone(),
+            denial: Response::deny(
+                403,
+                format!(
+                    "confighistory could not create snapshot {name} of {source}: {}. Raise the namespace's ResourceQuota for configmaps \
+                         (count/configmaps) or delete unused snapshots; nothing was changed, retrying is safe",
+                    e.message
+                ),
+            ),
+        },
+        store::Error::Exhausted { source_name: source, hash } => Failure {
+            what: format!("find a free snapshot name for {source}"),
+            cause: "every name is taken".into(),
+            denial: Response::deny(
+                409,
+                format!("every snapshot name for {source} ({hash}) is taken; delete the ConfigMaps squatting on {source}-{hash}-*"),
+            ),
+        },
+    }
 }
 
 fn failure(what: &str, e: &ApiError) -> Failure {
