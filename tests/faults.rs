@@ -349,3 +349,158 @@ async fn a_begun_head_must_finish_within_the_client_timeout() {
     assert!(closed.is_ok(), "a stalled head is cut");
     assert!(took >= webhook::serve::CLIENT_TIMEOUT - Duration::from_millis(500), "cut after the head timeout, not before: {took:?}");
 }
+
+/// An API server that answers every read after `delay` (nothing stored).
+struct Slow(Duration);
+
+impl Cluster for Slow {
+    fn get_configmap<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, cluster::Result<Option<Value>>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.0).await;
+            Ok(None)
+        })
+    }
+    fn create_configmap<'a>(&'a self, _: &'a str, _: &'a Value, _: bool) -> BoxFuture<'a, cluster::Result<Created>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.0).await;
+            Ok(Created::Created)
+        })
+    }
+    fn patch_configmap<'a>(&'a self, _: &'a str, _: &'a str, _: &'a Value) -> BoxFuture<'a, cluster::Result<()>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.0).await;
+            Ok(())
+        })
+    }
+}
+
+/// A Deployment CREATE in `ns` mounting a ConfigMap: decided only after reading it.
+fn deployment_in(ns: &str, name: &str) -> Vec<u8> {
+    let mut review = deployment_review();
+    review["request"]["namespace"] = json!(ns);
+    review["request"]["name"] = json!(name);
+    review["request"]["uid"] = json!(format!("uid-{ns}-{name}"));
+    review["request"]["object"]["metadata"]["namespace"] = json!(ns);
+    review["request"]["object"]["metadata"]["name"] = json!(name);
+    serde_json::to_vec(&review).unwrap()
+}
+
+async fn send(router: &axum::Router, body: Vec<u8>) -> (StatusCode, Value) {
+    let req = HttpRequest::post("/mutate").header("content-type", "application/json").body(Body::from(body)).unwrap();
+    let resp = router.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    (status, serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap_or(Value::Null))
+}
+
+/// Issue 13 (SPEC §9a, one tenant starves every other): a namespace that floods the webhook with
+/// API-bound admissions takes every place and queues far past the deadline; another namespace's
+/// admissions are still decided within it (a freed place goes first to a namespace under its
+/// share), not answered "overloaded" after waiting behind the whole flood.
+#[tokio::test]
+async fn a_flood_from_one_namespace_does_not_starve_another() {
+    let app = app(Arc::new(Slow(Duration::from_millis(100))));
+    let deadline = Duration::from_secs(2);
+    let router = webhook::serve::limited(webhook::router(app.clone()), app, webhook::DEFAULT_MAX_BODY, 4, deadline);
+    // 200 admissions of 100 ms each on 4 places: 5 s of work, far past the deadline.
+    let flood: Vec<_> = (0..200)
+        .map(|i| {
+            let router = router.clone();
+            tokio::spawn(async move { send(&router, deployment_in("tenant-a", &format!("web-{i}"))).await.0 })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for i in 0..3 {
+        let started = Instant::now();
+        let (status, body) = send(&router, deployment_in("tenant-b", &format!("api-{i}"))).await;
+        let took = started.elapsed();
+        assert_eq!(status, StatusCode::OK, "tenant-b's admission {i} after {took:?}: {body}");
+        assert!(body["response"]["allowed"].is_boolean(), "decided: {body}");
+        assert!(took < deadline / 2, "tenant-b's admission {i} took {took:?} during tenant-a's flood");
+    }
+    let mut statuses = std::collections::BTreeMap::new();
+    for f in flood {
+        *statuses.entry(f.await.unwrap()).or_insert(0) += 1;
+    }
+    // The flood itself is answered: decided, or "overloaded" (503, failurePolicy decides).
+    assert_eq!(statuses.keys().filter(|s| ![StatusCode::OK, StatusCode::SERVICE_UNAVAILABLE].contains(s)).count(), 0, "{statuses:?}");
+}
+
+/// Issue 13 (SPEC §9a): a decision that needs no API call never waits behind those that do. With
+/// every place held by admissions stuck on an API server that does not answer, a ConfigMap that
+/// is no source is still answered at once.
+#[tokio::test]
+async fn decisions_from_memory_never_wait_for_a_place() {
+    let app = app(Arc::new(Stalled));
+    let router = webhook::serve::limited(webhook::router(app.clone()), app, webhook::DEFAULT_MAX_BODY, 2, Duration::from_secs(3));
+    let stuck: Vec<_> = (0..4)
+        .map(|i| {
+            let router = router.clone();
+            tokio::spawn(async move { send(&router, deployment_in("shop", &format!("web-{i}"))).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let (status, body) = send(&router, configmap_review("shop", "plain", 100)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    assert!(started.elapsed() < Duration::from_secs(1), "answered at once: {:?}", started.elapsed());
+    for s in stuck {
+        s.await.unwrap();
+    }
+}
+
+/// A request whose body arrives in pieces sent through the returned sender, recording when the
+/// server first reads it.
+fn streamed(length: usize) -> (HttpRequest<Body>, tokio::sync::mpsc::UnboundedSender<axum::body::Bytes>, Arc<AtomicBool>) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<axum::body::Bytes>();
+    let read = Arc::new(AtomicBool::new(false));
+    let flag = read.clone();
+    let stream = futures::stream::unfold(rx, move |mut rx| {
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        async move { rx.recv().await.map(|b| (Ok::<_, std::io::Error>(b), rx)) }
+    });
+    let req = HttpRequest::post("/mutate")
+        .header("content-type", "application/json")
+        .header("content-length", length)
+        .body(Body::from_stream(stream))
+        .unwrap();
+    (req, tx, read)
+}
+
+/// Issue 13 (SPEC §9a): bodies were buffered before anything bounded them, so N parallel
+/// large applies could take N x 8 MiB (both replicas OOM at the chart's limit). A body is now
+/// read only within the byte budget (4 x the largest body), counted by Content-Length: while four
+/// 1 MiB bodies are being received, a fifth is not read at all, and it is once one is done.
+#[tokio::test]
+async fn bodies_are_buffered_only_within_the_byte_budget() {
+    const MIB: usize = 1024 * 1024;
+    let app = app(Arc::new(cluster::MemoryCluster::default()));
+    let router = webhook::serve::limited(webhook::router(app.clone()), app, MIB, 8, Duration::from_secs(4));
+    let body = configmap_review("shop", "big", MIB - 1024);
+    let mut senders = Vec::new();
+    let mut answers = Vec::new();
+    for _ in 0..webhook::limits::BODY_BUDGET_BODIES + 1 {
+        let (req, tx, read) = streamed(body.len());
+        tx.send(axum::body::Bytes::copy_from_slice(&body[..100])).unwrap();
+        answers.push(tokio::spawn(router.clone().oneshot(req)));
+        senders.push((tx, read));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reading = senders.iter().filter(|(_, read)| read.load(std::sync::atomic::Ordering::SeqCst)).count();
+    assert_eq!(reading, webhook::limits::BODY_BUDGET_BODIES, "bodies being read at once");
+    assert!(!senders.last().unwrap().1.load(std::sync::atomic::Ordering::SeqCst), "the fifth waits for the budget");
+    // The first body completes and is answered: its part of the budget goes to the fifth.
+    let (rest, _) = senders.remove(0);
+    rest.send(axum::body::Bytes::copy_from_slice(&body[100..])).unwrap();
+    drop(rest); // the body ends
+    let first = tokio::time::timeout(Duration::from_secs(5), answers.remove(0)).await.expect("answered").unwrap().unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(senders.last().unwrap().1.load(std::sync::atomic::Ordering::SeqCst), "the fifth is read once the budget frees");
+    for (tx, _) in senders {
+        tx.send(axum::body::Bytes::copy_from_slice(&body[100..])).unwrap();
+    }
+    for a in answers {
+        assert_eq!(tokio::time::timeout(Duration::from_secs(5), a).await.expect("answered").unwrap().unwrap().status(), StatusCode::OK);
+    }
+}

@@ -196,6 +196,9 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     // that is in fact a source), once more. A decision that is never denied (an undo) and whose
     // snapshot write fails is made again without that source, once per source.
     let mut fetches = 0;
+    // Taken before the first API call and kept to the answer; a decision from memory takes none
+    // (SPEC §9a: it never waits behind API-bound ones).
+    let mut place = None;
     for _ in 0..MAX_PASSES {
         let outcome = {
             let state = app.state.read().expect("state lock");
@@ -210,6 +213,9 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
         match outcome {
             Outcome::Done(decision) => {
                 let (reason, fail_open) = (decision.reason, decision.fail_open);
+                if place.is_none() && !decision.effects.is_empty() {
+                    place = Some(limits::api_place().await);
+                }
                 match execute(app, req, decision).await {
                     Ok(response) => return (response, reason),
                     Err((source, failure)) if fail_open && !failed.contains_key(&source) => {
@@ -221,6 +227,9 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
             Outcome::Fetch(names) if fetches < 2 => {
                 fetches += 1;
                 let unread: Vec<String> = names.into_iter().filter(|n| !fresh.contains_key(n) && !failed.contains_key(n)).collect();
+                if place.is_none() {
+                    place = Some(limits::api_place().await);
+                }
                 for name in unread {
                     // A name from the request's template goes into an API path only when it is a
                     // valid ConfigMap name (`../secrets/x` is not); any other cannot exist.

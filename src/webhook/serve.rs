@@ -10,7 +10,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use super::{tls, App};
+use super::{limits, tls, App};
 use crate::cache::State;
 use crate::cli::ServeArgs;
 use crate::cluster::{watch, KubeCluster};
@@ -76,27 +76,51 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     served
 }
 
-/// The admission router as served: a request's body is read in full, within [`CLIENT_TIMEOUT`]
-/// and `max_body` bytes, before the request takes one of `max_concurrency` places. A slow or
-/// stalled client holds its own connection, never a place: without this, a few clients that
-/// send headers and then trickle a body would keep every other admission waiting.
+/// The admission router as served. Before its body is read, a request takes its part of a byte
+/// budget ([`limits::Budget`]: its Content-Length, or `max_body` when it gives none), waiting
+/// for it within [`CLIENT_TIMEOUT`] (past that: HTTP 503, so failurePolicy decides); N clients
+/// sending large bodies at once cannot buffer more than the budget. The body is then read in
+/// full, within [`CLIENT_TIMEOUT`] and `max_body` bytes, before the request can take one of
+/// `max_concurrency` places: a slow or stalled client holds its own connection, never a place.
 ///
-/// Once it has its place, an admission gets `deadline` to answer (waiting for a place counts).
-/// Past it, it is denied as unavailable, with a retry hint, before the API server's own webhook
-/// timeout turns it into an opaque error (or, with failurePolicy Ignore, an unpinned write): an
-/// API server that accepts connections and never answers would otherwise hold each admission,
-/// and its place, for the kube client's 30 s connect timeout or longer.
+/// Places are taken only around work that calls the API server ([`limits::api_place`], in
+/// [`super::admit`]), fairly by the request's namespace ([`limits::Places`]): a decision made
+/// from memory never queues behind API-bound ones, and one namespace's flood queues mostly
+/// behind itself.
+///
+/// An admission gets `deadline` to answer (waiting for a place counts). Past it, it is denied as
+/// unavailable, with a retry hint, before the API server's own webhook timeout turns it into an
+/// opaque error (or, with failurePolicy Ignore, an unpinned write): an API server that accepts
+/// connections and never answers would otherwise hold each admission, and its place, for the
+/// kube client's 30 s connect timeout or longer.
 ///
 /// An undo or a CronJob's run is never denied (SPEC §6.2.1): past the deadline it is allowed as
 /// sent, with a warning, judged from `app`'s caches; repair finishes the job.
 pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurrency: usize, deadline: Duration) -> axum::Router {
-    let places = Arc::new(tokio::sync::Semaphore::new(max_concurrency.max(1)));
+    let places = limits::Places::new(max_concurrency);
+    let budget = Arc::new(limits::Budget::new(max_body));
     router.layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
-        let (places, app) = (places.clone(), app.clone());
+        let (places, budget, app) = (places.clone(), budget.clone(), app.clone());
         async move {
             use axum::response::IntoResponse;
             let (parts, body) = req.into_parts();
             let workloads = matches!(parts.uri.path(), "/mutate" | "/validate");
+            let length = parts
+                .headers
+                .get(axum::http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+                .or_else(|| usize::try_from(axum::body::HttpBody::size_hint(&body).exact()?).ok());
+            if length.is_some_and(|n| n > max_body) {
+                let message = format!("request body over {max_body} bytes");
+                return (axum::http::StatusCode::PAYLOAD_TOO_LARGE, message).into_response();
+            }
+            // Held until the request is answered: its buffer lives that long.
+            let Ok(_bytes) = tokio::time::timeout(CLIENT_TIMEOUT, budget.take(length)).await else {
+                tracing::warn!(budget_bytes = max_body * limits::BODY_BUDGET_BODIES, "request bodies over the byte budget for the client timeout (overloaded)");
+                let message = format!("confighistory is overloaded: request bodies over its byte budget for {} s", CLIENT_TIMEOUT.as_secs());
+                // The body was never read: the connection cannot be reused.
+                return (axum::http::StatusCode::SERVICE_UNAVAILABLE, [(axum::http::header::CONNECTION, "close")], message).into_response();
+            };
             let bytes = match tokio::time::timeout(CLIENT_TIMEOUT, axum::body::to_bytes(body, max_body)).await {
                 Ok(Ok(bytes)) => bytes,
                 Ok(Err(_)) => {
@@ -108,25 +132,22 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
                     return (axum::http::StatusCode::REQUEST_TIMEOUT, message).into_response();
                 }
             };
+            let gate = limits::Gate::new(places, limits::namespace(&bytes).as_deref().unwrap_or(""));
             // `Bytes` clones share the buffer; the uid is parsed only if the deadline passes
             // (parsing is most of an admission's cost: never twice on the normal path).
             let body = bytes.clone();
-            let arrived = std::time::Instant::now();
-            let waited = std::sync::Mutex::new(None);
-            let admit = async {
-                let Ok(_place) = places.acquire().await else {
-                    return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
-                };
-                *waited.lock().expect("lock") = Some(arrived.elapsed());
-                next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(body))).await
-            };
+            let admit = gate.scope(next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(body))));
             match tokio::time::timeout(deadline, admit).await {
                 Ok(response) => response,
                 // Most of the deadline went waiting for a place: the server is overloaded (a flood
                 // from somewhere), which says nothing about this request. An error, not a denial,
                 // so the webhook's failurePolicy decides (Ignore: it goes through and repair pins
                 // it later); a flood must not turn into refused writes for everyone (SPEC §9a).
-                Err(_) if waited.lock().expect("lock").is_none_or(|w| w > deadline / 2) => {
+                Err(_) if match gate.wait() {
+                    limits::Wait::Waiting(_) => true,
+                    limits::Wait::Got(waited) => waited > deadline / 2,
+                    limits::Wait::NotAsked => false,
+                } => {
                     tracing::warn!(deadline_ms = deadline.as_millis() as u64, "no admission place free within the deadline (overloaded)");
                     let message = format!("confighistory is overloaded: no place free within {:.1} s", deadline.as_secs_f64());
                     (axum::http::StatusCode::SERVICE_UNAVAILABLE, message).into_response()
