@@ -57,17 +57,9 @@ async fn list(ctx: &Ctx, ar: &ApiResource, params: &ListParams) -> Result<Vec<Va
         .collect())
 }
 
-/// CronJobs are batch/v1 from Kubernetes 1.21, batch/v1beta1 before.
+/// CronJobs in the batch version the cluster serves (the probe the watches use).
 async fn cronjob_resource(client: &kube::Client) -> ApiResource {
-    let v1 = client.list_api_group_resources("batch/v1").await.map(|l| l.resources.iter().any(|r| r.name == "cronjobs"));
-    let version = if matches!(v1, Ok(true)) { "v1" } else { "v1beta1" };
-    ApiResource {
-        group: "batch".into(),
-        version: version.into(),
-        api_version: format!("batch/{version}"),
-        kind: "CronJob".into(),
-        plural: "cronjobs".into(),
-    }
+    crate::cluster::watch::resource("batch", crate::cluster::watch::cronjob_version(client).await, "CronJob", "cronjobs")
 }
 
 pub fn resource(kind: Kind) -> ApiResource {
