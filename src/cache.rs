@@ -9,8 +9,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde_json::Value;
 
 use crate::model::json::At;
+use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::snapshot;
+use crate::model::source;
 use crate::model::template::{self, Kind};
 
 /// (namespace, name)
@@ -18,11 +20,23 @@ pub type Key = (String, String);
 
 #[derive(Clone, Debug, Default)]
 pub struct NamespaceInfo {
-    pub mode_label: Option<String>,
-    /// All labels (the controller can be restricted to namespaces matching a selector).
+    /// All labels: the mode label; the controller can be restricted to namespaces matching a selector.
     pub labels: BTreeMap<String, String>,
     pub settle: Option<String>,
     pub deleting: bool,
+}
+
+/// The cache keeps one namespace annotation, the settle window.
+impl Meta for NamespaceInfo {
+    fn annotation(&self, key: &str) -> Option<&str> {
+        (key == names::SETTLE).then_some(self.settle.as_deref()).flatten()
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+    fn deleting(&self) -> bool {
+        self.deleting
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -50,10 +64,6 @@ impl ConfigMapInfo {
         }
     }
 
-    pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.annotations.get(key).map(String::as_str)
-    }
-
     /// (source name, hash) when this ConfigMap is labelled as a snapshot.
     pub fn snapshot_of(&self, name: &str) -> Option<(String, String)> {
         let hash = self.labels.get(names::HASH_LABEL)?;
@@ -64,9 +74,17 @@ impl ConfigMapInfo {
             self.annotation(names::SOURCE_NAME).map(str::to_owned).or_else(|| snapshot::parse_name(name).map(|(s, _, _)| s.to_owned()))?;
         Some((source, hash.clone()))
     }
+}
 
-    pub fn adopted(&self) -> impl Iterator<Item = &str> {
-        self.annotation(names::ADOPTED).unwrap_or_default().split(',').filter(|s| !s.is_empty())
+impl Meta for ConfigMapInfo {
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.get(key).map(String::as_str)
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+    fn immutable(&self) -> bool {
+        self.immutable
     }
 }
 
@@ -80,6 +98,19 @@ pub struct WorkloadInfo {
     /// Kind of the controlling owner (a Job made by a CronJob).
     pub owner_kind: Option<String>,
     pub deleting: bool,
+}
+
+/// The cache keeps no workload labels.
+impl Meta for WorkloadInfo {
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.get(key).map(String::as_str)
+    }
+    fn label(&self, _: &str) -> Option<&str> {
+        None
+    }
+    fn deleting(&self) -> bool {
+        self.deleting
+    }
 }
 
 /// A revision: ReplicaSet or ControllerRevision.
@@ -220,7 +251,7 @@ impl State {
             .filter(|((n, _), _)| n == ns)
             .filter_map(|((_, name), cm)| {
                 let (src, hash) = cm.snapshot_of(name)?;
-                (src == source && cm.adopted().any(|t| t == template_hash)).then(|| (cm.created.as_str(), name.clone(), hash))
+                (src == source && source::adopted(cm).any(|t| t == template_hash)).then(|| (cm.created.as_str(), name.clone(), hash))
             })
             .min()
             .map(|(_, name, hash)| (name, hash))
@@ -261,10 +292,6 @@ impl State {
     pub fn apply_namespace(&mut self, obj: &Value) {
         let meta = &obj["metadata"];
         let info = NamespaceInfo {
-            mode_label: meta
-                .at(&format!("/labels/{}", crate::admission::review::escape(names::MODE_LABEL)))
-                .and_then(Value::as_str)
-                .map(str::to_owned),
             labels: string_map(&meta["labels"], |_| true),
             settle: meta
                 .at(&format!("/annotations/{}", crate::admission::review::escape(names::SETTLE)))
@@ -529,5 +556,111 @@ mod tests {
             "data": {"k": "v"}}));
         assert_eq!(info.annotations.len(), 1);
         assert_eq!(info.annotation(names::HEAD), Some("h"));
+    }
+
+    // Each rule of model::source and model::policy is written once over `Meta`; these check
+    // that a raw object and the cache's record of it give the same answer.
+
+    fn configmap(labels: Value, annotations: Value, immutable: bool) -> Value {
+        json!({"metadata": {"namespace": "ns", "name": "cfg", "labels": labels, "annotations": annotations}, "immutable": immutable})
+    }
+
+    #[test]
+    fn source_rules_agree_on_raw_objects_and_cache_records() {
+        use crate::model::policy::Selector;
+        let excluded: Selector = "ca-bundle=true".parse().unwrap();
+        let snapshot_label = json!({names::HASH_LABEL: "0123456789ab"});
+        let off = json!({names::VERSIONED: "false"});
+        // (name, object, tracked, versioned source)
+        let cases = [
+            ("cfg", configmap(json!({}), json!({}), false), true, true),
+            (names::ROOT_CA, configmap(json!({}), json!({}), false), false, false),
+            ("cfg", configmap(json!({}), json!({}), true), false, false),
+            ("cfg", configmap(snapshot_label, json!({}), false), false, false),
+            ("cfg", configmap(json!({}), off, false), true, false),
+            ("cfg", configmap(json!({"ca-bundle": "true"}), json!({}), false), true, false),
+        ];
+        for (i, (name, obj, tracked, versioned)) in cases.into_iter().enumerate() {
+            let info = ConfigMapInfo::from_object(&obj);
+            assert_eq!((source::is_tracked(name, &obj), source::is_tracked(name, &info)), (tracked, tracked), "case {i}");
+            assert_eq!(
+                (source::is_versioned_source(name, &obj, &excluded), source::is_versioned_source(name, &info, &excluded)),
+                (versioned, versioned),
+                "case {i}"
+            );
+            assert_eq!(source::is_versioned(&obj, &excluded), source::is_versioned(&info, &excluded), "case {i}");
+        }
+    }
+
+    #[test]
+    fn pending_change_agrees_on_raw_objects_and_cache_records() {
+        let at = "2024-01-01T00:00:00Z";
+        // (annotations, pending at head "h")
+        let cases = [
+            (json!({names::CHANGED_AT: at}), Some(at)),
+            (json!({names::CHANGED_AT: at, names::PROPAGATED: "old"}), Some(at)),
+            (json!({names::CHANGED_AT: at, names::PROPAGATED: "h"}), None),
+            (json!({names::CHANGED_AT: at, names::ROLLOUT: "manual"}), None),
+            (json!({names::PROPAGATED: "old"}), None),
+        ];
+        for (i, (annotations, pending)) in cases.into_iter().enumerate() {
+            let obj = configmap(json!({}), annotations, false);
+            let info = ConfigMapInfo::from_object(&obj);
+            assert_eq!((source::pending_change(&obj, "h"), source::pending_change(&info, "h")), (pending, pending), "case {i}");
+        }
+    }
+
+    #[test]
+    fn holds_agree_on_raw_objects_and_cache_records() {
+        let mut obj = deployment("a", "cfg");
+        obj["metadata"]["annotations"] = json!({names::HELD: "cfg, other,", names::HELD_HEADS: r#"{"cfg":"h1"}"#, "kubectl.kubernetes.io/last-applied-configuration": "{}"});
+        let mut s = State::default();
+        s.apply_workload(Kind::Deployment, &obj);
+        let info = &s.workloads[&(Kind::Deployment, "ns".to_owned(), "a".to_owned())];
+        let want: source::Holds = [("cfg".to_owned(), Some("h1".to_owned())), ("other".to_owned(), None)].into();
+        assert_eq!(source::holds(&obj), want);
+        assert_eq!(source::holds(info), want);
+        obj["metadata"]["annotations"] = json!({});
+        assert!(source::holds(&obj).is_empty());
+    }
+
+    #[test]
+    fn adoption_records_agree_on_raw_objects_and_cache_records() {
+        let obj = configmap(json!({names::HASH_LABEL: "h"}), json!({names::ADOPTED: "t1,,t2"}), true);
+        let info = ConfigMapInfo::from_object(&obj);
+        assert_eq!(source::adopted(&obj).collect::<Vec<_>>(), ["t1", "t2"]);
+        assert_eq!(source::adopted(&info).collect::<Vec<_>>(), ["t1", "t2"]);
+    }
+
+    #[test]
+    fn namespace_mode_and_scope_agree_on_raw_objects_and_cache_records() {
+        use crate::model::policy::{Mode, Policy, Selector};
+        let policy = Policy::default();
+        let selector: Selector = "team=a".parse().unwrap();
+        let ns = |labels: Value, deleting: bool| {
+            let mut o = json!({"metadata": {"name": "ns", "labels": labels}});
+            if deleting {
+                o["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+            }
+            o
+        };
+        // (object, mode, in scope of `selector`)
+        let cases = [
+            (ns(json!({"team": "a"}), false), Mode::Rewrite, Some(Mode::Rewrite)),
+            (ns(json!({"team": "a", names::MODE_LABEL: "audit"}), false), Mode::Audit, Some(Mode::Audit)),
+            (ns(json!({names::MODE_LABEL: "enforce"}), false), Mode::Enforce, None),
+            (ns(json!({"team": "a"}), true), Mode::Rewrite, None),
+        ];
+        for (i, (obj, mode, scope)) in cases.into_iter().enumerate() {
+            let mut s = State::default();
+            s.apply_namespace(&obj);
+            let info = s.namespace("ns");
+            assert_eq!(policy.namespace_mode("ns", Some(&obj)).0, mode, "case {i}");
+            assert_eq!(policy.namespace_mode("ns", info).0, mode, "case {i}");
+            assert_eq!(policy.in_scope(&selector, "ns", Some(&obj)), scope, "case {i}");
+            assert_eq!(policy.in_scope(&selector, "ns", info), scope, "case {i}");
+        }
+        assert_eq!(policy.in_scope::<Value>(&Selector::default(), "unseen", None), Some(Mode::Rewrite));
+        assert_eq!(policy.in_scope::<Value>(&selector, "unseen", None), None, "not seen, so not selected");
     }
 }

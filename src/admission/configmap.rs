@@ -4,11 +4,12 @@
 use serde_json::Value;
 
 use super::review::{Operation, Request};
-use super::{annotation, annotation_ops, labels, Decision, Effect, Outcome, View};
+use super::{annotation, annotation_ops, Decision, Effect, Outcome, View};
 use crate::model::json::At;
 use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::snapshot::{self, Content};
+use crate::model::source;
 
 pub fn decide(req: &Request, view: &View) -> Outcome {
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
@@ -16,14 +17,10 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     }
     let obj = req.object();
     let name = req.name.as_str();
-    if name == names::ROOT_CA
-        || obj.at("/metadata/labels").and_then(|l| l.get(names::HASH_LABEL)).is_some()
-        || obj.get("immutable").and_then(Value::as_bool) == Some(true)
-    {
+    if !source::is_tracked(name, obj) {
         return Outcome::Done(Decision::allow("not-a-source"));
     }
-    let ns_label = view.state.namespace(&req.namespace).and_then(|n| n.mode_label.as_deref());
-    let mode = view.policy.mode(&req.namespace, ns_label).0;
+    let mode = view.policy.namespace_mode(&req.namespace, view.state.namespace(&req.namespace)).0;
     if mode == Mode::Off {
         return Outcome::Done(Decision::allow("mode"));
     }
@@ -31,7 +28,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let is_source = view.state.is_referenced_source(&req.namespace, name)
         || annotation(obj, names::HEAD).is_some()
         || old.is_some_and(|o| annotation(o, names::HEAD).is_some());
-    let versioned = |o: &Value| view.policy.versioned(&labels(o), annotation(o, names::VERSIONED));
+    let versioned = |o: &Value| view.policy.versioned(o);
     // A source that stops (or starts again) being versioned is a change of its own: propagated
     // once, it moves its workloads to the plain name (back to snapshots), SPEC §7.
     let versioning_changed = old.is_some_and(|o| versioned(o) != versioned(obj));
@@ -119,7 +116,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             let recorded = view.state.configmaps.iter().any(|((n, cm_name), cm)| {
                 n == &req.namespace
                     && cm.snapshot_of(cm_name).is_some_and(|(s, h)| s == name && h == old_hash)
-                    && users.iter().all(|u| cm.adopted().any(|a| a == u))
+                    && users.iter().all(|u| source::adopted(cm).any(|a| a == u))
             });
             if !recorded {
                 // The snapshot's content is what the API server stores, never the request's word

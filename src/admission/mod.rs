@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use crate::cache::State;
 use crate::model::json::At;
+use crate::model::meta::Meta;
 use crate::model::policy::Policy;
 use crate::model::snapshot::{self, Content};
 
@@ -178,21 +179,7 @@ pub fn annotation_ops(obj: &Value, want: &[(&str, Option<String>)]) -> Vec<Value
 }
 
 pub fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
-    obj.at("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str)
-}
-
-pub fn labels(obj: &Value) -> BTreeMap<String, String> {
-    obj.at("/metadata/labels")
-        .and_then(Value::as_object)
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect())
-        .unwrap_or_default()
-}
-
-/// Whether a source has a change that propagation has not delivered yet (SPEC §7).
-pub fn change_pending(source: &Value, head: &str) -> bool {
-    annotation(source, crate::model::names::ROLLOUT) != Some("manual")
-        && annotation(source, crate::model::names::CHANGED_AT).is_some()
-        && annotation(source, crate::model::names::PROPAGATED) != Some(head)
+    Meta::annotation(obj, key)
 }
 
 #[cfg(test)]

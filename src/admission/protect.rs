@@ -6,8 +6,10 @@ use serde_json::Value;
 use super::review::{Operation, Request};
 use super::{annotation, Decision, View};
 use crate::model::json::At;
+use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::snapshot;
+use crate::model::source;
 
 pub fn decide(req: &Request, view: &View) -> Decision {
     if req.kind.kind != "ConfigMap" || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
@@ -86,8 +88,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
             } else if view.state.ref_count(ns, name).revisions > 0 {
                 reasons.push("rollout history (ReplicaSets or ControllerRevisions) uses it".into());
             }
-            let adopted = annotation(old, names::ADOPTED).unwrap_or_default();
-            if adopted.split(',').any(|t| !t.is_empty() && view.state.template_exists(ns, t)) {
+            if source::adopted(old).any(|t| view.state.template_exists(ns, t)) {
                 reasons.push("it holds the config of a revision from before confighistory".into());
             }
             if reasons.is_empty() {

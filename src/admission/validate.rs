@@ -7,8 +7,9 @@ use serde_json::Value;
 
 use super::review::Request;
 use super::workload::{admissible, is_undo, made_by_cronjob};
-use super::{annotation, labels, Decision, Outcome, View};
+use super::{Decision, Outcome, View};
 use crate::model::json::At;
+use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::template::{self, Kind};
@@ -43,8 +44,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let mut appeared = Vec::new();
     for r in &a.refs {
         let Some(Some(cm)) = view.fresh.get(&r.r.name) else { continue };
-        let mutable = cm.get("immutable").and_then(Value::as_bool) != Some(true);
-        if mutable && view.policy.versioned(&labels(cm), annotation(cm, names::VERSIONED)) {
+        if !cm.immutable() && view.policy.versioned(cm) {
             if mode == Mode::Rewrite && created_during_admission(cm, view.now) {
                 // Created in parallel with this workload (Terraform, Pulumi, parallel scripts):
                 // the mutating pass found no source to pin; repair pins it (SPEC 6.3).

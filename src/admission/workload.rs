@@ -7,11 +7,13 @@ use std::fmt::Write;
 use serde_json::Value;
 
 use super::review::{Operation, Request};
-use super::{annotation, annotation_ops, change_pending, labels, Decision, Effect, Outcome, Rewrite, Target, View};
+use super::{annotation, annotation_ops, Decision, Effect, Outcome, Rewrite, Target, View};
 use crate::model::json::At;
+use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::snapshot::{self, Content};
+use crate::model::source::{self, hold_stands, Holds};
 use crate::model::template::{self, Kind, Ref};
 
 /// A reference with the source it belongs to.
@@ -135,26 +137,6 @@ pub fn format_trigger(items: &BTreeMap<String, String>) -> String {
     items.iter().map(|(s, h)| format!("{s}={h}")).collect::<Vec<_>>().join(",")
 }
 
-/// Held sources, each with the head its hold was taken at (SPEC §2), from the `held` and
-/// `held-heads` annotation values; `None` for a hold recorded without its head (held against
-/// every change, as holds were before heads were recorded).
-pub type Holds = BTreeMap<String, Option<String>>;
-
-pub fn parse_holds(held: Option<&str>, heads: Option<&str>) -> Holds {
-    let heads: BTreeMap<String, String> = heads.and_then(|h| serde_json::from_str(h).ok()).unwrap_or_default();
-    held.unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| (s.to_owned(), heads.get(s).cloned())).collect()
-}
-
-pub fn holds_of(obj: &Value) -> Holds {
-    parse_holds(annotation(obj, names::HELD), annotation(obj, names::HELD_HEADS))
-}
-
-/// Whether a hold taken at head `held_at` stands against the source's head `head`: a hold stands
-/// against the changes made before it, not against those made after it (SPEC §2, §7).
-pub fn hold_stands(held_at: Option<&str>, head: &str) -> bool {
-    held_at.is_none_or(|h| h == head)
-}
-
 /// Whether a Job was made by a CronJob (its references are the CronJob's business): its
 /// controller is a CronJob of its namespace that exists with that uid, and its pod template is
 /// that CronJob's (less the labels the Job API adds). An owner reference alone is the request's
@@ -192,11 +174,10 @@ pub fn admissible<'a>(req: &'a Request, view: &View) -> Result<(Mode, Analysis<'
         return Err("not-intercepted");
     }
     let obj = req.object();
-    if !obj["metadata"]["deletionTimestamp"].is_null() {
+    if obj.deleting() {
         return Err("deleting");
     }
-    let ns_label = view.state.namespace(&req.namespace).and_then(|n| n.mode_label.as_deref());
-    let mode = view.policy.mode(&req.namespace, ns_label).0;
+    let mode = view.policy.namespace_mode(&req.namespace, view.state.namespace(&req.namespace)).0;
     // The ignore annotation is honoured in rewrite and audit mode, never in enforce mode.
     if mode == Mode::Off || (mode != Mode::Enforce && annotation(obj, names::IGNORE) == Some("true")) {
         return Err("mode");
@@ -235,7 +216,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let obj = req.object();
     let own = req.user_info.username == view.policy.identity;
     let trigger: Option<BTreeSet<String>> = own.then(|| annotation(obj, names::PROPAGATE).map(parse_trigger)).flatten();
-    let old_holds = holds_of(req.old_object());
+    let old_holds = source::holds(req.old_object());
     let tpl_ptr = kind.template_pointer();
 
     // In every mode that acts (SPEC 6.2): enforce and audit never rewrite a changed template, but
@@ -313,10 +294,10 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             }
             continue;
         };
-        if cm.get("immutable").and_then(Value::as_bool) == Some(true) {
+        if cm.immutable() {
             continue; // already safe
         }
-        if !view.policy.versioned(&labels(cm), annotation(cm, names::VERSIONED)) {
+        if !view.policy.versioned(cm) {
             // Meant to change under running pods. Its owner opted out after workloads were
             // pinned: propagation moves the unheld ones back to the plain name, once (SPEC §7).
             let head = Content::from_object(cm).hash();
@@ -371,7 +352,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             // confighistory's own update without a trigger is a reinvocation over its own output
             // (the trigger was consumed by the first pass): it joins no pending change the first
             // pass left alone, or a second pass would not be a no-op.
-            if h != head && change_pending(cm, &head) && !was_held && !own {
+            if h != head && source::pending_change(cm, &head).is_some() && !was_held && !own {
                 To::Head
             } else {
                 To::Keep(n, h)

@@ -16,8 +16,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::propagate::{self, Plan};
 use crate::cache::State;
+use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::{Policy, Selector};
+use crate::model::source;
 use crate::model::template::Kind;
 
 /// Record `templates` in the adoption record of the snapshot of `source`'s current content.
@@ -40,7 +42,7 @@ pub fn adoption_index(state: &State) -> HashMap<(String, String), HashSet<String
     for ((ns, name), cm) in &state.configmaps {
         if let Some((source, _)) = cm.snapshot_of(name) {
             let set = idx.entry((ns.clone(), source)).or_default();
-            set.extend(cm.adopted().map(str::to_owned));
+            set.extend(source::adopted(cm).map(str::to_owned));
         }
     }
     idx
@@ -80,7 +82,9 @@ pub fn decide(
                 continue;
             }
             let Some(cm) = state.configmap(ns, &source) else { continue };
-            if !propagate::is_versioned_source(policy, &source, cm) || propagate::pending_change(state, policy, ns, cm).is_some() {
+            if !source::is_versioned_source(&source, cm, &policy.excluded_sources)
+                || propagate::pending_change(state, policy, ns, cm).is_some()
+            {
                 continue;
             }
             // Adopted: an undo target, never restarted. A template never seen before is an

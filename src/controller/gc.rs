@@ -66,7 +66,7 @@ impl SnapshotInfo {
             hash,
             created_ms: meta["creationTimestamp"].as_str().and_then(super::propagate::parse_time_ms).unwrap_or(0),
             last_used_ms: ann(names::LAST_USED).and_then(super::propagate::parse_time_ms),
-            adopted: ann(names::ADOPTED).unwrap_or_default().split(',').filter(|t| !t.is_empty()).map(str::to_owned).collect(),
+            adopted: crate::model::source::adopted(obj).map(str::to_owned).collect(),
             valid: snapshot::validate(obj).map(|_| ()).map_err(|e| e.to_string()),
             bytes: snapshot::Content::from_object(obj).bytes(),
             name,

@@ -23,6 +23,7 @@ use crate::cache::Watched;
 use crate::cli::ControllerArgs;
 use crate::cluster::watch::{api_resource, cronjob_version, resource};
 use crate::metrics::METRICS;
+use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Selector;
 use crate::model::snapshot::Content;
@@ -419,7 +420,7 @@ async fn rehash(ctx: &Ctx) {
             .iter()
             .filter(|((ns, name), cm)| {
                 cm.annotation(names::HEAD).is_some()
-                    && propagate::is_versioned_source(&ctx.app.policy, name, cm)
+                    && crate::model::source::is_versioned_source(name, cm, &ctx.app.policy.excluded_sources)
                     && state.is_referenced_source(ns, name)
                     && propagate::namespace_active(&state, &ctx.app.policy, &ctx.selector, ns)
             })
@@ -531,11 +532,7 @@ async fn gc_loop(ctx: Arc<Ctx>) {
 /// GC acts in namespaces that are not excluded, not off, not being deleted (the namespace's own
 /// deletion removes everything) and selected.
 fn gc_namespace_allowed(state: &crate::cache::State, policy: &crate::model::policy::Policy, selector: &Selector, ns: &str) -> bool {
-    let info = state.namespace(ns);
-    if info.is_some_and(|n| n.deleting) || (!selector.is_empty() && !info.is_some_and(|n| selector.matches(&n.labels))) {
-        return false;
-    }
-    policy.mode(ns, info.and_then(|n| n.mode_label.as_deref())).0 != crate::model::policy::Mode::Off
+    policy.in_scope(selector, ns, state.namespace(ns)).is_some_and(|m| m != crate::model::policy::Mode::Off)
 }
 
 /// `confighistory gc`: one sweep, printing every verdict; the same code as the periodic sweep.

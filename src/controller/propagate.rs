@@ -7,10 +7,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::admission::workload::{hold_stands, parse_holds, Holds};
 use crate::cache::{ConfigMapInfo, State};
+use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::{self, Mode, Policy};
+use crate::model::source::{self, hold_stands};
 use crate::model::template::Kind;
 
 /// (kind, namespace, name) of a workload.
@@ -85,36 +86,18 @@ pub fn settle_ms(state: &State, policy: &Policy, ns: &str, cm: &ConfigMapInfo) -
 /// Whether a namespace is one the loops act in: rewrite mode, not being deleted, and (when the
 /// controller is restricted to some namespaces) selected.
 pub fn namespace_active(state: &State, policy: &Policy, selector: &policy::Selector, ns: &str) -> bool {
-    let info = state.namespace(ns);
-    if info.is_some_and(|n| n.deleting) {
-        return false;
-    }
-    if !selector.is_empty() && !info.is_some_and(|n| selector.matches(&n.labels)) {
-        return false;
-    }
-    policy.mode(ns, info.and_then(|n| n.mode_label.as_deref())).0 == Mode::Rewrite
+    policy.in_scope(selector, ns, state.namespace(ns)) == Some(Mode::Rewrite)
 }
 
-/// A mutable, versioned ConfigMap that is not a snapshot: one whose changes are tracked.
-pub fn is_versioned_source(policy: &Policy, name: &str, cm: &ConfigMapInfo) -> bool {
-    name != names::ROOT_CA
-        && !cm.immutable
-        && !cm.labels.contains_key(names::HASH_LABEL)
-        && policy.versioned(&cm.labels, cm.annotation(names::VERSIONED))
-}
-
-/// The pending change of a source, if any (the state-cache form of `admission::change_pending`).
+/// The pending change of a source ([`source::pending_change`] at its recorded head), if any.
 pub fn pending_change(state: &State, policy: &Policy, ns: &str, cm: &ConfigMapInfo) -> Option<Change> {
     let head = cm.annotation(names::HEAD)?;
-    if cm.annotation(names::ROLLOUT) == Some("manual") || cm.annotation(names::PROPAGATED) == Some(head) {
-        return None;
-    }
-    let changed_ms = parse_time_ms(cm.annotation(names::CHANGED_AT)?).unwrap_or(0);
+    let changed_ms = parse_time_ms(source::pending_change(cm, head)?).unwrap_or(0);
     Some(Change {
         head: head.to_owned(),
         changed_ms,
         due_ms: changed_ms.saturating_add(settle_ms(state, policy, ns, cm)),
-        versioned: policy.versioned(&cm.labels, cm.annotation(names::VERSIONED)),
+        versioned: policy.versioned(cm),
     })
 }
 
@@ -130,10 +113,6 @@ pub fn sources_of(state: &State, ns: &str, refs: &[String]) -> BTreeMap<String, 
     out
 }
 
-pub fn held_sources(annotations: &BTreeMap<String, String>) -> Holds {
-    parse_holds(annotations.get(names::HELD).map(String::as_str), annotations.get(names::HELD_HEADS).map(String::as_str))
-}
-
 /// Whether a workload on `pins` (hashes, `None` = plain) is behind the change and may be moved:
 /// to `head`, or, for a source no longer versioned, to the plain name.
 pub fn is_stale(pins: &BTreeSet<Option<String>>, change: &Change, held: bool) -> bool {
@@ -141,12 +120,6 @@ pub fn is_stale(pins: &BTreeSet<Option<String>>, change: &Change, held: bool) ->
         return !held && pins.iter().any(Option::is_some);
     }
     pins.contains(&None) || (!held && pins.iter().flatten().any(|h| *h != change.head))
-}
-
-/// A mutable ConfigMap that is not a snapshot, versioned or not: one whose changes (including
-/// leaving versioning, SPEC §7) are propagated.
-fn is_tracked_source(name: &str, cm: &ConfigMapInfo) -> bool {
-    name != names::ROOT_CA && !cm.immutable && !cm.labels.contains_key(names::HASH_LABEL)
 }
 
 /// Decides what to propagate now.
@@ -159,7 +132,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
     // Pending changes, by (namespace, source).
     let mut changes: HashMap<(String, String), Change> = HashMap::new();
     for ((ns, name), cm) in &state.configmaps {
-        if !is_tracked_source(name, cm) || !namespace_active(state, policy, selector, ns) {
+        if !source::is_tracked(name, cm) || !namespace_active(state, policy, selector, ns) {
             continue;
         }
         if let Some(change) = pending_change(state, policy, ns, cm) {
@@ -181,7 +154,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
         if !namespace_active(state, policy, selector, ns) {
             continue;
         }
-        let held = held_sources(&w.annotations);
+        let held = source::holds(w);
         let sources = sources_of(state, ns, &w.refs);
         // Metrics: pins that are not the head, and held pins.
         let mut is_behind = false;

@@ -1,7 +1,9 @@
 //! The SPEC's vocabulary as pure functions, with no I/O: what every other layer builds on.
 
 pub mod json;
+pub mod meta;
 pub mod names;
 pub mod policy;
 pub mod snapshot;
+pub mod source;
 pub mod template;

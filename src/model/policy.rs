@@ -3,7 +3,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
+use crate::model::meta::Meta;
 use crate::model::names;
+use crate::model::source;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
@@ -106,12 +108,21 @@ impl Selector {
     }
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.matches_with(|k| labels.get(k).map(String::as_str))
+    }
+
+    /// Whether the object's labels match (an empty selector matches nothing).
+    pub fn selects(&self, obj: &impl Meta) -> bool {
+        self.matches_with(|k| obj.label(k))
+    }
+
+    fn matches_with<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
         !self.0.is_empty()
             && self.0.iter().all(|r| match r {
-                Requirement::Exists(k) => labels.contains_key(k),
-                Requirement::NotExists(k) => !labels.contains_key(k),
-                Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
-                Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
+                Requirement::Exists(k) => label(k).is_some(),
+                Requirement::NotExists(k) => label(k).is_none(),
+                Requirement::In(k, vs) => label(k).is_some_and(|v| vs.iter().any(|x| x == v)),
+                Requirement::NotIn(k, vs) => label(k).is_none_or(|v| !vs.iter().any(|x| x == v)),
             })
     }
 }
@@ -180,9 +191,23 @@ impl Policy {
         }
     }
 
-    /// Whether a ConfigMap is versioned: not opted out by annotation or by the admin's selector.
-    pub fn versioned(&self, labels: &BTreeMap<String, String>, versioned_annotation: Option<&str>) -> bool {
-        versioned_annotation != Some("false") && !self.excluded_sources.matches(labels)
+    /// Whether a ConfigMap is versioned ([`source::is_versioned`] with the admin's selector).
+    pub fn versioned(&self, obj: &impl Meta) -> bool {
+        source::is_versioned(obj, &self.excluded_sources)
+    }
+
+    /// The mode of a namespace, from its object or cache record (`None`: not seen), as [`Self::mode`].
+    pub fn namespace_mode<M: Meta>(&self, namespace: &str, obj: Option<&M>) -> (Mode, Option<String>) {
+        self.mode(namespace, obj.and_then(|o| o.label(names::MODE_LABEL)))
+    }
+
+    /// The controller loops' scope (SPEC §7-9): the mode of a namespace that is not being deleted
+    /// and, when the controller is restricted to some namespaces (`selector`), is selected.
+    pub fn in_scope<M: Meta>(&self, selector: &Selector, namespace: &str, obj: Option<&M>) -> Option<Mode> {
+        if obj.is_some_and(|o| o.deleting()) || (!selector.is_empty() && !obj.is_some_and(|o| selector.selects(o))) {
+            return None;
+        }
+        Some(self.namespace_mode(namespace, obj).0)
     }
 }
 
@@ -201,6 +226,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -232,9 +258,11 @@ mod tests {
     #[test]
     fn versioned_opt_outs() {
         let p = Policy { excluded_sources: "ca-bundle=true".parse().unwrap(), ..Policy::default() };
-        assert!(p.versioned(&labels(&[]), None));
-        assert!(!p.versioned(&labels(&[]), Some("false")));
-        assert!(!p.versioned(&labels(&[("ca-bundle", "true")]), None));
+        let cm =
+            |labels: serde_json::Value, annotations: serde_json::Value| json!({"metadata": {"labels": labels, "annotations": annotations}});
+        assert!(p.versioned(&cm(json!({}), json!({}))));
+        assert!(!p.versioned(&cm(json!({}), json!({names::VERSIONED: "false"}))));
+        assert!(!p.versioned(&cm(json!({"ca-bundle": "true"}), json!({}))));
     }
 
     #[test]

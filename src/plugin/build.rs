@@ -8,8 +8,11 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
 use super::model::*;
+use crate::model::meta::Meta;
 use crate::model::names;
+use crate::model::policy::Selector;
 use crate::model::snapshot::{self, Content};
+use crate::model::source;
 use crate::model::template::{self, Kind};
 
 /// Default of the newest-N rule (SPEC §8).
@@ -75,18 +78,16 @@ impl Workload {
             .or_else(|| annotation(&self.object, REVISION_ANNOTATION).and_then(|r| r.parse().ok()))
     }
     pub fn held(&self) -> BTreeSet<String> {
-        annotation(&self.object, names::HELD)
-            .map(|h| h.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
-            .unwrap_or_default()
+        source::holds(&self.object).into_keys().collect()
     }
 }
 
 pub fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
-    obj.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str)
+    Meta::annotation(obj, key)
 }
 
 pub fn label<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
-    obj.pointer("/metadata/labels").and_then(|a| a.get(key)).and_then(Value::as_str)
+    Meta::label(obj, key)
 }
 
 fn meta<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
@@ -109,9 +110,7 @@ impl Inventory {
                 Some(Snap {
                     created: meta(o, "creationTimestamp").map(String::from),
                     content: Content::from_object(o),
-                    adopted: annotation(o, names::ADOPTED)
-                        .map(|a| a.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
-                        .unwrap_or_default(),
+                    adopted: source::adopted(o).map(String::from).collect(),
                     name,
                     source,
                     hash,
@@ -300,10 +299,11 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
 fn no_history(inv: &Inventory, source: &str) -> anyhow::Error {
     let (mode, _) = inv.mode();
     let obj = &inv.sources[source];
-    if annotation(obj, names::VERSIONED) == Some("false") {
+    // The plugin cannot see the admin's selector of excluded sources: only the annotation counts.
+    if !source::is_versioned(obj, &Selector::default()) {
         return anyhow!("ConfigMap {source} in namespace {} is not versioned (annotation {}: \"false\")", inv.namespace, names::VERSIONED);
     }
-    if obj.get("immutable").and_then(Value::as_bool) == Some(true) {
+    if obj.immutable() {
         return anyhow!("ConfigMap {source} in namespace {} is immutable: confighistory leaves it alone", inv.namespace);
     }
     if mode != "rewrite" {
@@ -570,12 +570,9 @@ pub fn status(inv: &Inventory, wanted: &WorkloadRef) -> Result<Status> {
         let mut pending = None;
         // Propagation follows the head annotation the webhook recorded with changed-at.
         if let (Some(src), Some(h)) = (source_obj, source_obj.and_then(|s| annotation(s, names::HEAD))) {
-            let changed_at = annotation(src, names::CHANGED_AT);
-            let propagated = annotation(src, names::PROPAGATED);
-            let versioned = annotation(src, names::VERSIONED) != Some("false");
+            let versioned = source::is_versioned(src, &Selector::default());
             let stale = used.via != "pin" || used.hash.as_deref() != Some(h);
-            if let (Some(at), true) = (changed_at, mode == "rewrite" && versioned && !manual && !is_held && stale && propagated != Some(h))
-            {
+            if let (Some(at), true) = (source::pending_change(src, h), mode == "rewrite" && versioned && !is_held && stale) {
                 let secs = settle(inv, src);
                 let fires_at = timestamp(Some(at)).and_then(|t| t.checked_add(SignedDuration::from_secs(secs as i64)).ok());
                 pending = Some(Pending {
@@ -660,11 +657,11 @@ pub fn sources(
     for w in workloads {
         let ns = meta(w, "namespace").unwrap_or_default().to_owned();
         let pins: BTreeMap<String, String> = annotation(w, names::PINS).and_then(|p| serde_json::from_str(p).ok()).unwrap_or_default();
-        let held: BTreeSet<&str> = annotation(w, names::HELD).map(|h| h.split(',').map(str::trim).collect()).unwrap_or_default();
+        let held = source::holds(w);
         for (source, hash) in &pins {
             let Some(row) = rows.get_mut(&(ns.clone(), source.clone())) else { continue };
             row.workloads += 1;
-            if held.contains(source.as_str()) {
+            if held.contains_key(source) {
                 row.held += 1;
             } else if row.head.as_ref().is_some_and(|h| h != hash) {
                 row.behind += 1;

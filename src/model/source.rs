@@ -1,0 +1,62 @@
+//! Rules about source ConfigMaps and what workloads record about them (SPEC §2, §6.1, §7, §9),
+//! each written once over [`Meta`]: admission and the plugin call them on raw objects, the
+//! controller's planners on cache records.
+
+use std::collections::BTreeMap;
+
+use super::meta::Meta;
+use super::names;
+use super::policy::Selector;
+
+/// A mutable ConfigMap that is not a snapshot (nor the root CA bundle Kubernetes publishes),
+/// versioned or not: one whose changes, including leaving versioning (SPEC §7), are tracked.
+pub fn is_tracked(name: &str, obj: &impl Meta) -> bool {
+    name != names::ROOT_CA && !obj.immutable() && obj.label(names::HASH_LABEL).is_none()
+}
+
+/// Whether a ConfigMap is versioned: not opted out by its `versioned: "false"` annotation nor by
+/// the admin's selector of excluded sources (SPEC §3).
+pub fn is_versioned(obj: &impl Meta, excluded_sources: &Selector) -> bool {
+    obj.annotation(names::VERSIONED) != Some("false") && !excluded_sources.selects(obj)
+}
+
+/// A tracked ConfigMap that is versioned: a source whose changes are pinned and propagated.
+pub fn is_versioned_source(name: &str, obj: &impl Meta, excluded_sources: &Selector) -> bool {
+    is_tracked(name, obj) && is_versioned(obj, excluded_sources)
+}
+
+/// The pending change of a source whose current content hashes to `head`: when confighistory saw
+/// it change (`changed-at`) and propagation has not delivered that head yet. A source with
+/// `rollout: manual` never has one (SPEC §7).
+pub fn pending_change<'a>(obj: &'a impl Meta, head: &str) -> Option<&'a str> {
+    if obj.annotation(names::ROLLOUT) == Some("manual") || obj.annotation(names::PROPAGATED) == Some(head) {
+        return None;
+    }
+    obj.annotation(names::CHANGED_AT)
+}
+
+/// Held sources, each with the head its hold was taken at (SPEC §2); `None` for a hold recorded
+/// without its head (held against every change, as holds were before heads were recorded).
+pub type Holds = BTreeMap<String, Option<String>>;
+
+/// A workload's holds, from its `held` and `held-heads` annotations.
+pub fn holds(obj: &impl Meta) -> Holds {
+    let heads: BTreeMap<String, String> = obj.annotation(names::HELD_HEADS).and_then(|h| serde_json::from_str(h).ok()).unwrap_or_default();
+    list(obj.annotation(names::HELD)).map(|s| (s.to_owned(), heads.get(s).cloned())).collect()
+}
+
+/// Whether a hold taken at head `held_at` stands against the source's head `head`: a hold stands
+/// against the changes made before it, not against those made after it (SPEC §2, §7).
+pub fn hold_stands(held_at: Option<&str>, head: &str) -> bool {
+    held_at.is_none_or(|h| h == head)
+}
+
+/// The template hashes of a snapshot's adoption record (SPEC §9).
+pub fn adopted(obj: &impl Meta) -> impl Iterator<Item = &str> {
+    list(obj.annotation(names::ADOPTED))
+}
+
+/// The items of a comma-separated annotation value.
+fn list(value: Option<&str>) -> impl Iterator<Item = &str> {
+    value.unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty())
+}
