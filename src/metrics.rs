@@ -1,151 +1,455 @@
-//! Prometheus metrics, hand-rolled: a few counters and one histogram don't need a registry crate.
+//! Prometheus metrics through `prometheus-client`, in the Prometheus text format (0.0.4) that the
+//! chart's ServiceMonitor scrapes. One process-wide registry, [`METRICS`].
+//!
+//! Every label value is bounded by construction: `&'static str` from a fixed set (endpoints,
+//! operations, decision reasons, API verbs, error kinds), a request's kind mapped to the kinds the
+//! webhooks register (else `other`), or a namespace name for the controller's per-namespace gauges
+//! (namespaces are created by cluster admins, and the gauges are rebuilt on every pass).
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+/// The `Content-Type` of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Latency buckets in seconds: webhook latency is added to every apply, so millisecond scale.
 const BUCKETS: [f64; 12] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 
-/// The `what` label values of `confighistory_errors_total`.
-const ERRORS: [&str; 2] = ["api", "bad-request"];
+/// The `what` label values of `confighistory_errors_total`, each exported from the start (0) so
+/// alerts and dashboards see the series before the first error.
+pub const ERRORS: [&str; 4] = ["api", "bad-request", "deadline", "overloaded"];
 
-/// Per-namespace gauges the controller sets.
+/// The kinds the webhook configurations register; any other is counted as `other`.
+const KINDS: [&str; 6] = ["ConfigMap", "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"];
+
+/// Per-namespace gauges the controller sets (leader only), by name and help.
 const GAUGES: [(&str, &str); 4] = [
-    ("confighistory_held_pins", "Held pins (an undo or an explicit snapshot) per namespace."),
-    ("confighistory_snapshot_bytes", "Bytes of snapshots per namespace."),
-    ("confighistory_snapshots", "Snapshots per namespace."),
-    ("confighistory_workloads_behind_head", "Workloads whose pin is not their source's head, per namespace."),
+    ("confighistory_held_pins", "Held pins (an undo or an explicit snapshot) per namespace"),
+    ("confighistory_snapshot_bytes", "Bytes of snapshots per namespace"),
+    ("confighistory_snapshots", "Snapshots per namespace"),
+    ("confighistory_workloads_behind_head", "Workloads whose pin is not their source's head, per namespace"),
 ];
 
-#[derive(Default)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    endpoint: &'static str,
+    kind: &'static str,
+    operation: &'static str,
+    decision: &'static str,
+    reason: &'static str,
+}
+
+type One = [(&'static str, &'static str); 1];
+type PerNamespace = Family<[(&'static str, String); 1], Gauge<f64, AtomicU64>>;
+
+/// A value the call sites update with plain atomics (`fetch_add`, `store`), exposed as a counter
+/// or a gauge: keeps the call-site API of the hand-rolled metrics this module replaced.
+#[derive(Clone, Debug)]
+pub struct Live {
+    value: Arc<AtomicU64>,
+    kind: MetricType,
+}
+
+impl Live {
+    fn new(kind: MetricType) -> Live {
+        Live { value: Arc::default(), kind }
+    }
+}
+
+impl Deref for Live {
+    type Target = AtomicU64;
+    fn deref(&self) -> &AtomicU64 {
+        &self.value
+    }
+}
+
+impl EncodeMetric for Live {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let v = self.value.load(Ordering::Relaxed);
+        match self.kind {
+            MetricType::Counter => ConstCounter::new(v).encode(encoder),
+            _ => ConstGauge::new(v).encode(encoder),
+        }
+    }
+    fn metric_type(&self) -> MetricType {
+        self.kind
+    }
+}
+
+/// A family declared (HELP and TYPE) even before its first sample: prometheus-client leaves empty
+/// families out, and dashboards and alerts must find every family in any scrape.
+#[derive(Clone, Debug)]
+struct Declared<M>(M);
+
+impl<M: EncodeMetric> EncodeMetric for Declared<M> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+    fn is_empty(&self) -> bool {
+        false
+    }
+}
+
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, String, String, String), u64>>,
-    latency: Mutex<BTreeMap<String, Histogram>>,
-    api_calls: Mutex<BTreeMap<&'static str, u64>>,
-    pub snapshots_created: AtomicU64,
-    pub collisions: AtomicU64,
-    pub propagations: AtomicU64,
-    pub propagations_waiting: AtomicU64,
-    pub gc_deleted: AtomicU64,
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<One, Histogram, fn() -> Histogram>,
+    api_calls: Family<One, Counter>,
+    api_calls_total: AtomicU64,
+    errors: Family<One, Counter>,
+    audit_violations: Family<One, Counter>,
+    refused_modes: Counter,
+    pub snapshots_created: Live,
+    pub collisions: Live,
+    pub propagations: Live,
+    /// Source changes waiting for their settle window (leader only).
+    pub propagations_waiting: Live,
+    pub gc_deleted: Live,
     /// notAfter of the serving certificate, seconds since the epoch (0: none loaded yet).
-    pub tls_not_after: AtomicU64,
-    errors: Mutex<BTreeMap<&'static str, u64>>,
-    gauges: Mutex<BTreeMap<(&'static str, String), f64>>,
+    pub tls_not_after: Live,
+    leader: Gauge,
+    cache_synced: Gauge,
+    per_namespace: [PerNamespace; GAUGES.len()],
 }
 
-#[derive(Default, Clone)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
-}
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
-pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::default);
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
 
 impl Metrics {
-    pub fn request(&self, endpoint: &str, kind: &str, operation: &str, decision: &str, elapsed: Duration) {
-        let key = (endpoint.to_owned(), kind.to_owned(), operation.to_owned(), decision.to_owned());
-        *self.requests.lock().expect("metrics lock").entry(key).or_default() += 1;
-        let secs = elapsed.as_secs_f64();
-        let mut lat = self.latency.lock().expect("metrics lock");
-        let h = lat.entry(endpoint.to_owned()).or_default();
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if secs <= *b {
-                h.counts[i] += 1;
-            }
+    /// A registry with every family registered (the binary uses [`METRICS`]; tests make their own).
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        // prometheus-client appends `_total` to counters and `_info` to infos when encoding.
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "confighistory_admission_requests",
+            "Admission requests answered, by endpoint, kind, operation, decision (allowed, patched, denied) and reason (the rule that decided)",
+            Declared(requests.clone()),
+        );
+        let latency = Family::<One, Histogram, fn() -> Histogram>::new_with_constructor(|| Histogram::new(BUCKETS));
+        registry.register(
+            "confighistory_admission_duration_seconds",
+            "Time to answer an admission request, by endpoint",
+            Declared(latency.clone()),
+        );
+        let api_calls = Family::<One, Counter>::default();
+        registry.register(
+            "confighistory_api_calls",
+            "Calls to the API server made while answering admissions, by verb",
+            Declared(api_calls.clone()),
+        );
+        let errors = Family::<One, Counter>::default();
+        for what in ERRORS {
+            drop(errors.get_or_create(&[("what", what)]));
         }
-        h.count += 1;
-        h.sum += secs;
+        registry.register(
+            "confighistory_errors",
+            "Admissions not answered normally: bad-request (malformed or never sent by the webhooks: 400, 408, 413), \
+             api (an API server call failed), deadline (no answer within the admission deadline), \
+             overloaded (no place free within the deadline)",
+            Declared(errors.clone()),
+        );
+        let audit_violations = Family::<One, Counter>::default();
+        registry.register(
+            "confighistory_audit_violations",
+            "Workloads admitted in audit mode that enforce mode would have refused (they name a mutable, versioned ConfigMap), by kind",
+            Declared(audit_violations.clone()),
+        );
+        let refused_modes = Counter::default();
+        registry.register(
+            "confighistory_refused_mode_labels",
+            "Namespaces seen asking for a mode the admin does not allow (each logged once; the default mode applies)",
+            refused_modes.clone(),
+        );
+        let live = |registry: &mut Registry, name: &str, help: &str, kind: MetricType| {
+            let l = Live::new(kind);
+            registry.register(name, help, l.clone());
+            l
+        };
+        let snapshots_created = live(&mut registry, "confighistory_snapshots_created", "Snapshots created", MetricType::Counter);
+        let collisions = live(
+            &mut registry,
+            "confighistory_snapshot_collisions",
+            "Snapshot names taken by something that is not a valid snapshot",
+            MetricType::Counter,
+        );
+        let propagations =
+            live(&mut registry, "confighistory_propagations", "Workloads moved to a new head by propagation", MetricType::Counter);
+        let propagations_waiting = live(
+            &mut registry,
+            "confighistory_propagations_waiting",
+            "Source changes waiting for their settle window (leader only)",
+            MetricType::Gauge,
+        );
+        let gc_deleted = live(&mut registry, "confighistory_gc_deleted", "Snapshots deleted by garbage collection", MetricType::Counter);
+        let tls_not_after = live(
+            &mut registry,
+            "confighistory_tls_certificate_not_after_seconds",
+            "Expiry of the serving certificate (Unix time; 0 until one is loaded)",
+            MetricType::Gauge,
+        );
+        let leader = Gauge::default();
+        registry.register("confighistory_leader", "1 while this replica holds the controller's Lease, else 0", leader.clone());
+        let cache_synced = Gauge::default();
+        registry.register(
+            "confighistory_cache_synced",
+            "1 once every watch cache has delivered its first list, else 0",
+            cache_synced.clone(),
+        );
+        registry.register(
+            "confighistory_build",
+            "Build information: the version of the running binary",
+            Info::new([("version", env!("CARGO_PKG_VERSION"))]),
+        );
+        // Every family is declared even before the controller has set a sample, so dashboards
+        // and alerts find it in any scrape.
+        let per_namespace = GAUGES.map(|(name, help)| {
+            let family = PerNamespace::default();
+            registry.register(name, format!("{help} (leader only)"), Declared(family.clone()));
+            family
+        });
+        Metrics {
+            registry,
+            requests,
+            latency,
+            api_calls,
+            api_calls_total: AtomicU64::new(0),
+            errors,
+            audit_violations,
+            refused_modes,
+            snapshots_created,
+            collisions,
+            propagations,
+            propagations_waiting,
+            gc_deleted,
+            tls_not_after,
+            leader,
+            cache_synced,
+            per_namespace,
+        }
     }
 
-    /// An error answering admissions: `bad-request` (refused, 400) or `api` (an API server call
-    /// failed; the request failed open or was denied with 503).
+    /// An answered admission. `kind` is the request's and is mapped to the registered kinds (else
+    /// `other`); every other label is a constant.
+    pub fn request(
+        &self,
+        endpoint: &'static str,
+        kind: &str,
+        operation: &'static str,
+        decision: &'static str,
+        reason: &'static str,
+        elapsed: Duration,
+    ) {
+        let kind = kind_label(kind);
+        self.requests.get_or_create(&RequestLabels { endpoint, kind, operation, decision, reason }).inc();
+        self.latency.get_or_create(&[("endpoint", endpoint)]).observe(elapsed.as_secs_f64());
+    }
+
+    /// An admission not answered normally: one of [`ERRORS`].
     pub fn error(&self, what: &'static str) {
-        *self.errors.lock().expect("metrics lock").entry(what).or_default() += 1;
+        debug_assert!(ERRORS.contains(&what), "unknown error kind {what}");
+        self.errors.get_or_create(&[("what", what)]).inc();
+    }
+
+    /// A workload admitted in audit mode that enforce mode would have refused.
+    pub fn audit_violation(&self, kind: &str) {
+        self.audit_violations.get_or_create(&[("kind", kind_label(kind))]).inc();
+    }
+
+    /// A namespace whose mode label the admin refuses was seen (logged once).
+    pub fn refused_mode(&self) {
+        self.refused_modes.inc();
     }
 
     pub fn api_call(&self, verb: &'static str) {
-        *self.api_calls.lock().expect("metrics lock").entry(verb).or_default() += 1;
+        self.api_calls.get_or_create(&[("verb", verb)]).inc();
+        self.api_calls_total.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Total API calls made on the admission path so far (tests assert the steady state adds none).
     pub fn api_calls_total(&self) -> u64 {
-        self.api_calls.lock().expect("metrics lock").values().sum()
+        self.api_calls_total.load(Ordering::Relaxed)
     }
 
+    /// Sets a per-namespace gauge (one of the controller's, by full name).
     pub fn set_gauge(&self, name: &'static str, namespace: &str, value: f64) {
-        self.gauges.lock().expect("metrics lock").insert((name, namespace.to_owned()), value);
+        if let Some(family) = self.per_namespace(name) {
+            family.get_or_create(&[("namespace", namespace.to_owned())]).set(value);
+        }
     }
 
+    /// Drops every sample of a per-namespace gauge (before setting this pass's).
     pub fn clear_gauge(&self, name: &'static str) {
-        self.gauges.lock().expect("metrics lock").retain(|(n, _), _| *n != name);
+        if let Some(family) = self.per_namespace(name) {
+            family.clear();
+        }
     }
 
+    fn per_namespace(&self, name: &str) -> Option<&PerNamespace> {
+        let i = GAUGES.iter().position(|(n, _)| *n == name);
+        debug_assert!(i.is_some(), "unknown per-namespace gauge {name}");
+        i.map(|i| &self.per_namespace[i])
+    }
+
+    /// Whether this replica leads. Losing the lease clears what only the leader measures: a
+    /// follower's stale per-namespace numbers would otherwise be summed with the leader's.
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(leader as i64);
+        if !leader {
+            self.per_namespace.iter().for_each(Family::clear);
+            self.propagations_waiting.store(0, Ordering::Relaxed);
+        }
+    }
+
+    pub fn set_cache_synced(&self, synced: bool) {
+        self.cache_synced.set(synced as i64);
+    }
+
+    /// The text exposition of every family.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        out.push_str("# HELP confighistory_admission_requests_total Admission requests by endpoint, kind, operation and decision.\n");
-        out.push_str("# TYPE confighistory_admission_requests_total counter\n");
-        for ((e, k, o, d), v) in self.requests.lock().expect("metrics lock").iter() {
-            let _ = writeln!(
-                out,
-                "confighistory_admission_requests_total{{endpoint=\"{e}\",kind=\"{k}\",operation=\"{o}\",decision=\"{d}\"}} {v}"
-            );
-        }
-        out.push_str("# HELP confighistory_admission_duration_seconds Time to answer an admission request.\n");
-        out.push_str("# TYPE confighistory_admission_duration_seconds histogram\n");
-        for (e, h) in self.latency.lock().expect("metrics lock").iter() {
-            for (i, b) in BUCKETS.iter().enumerate() {
-                let _ = writeln!(out, "confighistory_admission_duration_seconds_bucket{{endpoint=\"{e}\",le=\"{b}\"}} {}", h.counts[i]);
-            }
-            let _ = writeln!(out, "confighistory_admission_duration_seconds_bucket{{endpoint=\"{e}\",le=\"+Inf\"}} {}", h.count);
-            let _ = writeln!(out, "confighistory_admission_duration_seconds_sum{{endpoint=\"{e}\"}} {}", h.sum);
-            let _ = writeln!(out, "confighistory_admission_duration_seconds_count{{endpoint=\"{e}\"}} {}", h.count);
-        }
-        out.push_str("# HELP confighistory_api_calls_total Calls to the API server made while answering admissions.\n");
-        out.push_str("# TYPE confighistory_api_calls_total counter\n");
-        for (verb, v) in self.api_calls.lock().expect("metrics lock").iter() {
-            let _ = writeln!(out, "confighistory_api_calls_total{{verb=\"{verb}\"}} {v}");
-        }
-        for (name, help, v) in [
-            ("confighistory_snapshots_created_total", "Snapshots created.", &self.snapshots_created),
-            (
-                "confighistory_snapshot_collisions_total",
-                "Snapshot names taken by something that is not a valid snapshot.",
-                &self.collisions,
-            ),
-            ("confighistory_propagations_total", "Workloads moved to a new head by propagation.", &self.propagations),
-            ("confighistory_gc_deleted_total", "Snapshots deleted by garbage collection.", &self.gc_deleted),
-        ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
-        }
-        let _ = writeln!(
-            out,
-            "# HELP confighistory_propagations_waiting Source changes waiting for their settle window.\n# TYPE confighistory_propagations_waiting gauge\nconfighistory_propagations_waiting {}",
-            self.propagations_waiting.load(Ordering::Relaxed)
-        );
-        out.push_str("# HELP confighistory_errors_total Errors answering admissions: refused requests, failed API server calls.\n");
-        out.push_str("# TYPE confighistory_errors_total counter\n");
-        let errors = self.errors.lock().expect("metrics lock");
-        for what in ERRORS {
-            let _ = writeln!(out, "confighistory_errors_total{{what=\"{what}\"}} {}", errors.get(what).copied().unwrap_or(0));
-        }
-        let _ = writeln!(
-            out,
-            "# HELP confighistory_tls_certificate_not_after_seconds Expiry of the serving certificate (Unix time).\n# TYPE confighistory_tls_certificate_not_after_seconds gauge\nconfighistory_tls_certificate_not_after_seconds {}",
-            self.tls_not_after.load(Ordering::Relaxed)
-        );
-        // Every family is declared even before the controller has set a sample, so dashboards and
-        // alerts find it in any scrape.
-        let gauges = self.gauges.lock().expect("metrics lock");
-        for (name, help) in GAUGES {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for ((_, ns), v) in gauges.iter().filter(|((n, _), _)| *n == name) {
-                let _ = writeln!(out, "{name}{{namespace=\"{ns}\"}} {v}");
-            }
-        }
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
+    }
+}
+
+/// The `kind` label of a request: a kind the webhooks register, else `other` (a request-supplied
+/// string never becomes a label value).
+fn kind_label(kind: &str) -> &'static str {
+    KINDS.iter().find(|k| **k == kind).copied().unwrap_or("other")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every family's name, from its `# TYPE` line.
+    fn families(text: &str) -> Vec<String> {
+        text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap().to_owned()).collect()
+    }
+
+    #[test]
+    fn every_family_has_help_and_the_names_dashboards_query() {
+        let m = Metrics::new();
+        m.request("mutate", "Deployment", "CREATE", "patched", "source-changed", Duration::from_millis(3));
+        m.api_call("get");
+        let text = m.render();
+        let names = families(&text);
+        for name in &names {
+            let help = text.lines().find_map(|l| l.strip_prefix(&format!("# HELP {name} "))).unwrap_or_default();
+            assert!(help.len() > 10, "{name} has no HELP:\n{text}");
+        }
+        for name in [
+            "confighistory_admission_requests_total",
+            "confighistory_admission_duration_seconds",
+            "confighistory_api_calls_total",
+            "confighistory_snapshots_created_total",
+            "confighistory_snapshot_collisions_total",
+            "confighistory_propagations_total",
+            "confighistory_propagations_waiting",
+            "confighistory_gc_deleted_total",
+            "confighistory_errors_total",
+            "confighistory_tls_certificate_not_after_seconds",
+            "confighistory_held_pins",
+            "confighistory_snapshot_bytes",
+            "confighistory_snapshots",
+            "confighistory_workloads_behind_head",
+            "confighistory_audit_violations_total",
+            "confighistory_leader",
+            "confighistory_cache_synced",
+            "confighistory_build_info",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} missing:\n{text}");
+        }
+        assert!(text.contains(
+            "confighistory_admission_requests_total{endpoint=\"mutate\",kind=\"Deployment\",operation=\"CREATE\",decision=\"patched\",reason=\"source-changed\"} 1\n"
+        ), "{text}");
+        assert!(
+            text.contains("confighistory_admission_duration_seconds_bucket{le=\"0.005\",endpoint=\"mutate\"} 1\n")
+                || text.contains("confighistory_admission_duration_seconds_bucket{endpoint=\"mutate\",le=\"0.005\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("confighistory_api_calls_total{verb=\"get\"} 1\n"), "{text}");
+        assert!(text.contains(&format!("confighistory_build_info{{version=\"{}\"}} 1\n", env!("CARGO_PKG_VERSION"))), "{text}");
+        for what in ERRORS {
+            assert!(text.contains(&format!("confighistory_errors_total{{what=\"{what}\"}} 0\n")), "{text}");
+        }
+        assert_eq!(m.api_calls_total(), 1);
+    }
+
+    #[test]
+    fn kinds_nobody_registered_are_one_label_value() {
+        let m = Metrics::new();
+        for kind in ["Secret", "Deployment\"}", "x".repeat(300).as_str()] {
+            m.request("validate", kind, "UPDATE", "allowed", "valid", Duration::ZERO);
+            m.audit_violation(kind);
+        }
+        let text = m.render();
+        assert!(text.contains("kind=\"other\",operation=\"UPDATE\",decision=\"allowed\",reason=\"valid\"} 3\n"), "{text}");
+        assert!(text.contains("confighistory_audit_violations_total{kind=\"other\"} 3\n"), "{text}");
+        assert!(!text.contains("Secret") && !text.contains("xxx"), "{text}");
+    }
+
+    #[test]
+    fn live_values_keep_their_atomic_call_sites() {
+        let m = Metrics::new();
+        m.snapshots_created.fetch_add(2, Ordering::Relaxed);
+        m.tls_not_after.store(1_900_000_000, Ordering::Relaxed);
+        let text = m.render();
+        assert!(text.contains("# TYPE confighistory_snapshots_created_total counter\nconfighistory_snapshots_created_total 2\n"), "{text}");
+        assert!(text.contains("# TYPE confighistory_tls_certificate_not_after_seconds gauge\n"), "{text}");
+        assert!(text.contains("confighistory_tls_certificate_not_after_seconds 1900000000\n"), "{text}");
+    }
+
+    #[test]
+    fn losing_the_lease_clears_what_only_the_leader_measures() {
+        let m = Metrics::new();
+        m.set_leader(true);
+        m.set_gauge("confighistory_held_pins", "shop", 2.0);
+        m.set_gauge("confighistory_snapshot_bytes", "shop", 4096.0);
+        m.propagations_waiting.store(3, Ordering::Relaxed);
+        m.snapshots_created.fetch_add(1, Ordering::Relaxed);
+        let text = m.render();
+        assert!(text.contains("confighistory_leader 1\n"), "{text}");
+        assert!(text.contains("confighistory_held_pins{namespace=\"shop\"} 2.0\n"), "{text}");
+        assert!(text.contains("confighistory_snapshot_bytes{namespace=\"shop\"} 4096.0\n"), "{text}");
+
+        m.set_leader(false);
+        let text = m.render();
+        assert!(text.contains("confighistory_leader 0\n"), "{text}");
+        assert!(!text.contains("namespace=\"shop\""), "{text}");
+        assert!(text.contains("confighistory_propagations_waiting 0\n"), "{text}");
+        assert!(text.contains("# TYPE confighistory_held_pins gauge\n"), "families stay declared:\n{text}");
+        assert!(text.contains("confighistory_snapshots_created_total 1\n"), "counters are kept:\n{text}");
+    }
+
+    #[test]
+    fn clear_gauge_drops_one_family() {
+        let m = Metrics::new();
+        m.set_gauge("confighistory_held_pins", "a", 1.0);
+        m.set_gauge("confighistory_workloads_behind_head", "a", 1.0);
+        m.clear_gauge("confighistory_held_pins");
+        let text = m.render();
+        assert!(!text.contains("confighistory_held_pins{"), "{text}");
+        assert!(text.contains("confighistory_workloads_behind_head{namespace=\"a\"} 1"), "{text}");
     }
 }

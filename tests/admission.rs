@@ -1308,3 +1308,101 @@ async fn the_oldest_adoption_record_wins_whatever_its_name() {
     let a = f.mutate_deployment("UPDATE", &plain, Some(&pinned_b)).await;
     assert_eq!(pin_of(&a.patched(&plain)).0, snap("pricing-config", A));
 }
+
+// ---------- signals: logs and metrics operators read ----------
+
+/// Log output captured for the current thread (a `#[tokio::test]` runs on one).
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let logs = self.clone();
+        let subscriber =
+            tracing_subscriber::fmt().with_ansi(false).with_max_level(tracing::Level::DEBUG).with_writer(move || logs.clone()).finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+    fn lines(&self) -> Vec<String> {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap().lines().map(str::to_owned).collect()
+    }
+}
+
+/// The value of one sample in a scrape (0 when absent).
+fn sample(scrape: &str, series: &str) -> u64 {
+    scrape.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok()).unwrap_or(0)
+}
+
+/// Every log line of an admission, down to its effects' (the snapshot it creates), carries the
+/// request's uid, kind, namespace, name and operation.
+#[tokio::test]
+async fn every_log_line_of_an_admission_carries_its_uid() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let f = Fixture::new().source("pricing-config", A);
+    let mut r = review("Deployment", "apps", "v1", "CREATE", Some(&deployment("pricing:4.11", "pricing-config")), None);
+    r["request"]["uid"] = json!("uid-of-the-span\"test");
+    let a = f.post("/mutate", serde_json::to_vec(&r).unwrap()).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    let lines = logs.lines();
+    let created = lines.iter().find(|l| l.contains("created snapshot")).unwrap_or_else(|| panic!("{lines:#?}"));
+    for field in [r#"uid="uid-of-the-span\"test""#, "kind=Deployment", "namespace=shop", "name=pricing", "operation=\"CREATE\""] {
+        assert!(created.contains(field), "{field} missing from {created}");
+    }
+    // The decision's own summary line too.
+    assert!(lines.iter().any(|l| l.contains("uid-of-the-span") && l.contains("reason=")), "{lines:#?}");
+}
+
+/// SPEC §3: a namespace asking for a mode the admin refuses is logged, once (not per request).
+#[tokio::test]
+async fn a_refused_mode_label_is_logged_once_per_namespace() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    // Its own namespace: the once-only memory is process-wide and other tests use "shop".
+    let ns = "signals-refused";
+    let mut f = Fixture::new();
+    f.policy.allowed_modes = vec![Mode::Rewrite];
+    f.state.write().unwrap().apply_namespace(&json!({"metadata": {"name": ns, "labels": {"confighistory.io/mode": "audit"}}}));
+    for i in 0..3 {
+        let r = in_namespace(review("ConfigMap", "", "v1", "CREATE", Some(&configmap(&format!("cm-{i}"), A)), None), ns);
+        assert!(f.post("/mutate", serde_json::to_vec(&r).unwrap()).await.body["response"]["allowed"] == json!(true));
+    }
+    let warned: Vec<String> = logs.lines().into_iter().filter(|l| l.contains("asks for mode audit")).collect();
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    assert!(warned[0].contains("WARN") && warned[0].contains(ns) && warned[0].contains("using rewrite"), "{}", warned[0]);
+    // Another refused value is news: logged again, once.
+    f.state.write().unwrap().apply_namespace(&json!({"metadata": {"name": ns, "labels": {"confighistory.io/mode": "off"}}}));
+    for _ in 0..2 {
+        let r = in_namespace(review("ConfigMap", "", "v1", "CREATE", Some(&configmap("cm-x", A)), None), ns);
+        f.post("/mutate", serde_json::to_vec(&r).unwrap()).await;
+    }
+    assert_eq!(logs.lines().iter().filter(|l| l.contains("asks for mode off")).count(), 1);
+}
+
+/// What audit mode lets through but enforce mode would refuse is counted (and logged); what
+/// enforce mode refuses is counted as a decision with its reason.
+#[tokio::test]
+async fn audit_mode_violations_and_decision_reasons_are_counted() {
+    let metrics = &confighistory::metrics::METRICS;
+    let audit = "confighistory_audit_violations_total{kind=\"Deployment\"}";
+    let denied = "confighistory_admission_requests_total{endpoint=\"validate\",kind=\"Deployment\",operation=\"CREATE\",decision=\"denied\",reason=\"mutable-config\"}";
+    let before = metrics.render();
+    let d = deployment("x:1", "pricing-config");
+    let f = Fixture::new().source("pricing-config", A).namespace_mode("audit");
+    assert!(f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await.allowed());
+    let after = metrics.render();
+    assert!(sample(&after, audit) > sample(&before, audit), "{after}");
+    let f = Fixture::new().source("pricing-config", A).namespace_mode("enforce");
+    assert!(!f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await.allowed());
+    let last = metrics.render();
+    assert!(sample(&last, denied) > sample(&after, denied), "{last}");
+}

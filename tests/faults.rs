@@ -81,6 +81,14 @@ async fn a_stalled_api_server_is_denied_within_the_deadline() {
     let app = app(Arc::new(Stalled));
     let router =
         confighistory::webhook::serve::limited(webhook::router(app.clone()), app, webhook::DEFAULT_MAX_BODY, 4, Duration::from_millis(300));
+    let deadlines = || {
+        let scrape = confighistory::metrics::METRICS.render();
+        scrape
+            .lines()
+            .find_map(|l| l.strip_prefix("confighistory_errors_total{what=\"deadline\"} ")?.parse::<u64>().ok())
+            .expect("declared")
+    };
+    let counted = deadlines();
     let started = Instant::now();
     let req = HttpRequest::post("/mutate")
         .header("content-type", "application/json")
@@ -88,6 +96,7 @@ async fn a_stalled_api_server_is_denied_within_the_deadline() {
         .unwrap();
     let resp = tokio::time::timeout(Duration::from_secs(5), router.oneshot(req)).await.expect("answered").unwrap();
     let took = started.elapsed();
+    assert!(deadlines() > counted, "a deadline exceeded is counted");
     let body: Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(2), "{took:?}");
     let r = &body["response"];

@@ -281,6 +281,16 @@ async fn dashboards_and_alerts_query_only_metrics_the_server_exports() {
         assert!(scrape.contains(&format!("# TYPE {family} ")), "{name} is queried by the chart but not exported:\n{scrape}");
     }
     assert!(scrape.contains("confighistory_errors_total{what=\"bad-request\"} "), "{scrape}");
+    // The names and labels as exposed by prometheus-client: counters end in `_total` once, the
+    // review above is counted with its decision's reason, and every family has its HELP.
+    assert!(!scrape.contains("_total_total"), "{scrape}");
+    assert!(scrape.contains("# TYPE confighistory_admission_requests_total counter\n"), "{scrape}");
+    assert!(scrape.contains("kind=\"ConfigMap\",operation=\"CREATE\",decision=\"allowed\",reason=\""), "{scrape}");
+    assert!(scrape.contains("confighistory_cache_synced 1\n"), "{scrape}");
+    assert!(scrape.contains(&format!("confighistory_build_info{{version=\"{}\"}} 1\n", env!("CARGO_PKG_VERSION"))), "{scrape}");
+    for family in scrape.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap()) {
+        assert!(scrape.contains(&format!("# HELP {family} ")), "{family} has no HELP");
+    }
     let not_after: i64 = scrape
         .lines()
         .find_map(|l| l.strip_prefix("confighistory_tls_certificate_not_after_seconds "))

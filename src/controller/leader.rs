@@ -28,6 +28,7 @@ impl Leadership {
         Leadership(Arc::new(AtomicBool::new(true)))
     }
     fn set(&self, v: bool) -> bool {
+        crate::metrics::METRICS.set_leader(v);
         self.0.swap(v, Ordering::Relaxed)
     }
 }

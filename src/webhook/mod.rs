@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -13,11 +13,12 @@ use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
+use tracing::Instrument;
 
 use crate::admission::{self, review, Decision, Effect, Failed, Failure, Fresh, Outcome, Response, View};
 use crate::cache::State;
 use crate::cluster::{ApiError, Cluster};
-use crate::model::policy::Policy;
+use crate::model::policy::{Mode, Policy};
 use crate::model::snapshot;
 use crate::store;
 
@@ -86,7 +87,13 @@ pub fn health_router(app: Arc<App>) -> Router {
                 }
             }),
         )
-        .route("/metrics", get(|| async { ([("content-type", "text/plain; version=0.0.4")], METRICS.render()) }))
+        .route(
+            "/metrics",
+            get(|AxState(app): AxState<Arc<App>>| async move {
+                METRICS.set_cache_synced(app.synced.load(Ordering::Relaxed));
+                ([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], METRICS.render())
+            }),
+        )
         .with_state(app)
 }
 
@@ -107,7 +114,16 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
         METRICS.error("bad-request");
         return (StatusCode::BAD_REQUEST, Json(json!({"error": e}))).into_response();
     }
-    let (response, reason) = admit(&app, endpoint, &req).await;
+    // Every log line of this admission, down to the API calls of its effects, carries these.
+    // `?`: request-supplied strings are escaped in text logs (validated above, but uid is free).
+    let span = tracing::info_span!("admission", uid = ?req.uid, kind = %req.kind.kind, namespace = %req.namespace,
+        name = %req.name, operation = req.operation.as_str(), endpoint = endpoint.as_str());
+    answer(&app, endpoint, &req, start).instrument(span).await
+}
+
+/// Decides, counts and logs one admission that passed [`expected`].
+async fn answer(app: &App, endpoint: Endpoint, req: &review::Request, start: Instant) -> HttpResponse {
+    let (response, reason) = admit(app, endpoint, req).await;
     let decision = if !response.allowed {
         "denied"
     } else if response.patch.is_empty() {
@@ -115,14 +131,41 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
     } else {
         "patched"
     };
-    METRICS.request(endpoint.as_str(), &req.kind.kind, req.operation.as_str(), decision, start.elapsed());
-    if reason == "unhandled-kind" {
-        tracing::info!(kind = %req.kind.kind, group = %req.kind.group, "allowed a kind confighistory does not handle");
+    METRICS.request(endpoint.as_str(), &req.kind.kind, req.operation.as_str(), decision, reason, start.elapsed());
+    let mode = mode(app, &req.namespace);
+    match reason {
+        "unhandled-kind" => tracing::info!(group = %req.kind.group, "allowed a kind confighistory does not handle"),
+        // validate answers "audit" for what it only warns about: in audit mode, that is what
+        // enforce mode would refuse (a CronJob's Job is lenient in every mode, so not counted).
+        "audit" if mode == Mode::Audit => {
+            METRICS.audit_violation(&req.kind.kind);
+            tracing::info!(warnings = ?response.warnings, "audit mode: admitted what enforce mode would refuse");
+        }
+        _ => {}
     }
-    tracing::debug!(endpoint = endpoint.as_str(), uid = ?req.uid, kind = %req.kind.kind, ns = %req.namespace, name = %req.name,
-        op = req.operation.as_str(), reason, allowed = response.allowed, patch_ops = response.patch.len(), "admission");
+    tracing::debug!(reason, allowed = response.allowed, patch_ops = response.patch.len(), "admission");
     ([(axum::http::header::CONTENT_TYPE, "application/json")], response.review_json(&req.uid)).into_response()
 }
+
+/// The namespace's mode; a mode label the admin refuses is logged, once per namespace and label
+/// value (SPEC §3: the default applies, and the admin should know someone asked).
+fn mode(app: &App, namespace: &str) -> Mode {
+    let state = app.state.read().expect("state lock");
+    let label = state.namespace(namespace).and_then(|n| n.mode_label.as_deref());
+    let (mode, refused) = app.policy.mode(namespace, label);
+    if let Some(why) = refused {
+        let mut warned = REFUSED_MODES.lock().expect("refused modes lock");
+        if warned.get(namespace).map(String::as_str) != label {
+            warned.insert(namespace.to_owned(), label.unwrap_or_default().to_owned());
+            METRICS.refused_mode();
+            tracing::warn!(namespace, "{why}");
+        }
+    }
+    mode
+}
+
+/// Namespaces whose refused mode label was logged, with that label (bounded by the namespaces).
+static REFUSED_MODES: LazyLock<Mutex<HashMap<String, String>>> = LazyLock::new(Mutex::default);
 
 /// (group, versions, kind, resource) of the workloads the chart registers (workloadRules).
 const WORKLOADS: [(&str, &[&str], &str, &str); 5] = [

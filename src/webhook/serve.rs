@@ -111,12 +111,14 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
                 .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
                 .or_else(|| usize::try_from(axum::body::HttpBody::size_hint(&body).exact()?).ok());
             if length.is_some_and(|n| n > max_body) {
+                crate::metrics::METRICS.error("bad-request");
                 let message = format!("request body over {max_body} bytes");
                 return (axum::http::StatusCode::PAYLOAD_TOO_LARGE, message).into_response();
             }
             // Held until the request is answered: its buffer lives that long.
             let Ok(_bytes) = tokio::time::timeout(CLIENT_TIMEOUT, budget.take(length)).await else {
                 tracing::warn!(budget_bytes = max_body * limits::BODY_BUDGET_BODIES, "request bodies over the byte budget for the client timeout (overloaded)");
+                crate::metrics::METRICS.error("overloaded");
                 let message = format!("confighistory is overloaded: request bodies over its byte budget for {} s", CLIENT_TIMEOUT.as_secs());
                 // The body was never read: the connection cannot be reused.
                 return (axum::http::StatusCode::SERVICE_UNAVAILABLE, [(axum::http::header::CONNECTION, "close")], message).into_response();
@@ -124,10 +126,12 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
             let bytes = match tokio::time::timeout(CLIENT_TIMEOUT, axum::body::to_bytes(body, max_body)).await {
                 Ok(Ok(bytes)) => bytes,
                 Ok(Err(_)) => {
+                    crate::metrics::METRICS.error("bad-request");
                     let message = format!("request body over {max_body} bytes, or broken off");
                     return (axum::http::StatusCode::PAYLOAD_TOO_LARGE, message).into_response();
                 }
                 Err(_) => {
+                    crate::metrics::METRICS.error("bad-request");
                     let message = format!("request body not received within {} s", CLIENT_TIMEOUT.as_secs());
                     return (axum::http::StatusCode::REQUEST_TIMEOUT, message).into_response();
                 }
@@ -149,6 +153,7 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
                     limits::Wait::NotAsked => false,
                 } => {
                     tracing::warn!(deadline_ms = deadline.as_millis() as u64, "no admission place free within the deadline (overloaded)");
+                    crate::metrics::METRICS.error("overloaded");
                     let message = format!("confighistory is overloaded: no place free within {:.1} s", deadline.as_secs_f64());
                     (axum::http::StatusCode::SERVICE_UNAVAILABLE, message).into_response()
                 }
@@ -157,6 +162,7 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
                     let uid = request.as_ref().map(|r| r.uid.clone()).unwrap_or_default();
                     // `?`: the uid is the request's, escaped in text logs.
                     tracing::warn!(uid = ?uid, deadline_ms = deadline.as_millis() as u64, "admission took too long (API server slow or unreachable?)");
+                    crate::metrics::METRICS.error("deadline");
                     if let Some(req) = request.filter(|r| workloads && super::never_denied(&app, r)) {
                         let mut response = crate::admission::Response::allow();
                         response.warn(format!(
