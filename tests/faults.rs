@@ -513,3 +513,57 @@ async fn bodies_are_buffered_only_within_the_byte_budget() {
         assert_eq!(tokio::time::timeout(Duration::from_secs(5), a).await.expect("answered").unwrap().unwrap().status(), StatusCode::OK);
     }
 }
+
+/// An API server that answers reads after `delay` and counts them: in all, and at most at once.
+#[derive(Default)]
+struct Counting {
+    delay: Duration,
+    reads: std::sync::atomic::AtomicUsize,
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl Cluster for Counting {
+    fn get_configmap<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, cluster::Result<Option<Value>>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        Box::pin(async move {
+            self.reads.fetch_add(1, SeqCst);
+            let now = self.now.fetch_add(1, SeqCst) + 1;
+            self.most.fetch_max(now, SeqCst);
+            tokio::time::sleep(self.delay).await;
+            self.now.fetch_sub(1, SeqCst);
+            Ok(None)
+        })
+    }
+    fn create_configmap<'a>(&'a self, _: &'a str, _: &'a Value, _: bool) -> BoxFuture<'a, cluster::Result<Created>> {
+        Box::pin(async { Ok(Created::Created) })
+    }
+    fn patch_configmap<'a>(&'a self, _: &'a str, _: &'a str, _: &'a Value) -> BoxFuture<'a, cluster::Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Issue 13 (SPEC §9a): the distinct names one request makes the webhook read were unbounded and
+/// read one after another (a template with 200 ConfigMap volumes: 200 sequential API calls, each
+/// request). Now at most MAX_SOURCES_READ are read, a few at a time.
+#[tokio::test]
+async fn a_request_naming_many_sources_reads_a_bounded_number_concurrently() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let cluster = Arc::new(Counting { delay: Duration::from_millis(20), ..Counting::default() });
+    let app = app(cluster.clone());
+    let router = webhook::router(app);
+    let mut review: Value = serde_json::from_slice(&deployment_in("shop", "web")).unwrap();
+    let volumes: Vec<Value> = (0..200).map(|i| json!({"name": format!("c{i}"), "configMap": {"name": format!("config-{i}")}})).collect();
+    review["request"]["object"]["spec"]["template"]["spec"]["volumes"] = json!(volumes);
+    let started = Instant::now();
+    let (status, body) = send(&router, serde_json::to_vec(&review).unwrap()).await;
+    let took = started.elapsed();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let reads = cluster.reads.load(SeqCst);
+    assert!(reads <= webhook::MAX_SOURCES_READ, "{reads} reads for one request");
+    assert!(cluster.most.load(SeqCst) > 1, "read one after another");
+    assert!(took < Duration::from_millis(20) * webhook::MAX_SOURCES_READ as u32 / 2, "took {took:?}");
+    assert_eq!(body["response"]["allowed"], false, "decided as if the rest could not be read: {body}");
+    let message = body["response"]["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("more than"), "{message}");
+}

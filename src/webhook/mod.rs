@@ -273,14 +273,32 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                 if place.is_none() {
                     place = Some(limits::api_place().await);
                 }
+                // At most MAX_SOURCES_READ distinct names per request are read (SPEC §9a): the
+                // rest count as failed reads, and the decision says whether that denies.
+                let mut reads = Vec::new();
                 for name in unread {
                     // A name from the request's template goes into an API path only when it is a
                     // valid ConfigMap name (`../secrets/x` is not); any other cannot exist.
                     if !crate::model::names::is_dns_subdomain(&name) {
                         fresh.insert(name, None);
-                        continue;
+                    } else if fresh.len() + failed.len() + reads.len() >= MAX_SOURCES_READ {
+                        failed.insert(name, too_many_sources(&req.namespace));
+                    } else {
+                        reads.push(name);
                     }
-                    match app.cluster.get_configmap(&req.namespace, &name).await {
+                }
+                // Read concurrently, a few at a time: one after another, N sources cost N round trips.
+                use futures::StreamExt as _;
+                let results: Vec<_> = futures::stream::iter(reads)
+                    .map(|name| async move {
+                        let read = app.cluster.get_configmap(&req.namespace, &name).await;
+                        (name, read)
+                    })
+                    .buffer_unordered(READ_CONCURRENCY)
+                    .collect()
+                    .await;
+                for (name, read) in results {
+                    match read {
                         Ok(obj) => {
                             fresh.insert(name, obj);
                         }
@@ -296,6 +314,19 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
         }
     }
     (Response::deny(500, "confighistory could not decide (sources changed while reading); retrying is safe"), "internal")
+}
+
+/// Distinct ConfigMaps read for one request at most (SPEC §9a): a template naming more is
+/// decided as if the rest could not be read.
+pub const MAX_SOURCES_READ: usize = 64;
+/// Reads of one request in flight at once.
+const READ_CONCURRENCY: usize = 8;
+
+fn too_many_sources(ns: &str) -> Failure {
+    let message = format!(
+        "the request names more than {MAX_SOURCES_READ} ConfigMaps in {ns}; confighistory reads at most {MAX_SOURCES_READ} per request"
+    );
+    Failure { what: "read the request's ConfigMaps".into(), cause: message.clone(), denial: Response::deny(422, message) }
 }
 
 /// Decisions per admission at most: three for reads, then one more per failed snapshot write of
