@@ -151,8 +151,9 @@ async fn answer(app: &App, endpoint: Endpoint, req: &review::Request, start: Ins
 /// value (SPEC §3: the default applies, and the admin should know someone asked).
 fn mode(app: &App, namespace: &str) -> Mode {
     let state = app.state.read().expect("state lock");
-    let label = state.namespace(namespace).and_then(|n| n.mode_label.as_deref());
-    let (mode, refused) = app.policy.mode(namespace, label);
+    let info = state.namespace(namespace);
+    let (mode, refused) = app.policy.namespace_mode(namespace, info);
+    let label = info.and_then(|n| crate::model::meta::Meta::label(n, crate::model::names::MODE_LABEL));
     if let Some(why) = refused {
         let mut warned = REFUSED_MODES.lock().expect("refused modes lock");
         if warned.get(namespace).map(String::as_str) != label {
