@@ -78,12 +78,7 @@ pub async fn ensure(
         };
         match snapshot::validate(&existing) {
             Ok(h) if h == hash => {
-                let have: Vec<&str> = existing["metadata"]["annotations"][names::ADOPTED]
-                    .as_str()
-                    .unwrap_or_default()
-                    .split(',')
-                    .filter(|s| !s.is_empty())
-                    .collect();
+                let have: Vec<&str> = crate::model::source::adopted(&existing).collect();
                 let missing: Vec<&String> = adopted.iter().filter(|a| !have.contains(&a.as_str())).collect();
                 if !missing.is_empty() && !dry_run {
                     let mut all: Vec<String> = have.iter().map(|s| s.to_string()).collect();
