@@ -207,33 +207,123 @@ pub fn never_denied(req: &Request, view: &View) -> bool {
         .is_ok_and(|(_, a)| is_cronjob_run(&a, req.object(), view) || is_undo(req, &a, &template::template_hash(a.template), view))
 }
 
+/// Which rule of SPEC 6.2 decides one versioned source of a changed template (first match wins),
+/// and where its references go: a snapshot to keep, or the head.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// 6.2 rule 1, undo: snapshot references are kept exactly.
+    UndoKeeps { name: String, hash: String },
+    /// Rule 1, a plain reference while the source has a change this workload has not taken (a
+    /// release re-applying old manifests with new config): rule 2, the head.
+    UndoTakesNewConfig,
+    /// Rule 1, a plain reference: the snapshot whose adoption record names this template.
+    UndoAdopted { name: String, hash: String },
+    /// Rule 1, a plain reference with neither: the head, with a warning.
+    UndoPredates,
+    /// Rule 2, release: the source is named plainly → the head.
+    Release,
+    /// §7, the propagation trigger names the source and its pin is not held → the head.
+    Propagate,
+    /// §7, the trigger does not name the source, or its pin is held → keep.
+    PropagationKeeps { name: String, hash: String },
+    /// Rule 3, a snapshot chosen by the request → keep (held when not the head).
+    Chosen { name: String, hash: String },
+    /// Rule 4, a snapshot carried over while the source has a change waiting for propagation and
+    /// the pin is not held → the head, joining that change.
+    JoinsPendingChange,
+    /// Rule 4, a snapshot carried over → keep.
+    CarriedOver { name: String, hash: String },
+}
+
+impl Choice {
+    /// The snapshot kept, or `None` for the head.
+    pub fn kept(&self) -> Option<(&str, &str)> {
+        match self {
+            Choice::UndoKeeps { name, hash }
+            | Choice::UndoAdopted { name, hash }
+            | Choice::PropagationKeeps { name, hash }
+            | Choice::Chosen { name, hash }
+            | Choice::CarriedOver { name, hash } => Some((name, hash)),
+            _ => None,
+        }
+    }
+
+    /// Kept on purpose (an undo, an explicit choice): a kept pin that is not the head is held, from now.
+    pub fn takes_hold(&self) -> bool {
+        matches!(self, Choice::UndoKeeps { .. } | Choice::UndoAdopted { .. } | Choice::Chosen { .. })
+    }
+}
+
+/// What [`choose`] looks at for one source: all of it known before choosing, nothing read.
+#[derive(Clone, Debug, Default)]
+pub struct Facts<'a> {
+    /// The request is an undo (SPEC 6.2.1).
+    pub undo: bool,
+    /// Some reference names the source plainly.
+    pub plain: bool,
+    /// The snapshot a reference names (name, hash), when one does.
+    pub requested: Option<(&'a str, &'a str)>,
+    /// The snapshot `oldObject` pins (name, hash).
+    pub old_pin: Option<(&'a str, &'a str)>,
+    /// The source's current content hash, read fresh.
+    pub head: &'a str,
+    /// The pin is held and the hold stands against this head.
+    pub was_held: bool,
+    /// The request is confighistory's own.
+    pub own: bool,
+    /// Confighistory's propagation trigger is on the request: whether it names this source.
+    pub triggered: Option<bool>,
+    /// The source has a change waiting for propagation (§7).
+    pub pending: bool,
+    /// For an undo naming the source plainly: the snapshot whose adoption record names this template.
+    pub adopted: Option<(String, String)>,
+}
+
+/// The rule of SPEC 6.2 that decides one versioned source, first match wins.
+pub fn choose(f: &Facts) -> Choice {
+    let keep = |(name, hash): (&str, &str)| (name.to_owned(), hash.to_owned());
+    match (f.undo, f.plain, f.requested) {
+        (true, false, Some(r)) => {
+            let (name, hash) = keep(r);
+            Choice::UndoKeeps { name, hash }
+        }
+        (true, _, _) if f.old_pin.is_some_and(|(_, h)| h != f.head) => Choice::UndoTakesNewConfig,
+        (true, _, _) => match f.adopted.clone() {
+            Some((name, hash)) => Choice::UndoAdopted { name, hash },
+            None => Choice::UndoPredates,
+        },
+        (false, true, _) | (false, false, None) => Choice::Release,
+        (false, false, Some(r)) => {
+            let chosen_by_request = f.old_pin.map(|(p, _)| p) != Some(r.0);
+            let (name, hash) = keep(r);
+            match f.triggered {
+                Some(true) if !f.was_held => Choice::Propagate,
+                Some(_) => Choice::PropagationKeeps { name, hash },
+                // confighistory's own update without a trigger is a reinvocation over its own
+                // output (the trigger was consumed by the first pass): it joins no pending change
+                // the first pass left alone, or a second pass would not be a no-op.
+                None if chosen_by_request && !f.own => Choice::Chosen { name, hash },
+                None if hash != f.head && f.pending && !f.was_held && !f.own => Choice::JoinsPendingChange,
+                None => Choice::CarriedOver { name, hash },
+            }
+        }
+    }
+}
+
 pub fn decide(req: &Request, view: &View) -> Outcome {
     let (mode, a) = match admissible(req, view) {
         Ok(x) => x,
         Err(reason) => return Outcome::Done(Decision::allow(reason)),
     };
-    let kind = a.kind;
     let obj = req.object();
     let own = req.user_info.username == view.policy.identity;
     let trigger: Option<BTreeSet<String>> = own.then(|| annotation(obj, names::PROPAGATE).map(parse_trigger)).flatten();
     let old_holds = source::holds(req.old_object());
-    let tpl_ptr = kind.template_pointer();
 
     // In every mode that acts (SPEC 6.2): enforce and audit never rewrite a changed template, but
     // an unchanged one keeps its pins, or a re-applied manifest would un-pin (and restart) it.
     if !a.changed && (trigger.is_none() || mode != Mode::Rewrite) {
-        // Unchanged template: keep the pins (re-applied manifests send plain names), carry the
-        // annotations over from oldObject. No API call.
-        let mut d = Decision::allow("unchanged");
-        for r in &a.refs {
-            if let (None, Some((pin, _))) = (&r.hash, a.old_pins.get(&r.source)) {
-                d.rewrites.push(Rewrite { pointer: format!("{tpl_ptr}{}", r.r.pointer), target: Target::Name(pin.clone()) });
-            }
-        }
-        let pins: BTreeMap<String, String> = a.old_pins.iter().map(|(s, (_, h))| (s.clone(), h.clone())).collect();
-        let held: Holds = old_holds.into_iter().filter(|(s, _)| pins.contains_key(s)).collect();
-        d.response.patch = annotation_ops(obj, &pin_annotations(&pins, &held));
-        return Outcome::Done(d);
+        return Outcome::Done(keep_pins(obj, &a, old_holds));
     }
     if mode != Mode::Rewrite {
         return Outcome::Done(Decision::allow("mode"));
@@ -263,8 +353,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         "pinned"
     });
     d.fail_open = fail_open;
-    let mut pins = BTreeMap::new();
-    let mut held = Holds::new();
+    let mut out = Builder { d, pins: BTreeMap::new(), held: Holds::new(), tpl_ptr: a.kind.template_pointer(), namespace: a.namespace };
 
     let mut by_source: BTreeMap<&str, Vec<&SourcedRef>> = BTreeMap::new();
     for r in &a.refs {
@@ -277,20 +366,20 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         if let Some(failure) = view.failed.get(source) {
             // Only an undo or a CronJob's Job gets here: its references stay as sent, and the
             // pins and holds they imply are recorded from the caches (repair finishes the job).
-            d.response.warn(format!("{source}: left as sent, repair pins it: could not {} ({})", failure.what, failure.cause));
+            out.d.response.warn(format!("{source}: left as sent, repair pins it: could not {} ({})", failure.what, failure.cause));
             if let Some(hash) = refs.iter().find_map(|r| r.hash.clone()) {
-                let head = view.state.configmap(&req.namespace, source).and_then(|c| c.annotation(names::HEAD));
+                let head = view.state.configmap(a.namespace, source).and_then(|c| c.annotation(names::HEAD));
                 let was_held = old_holds.get(source).is_some_and(|at| head.is_none_or(|h| hold_stands(at.as_deref(), h)));
                 if head.is_some_and(|h| h != hash) && (undo || was_held) {
-                    held.insert(source.to_owned(), if undo { head.map(str::to_owned) } else { old_holds[source].clone() });
+                    out.held.insert(source.to_owned(), if undo { head.map(str::to_owned) } else { old_holds[source].clone() });
                 }
-                pins.insert(source.to_owned(), hash);
+                out.pins.insert(source.to_owned(), hash);
             }
             continue;
         }
         let Some(Some(cm)) = view.fresh.get(source) else {
             if refs.iter().any(|r| r.hash.is_none() && !r.r.optional) {
-                d.response.warn(format!("ConfigMap {source} does not exist yet: left unpinned, pinned once it appears"));
+                out.d.response.warn(format!("ConfigMap {source} does not exist yet: left unpinned, pinned once it appears"));
             }
             continue;
         };
@@ -304,104 +393,121 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             let held = old_holds.get(source).is_some_and(|at| hold_stands(at.as_deref(), &head));
             if trigger.as_ref().is_some_and(|t| t.contains(source)) && !held {
                 for r in refs.iter().filter(|r| r.hash.is_some()) {
-                    d.rewrites.push(Rewrite { pointer: format!("{tpl_ptr}{}", r.r.pointer), target: Target::Name(source.to_owned()) });
+                    out.rewrite(r, Target::Name(source.to_owned()));
                 }
-                d.response.warn(format!("{source}: no longer versioned; back on the plain name"));
+                out.d.response.warn(format!("{source}: no longer versioned; back on the plain name"));
             }
             continue;
         }
         let content = Content::from_object(cm);
         let head = content.hash();
         let plain = refs.iter().any(|r| r.hash.is_none());
-        let requested = refs.iter().find_map(|r| r.hash.as_ref().map(|h| (r.r.name.clone(), h.clone())));
-        let old_pin = a.old_pins.get(source);
+        let old_pin = a.old_pins.get(source).map(|(n, h)| (n.as_str(), h.as_str()));
         // A hold no longer stands once the source has changed after it: that change moves the pin.
-        let was_held = old_holds.get(source).is_some_and(|at| hold_stands(at.as_deref(), &head));
-        let chosen_by_request = requested.as_ref().is_some_and(|(n, _)| old_pin.map(|(p, _)| p) != Some(n));
-
-        enum To {
-            Head,
-            Keep(String, String),
-        }
-        let to = if undo && !plain {
-            let (n, h) = requested.clone().expect("not plain");
-            To::Keep(n, h)
-        } else if undo {
-            if old_pin.is_some_and(|(_, h)| *h != head) {
-                To::Head // a release re-applying old manifests with new config
-            } else if let Some((n, h)) = view.state.adopted_snapshot(&req.namespace, source, &template_hash) {
-                To::Keep(n, h)
-            } else {
-                d.response.warn(format!("{source}: this revision predates confighistory; using the current config"));
-                To::Head
-            }
-        } else if plain {
-            To::Head
-        } else if let Some(t) = &trigger {
-            let (n, h) = requested.clone().expect("not plain");
-            if t.contains(source) && !was_held {
-                To::Head
-            } else {
-                To::Keep(n, h)
-            }
-        } else if chosen_by_request && !own {
-            let (n, h) = requested.clone().expect("not plain");
-            To::Keep(n, h)
-        } else {
-            let (n, h) = requested.clone().expect("not plain");
-            // confighistory's own update without a trigger is a reinvocation over its own output
-            // (the trigger was consumed by the first pass): it joins no pending change the first
-            // pass left alone, or a second pass would not be a no-op.
-            if h != head && source::pending_change(cm, &head).is_some() && !was_held && !own {
-                To::Head
-            } else {
-                To::Keep(n, h)
-            }
+        let old_hold = old_holds.get(source).filter(|at| hold_stands(at.as_deref(), &head));
+        let facts = Facts {
+            undo,
+            plain,
+            requested: refs.iter().find_map(|r| r.hash.as_deref().map(|h| (r.r.name.as_str(), h))),
+            old_pin,
+            head: &head,
+            was_held: old_hold.is_some(),
+            own,
+            triggered: trigger.as_ref().map(|t| t.contains(source)),
+            pending: source::pending_change(cm, &head).is_some(),
+            adopted: if undo && plain { view.state.adopted_snapshot(a.namespace, source, &template_hash) } else { None },
         };
+        out.apply(source, &refs, &choose(&facts), content, old_pin.map(|(_, h)| h), old_hold.cloned());
+    }
+    let Builder { mut d, pins, held, .. } = out;
+    d.response.patch = annotation_ops(obj, &pin_annotations(&pins, &held));
+    Outcome::Done(d)
+}
 
-        let (hash, name_for_warning) = match to {
-            To::Head => {
-                d.effects.push(Effect::EnsureSnapshot {
-                    namespace: req.namespace.clone(),
+/// An unchanged template keeps its pins (re-applied manifests send plain names) and carries the
+/// annotations over from oldObject. No API call.
+fn keep_pins(obj: &Value, a: &Analysis, old_holds: Holds) -> Decision {
+    let tpl_ptr = a.kind.template_pointer();
+    let mut d = Decision::allow("unchanged");
+    for r in &a.refs {
+        if let (None, Some((pin, _))) = (&r.hash, a.old_pins.get(&r.source)) {
+            d.rewrites.push(Rewrite { pointer: format!("{tpl_ptr}{}", r.r.pointer), target: Target::Name(pin.clone()) });
+        }
+    }
+    let pins: BTreeMap<String, String> = a.old_pins.iter().map(|(s, (_, h))| (s.clone(), h.clone())).collect();
+    let held: Holds = old_holds.into_iter().filter(|(s, _)| pins.contains_key(s)).collect();
+    d.response.patch = annotation_ops(obj, &pin_annotations(&pins, &held));
+    d
+}
+
+/// The decision being built from the choices, with the pins and holds it records.
+struct Builder<'a> {
+    d: Decision,
+    pins: BTreeMap<String, String>,
+    held: Holds,
+    tpl_ptr: &'a str,
+    namespace: &'a str,
+}
+
+impl Builder<'_> {
+    fn rewrite(&mut self, r: &SourcedRef, target: Target) {
+        self.d.rewrites.push(Rewrite { pointer: format!("{}{}", self.tpl_ptr, r.r.pointer), target });
+    }
+
+    /// The rewrites, snapshot write, warnings, pin and hold of one source's choice. `old_hold`:
+    /// the hold oldObject records for the source, when it stands against the head.
+    fn apply(
+        &mut self,
+        source: &str,
+        refs: &[&SourcedRef],
+        choice: &Choice,
+        content: Content,
+        old_pin: Option<&str>,
+        old_hold: Option<Option<String>>,
+    ) {
+        let head = content.hash();
+        if *choice == Choice::UndoPredates {
+            self.d.response.warn(format!("{source}: this revision predates confighistory; using the current config"));
+        }
+        let (hash, name_for_warning) = match choice.kept() {
+            None => {
+                self.d.effects.push(Effect::EnsureSnapshot {
+                    namespace: self.namespace.to_owned(),
                     source: source.to_owned(),
                     content,
                     adopted: Vec::new(),
                 });
-                for r in &refs {
-                    d.rewrites.push(Rewrite {
-                        pointer: format!("{tpl_ptr}{}", r.r.pointer),
-                        target: Target::Snapshot { source: source.to_owned(), hash: head.clone() },
-                    });
+                for r in refs {
+                    self.rewrite(r, Target::Snapshot { source: source.to_owned(), hash: head.clone() });
                 }
-                (head.clone(), snapshot::name(source, &head, 0))
+                let name = snapshot::name(source, &head, 0);
+                (head, name)
             }
-            To::Keep(name, hash) => {
+            Some((name, hash)) => {
                 for r in refs.iter().filter(|r| r.r.name != name) {
-                    d.rewrites.push(Rewrite { pointer: format!("{tpl_ptr}{}", r.r.pointer), target: Target::Name(name.clone()) });
+                    self.rewrite(r, Target::Name(name.to_owned()));
                 }
                 if hash != head {
-                    // Kept on purpose (undo, explicit choice) → held; carried over → stays held if it was.
-                    let on_purpose = undo || (chosen_by_request && !own) || was_held;
-                    if on_purpose {
-                        // A hold carried over keeps the head it was taken at (a second pass over
-                        // this output, read as unchanged, carries it over the same way).
-                        let at = if undo || (chosen_by_request && !own) { Some(head.clone()) } else { old_holds[source].clone() };
-                        held.insert(source.to_owned(), at);
-                        d.response.warn(format!("{source}: held on {name}, not the current config (next apply releases it)"));
-                    } else {
-                        d.response.warn(format!("{source}: stays on {name}; the current config is {head}"));
+                    // Kept on purpose (undo, explicit choice) → held from now; carried over →
+                    // stays held if it was, at the head it was taken at (a second pass over this
+                    // output, read as unchanged, carries it over the same way).
+                    let hold = if choice.takes_hold() { Some(Some(head.clone())) } else { old_hold };
+                    match hold {
+                        Some(at) => {
+                            self.held.insert(source.to_owned(), at);
+                            self.d.response.warn(format!("{source}: held on {name}, not the current config (next apply releases it)"));
+                        }
+                        None => self.d.response.warn(format!("{source}: stays on {name}; the current config is {head}")),
                     }
                 }
-                (hash, name)
+                (hash.to_owned(), name.to_owned())
             }
         };
-        if old_pin.map(|(_, h)| h) != Some(&hash) {
-            d.response.warn(format!("{source}: pinned to {name_for_warning}"));
+        if old_pin != Some(hash.as_str()) {
+            self.d.response.warn(format!("{source}: pinned to {name_for_warning}"));
         }
-        pins.insert(source.to_owned(), hash);
+        self.pins.insert(source.to_owned(), hash);
     }
-    d.response.patch = annotation_ops(obj, &pin_annotations(&pins, &held));
-    Outcome::Done(d)
 }
 
 fn pin_annotations(pins: &BTreeMap<String, String>, held: &Holds) -> Vec<(&'static str, Option<String>)> {
@@ -471,6 +577,64 @@ mod tests {
             let a = analyze(&req, Kind::Deployment, &view).unwrap();
             assert_eq!(a.changed, changed, "case {i}");
             assert_eq!(a.changed, reference(&req, &a), "case {i}");
+        }
+    }
+
+    /// One row per rule of SPEC 6.2 (and §7's trigger), first match wins.
+    #[test]
+    fn each_source_is_decided_by_the_first_matching_rule() {
+        let (old, new) = (("cfg-0ld", "0ld"), ("cfg-new", "new"));
+        let keep = |(n, h): (&str, &str)| (n.to_owned(), h.to_owned());
+        let base = Facts { head: "head", requested: Some(old), old_pin: Some(old), ..Default::default() };
+        let undo = Facts { undo: true, ..base.clone() };
+        let plain = Facts { plain: true, requested: None, ..base.clone() };
+        let adopted = Some(keep(("cfg-adopted", "adopted")));
+        #[rustfmt::skip]
+        let rows: Vec<(&str, Facts, Choice, bool)> = vec![
+            ("undo keeps snapshot references", Facts { requested: Some(new), ..undo.clone() },
+                Choice::UndoKeeps { name: "cfg-new".into(), hash: "new".into() }, true),
+            ("undo, plain, behind the head: release", Facts { plain: true, requested: None, ..undo.clone() },
+                Choice::UndoTakesNewConfig, false),
+            ("undo, plain, adoption record", Facts { plain: true, requested: None, old_pin: None, adopted: adopted.clone(), ..undo.clone() },
+                Choice::UndoAdopted { name: "cfg-adopted".into(), hash: "adopted".into() }, true),
+            ("undo, plain, on the head, adoption record", Facts { plain: true, requested: None, old_pin: Some(("cfg-head", "head")), adopted, ..undo.clone() },
+                Choice::UndoAdopted { name: "cfg-adopted".into(), hash: "adopted".into() }, true),
+            ("undo, plain, predates", Facts { plain: true, requested: None, old_pin: None, ..undo.clone() },
+                Choice::UndoPredates, false),
+            ("release", plain.clone(), Choice::Release, false),
+            ("release beats a pending change and a hold", Facts { pending: true, was_held: true, requested: Some(old), ..plain.clone() },
+                Choice::Release, false),
+            ("propagation trigger names it", Facts { own: true, triggered: Some(true), ..base.clone() },
+                Choice::Propagate, false),
+            ("propagation trigger, held", Facts { own: true, triggered: Some(true), was_held: true, ..base.clone() },
+                Choice::PropagationKeeps { name: "cfg-0ld".into(), hash: "0ld".into() }, false),
+            ("propagation trigger names another source", Facts { own: true, triggered: Some(false), ..base.clone() },
+                Choice::PropagationKeeps { name: "cfg-0ld".into(), hash: "0ld".into() }, false),
+            ("chosen by the request", Facts { requested: Some(new), pending: true, ..base.clone() },
+                Choice::Chosen { name: "cfg-new".into(), hash: "new".into() }, true),
+            ("carried over, pending change: joins it", Facts { pending: true, ..base.clone() },
+                Choice::JoinsPendingChange, false),
+            ("carried over, pending change, held", Facts { pending: true, was_held: true, ..base.clone() },
+                Choice::CarriedOver { name: "cfg-0ld".into(), hash: "0ld".into() }, false),
+            ("carried over, own reinvocation joins nothing", Facts { pending: true, own: true, ..base.clone() },
+                Choice::CarriedOver { name: "cfg-0ld".into(), hash: "0ld".into() }, false),
+            ("carried over, already the head", Facts { pending: true, requested: Some(("cfg-head", "head")), old_pin: Some(("cfg-head", "head")), ..base.clone() },
+                Choice::CarriedOver { name: "cfg-head".into(), hash: "head".into() }, false),
+            ("carried over, nothing pending", base.clone(),
+                Choice::CarriedOver { name: "cfg-0ld".into(), hash: "0ld".into() }, false),
+        ];
+        for (rule, facts, want, takes_hold) in rows {
+            let got = choose(&facts);
+            assert_eq!(got, want, "{rule}");
+            assert_eq!(got.takes_hold(), takes_hold, "{rule}");
+            assert_eq!(
+                got.kept().is_none(),
+                matches!(
+                    want,
+                    Choice::UndoTakesNewConfig | Choice::UndoPredates | Choice::Release | Choice::Propagate | Choice::JoinsPendingChange
+                ),
+                "{rule}"
+            );
         }
     }
 }
