@@ -20,7 +20,6 @@
 #![allow(dead_code)] // each includer uses part of it
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock, RwLock};
 
 use confighistory::admission::review::{self, Request, Response, MAX_WARNING};
@@ -153,14 +152,7 @@ pub fn app(cluster: &MemoryCluster) -> App {
     let web = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": NS, "uid": "uid-web"},
         "spec": {"template": w.revisions[1]}});
     state.apply_workload(Kind::Deployment, &web);
-    App {
-        policy: Policy::default(),
-        state: Arc::new(RwLock::new(state)),
-        cluster: Arc::new(cluster.clone()),
-        synced: Arc::new(AtomicBool::new(true)),
-        tls_ready: Arc::new(AtomicBool::new(true)),
-        max_body: confighistory::webhook::DEFAULT_MAX_BODY,
-    }
+    App::ready(Policy::default(), Arc::new(RwLock::new(state)), Arc::new(cluster.clone()))
 }
 
 fn runtime() -> &'static tokio::runtime::Runtime {
@@ -463,7 +455,7 @@ pub fn rewrite_bytes(data: &[u8]) {
     // or not the watch has delivered the snapshots just created.
     for caches in [false, true] {
         if caches {
-            let mut state = app.state.write().expect("lock");
+            let mut state = app.ctx.state.write().expect("lock");
             for obj in cluster.objects.lock().expect("lock").values() {
                 state.apply_configmap(obj);
             }

@@ -9,6 +9,7 @@
 //! - [`cache`]: the in-memory view of the cluster that watches feed.
 //! - [`cluster`]: the Kubernetes port: every API-server read and write, the real client, an
 //!   in-memory cluster for tests, and the watches that feed the cache.
+//! - [`context`]: what webhook and controller share: policy, cache, Kubernetes port, sync state.
 //! - [`store`]: the snapshot store (SPEC §5): makes sure a snapshot exists, with its own errors.
 //! - [`admission`]: the decisions of SPEC §6, pure functions of a request and a view.
 //! - [`controller`]: propagation, adoption, repair and GC (§7–9), each loop beside its planner.
@@ -19,6 +20,7 @@ pub mod admission;
 pub mod cache;
 pub mod cli;
 pub mod cluster;
+pub mod context;
 pub mod controller;
 pub mod metrics;
 pub mod model;

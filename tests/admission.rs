@@ -2,7 +2,6 @@
 //! AdmissionReview JSON. The API server is an in-memory stand-in here (fault injection included);
 //! the e2e suite repeats the important scenarios against a real kube-apiserver.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 
 use axum::body::Body;
@@ -164,14 +163,7 @@ impl Fixture {
     }
 
     fn app(&self) -> Arc<App> {
-        Arc::new(App {
-            policy: self.policy.clone(),
-            state: self.state.clone(),
-            cluster: Arc::new(self.cluster.clone()),
-            synced: Arc::new(AtomicBool::new(true)),
-            tls_ready: Arc::new(AtomicBool::new(true)),
-            max_body: webhook::DEFAULT_MAX_BODY,
-        })
+        Arc::new(App::ready(self.policy.clone(), self.state.clone(), Arc::new(self.cluster.clone())))
     }
 
     async fn post(&self, path: &str, body: Vec<u8>) -> Answer {

@@ -56,14 +56,7 @@ impl Cluster for Stalled {
 }
 
 fn app(cluster: Arc<dyn Cluster>) -> Arc<App> {
-    Arc::new(App {
-        policy: Policy::default(),
-        state: Arc::new(RwLock::new(State::default())),
-        cluster,
-        synced: Arc::new(AtomicBool::new(true)),
-        tls_ready: Arc::new(AtomicBool::new(true)),
-        max_body: webhook::DEFAULT_MAX_BODY,
-    })
+    Arc::new(App::ready(Policy::default(), Arc::new(RwLock::new(State::default())), cluster))
 }
 
 fn deployment_review() -> Value {
@@ -147,7 +140,7 @@ async fn an_undo_past_the_deadline_is_let_through_as_sent() {
     let template = |image: &str, cm: &str| json!({"metadata": {"labels": {"app": "web"}}, "spec": {"volumes": [{"name": "c", "configMap": {"name": cm}}], "containers": [{"name": "a", "image": image}]}});
     let rev1 = template("web:1", "app-config-0123456789ab");
     let rev2 = template("web:2", "app-config-bcdefghjkmnp");
-    app.state.write().unwrap().apply_revision(
+    app.ctx.state.write().unwrap().apply_revision(
         confighistory::model::template::Kind::ReplicaSet,
         &json!({"metadata": {"name": "web-1", "namespace": "shop", "ownerReferences": [{"kind": "Deployment", "uid": "uid-web", "controller": true}]},
             "spec": {"template": rev1}}),

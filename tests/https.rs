@@ -41,14 +41,9 @@ async fn start_with(dir: &Path, client_ca: Option<&Path>) -> Server {
     let (config, resolver) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key"), client_ca).unwrap();
     let ready = Arc::new(AtomicBool::new(false));
     tokio::spawn(tls::watch(dir.join("tls.crt"), dir.join("tls.key"), resolver, ready.clone(), Duration::from_millis(100)));
-    let app = Arc::new(App {
-        policy: Policy::default(),
-        state: Arc::new(RwLock::new(State::default())),
-        cluster: Arc::new(MemoryCluster::default()),
-        synced: Arc::new(AtomicBool::new(true)),
-        tls_ready: ready,
-        max_body: webhook::DEFAULT_MAX_BODY,
-    });
+    let mut app = App::ready(Policy::default(), Arc::new(RwLock::new(State::default())), Arc::new(MemoryCluster::default()));
+    app.tls_ready = ready;
+    let app = Arc::new(app);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(confighistory::webhook::serve::serve_tls(listener, tokio_rustls::TlsAcceptor::from(config), webhook::router(app)));
@@ -251,14 +246,7 @@ async fn dashboards_and_alerts_query_only_metrics_the_server_exports() {
     assert_eq!(post(&server, config.clone(), review()).await.unwrap().0, 200);
     assert_eq!(post(&server, config, json!("not a review")).await.unwrap().0, 400);
 
-    let app = Arc::new(App {
-        policy: Policy::default(),
-        state: Arc::new(RwLock::new(State::default())),
-        cluster: Arc::new(MemoryCluster::default()),
-        synced: Arc::new(AtomicBool::new(true)),
-        tls_ready: Arc::new(AtomicBool::new(true)),
-        max_body: webhook::DEFAULT_MAX_BODY,
-    });
+    let app = Arc::new(App::ready(Policy::default(), Arc::new(RwLock::new(State::default())), Arc::new(MemoryCluster::default())));
     let req = hyper::Request::get("/metrics").body(axum::body::Body::empty()).unwrap();
     let resp = webhook::health_router(app).oneshot(req).await.unwrap();
     let scrape = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();

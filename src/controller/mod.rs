@@ -22,12 +22,12 @@ use tokio::sync::Mutex;
 use crate::cache::Watched;
 use crate::cli::ControllerArgs;
 use crate::cluster::watch::{api_resource, cronjob_version, resource};
+use crate::context::Context;
 use crate::metrics::METRICS;
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Selector;
 use crate::model::snapshot::Content;
-use crate::webhook::App;
 
 pub mod adopt;
 pub mod gc;
@@ -46,7 +46,8 @@ const IN_FLIGHT: Duration = Duration::from_secs(20);
 /// Everything the loops share.
 pub struct Ctx {
     pub client: kube::Client,
-    pub app: Arc<App>,
+    /// Policy, cache and Kubernetes port, shared with the webhook.
+    pub shared: Arc<Context>,
     pub args: ControllerArgs,
     pub selector: Selector,
     pub cronjob_version: &'static str,
@@ -74,11 +75,11 @@ impl Handle {
 }
 
 /// Starts the controller loops in the background.
-pub fn spawn(client: kube::Client, app: Arc<App>, args: ControllerArgs) -> Handle {
+pub fn spawn(client: kube::Client, shared: Arc<Context>, args: ControllerArgs) -> Handle {
     let handle = Handle::default();
     let cell = handle.0.clone();
     tokio::spawn(async move {
-        match start(client, app, args).await {
+        match start(client, shared, args).await {
             Ok(ctx) => {
                 let _ = cell.set(ctx);
             }
@@ -89,7 +90,7 @@ pub fn spawn(client: kube::Client, app: Arc<App>, args: ControllerArgs) -> Handl
 }
 
 /// Builds the shared context, starts the election and the loops; returns the context.
-pub async fn start(client: kube::Client, app: Arc<App>, args: ControllerArgs) -> anyhow::Result<Arc<Ctx>> {
+pub async fn start(client: kube::Client, shared: Arc<Context>, args: ControllerArgs) -> anyhow::Result<Arc<Ctx>> {
     let selector: Selector = args.controller_namespace_selector.parse().map_err(anyhow::Error::msg)?;
     let now = Instant::now();
     let identity = leader::identity();
@@ -109,7 +110,7 @@ pub async fn start(client: kube::Client, app: Arc<App>, args: ControllerArgs) ->
         seen: std::sync::Mutex::new(None),
         selector,
         client: client.clone(),
-        app,
+        shared,
         args: args.clone(),
     });
     let config = leader::Config::new(&lease_ns, &args.lease_name, identity);
@@ -130,7 +131,7 @@ pub async fn release(ctx: &Ctx) {
 }
 
 async fn wait_synced(ctx: &Ctx) {
-    while !ctx.app.synced.load(Ordering::Relaxed) {
+    while !ctx.shared.synced.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -169,15 +170,15 @@ async fn propagation_loop(ctx: Arc<Ctx>) {
 async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
     let now_ms = propagate::now_ms();
     let plan = {
-        let state = ctx.app.state.read().expect("state lock");
-        propagate::due_propagations(&state, &ctx.app.policy, &ctx.selector, now_ms)
+        let state = ctx.shared.state.read().expect("state lock");
+        propagate::due_propagations(&state, &ctx.shared.policy, &ctx.selector, now_ms)
     };
     if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
         // Templates in namespaces the loops do not act in were admitted on purpose unpinned (audit,
         // enforce, off): if the namespace later switches to rewrite, they are adopted, not repaired.
-        let state = ctx.app.state.read().expect("state lock");
+        let state = ctx.shared.state.read().expect("state lock");
         for ((_, ns, _), w) in &state.workloads {
-            if !seen.contains(&w.template_hash) && !propagate::namespace_active(&state, &ctx.app.policy, &ctx.selector, ns) {
+            if !seen.contains(&w.template_hash) && !propagate::namespace_active(&state, &ctx.shared.policy, &ctx.selector, ns) {
                 seen.insert(w.template_hash.clone());
             }
         }
@@ -202,7 +203,7 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
         }
         let (ns, source, head) = key;
         let patch = json!({"metadata": {"annotations": {names::PROPAGATED: head}}});
-        match ctx.app.cluster.patch_configmap(ns, source, &patch).await {
+        match ctx.shared.cluster.patch_configmap(ns, source, &patch).await {
             Ok(()) => {
                 sb.succeeded(key);
                 st.recorded.insert(key.clone(), Instant::now());
@@ -314,7 +315,7 @@ async fn resync_loop(ctx: Arc<Ctx>) {
             .seen
             .lock()
             .expect("seen lock")
-            .get_or_insert_with(|| adopt::current_templates(&ctx.app.state.read().expect("state lock")))
+            .get_or_insert_with(|| adopt::current_templates(&ctx.shared.state.read().expect("state lock")))
             .clone();
         rehash(&ctx).await;
         if !ctx.leadership.is_leader() {
@@ -324,8 +325,8 @@ async fn resync_loop(ctx: Arc<Ctx>) {
         // that arrives while the pass runs (its writes are rate-limited, so that can take long) was
         // not looked at; marking it seen would adopt an outage's template instead of repairing it.
         let (decisions, present) = {
-            let state = ctx.app.state.read().expect("state lock");
-            (adopt::decide(&state, &ctx.app.policy, &ctx.selector, &seen, &adopted), adopt::current_templates(&state))
+            let state = ctx.shared.state.read().expect("state lock");
+            (adopt::decide(&state, &ctx.shared.policy, &ctx.selector, &seen, &adopted), adopt::current_templates(&state))
         };
         for a in &decisions.adoptions {
             if !ctx.leadership.is_leader() {
@@ -353,7 +354,7 @@ async fn resync_loop(ctx: Arc<Ctx>) {
             // current content (repair skips sources with a pending change, and adopt_one refuses a
             // change the webhook missed). Recording it lets an undo to that revision bring its
             // config back (SPEC §9); when it cannot be told, an Event says so.
-            let template = ctx.app.state.read().expect("state lock").workloads.get(&p.key()).map(|w| w.template_hash.clone());
+            let template = ctx.shared.state.read().expect("state lock").workloads.get(&p.key()).map(|w| w.template_hash.clone());
             for source in p.trigger.keys().filter(|_| template.is_some()) {
                 let a = adopt::Adoption {
                     namespace: p.namespace.clone(),
@@ -397,7 +398,7 @@ async fn resync_loop(ctx: Arc<Ctx>) {
         // Everything present now has been seen, except the templates still waiting for repair
         // (they stay repair candidates until the webhook has pinned them).
         {
-            let state = ctx.app.state.read().expect("state lock");
+            let state = ctx.shared.state.read().expect("state lock");
             let waiting: HashSet<&String> =
                 decisions.repairs.iter().filter_map(|p| state.workloads.get(&p.key())).map(|w| &w.template_hash).collect();
             if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
@@ -414,15 +415,15 @@ async fn resync_loop(ctx: Arc<Ctx>) {
 /// change first seen now (SPEC §7, missed changes).
 async fn rehash(ctx: &Ctx) {
     let sources: Vec<(String, String, String)> = {
-        let state = ctx.app.state.read().expect("state lock");
+        let state = ctx.shared.state.read().expect("state lock");
         let mut v: Vec<_> = state
             .configmaps
             .iter()
             .filter(|((ns, name), cm)| {
                 cm.annotation(names::HEAD).is_some()
-                    && crate::model::source::is_versioned_source(name, cm, &ctx.app.policy.excluded_sources)
+                    && crate::model::source::is_versioned_source(name, cm, &ctx.shared.policy.excluded_sources)
                     && state.is_referenced_source(ns, name)
-                    && propagate::namespace_active(&state, &ctx.app.policy, &ctx.selector, ns)
+                    && propagate::namespace_active(&state, &ctx.shared.policy, &ctx.selector, ns)
             })
             .map(|((ns, name), cm)| (ns.clone(), name.clone(), cm.annotation(names::HEAD).unwrap_or_default().to_owned()))
             .collect();
@@ -434,7 +435,7 @@ async fn rehash(ctx: &Ctx) {
             return;
         }
         Limiter::acquire(&ctx.reads, &ns).await;
-        let obj = match ctx.app.cluster.get_configmap(&ns, &name).await {
+        let obj = match ctx.shared.cluster.get_configmap(&ns, &name).await {
             Ok(Some(o)) => o,
             Ok(None) => continue,
             Err(e) => {
@@ -450,7 +451,7 @@ async fn rehash(ctx: &Ctx) {
         tracing::info!(namespace = %ns, source = %name, stored = %stored, actual = %actual, "source changed while the webhook was away; recording the change now");
         // A no-op write: the webhook sees a stale head and records the change as first seen now.
         let patch = json!({"metadata": {"annotations": {names::HEAD: stored}}});
-        if let Err(e) = ctx.app.cluster.patch_configmap(&ns, &name, &patch).await {
+        if let Err(e) = ctx.shared.cluster.patch_configmap(&ns, &name, &patch).await {
             tracing::warn!(namespace = %ns, source = %name, error = %e, "could not touch the source");
         }
     }
@@ -459,7 +460,7 @@ async fn rehash(ctx: &Ctx) {
 /// Records the templates in the adoption record of the snapshot of the source's current content.
 async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> anyhow::Result<String> {
     let obj = ctx
-        .app
+        .shared
         .cluster
         .get_configmap(&a.namespace, &a.source)
         .await?
@@ -469,7 +470,7 @@ async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> anyhow::Result<String> {
         // Changed while the webhook was away: the workload did not run with this content.
         anyhow::bail!("{} changed while confighistory was away; left to propagation", a.source);
     }
-    match crate::store::ensure(ctx.app.cluster.as_ref(), &a.namespace, &a.source, &content, &a.templates, false).await {
+    match crate::store::ensure(ctx.shared.cluster.as_ref(), &a.namespace, &a.source, &content, &a.templates, false).await {
         Ok((name, _)) => Ok(name),
         Err(e) => {
             if matches!(e, crate::store::Error::Api { .. } | crate::store::Error::Race { .. }) {
@@ -495,13 +496,13 @@ async fn gc_loop(ctx: Arc<Ctx>) {
         }
         let start = Instant::now();
         let namespaces: Vec<String> = {
-            let state = ctx.app.state.read().expect("state lock");
+            let state = ctx.shared.state.read().expect("state lock");
             let mut v: Vec<String> = state
                 .configmaps
                 .iter()
                 .filter(|((_, name), cm)| cm.snapshot_of(name).is_some())
                 .map(|((ns, _), _)| ns.clone())
-                .filter(|ns| gc_namespace_allowed(&state, &ctx.app.policy, &ctx.selector, ns))
+                .filter(|ns| gc_namespace_allowed(&state, &ctx.shared.policy, &ctx.selector, ns))
                 .collect();
             v.sort();
             v.dedup();
@@ -570,29 +571,22 @@ pub async fn run_gc_command(args: crate::cli::GcArgs) -> anyhow::Result<()> {
 
 /// `confighistory controller`: the watches and the loops without the admission server.
 pub async fn run_standalone(args: crate::cli::ControllerCommandArgs) -> anyhow::Result<()> {
-    use std::sync::atomic::AtomicBool;
     use std::sync::RwLock;
     let policy = args.policy.policy()?;
     let client = kube::Client::try_default().await?;
     let state = Arc::new(RwLock::new(crate::cache::State::default()));
-    let synced = Arc::new(AtomicBool::new(false));
-    let app = Arc::new(App {
-        policy,
-        state: state.clone(),
-        cluster: Arc::new(crate::cluster::KubeCluster { client: client.clone(), field_manager: "confighistory".into() }),
-        synced: synced.clone(),
-        tls_ready: Arc::new(AtomicBool::new(true)),
-        max_body: crate::webhook::DEFAULT_MAX_BODY,
-    });
+    let cluster = Arc::new(crate::cluster::KubeCluster { client: client.clone(), field_manager: "confighistory".into() });
+    let shared = Arc::new(Context::new(policy, state.clone(), cluster));
+    let synced = shared.synced.clone();
     crate::cluster::watch::start(client.clone(), state, synced).await;
     let mut controller = args.controller.clone();
     if controller.leader_election_namespace.is_none() {
         controller.leader_election_namespace = Some(args.policy.namespace.clone());
     }
-    let ctx = start(client, app.clone(), controller).await?;
+    let ctx = start(client, shared.clone(), controller).await?;
     let health = tokio::net::TcpListener::bind(args.health_listen).await?;
     tracing::info!(health = %args.health_listen, "controller running");
-    let router = crate::webhook::health_router(app);
+    let router = crate::webhook::health(shared.synced.clone(), None);
     let terminate = async {
         #[cfg(unix)]
         if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

@@ -18,6 +18,7 @@ use tracing::Instrument;
 use crate::admission::{self, review, Decision, Effect, Failed, Failure, Fresh, Outcome, Response, View};
 use crate::cache::State;
 use crate::cluster::{ApiError, Cluster};
+use crate::context::Context;
 use crate::model::policy::{Mode, Policy};
 use crate::model::snapshot;
 use crate::store;
@@ -32,16 +33,25 @@ use crate::metrics::METRICS;
 /// last-applied annotation can double each.
 pub const DEFAULT_MAX_BODY: usize = 8 * 1024 * 1024;
 
-/// Everything a request handler needs.
+/// Everything a request handler needs: the shared context, plus the edge's own state.
 pub struct App {
-    pub policy: Policy,
-    pub state: Arc<RwLock<State>>,
-    pub cluster: Arc<dyn Cluster>,
-    /// Watch caches have delivered their first list.
-    pub synced: Arc<AtomicBool>,
+    pub ctx: Arc<Context>,
     /// A certificate is loaded.
     pub tls_ready: Arc<AtomicBool>,
     pub max_body: usize,
+}
+
+impl App {
+    /// An app over `ctx` with its certificate counted as loaded and the default body limit
+    /// (tests and tools; `serve` sets readiness from the certificate it loads).
+    pub fn new(ctx: Arc<Context>) -> App {
+        App { ctx, tls_ready: Arc::new(AtomicBool::new(true)), max_body: DEFAULT_MAX_BODY }
+    }
+
+    /// [`App::new`] over a context whose caches count as synced.
+    pub fn ready(policy: Policy, state: Arc<RwLock<State>>, cluster: Arc<dyn Cluster>) -> App {
+        App::new(Arc::new(Context::synced(policy, state, cluster)))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,29 +82,35 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// Health and metrics, plain HTTP on their own port.
+/// Health and metrics of the admission server, plain HTTP on their own port.
 pub fn health_router(app: Arc<App>) -> Router {
+    health(app.ctx.synced.clone(), Some(app.tls_ready.clone()))
+}
+
+/// Health and metrics: ready once the caches are synced and, for a server with a certificate
+/// (`tls_ready`), once it is loaded.
+pub fn health(synced: Arc<AtomicBool>, tls_ready: Option<Arc<AtomicBool>>) -> Router {
+    let metrics_synced = synced.clone();
     Router::new()
         .route("/livez", get(|| async { "ok" }))
         .route(
             "/readyz",
-            get(|AxState(app): AxState<Arc<App>>| async move {
-                let (tls, synced) = (app.tls_ready.load(Ordering::Relaxed), app.synced.load(Ordering::Relaxed));
-                if tls && synced {
-                    (StatusCode::OK, "ok".to_owned())
-                } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: tls loaded={tls}, caches synced={synced}"))
+            get(move || async move {
+                let synced = synced.load(Ordering::Relaxed);
+                match tls_ready.map(|t| t.load(Ordering::Relaxed)) {
+                    Some(true) | None if synced => (StatusCode::OK, "ok".to_owned()),
+                    Some(tls) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: tls loaded={tls}, caches synced={synced}")),
+                    None => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: caches synced={synced}")),
                 }
             }),
         )
         .route(
             "/metrics",
-            get(|AxState(app): AxState<Arc<App>>| async move {
-                METRICS.set_cache_synced(app.synced.load(Ordering::Relaxed));
+            get(move || async move {
+                METRICS.set_cache_synced(metrics_synced.load(Ordering::Relaxed));
                 ([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], METRICS.render())
             }),
         )
-        .with_state(app)
 }
 
 async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes) -> HttpResponse {
@@ -150,9 +166,9 @@ async fn answer(app: &App, endpoint: Endpoint, req: &review::Request, start: Ins
 /// The namespace's mode; a mode label the admin refuses is logged, once per namespace and label
 /// value (SPEC §3: the default applies, and the admin should know someone asked).
 fn mode(app: &App, namespace: &str) -> Mode {
-    let state = app.state.read().expect("state lock");
+    let state = app.ctx.state.read().expect("state lock");
     let info = state.namespace(namespace);
-    let (mode, refused) = app.policy.namespace_mode(namespace, info);
+    let (mode, refused) = app.ctx.policy.namespace_mode(namespace, info);
     let label = info.and_then(|n| crate::model::meta::Meta::label(n, crate::model::names::MODE_LABEL));
     if let Some(why) = refused {
         let mut warned = REFUSED_MODES.lock().expect("refused modes lock");
@@ -224,8 +240,8 @@ pub fn expected(endpoint: Endpoint, req: &review::Request) -> Result<(), String>
 
 /// Whether a workload request must never be denied (an undo, a CronJob's run), from the caches.
 pub fn never_denied(app: &App, req: &review::Request) -> bool {
-    let (state, now) = (app.state.read().expect("state lock"), String::new());
-    let view = View { policy: &app.policy, state: &state, fresh: &Fresh::new(), failed: &Failed::new(), now: &now };
+    let (state, now) = (app.ctx.state.read().expect("state lock"), String::new());
+    let view = View { policy: &app.ctx.policy, state: &state, fresh: &Fresh::new(), failed: &Failed::new(), now: &now };
     req.kind.kind != "ConfigMap" && admission::workload::never_denied(req, &view)
 }
 
@@ -245,8 +261,8 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     let mut place = None;
     for _ in 0..MAX_PASSES {
         let outcome = {
-            let state = app.state.read().expect("state lock");
-            let view = View { policy: &app.policy, state: &state, fresh: &fresh, failed: &failed, now: &now };
+            let state = app.ctx.state.read().expect("state lock");
+            let view = View { policy: &app.ctx.policy, state: &state, fresh: &fresh, failed: &failed, now: &now };
             match endpoint {
                 Endpoint::Mutate if req.kind.kind == "ConfigMap" => admission::configmap::decide(req, &view),
                 Endpoint::Mutate => admission::workload::decide(req, &view),
@@ -292,7 +308,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                 use futures::StreamExt as _;
                 let results: Vec<_> = futures::stream::iter(reads)
                     .map(|name| async move {
-                        let read = app.cluster.get_configmap(&req.namespace, &name).await;
+                        let read = app.ctx.cluster.get_configmap(&req.namespace, &name).await;
                         (name, read)
                     })
                     .buffer_unordered(READ_CONCURRENCY)
@@ -340,7 +356,7 @@ async fn execute(app: &App, req: &review::Request, decision: Decision) -> Result
     let mut warnings = Vec::new();
     for effect in &decision.effects {
         let Effect::EnsureSnapshot { namespace, source, content, adopted } = effect;
-        let (name, mut w) = ensure_snapshot(app.cluster.as_ref(), namespace, source, content, adopted, req.dry_run())
+        let (name, mut w) = ensure_snapshot(app.ctx.cluster.as_ref(), namespace, source, content, adopted, req.dry_run())
             .await
             .map_err(|f| (source.clone(), f))?;
         names.insert((source.clone(), content.hash()), name);

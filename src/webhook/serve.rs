@@ -14,6 +14,7 @@ use super::{limits, tls, App};
 use crate::cache::State;
 use crate::cli::ServeArgs;
 use crate::cluster::{watch, KubeCluster};
+use crate::context;
 
 pub use super::limits::{CLIENT_TIMEOUT, IDLE_TIMEOUT};
 /// Largest request head (headers) accepted.
@@ -29,23 +30,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // later count for undo only with a template a workload was seen with (SPEC §9a).
     let started = format!("{:.0}", k8s_openapi::jiff::Timestamp::now());
     let state = Arc::new(RwLock::new(State { revisions_trusted_before: Some(started), ..State::default() }));
-    let synced = Arc::new(AtomicBool::new(false));
+    let cluster = Arc::new(KubeCluster { client: client.clone(), field_manager: "confighistory".into() });
+    let shared = Arc::new(context::Context::new(policy, state.clone(), cluster));
     let tls_ready = Arc::new(AtomicBool::new(false));
-    let app = Arc::new(App {
-        policy,
-        state: state.clone(),
-        cluster: Arc::new(KubeCluster { client: client.clone(), field_manager: "confighistory".into() }),
-        synced: synced.clone(),
-        tls_ready: tls_ready.clone(),
-        max_body: args.max_body_bytes,
-    });
+    let app = Arc::new(App { ctx: shared.clone(), tls_ready: tls_ready.clone(), max_body: args.max_body_bytes });
 
-    watch::start(client.clone(), state.clone(), synced.clone()).await;
+    watch::start(client.clone(), state.clone(), shared.synced.clone()).await;
     tokio::spawn(tls::watch(args.tls_cert.clone(), args.tls_key.clone(), resolver, tls_ready, Duration::from_secs(5)));
     let controller = (!args.no_controllers).then(|| {
         let mut controller = args.controller.clone();
         controller.leader_election_namespace.get_or_insert_with(|| args.policy.namespace.clone());
-        crate::controller::spawn(client.clone(), app.clone(), controller)
+        crate::controller::spawn(client.clone(), shared.clone(), controller)
     });
 
     let health = TcpListener::bind(args.health_listen).await.with_context(|| format!("binding {}", args.health_listen))?;

@@ -1,0 +1,30 @@
+//! What the webhook and the controller loops share: the policy, the watch-fed cache, the
+//! Kubernetes port, and whether the caches have delivered their first lists. Built once per
+//! process (`crate::runtime`), or directly by tests over an in-memory cluster.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, RwLock};
+
+use crate::cache::State;
+use crate::cluster::Cluster;
+use crate::model::policy::Policy;
+
+pub struct Context {
+    pub policy: Policy,
+    pub state: Arc<RwLock<State>>,
+    pub cluster: Arc<dyn Cluster>,
+    /// Watch caches have delivered their first list.
+    pub synced: Arc<AtomicBool>,
+}
+
+impl Context {
+    /// A context whose caches are not synced yet (the watches set `synced`).
+    pub fn new(policy: Policy, state: Arc<RwLock<State>>, cluster: Arc<dyn Cluster>) -> Context {
+        Context { policy, state, cluster, synced: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// A context whose caches count as synced: for tests and tools that fill `state` themselves.
+    pub fn synced(policy: Policy, state: Arc<RwLock<State>>, cluster: Arc<dyn Cluster>) -> Context {
+        Context { policy, state, cluster, synced: Arc::new(AtomicBool::new(true)) }
+    }
+}
