@@ -13,7 +13,8 @@
 //! - [`store`]: the snapshot store (SPEC §5): makes sure a snapshot exists, with its own errors.
 //! - [`admission`]: the decisions of SPEC §6, pure functions of a request and a view.
 //! - [`controller`]: propagation, adoption, repair and GC (§7–9), each loop beside its planner.
-//! - [`webhook`]: the HTTPS edge: router, limits, TLS reload, health; `serve` wires it up.
+//! - [`webhook`]: the HTTPS edge: router, limits, TLS reload, health; [`webhook::serve`] serves it.
+//! - [`runtime`]: builds `serve`, `controller` and `gc` (client, cache, watches, shutdown signal).
 //! - [`cli`] and [`plugin`]: the command line of the server and of `kubectl confighistory`.
 
 pub mod admission;
@@ -25,5 +26,6 @@ pub mod controller;
 pub mod metrics;
 pub mod model;
 pub mod plugin;
+pub mod runtime;
 pub mod store;
 pub mod webhook;

@@ -13,8 +13,8 @@ async fn main() -> anyhow::Result<()> {
         fmt.init();
     }
     match cli.command {
-        Command::Serve(args) => confighistory::webhook::serve::run(args).await,
-        Command::Controller(args) => confighistory::controller::run_standalone(args).await,
-        Command::Gc(args) => confighistory::controller::run_gc_command(args).await,
+        Command::Serve(args) => confighistory::runtime::serve(args).await,
+        Command::Controller(args) => confighistory::runtime::controller(args).await,
+        Command::Gc(args) => confighistory::runtime::gc(args).await,
     }
 }

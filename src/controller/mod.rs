@@ -537,9 +537,7 @@ fn gc_namespace_allowed(state: &crate::cache::State, policy: &crate::model::poli
 }
 
 /// `confighistory gc`: one sweep, printing every verdict; the same code as the periodic sweep.
-pub async fn run_gc_command(args: crate::cli::GcArgs) -> anyhow::Result<()> {
-    let policy = args.policy.policy()?;
-    let client = kube::Client::try_default().await?;
+pub async fn run_gc_command(client: kube::Client, policy: crate::model::policy::Policy, args: crate::cli::GcArgs) -> anyhow::Result<()> {
     let cj = cronjob_version(&client).await;
     let settings = gc::Settings { keep: args.keep, grace: Duration::from_secs(args.grace) };
     let namespaces = match &args.namespace_filter {
@@ -566,40 +564,5 @@ pub async fn run_gc_command(args: crate::cli::GcArgs) -> anyhow::Result<()> {
     if errors > 0 {
         anyhow::bail!("{errors} errors");
     }
-    Ok(())
-}
-
-/// `confighistory controller`: the watches and the loops without the admission server.
-pub async fn run_standalone(args: crate::cli::ControllerCommandArgs) -> anyhow::Result<()> {
-    use std::sync::RwLock;
-    let policy = args.policy.policy()?;
-    let client = kube::Client::try_default().await?;
-    let state = Arc::new(RwLock::new(crate::cache::State::default()));
-    let cluster = Arc::new(crate::cluster::KubeCluster { client: client.clone(), field_manager: "confighistory".into() });
-    let shared = Arc::new(Context::new(policy, state.clone(), cluster));
-    let synced = shared.synced.clone();
-    crate::cluster::watch::start(client.clone(), state, synced).await;
-    let mut controller = args.controller.clone();
-    if controller.leader_election_namespace.is_none() {
-        controller.leader_election_namespace = Some(args.policy.namespace.clone());
-    }
-    let ctx = start(client, shared.clone(), controller).await?;
-    let health = tokio::net::TcpListener::bind(args.health_listen).await?;
-    tracing::info!(health = %args.health_listen, "controller running");
-    let router = crate::webhook::health(shared.synced.clone(), None);
-    let terminate = async {
-        #[cfg(unix)]
-        if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            term.recv().await;
-            return;
-        }
-        std::future::pending::<()>().await
-    };
-    tokio::select! {
-        r = axum::serve(health, router) => r?,
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate => {}
-    }
-    release(&ctx).await;
     Ok(())
 }

@@ -1,75 +1,19 @@
-//! `confighistory serve`: wires the kube client, watches, TLS and the two listeners.
+//! How the admission router is served: limits around it, and TLS connections with timeouts
+//! (`crate::runtime::serve` wires it up).
 
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use super::{limits, tls, App};
-use crate::cache::State;
-use crate::cli::ServeArgs;
-use crate::cluster::{watch, KubeCluster};
-use crate::context;
+use super::{limits, App};
 
 pub use super::limits::{CLIENT_TIMEOUT, IDLE_TIMEOUT};
 /// Largest request head (headers) accepted.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
-
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let policy = args.policy.policy()?;
-    let client = kube::Client::try_default().await.context("no Kubernetes configuration (in-cluster or KUBECONFIG)")?;
-    let (tls_config, resolver) =
-        tls::server_config(&args.tls_cert, &args.tls_key, args.client_ca.as_deref()).context("loading TLS certificate")?;
-
-    // Rollout history that exists when the process starts is taken as it is; revisions created
-    // later count for undo only with a template a workload was seen with (SPEC §9a).
-    let started = format!("{:.0}", k8s_openapi::jiff::Timestamp::now());
-    let state = Arc::new(RwLock::new(State { revisions_trusted_before: Some(started), ..State::default() }));
-    let cluster = Arc::new(KubeCluster { client: client.clone(), field_manager: "confighistory".into() });
-    let shared = Arc::new(context::Context::new(policy, state.clone(), cluster));
-    let tls_ready = Arc::new(AtomicBool::new(false));
-    let app = Arc::new(App { ctx: shared.clone(), tls_ready: tls_ready.clone(), max_body: args.max_body_bytes });
-
-    watch::start(client.clone(), state.clone(), shared.synced.clone()).await;
-    tokio::spawn(tls::watch(args.tls_cert.clone(), args.tls_key.clone(), resolver, tls_ready, Duration::from_secs(5)));
-    let controller = (!args.no_controllers).then(|| {
-        let mut controller = args.controller.clone();
-        controller.leader_election_namespace.get_or_insert_with(|| args.policy.namespace.clone());
-        crate::controller::spawn(client.clone(), shared.clone(), controller)
-    });
-
-    let health = TcpListener::bind(args.health_listen).await.with_context(|| format!("binding {}", args.health_listen))?;
-    let health_router = super::health_router(app.clone());
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(health, health_router).await {
-            tracing::error!(error = %e, "health server stopped");
-        }
-    });
-
-    let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
-    tracing::info!(listen = %args.listen, health = %args.health_listen, "serving admission webhook");
-    let deadline = Duration::from_secs_f64(args.admission_deadline.max(0.1));
-    let router = limited(super::router(app.clone()), app.clone(), args.max_body_bytes, args.max_concurrency, deadline);
-    // On SIGTERM, report not-ready first and keep serving while the endpoints update, so a
-    // rolling update of confighistory itself never drops an admission.
-    let drain = Duration::from_secs(args.shutdown_delay);
-    let shutdown = async move {
-        shutdown_signal().await;
-        tracing::info!(seconds = drain.as_secs(), "shutting down: not ready, draining");
-        app.tls_ready.store(false, std::sync::atomic::Ordering::Relaxed);
-        tokio::time::sleep(drain).await;
-    };
-    let served = serve_tls_until(listener, TlsAcceptor::from(tls_config), router, shutdown).await;
-    if let Some(controller) = controller {
-        controller.shutdown().await;
-    }
-    served
-}
 
 /// The admission router as served. Before its body is read, a request takes its part of a byte
 /// budget ([`limits::Budget`]: its Content-Length, or `max_body` when it gives none), waiting
@@ -181,7 +125,7 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
 /// for slow clients ([`CLIENT_TIMEOUT`] for a handshake or a begun head, [`IDLE_TIMEOUT`]
 /// between requests) and a cap on header size.
 pub async fn serve_tls(listener: TcpListener, acceptor: TlsAcceptor, router: axum::Router) -> anyhow::Result<()> {
-    serve_tls_until(listener, acceptor, router, shutdown_signal()).await
+    serve_tls_until(listener, acceptor, router, std::future::pending()).await
 }
 
 /// [`serve_tls`] until `shutdown` completes.
@@ -215,15 +159,4 @@ pub async fn serve_tls_until(
             }
         });
     }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
-        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }

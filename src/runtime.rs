@@ -1,0 +1,129 @@
+//! One place that builds the processes: `serve`, `controller` and `gc`. Each gets the kube
+//! client, the policy, and (for the long-running two) the cache, its watches, the shared
+//! [`Context`] and the shutdown signal from here; `main` only parses and dispatches.
+//!
+//! This is the top layer: it may import every other module, and nothing imports it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::cache::State;
+use crate::cli::{ControllerCommandArgs, GcArgs, PolicyArgs, ServeArgs};
+use crate::cluster::{watch, KubeCluster};
+use crate::context::Context;
+use crate::webhook::{self, serve, tls, App};
+
+/// The field manager of every write confighistory makes.
+pub const FIELD_MANAGER: &str = "confighistory";
+
+/// A kube client from the in-cluster configuration or KUBECONFIG.
+pub async fn client() -> anyhow::Result<kube::Client> {
+    kube::Client::try_default().await.context("no Kubernetes configuration (in-cluster or KUBECONFIG)")
+}
+
+/// The kube client, the shared context over a fresh cache, and the watches that feed it.
+/// `trust_revisions_before_now`: rollout history that exists when the process starts is taken
+/// as it is; revisions created later count for undo only with a template a workload was seen
+/// with (SPEC §9a). Only admission judges undos.
+async fn start(policy: &PolicyArgs, trust_revisions_before_now: bool) -> anyhow::Result<(kube::Client, Arc<Context>)> {
+    let policy = policy.policy()?;
+    let client = client().await?;
+    let mut state = State::default();
+    if trust_revisions_before_now {
+        state.revisions_trusted_before = Some(format!("{:.0}", k8s_openapi::jiff::Timestamp::now()));
+    }
+    let state = Arc::new(RwLock::new(state));
+    let cluster = Arc::new(KubeCluster { client: client.clone(), field_manager: FIELD_MANAGER.into() });
+    let shared = Arc::new(Context::new(policy, state.clone(), cluster));
+    watch::start(client.clone(), state, shared.synced.clone()).await;
+    Ok((client, shared))
+}
+
+/// Completes on SIGTERM or Ctrl-C: the one shutdown signal of every command.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} },
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Serves health and metrics on `listener` in the background.
+fn spawn_health(listener: TcpListener, router: axum::Router) {
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::error!(error = %e, "health server stopped");
+        }
+    });
+}
+
+/// `confighistory serve`: the admission webhook, and unless disabled the controller loops.
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let (tls_config, resolver) =
+        tls::server_config(&args.tls_cert, &args.tls_key, args.client_ca.as_deref()).context("loading TLS certificate")?;
+    let (client, shared) = start(&args.policy, true).await?;
+    let tls_ready = Arc::new(AtomicBool::new(false));
+    let app = Arc::new(App { ctx: shared.clone(), tls_ready: tls_ready.clone(), max_body: args.max_body_bytes });
+
+    tokio::spawn(tls::watch(args.tls_cert.clone(), args.tls_key.clone(), resolver, tls_ready, Duration::from_secs(5)));
+    let controller = (!args.no_controllers).then(|| {
+        let mut controller = args.controller.clone();
+        controller.leader_election_namespace.get_or_insert_with(|| args.policy.namespace.clone());
+        crate::controller::spawn(client.clone(), shared.clone(), controller)
+    });
+
+    let health = TcpListener::bind(args.health_listen).await.with_context(|| format!("binding {}", args.health_listen))?;
+    spawn_health(health, webhook::health_router(app.clone()));
+
+    let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    tracing::info!(listen = %args.listen, health = %args.health_listen, "serving admission webhook");
+    let deadline = Duration::from_secs_f64(args.admission_deadline.max(0.1));
+    let router = serve::limited(webhook::router(app.clone()), app.clone(), args.max_body_bytes, args.max_concurrency, deadline);
+    // On SIGTERM, report not-ready first and keep serving while the endpoints update, so a
+    // rolling update of confighistory itself never drops an admission.
+    let drain = Duration::from_secs(args.shutdown_delay);
+    let shutdown = async move {
+        shutdown_signal().await;
+        tracing::info!(seconds = drain.as_secs(), "shutting down: not ready, draining");
+        app.tls_ready.store(false, Ordering::Relaxed);
+        tokio::time::sleep(drain).await;
+    };
+    let served = serve::serve_tls_until(listener, TlsAcceptor::from(tls_config), router, shutdown).await;
+    if let Some(controller) = controller {
+        controller.shutdown().await;
+    }
+    served
+}
+
+/// `confighistory controller`: the watches and the loops without the admission server.
+pub async fn controller(args: ControllerCommandArgs) -> anyhow::Result<()> {
+    let (client, shared) = start(&args.policy, false).await?;
+    let mut controller = args.controller.clone();
+    controller.leader_election_namespace.get_or_insert_with(|| args.policy.namespace.clone());
+    let ctx = crate::controller::start(client, shared.clone(), controller).await?;
+    let health = TcpListener::bind(args.health_listen).await.with_context(|| format!("binding {}", args.health_listen))?;
+    tracing::info!(health = %args.health_listen, "controller running");
+    spawn_health(health, webhook::health(shared.synced.clone(), None));
+    shutdown_signal().await;
+    crate::controller::release(&ctx).await;
+    Ok(())
+}
+
+/// `confighistory gc`: one sweep, printing every verdict (no cache, no watches: fresh lists).
+pub async fn gc(args: GcArgs) -> anyhow::Result<()> {
+    let policy = args.policy.policy()?;
+    let client = client().await?;
+    crate::controller::run_gc_command(client, policy, args).await
+}
