@@ -79,7 +79,7 @@ fn bench(c: &mut Criterion) {
     let req = request("Deployment", &plain, &pinned);
     let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now };
     let Outcome::Done(d) = admission::workload::decide(&req, &view) else { panic!("the steady state reads nothing") };
-    assert_eq!((d.reason, d.rewrites.len()), ("unchanged", 2), "the steady-state path, pins kept");
+    assert_eq!((d.reason.as_str(), d.rewrites.len()), ("unchanged", 2), "the steady-state path, pins kept");
     c.bench_function("small deployment, steady state", |b| {
         b.iter(|| {
             let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now };
@@ -112,7 +112,7 @@ fn bench(c: &mut Criterion) {
     let req = request("Deployment", &big_new, &big_old);
     let view = View { policy: &policy, state: &big_state, fresh: &fresh_big, failed: &Failed::new(), now };
     let Outcome::Done(d) = admission::workload::decide(&req, &view) else { panic!("release reads its sources") };
-    assert_eq!((d.reason, d.rewrites.len(), d.effects.len()), ("pinned", 50, 10), "a release pinning 50 references to 10 sources");
+    assert_eq!((d.reason.as_str(), d.rewrites.len(), d.effects.len()), ("pinned", 50, 10), "a release pinning 50 references to 10 sources");
     c.bench_function("20 containers / 50 references, release", |b| {
         b.iter(|| {
             let view = View { policy: &policy, state: &big_state, fresh: &fresh_big, failed: &Failed::new(), now };
@@ -133,7 +133,7 @@ fn bench(c: &mut Criterion) {
     else {
         panic!("decided from memory")
     };
-    assert_eq!(d.reason, "source-changed");
+    assert_eq!(d.reason.as_str(), "source-changed");
     assert!(
         d.response.warnings.iter().any(|w| w.contains("removed [section-199.yaml], added [section-200.yaml]")),
         "{:?}",

@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use confighistory::admission::review::{self, Request, Response, MAX_WARNING};
+use confighistory::admission::Reason;
 use confighistory::cache::State;
 use confighistory::cluster::MemoryCluster;
 use confighistory::model::policy::Policy;
@@ -160,7 +161,7 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     RT.get_or_init(|| tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime"))
 }
 
-pub fn run(app: &App, endpoint: Endpoint, req: &Request) -> (Response, &'static str) {
+pub fn run(app: &App, endpoint: Endpoint, req: &Request) -> (Response, Reason) {
     runtime().block_on(admit(app, endpoint, req))
 }
 
@@ -431,7 +432,7 @@ pub fn rewrite_bytes(data: &[u8]) {
     let patched = apply_patch(req.object(), &response.patch).unwrap_or_else(|e| panic!("patch does not apply: {e}"));
 
     // One name per versioned, mutable, existing source, when the template was decided afresh.
-    if !req.dry_run() && matches!(reason, "pinned" | "propagation" | "undo") {
+    if !req.dry_run() && matches!(reason, Reason::Pinned | Reason::Propagation | Reason::Undo) {
         let mut by_source: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for r in template::refs(patched.pointer(tpl_ptr).expect("template")) {
             by_source.entry(source_of(&cluster, &r.name)).or_default().insert(r.name);

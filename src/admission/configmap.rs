@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::review::{Operation, Request};
-use super::{annotation, annotation_ops, Decision, Effect, Outcome, View};
+use super::{annotation, annotation_ops, Decision, Effect, Outcome, Reason, View};
 use crate::model::json::At;
 use crate::model::names;
 use crate::model::policy::Mode;
@@ -13,16 +13,16 @@ use crate::model::source;
 
 pub fn decide(req: &Request, view: &View) -> Outcome {
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
-        return Outcome::Done(Decision::allow("not-intercepted"));
+        return Outcome::Done(Decision::allow(Reason::NotIntercepted));
     }
     let obj = req.object();
     let name = req.name.as_str();
     if !source::is_tracked(name, obj) {
-        return Outcome::Done(Decision::allow("not-a-source"));
+        return Outcome::Done(Decision::allow(Reason::NotASource));
     }
     let mode = view.policy.namespace_mode(&req.namespace, view.state.namespace(&req.namespace)).0;
     if mode == Mode::Off {
-        return Outcome::Done(Decision::allow("mode"));
+        return Outcome::Done(Decision::allow(Reason::Mode));
     }
     let old = req.old_object.as_ref().filter(|_| req.operation == Operation::Update);
     let is_source = view.state.is_referenced_source(&req.namespace, name)
@@ -34,7 +34,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let versioning_changed = old.is_some_and(|o| versioned(o) != versioned(obj));
     // The hot path: every ConfigMap write in the cluster passes here.
     if !is_source || (!versioned(obj) && !versioning_changed) {
-        return Outcome::Done(Decision::allow("not-a-source"));
+        return Outcome::Done(Decision::allow(Reason::NotASource));
     }
 
     let content = Content::from_object(obj);
@@ -47,7 +47,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     // (a 1 MiB source costs a millisecond per SHA-256 pass).
     let content_changed = old_content.as_ref().is_none_or(|o| *o != content);
     let changed = stale_head || content_changed || versioning_changed;
-    let mut d = Decision::allow(if changed { "source-changed" } else { "source" });
+    let mut d = Decision::allow(if changed { Reason::SourceChanged } else { Reason::Source });
 
     if let (Some(old_content), true) = (&old_content, content_changed) {
         let (removed, added) = snapshot::key_changes(old_content, &content);
@@ -70,7 +70,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
                 names::VERSIONED
             );
             if mode == Mode::Enforce {
-                return Outcome::Done(Decision::deny("mutable-config", 403, message));
+                return Outcome::Done(Decision::deny(Reason::MutableConfig, 403, message));
             }
             d.response.warn(message);
         }
@@ -122,7 +122,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
                 // The snapshot's content is what the API server stores, never the request's word
                 // for it: a forged oldObject sent straight to the port must not plant content.
                 if let Some(failure) = view.failed.get(name) {
-                    return Outcome::Done(Decision { response: failure.denial.clone(), reason: "api-error", ..Default::default() });
+                    return Outcome::Done(Decision { response: failure.denial.clone(), reason: Reason::ApiError, ..Default::default() });
                 }
                 let Some(stored) = view.fresh.get(name) else { return Outcome::Fetch(vec![name.to_owned()]) };
                 let version = |o: &Value| o.at("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);

@@ -69,6 +69,122 @@ impl View<'_> {
     }
 }
 
+/// What rule decided an admission: compared by the webhook, and, as [`Reason::as_str`], the
+/// label in logs and metrics (the strings dashboards know; do not rename them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Reason {
+    // Requests left alone before any rule.
+    UnhandledKind,
+    NotIntercepted,
+    Deleting,
+    Mode,
+    NoTemplate,
+    ExcludedNamespace,
+    // Workloads (SPEC 6.2, 6.3).
+    Unchanged,
+    Undo,
+    Propagation,
+    Pinned,
+    Valid,
+    Appeared,
+    Audit,
+    MutableConfig,
+    // Sources (6.1).
+    NotASource,
+    Source,
+    SourceChanged,
+    // Snapshots (6.4).
+    ValidSnapshot,
+    ForeignSnapshot,
+    InvalidSnapshot,
+    OwnUpdate,
+    NoMetadataChange,
+    SnapshotMetadata,
+    NamespaceDeleting,
+    NotASnapshot,
+    Unreferenced,
+    SnapshotInUse,
+    // The edge.
+    ApiError,
+    #[default]
+    Internal,
+}
+
+impl Reason {
+    /// Every reason, for tests and documentation.
+    pub const ALL: [Reason; 29] = [
+        Reason::UnhandledKind,
+        Reason::NotIntercepted,
+        Reason::Deleting,
+        Reason::Mode,
+        Reason::NoTemplate,
+        Reason::ExcludedNamespace,
+        Reason::Unchanged,
+        Reason::Undo,
+        Reason::Propagation,
+        Reason::Pinned,
+        Reason::Valid,
+        Reason::Appeared,
+        Reason::Audit,
+        Reason::MutableConfig,
+        Reason::NotASource,
+        Reason::Source,
+        Reason::SourceChanged,
+        Reason::ValidSnapshot,
+        Reason::ForeignSnapshot,
+        Reason::InvalidSnapshot,
+        Reason::OwnUpdate,
+        Reason::NoMetadataChange,
+        Reason::SnapshotMetadata,
+        Reason::NamespaceDeleting,
+        Reason::NotASnapshot,
+        Reason::Unreferenced,
+        Reason::SnapshotInUse,
+        Reason::ApiError,
+        Reason::Internal,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::UnhandledKind => "unhandled-kind",
+            Reason::NotIntercepted => "not-intercepted",
+            Reason::Deleting => "deleting",
+            Reason::Mode => "mode",
+            Reason::NoTemplate => "no-template",
+            Reason::ExcludedNamespace => "excluded-namespace",
+            Reason::Unchanged => "unchanged",
+            Reason::Undo => "undo",
+            Reason::Propagation => "propagation",
+            Reason::Pinned => "pinned",
+            Reason::Valid => "valid",
+            Reason::Appeared => "appeared",
+            Reason::Audit => "audit",
+            Reason::MutableConfig => "mutable-config",
+            Reason::NotASource => "not-a-source",
+            Reason::Source => "source",
+            Reason::SourceChanged => "source-changed",
+            Reason::ValidSnapshot => "valid-snapshot",
+            Reason::ForeignSnapshot => "foreign-snapshot",
+            Reason::InvalidSnapshot => "invalid-snapshot",
+            Reason::OwnUpdate => "own-update",
+            Reason::NoMetadataChange => "no-metadata-change",
+            Reason::SnapshotMetadata => "snapshot-metadata",
+            Reason::NamespaceDeleting => "namespace-deleting",
+            Reason::NotASnapshot => "not-a-snapshot",
+            Reason::Unreferenced => "unreferenced",
+            Reason::SnapshotInUse => "snapshot-in-use",
+            Reason::ApiError => "api-error",
+            Reason::Internal => "internal",
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A write the edge must carry out before answering.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
@@ -98,8 +214,8 @@ pub struct Decision {
     pub response: Response,
     pub rewrites: Vec<Rewrite>,
     pub effects: Vec<Effect>,
-    /// Short label for metrics and logs: what rule decided.
-    pub reason: &'static str,
+    /// What rule decided.
+    pub reason: Reason,
     /// Never denied (an undo, a CronJob's Job): an effect that fails is left out, not refused.
     pub fail_open: bool,
 }
@@ -112,11 +228,11 @@ pub enum Outcome {
 }
 
 impl Decision {
-    pub fn allow(reason: &'static str) -> Decision {
+    pub fn allow(reason: Reason) -> Decision {
         Decision { response: Response::allow(), reason, ..Default::default() }
     }
 
-    pub fn deny(reason: &'static str, code: u16, message: impl Into<String>) -> Decision {
+    pub fn deny(reason: Reason, code: u16, message: impl Into<String>) -> Decision {
         Decision { response: Response::deny(code, message), reason, ..Default::default() }
     }
 
@@ -185,6 +301,16 @@ pub fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasons_are_distinct_and_documented() {
+        let docs = include_str!("../../docs/operations.md");
+        let mut seen = std::collections::HashSet::new();
+        for r in Reason::ALL {
+            assert!(seen.insert(r.as_str()), "{r:?} repeats {}", r.as_str());
+            assert!(docs.contains(&format!("`{}`", r.as_str())), "docs/operations.md does not list reason {}", r.as_str());
+        }
+    }
 
     #[test]
     fn annotation_ops_write_only_changes() {

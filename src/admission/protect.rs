@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::review::{Operation, Request};
-use super::{annotation, Decision, View};
+use super::{annotation, Decision, Reason, View};
 use crate::model::json::At;
 use crate::model::meta::Meta;
 use crate::model::names;
@@ -13,21 +13,21 @@ use crate::model::source;
 
 pub fn decide(req: &Request, view: &View) -> Decision {
     if req.kind.kind != "ConfigMap" || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
-        return Decision::allow("unhandled-kind");
+        return Decision::allow(Reason::UnhandledKind);
     }
     let name = &req.name;
     if view.policy.excludes(&req.namespace) {
-        return Decision::allow("excluded-namespace");
+        return Decision::allow(Reason::ExcludedNamespace);
     }
     match req.operation {
         Operation::Create => match snapshot::validate(req.object()) {
             Ok(_) if req.user_info.username == view.policy.identity || view.policy.snapshot_creators.contains(&req.user_info.username) => {
-                Decision::allow("valid-snapshot")
+                Decision::allow(Reason::ValidSnapshot)
             }
             Ok(hash) => match foreign_problems(req.object(), name, &hash) {
-                None => Decision::allow("valid-snapshot"),
+                None => Decision::allow(Reason::ValidSnapshot),
                 Some(why) => Decision::deny(
-                    "foreign-snapshot",
+                    Reason::ForeignSnapshot,
                     403,
                     format!(
                         "ConfigMap {name} is a valid snapshot, but only confighistory (or an identity the admin allows) may create \
@@ -36,7 +36,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
                 ),
             },
             Err(why) => Decision::deny(
-                "invalid-snapshot",
+                Reason::InvalidSnapshot,
                 403,
                 format!(
                     "ConfigMap {name} carries the {} label but is not a valid snapshot: {why}. \
@@ -47,16 +47,16 @@ pub fn decide(req: &Request, view: &View) -> Decision {
         },
         Operation::Update => {
             if req.user_info.username == view.policy.identity {
-                return Decision::allow("own-update");
+                return Decision::allow(Reason::OwnUpdate);
             }
             let (old, new) = (req.old_object(), req.object());
             let frozen = ["labels", "annotations", "ownerReferences", "finalizers"];
             let changed: Vec<&str> = frozen.into_iter().filter(|f| meta_field(old, f) != meta_field(new, f)).collect();
             if changed.is_empty() {
-                return Decision::allow("no-metadata-change");
+                return Decision::allow(Reason::NoMetadataChange);
             }
             Decision::deny(
-                "snapshot-metadata",
+                Reason::SnapshotMetadata,
                 403,
                 format!(
                     "ConfigMap {name} is a confighistory snapshot: its {} can't change (owner references or finalizers \
@@ -68,11 +68,11 @@ pub fn decide(req: &Request, view: &View) -> Decision {
         Operation::Delete => {
             let ns = req.namespace.as_str();
             if view.state.namespace(ns).is_some_and(|n| n.deleting) {
-                return Decision::allow("namespace-deleting");
+                return Decision::allow(Reason::NamespaceDeleting);
             }
             let old = req.old_object();
             let Some(hash) = old.at("/metadata/labels").and_then(|l| l.get(names::HASH_LABEL)).and_then(Value::as_str) else {
-                return Decision::allow("not-a-snapshot");
+                return Decision::allow(Reason::NotASnapshot);
             };
             let source = annotation(old, names::SOURCE_NAME)
                 .map(str::to_owned)
@@ -92,10 +92,10 @@ pub fn decide(req: &Request, view: &View) -> Decision {
                 reasons.push("it holds the config of a revision from before confighistory".into());
             }
             if reasons.is_empty() {
-                return Decision::allow("unreferenced");
+                return Decision::allow(Reason::Unreferenced);
             }
             Decision::deny(
-                "snapshot-in-use",
+                Reason::SnapshotInUse,
                 403,
                 format!(
                     "snapshot {name} is still part of rollout history: {}. It is deleted automatically once nothing reaches it",
@@ -103,7 +103,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
                 ),
             )
         }
-        Operation::Connect => Decision::allow("not-intercepted"),
+        Operation::Connect => Decision::allow(Reason::NotIntercepted),
     }
 }
 

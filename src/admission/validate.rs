@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::review::Request;
 use super::workload::{admissible, is_undo, made_by_cronjob};
-use super::{Decision, Outcome, View};
+use super::{Decision, Outcome, Reason, View};
 use crate::model::json::At;
 use crate::model::meta::Meta;
 use crate::model::names;
@@ -21,11 +21,11 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     };
     let (kind, obj) = (a.kind, req.object());
     if !a.changed {
-        return Outcome::Done(Decision::allow("unchanged"));
+        return Outcome::Done(Decision::allow(Reason::Unchanged));
     }
     if is_undo(req, &a, &template::template_hash(a.template), view) {
         // An emergency rollback must go through.
-        return Outcome::Done(Decision::allow("undo"));
+        return Outcome::Done(Decision::allow(Reason::Undo));
     }
     let wanted: BTreeSet<&str> = a.refs.iter().map(|r| r.r.name.as_str()).filter(|n| *n != names::ROOT_CA).collect();
     if wanted.iter().any(|n| !view.fresh.contains_key(*n) && !view.failed.contains_key(*n)) {
@@ -35,7 +35,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let lenient = mode == Mode::Audit || (kind == Kind::Job && made_by_cronjob(&req.namespace, obj, a.template, view));
     let failures: Vec<&super::Failure> = wanted.iter().filter_map(|n| view.failed.get(*n)).collect();
     if let (Some(failure), false) = (failures.first(), lenient) {
-        return Outcome::Done(Decision { response: failure.denial.clone(), reason: "api-error", ..Default::default() });
+        return Outcome::Done(Decision { response: failure.denial.clone(), reason: Reason::ApiError, ..Default::default() });
     }
 
     let prefix = kind.template_pointer().trim_start_matches('/').replace('/', ".");
@@ -56,21 +56,21 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     }
     let unchecked = failures.iter().map(|f| format!("{kind_name}: not checked: could not {} ({})", f.what, f.cause));
     if problems.is_empty() {
-        let mut d = Decision::allow(if appeared.is_empty() { "valid" } else { "appeared" });
+        let mut d = Decision::allow(if appeared.is_empty() { Reason::Valid } else { Reason::Appeared });
         appeared.into_iter().chain(unchecked).for_each(|w| d.response.warn(w));
         return Outcome::Done(d);
     }
     let fix = "a rollback could not restore its content. Fix: use an immutable ConfigMap (e.g. kustomize configMapGenerator), \
                let confighistory pin it (namespace mode rewrite), or annotate the ConfigMap confighistory.io/versioned=false";
     if lenient {
-        let mut d = Decision::allow("audit");
+        let mut d = Decision::allow(Reason::Audit);
         for p in &problems {
             d.response.warn(format!("{kind_name}: {p}"));
         }
         unchecked.for_each(|w| d.response.warn(w));
         return Outcome::Done(d);
     }
-    Outcome::Done(Decision::deny("mutable-config", 403, format!("{kind_name}: {}; {fix}", problems.join("; "))))
+    Outcome::Done(Decision::deny(Reason::MutableConfig, 403, format!("{kind_name}: {}; {fix}", problems.join("; "))))
 }
 
 /// How long an admission chain can take (the API server's webhook timeouts add up to at most

@@ -7,7 +7,7 @@ use std::fmt::Write;
 use serde_json::Value;
 
 use super::review::{Operation, Request};
-use super::{annotation, annotation_ops, Decision, Effect, Outcome, Rewrite, Target, View};
+use super::{annotation, annotation_ops, Decision, Effect, Outcome, Reason, Rewrite, Target, View};
 use crate::model::json::At;
 use crate::model::meta::Meta;
 use crate::model::names;
@@ -166,23 +166,23 @@ pub fn made_by_cronjob(ns: &str, obj: &Value, template: &Value, view: &View) -> 
 /// What every workload endpoint checks first: a kind we handle, a main-resource CREATE or
 /// UPDATE, an object not being deleted. Returns the kind, the namespace's mode and the analysis,
 /// or why the request is allowed as it is.
-pub fn admissible<'a>(req: &'a Request, view: &View) -> Result<(Mode, Analysis<'a>), &'static str> {
+pub fn admissible<'a>(req: &'a Request, view: &View) -> Result<(Mode, Analysis<'a>), Reason> {
     let Some(kind) = Kind::parse(&req.kind.kind).filter(|k| k.is_workload()) else {
-        return Err("unhandled-kind");
+        return Err(Reason::UnhandledKind);
     };
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
-        return Err("not-intercepted");
+        return Err(Reason::NotIntercepted);
     }
     let obj = req.object();
     if obj.deleting() {
-        return Err("deleting");
+        return Err(Reason::Deleting);
     }
     let mode = view.policy.namespace_mode(&req.namespace, view.state.namespace(&req.namespace)).0;
     // The ignore annotation is honoured in rewrite and audit mode, never in enforce mode.
     if mode == Mode::Off || (mode != Mode::Enforce && annotation(obj, names::IGNORE) == Some("true")) {
-        return Err("mode");
+        return Err(Reason::Mode);
     }
-    let analysis = analyze(req, kind, view).ok_or("no-template")?;
+    let analysis = analyze(req, kind, view).ok_or(Reason::NoTemplate)?;
     Ok((mode, analysis))
 }
 
@@ -326,7 +326,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         return Outcome::Done(keep_pins(obj, &a, old_holds));
     }
     if mode != Mode::Rewrite {
-        return Outcome::Done(Decision::allow("mode"));
+        return Outcome::Done(Decision::allow(Reason::Mode));
     }
 
     let template_hash = template::template_hash(a.template);
@@ -341,16 +341,16 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     }
     if !fail_open {
         if let Some(failure) = wanted.iter().find_map(|s| view.failed.get(*s)) {
-            return Outcome::Done(Decision { response: failure.denial.clone(), reason: "api-error", ..Default::default() });
+            return Outcome::Done(Decision { response: failure.denial.clone(), reason: Reason::ApiError, ..Default::default() });
         }
     }
 
     let mut d = Decision::allow(if undo {
-        "undo"
+        Reason::Undo
     } else if trigger.is_some() {
-        "propagation"
+        Reason::Propagation
     } else {
-        "pinned"
+        Reason::Pinned
     });
     d.fail_open = fail_open;
     let mut out = Builder { d, pins: BTreeMap::new(), held: Holds::new(), tpl_ptr: a.kind.template_pointer(), namespace: a.namespace };
@@ -428,7 +428,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
 /// annotations over from oldObject. No API call.
 fn keep_pins(obj: &Value, a: &Analysis, old_holds: Holds) -> Decision {
     let tpl_ptr = a.kind.template_pointer();
-    let mut d = Decision::allow("unchanged");
+    let mut d = Decision::allow(Reason::Unchanged);
     for r in &a.refs {
         if let (None, Some((pin, _))) = (&r.hash, a.old_pins.get(&r.source)) {
             d.rewrites.push(Rewrite { pointer: format!("{tpl_ptr}{}", r.r.pointer), target: Target::Name(pin.clone()) });

@@ -15,7 +15,7 @@ use axum::{Json, Router};
 use serde_json::json;
 use tracing::Instrument;
 
-use crate::admission::{self, review, Decision, Effect, Failed, Failure, Fresh, Outcome, Response, View};
+use crate::admission::{self, review, Decision, Effect, Failed, Failure, Fresh, Outcome, Reason, Response, View};
 use crate::cache::State;
 use crate::cluster::{ApiError, Cluster};
 use crate::context::Context;
@@ -147,19 +147,19 @@ async fn answer(app: &App, endpoint: Endpoint, req: &review::Request, start: Ins
     } else {
         "patched"
     };
-    METRICS.request(endpoint.as_str(), &req.kind.kind, req.operation.as_str(), decision, reason, start.elapsed());
+    METRICS.request(endpoint.as_str(), &req.kind.kind, req.operation.as_str(), decision, reason.as_str(), start.elapsed());
     let mode = mode(app, &req.namespace);
     match reason {
-        "unhandled-kind" => tracing::info!(group = %req.kind.group, "allowed a kind confighistory does not handle"),
+        Reason::UnhandledKind => tracing::info!(group = %req.kind.group, "allowed a kind confighistory does not handle"),
         // validate answers "audit" for what it only warns about: in audit mode, that is what
         // enforce mode would refuse (a CronJob's Job is lenient in every mode, so not counted).
-        "audit" if mode == Mode::Audit => {
+        Reason::Audit if mode == Mode::Audit => {
             METRICS.audit_violation(&req.kind.kind);
             tracing::info!(warnings = ?response.warnings, "audit mode: admitted what enforce mode would refuse");
         }
         _ => {}
     }
-    tracing::debug!(reason, allowed = response.allowed, patch_ops = response.patch.len(), "admission");
+    tracing::debug!(reason = reason.as_str(), allowed = response.allowed, patch_ops = response.patch.len(), "admission");
     ([(axum::http::header::CONTENT_TYPE, "application/json")], response.review_json(&req.uid)).into_response()
 }
 
@@ -246,7 +246,7 @@ pub fn never_denied(app: &App, req: &review::Request) -> bool {
 }
 
 /// Decides, reading sources fresh when the decision asks, runs the effects, and answers.
-pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Response, &'static str) {
+pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Response, Reason) {
     // Milliseconds: the settle window is counted from changed-at.
     let now = format!("{:.3}", k8s_openapi::jiff::Timestamp::now());
     let mut fresh = Fresh::new();
@@ -281,7 +281,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                     Err((source, failure)) if fail_open && !failed.contains_key(&source) => {
                         failed.insert(source, failure);
                     }
-                    Err((_, failure)) => return (failure.denial, "api-error"),
+                    Err((_, failure)) => return (failure.denial, Reason::ApiError),
                 }
             }
             Outcome::Fetch(names) if fetches < 2 => {
@@ -330,7 +330,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
             Outcome::Fetch(_) => break,
         }
     }
-    (Response::deny(500, "confighistory could not decide (sources changed while reading); retrying is safe"), "internal")
+    (Response::deny(500, "confighistory could not decide (sources changed while reading); retrying is safe"), Reason::Internal)
 }
 
 /// Distinct ConfigMaps read for one request at most (SPEC §9a): a template naming more is
