@@ -249,13 +249,28 @@ async fn slow_bodies_do_not_hold_concurrency_places() {
 /// Server and client of the HTTPS tests: `limited(router)` served by `serve_tls_until` on a free
 /// loopback port, and a client trusting its CA.
 async fn https(name: &str, app: Arc<App>, max_concurrency: usize, deadline: Duration) -> (std::net::SocketAddr, Arc<rustls::ClientConfig>) {
+    https_with(name, app, webhook::DEFAULT_MAX_BODY, max_concurrency, deadline).await
+}
+
+async fn https_with(
+    name: &str,
+    app: Arc<App>,
+    max_body: usize,
+    max_concurrency: usize,
+    deadline: Duration,
+) -> (std::net::SocketAddr, Arc<rustls::ClientConfig>) {
     let dir = tempdir(name);
     generate(&dir);
     let (config, _) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key"), None).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let router = webhook::serve::limited(webhook::router(app.clone()), app, webhook::DEFAULT_MAX_BODY, max_concurrency, deadline);
+    let router = webhook::serve::limited(webhook::router(app.clone()), app, max_body, max_concurrency, deadline);
     tokio::spawn(webhook::serve::serve_tls_until(listener, tokio_rustls::TlsAcceptor::from(config), router, futures::future::pending()));
+    (addr, client_trusting(&dir))
+}
+
+/// A client trusting the CA in `dir`; like the API server's, every connection a full handshake.
+fn client_trusting(dir: &Path) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(dir.join("ca.crt")).unwrap() {
         roots.add(cert.unwrap()).unwrap();
@@ -265,9 +280,8 @@ async fn https(name: &str, app: Arc<App>, max_concurrency: usize, deadline: Dura
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    // Like the API server's client: every connection a full handshake.
     client.resumption = rustls::client::Resumption::disabled();
-    (addr, Arc::new(client))
+    Arc::new(client)
 }
 
 type Sender = hyper::client::conn::http1::SendRequest<http_body_util::Full<axum::body::Bytes>>;
@@ -559,4 +573,124 @@ async fn a_request_naming_many_sources_reads_a_bounded_number_concurrently() {
     assert_eq!(body["response"]["allowed"], false, "decided as if the rest could not be read: {body}");
     let message = body["response"]["status"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("more than"), "{message}");
+}
+
+fn rss_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Measurement for docs/reliability.md (run alone, it reads this process's peak RSS):
+/// `cargo test --release --test faults measure_peak_memory -- --ignored --nocapture`.
+/// 64 clients at once, each sending 4 applies of a 1 MiB ConfigMap (object, oldObject and
+/// kubectl's last-applied annotation in each: a 4 MiB review) over HTTPS. MEASURE_MAX_BODY_MIB
+/// (default 8, the server's default) sets the largest body, and so the byte budget (4 x).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement: run alone, it reads the process's peak memory"]
+async fn measure_peak_memory_under_parallel_large_applies() {
+    const MIB: usize = 1024 * 1024;
+    let max_body = std::env::var("MEASURE_MAX_BODY_MIB").ok().map_or(webhook::DEFAULT_MAX_BODY, |m| m.parse::<usize>().unwrap() * MIB);
+    let app = Arc::new(App { max_body, ..Arc::into_inner(app(Arc::new(cluster::MemoryCluster::default()))).unwrap() });
+    let dir = tempdir("measure");
+    generate(&dir);
+    let (config, _) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key"), None).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = webhook::serve::limited(webhook::router(app.clone()), app, max_body, 256, Duration::from_secs(10));
+    tokio::spawn(webhook::serve::serve_tls_until(listener, tokio_rustls::TlsAcceptor::from(config), router, futures::future::pending()));
+    let client = client_trusting(&dir);
+    let data = "x".repeat(MIB - 4096);
+    let object = |v: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big", "namespace": "shop",
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": format!("{{\"data\":{{\"blob\":\"{data}{v}\"}}}}")}},
+            "data": {"blob": format!("{data}{v}")}})
+    };
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+        "resource": {"group": "", "version": "v1", "resource": "configmaps"}, "name": "big", "namespace": "shop",
+        "operation": "UPDATE", "userInfo": {"username": "alice"}, "object": object("2"), "oldObject": object("1")}});
+    // One buffer shared by every client: the client side adds little to the process's memory.
+    let body = axum::body::Bytes::from(serde_json::to_vec(&review).unwrap());
+    let mut warm = connect(addr, client.clone()).await;
+    assert_eq!(post(&mut warm, body.to_vec()).await.unwrap().0, 200);
+    let before = rss_kib("VmRSS:");
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (client, body) = (client.clone(), body.clone());
+            tokio::spawn(async move {
+                let mut sender = connect(addr, client.clone()).await;
+                let mut statuses = Vec::new();
+                for _ in 0..4 {
+                    let sent = async {
+                        sender.ready().await?;
+                        let req = HttpRequest::post("/mutate")
+                            .header("host", "127.0.0.1")
+                            .header("content-type", "application/json")
+                            .body(http_body_util::Full::new(body.clone()))
+                            .unwrap();
+                        let resp = sender.send_request(req).await?;
+                        let status = resp.status().as_u16();
+                        resp.into_body().collect().await?;
+                        Ok::<_, hyper::Error>(status)
+                    };
+                    match sent.await {
+                        Ok(status) => statuses.push(status),
+                        Err(_) => {
+                            // Counted as 0; a new connection for the next one.
+                            statuses.push(0);
+                            sender = connect(addr, client.clone()).await;
+                        }
+                    }
+                }
+                statuses
+            })
+        })
+        .collect();
+    let mut statuses = std::collections::BTreeMap::new();
+    for t in tasks {
+        for s in t.await.unwrap() {
+            *statuses.entry(s).or_insert(0) += 1;
+        }
+    }
+    let peak = rss_kib("VmHWM:");
+    eprintln!(
+        "measure: review {} KiB, max body {} MiB (budget {} MiB): RSS {} MiB before, peak {} MiB (+{} MiB) in {:?}; answers (0: connection failed) {statuses:?}",
+        body.len() / 1024,
+        max_body / MIB,
+        max_body * webhook::limits::BODY_BUDGET_BODIES / MIB,
+        before / 1024,
+        peak / 1024,
+        (peak - before) / 1024,
+        started.elapsed()
+    );
+}
+
+/// A request refused because bodies hold the whole byte budget (503: failurePolicy decides) has
+/// its body read and dropped, so its keep-alive connection serves the client's next request (the
+/// e2e flood counts a closed connection as a failure).
+#[tokio::test]
+async fn a_request_over_the_byte_budget_keeps_its_connection() {
+    const MIB: usize = 1024 * 1024;
+    let (addr, client) =
+        https_with("budget", app(Arc::new(Slow(webhook::serve::CLIENT_TIMEOUT + Duration::from_secs(2)))), MIB, 8, Duration::from_secs(30))
+            .await;
+    // Four API-bound admissions of 1 MiB (padded with whitespace) hold the budget until answered.
+    let mut holders = Vec::new();
+    for i in 0..webhook::limits::BODY_BUDGET_BODIES {
+        let mut body = deployment_in("shop", &format!("web-{i}"));
+        body.resize(MIB, b' ');
+        let mut sender = connect(addr, client.clone()).await;
+        holders.push(tokio::spawn(async move { post(&mut sender, body).await }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut sender = connect(addr, client.clone()).await;
+    let (status, _) = post(&mut sender, configmap_review("shop", "a", 10)).await.unwrap();
+    assert_eq!(status, 503, "no budget within the client timeout");
+    let second = post(&mut sender, configmap_review("shop", "b", 10)).await;
+    assert_eq!(second.map(|(status, _)| status), Ok(200), "the same connection, once the budget is free");
+    for h in holders {
+        assert_eq!(h.await.unwrap().unwrap().0, 200);
+    }
 }

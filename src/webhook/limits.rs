@@ -161,6 +161,24 @@ impl Budget {
     }
 }
 
+/// Reads `body` to its end and drops it chunk by chunk (nothing buffered), within `timeout` and
+/// `max` bytes: whether it ended, so that its connection can serve the next request.
+pub async fn drain(body: axum::body::Body, max: usize, timeout: Duration) -> bool {
+    use futures::StreamExt as _;
+    let mut chunks = body.into_data_stream();
+    let read = async {
+        let mut total = 0usize;
+        while let Some(chunk) = chunks.next().await {
+            total += chunk.map_err(|_| ())?.len();
+            if total > max {
+                return Err(());
+            }
+        }
+        Ok(())
+    };
+    matches!(tokio::time::timeout(timeout, read).await, Ok(Ok(())))
+}
+
 fn kib(bytes: usize) -> u32 {
     u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
 }

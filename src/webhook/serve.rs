@@ -59,8 +59,11 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
                 tracing::warn!(budget_bytes = max_body * limits::BODY_BUDGET_BODIES, "request bodies over the byte budget for the client timeout (overloaded)");
                 crate::metrics::METRICS.error("overloaded");
                 let message = format!("confighistory is overloaded: request bodies over its byte budget for {} s", CLIENT_TIMEOUT.as_secs());
-                // The body was never read: the connection cannot be reused.
-                return (axum::http::StatusCode::SERVICE_UNAVAILABLE, [(axum::http::header::CONNECTION, "close")], message).into_response();
+                // Read to its end without keeping it, so the connection serves the client's next
+                // request; one that does not end in time cannot be reused.
+                let drained = limits::drain(body, max_body, CLIENT_TIMEOUT).await;
+                let connection = if drained { "keep-alive" } else { "close" };
+                return (axum::http::StatusCode::SERVICE_UNAVAILABLE, [(axum::http::header::CONNECTION, connection)], message).into_response();
             };
             let bytes = match tokio::time::timeout(CLIENT_TIMEOUT, axum::body::to_bytes(body, max_body)).await {
                 Ok(Ok(bytes)) => bytes,
