@@ -70,9 +70,7 @@ impl ConfigMapInfo {
         if self.labels.get(names::MANAGED_BY).map(String::as_str) != Some(names::MANAGER) {
             return None;
         }
-        let source =
-            self.annotation(names::SOURCE_NAME).map(str::to_owned).or_else(|| snapshot::parse_name(name).map(|(s, _, _)| s.to_owned()))?;
-        Some((source, hash.clone()))
+        Some((source::snapshot_source(name, self)?.to_owned(), hash.clone()))
     }
 }
 
@@ -297,7 +295,7 @@ impl State {
                 .at(&format!("/annotations/{}", crate::admission::review::escape(names::SETTLE)))
                 .and_then(Value::as_str)
                 .map(str::to_owned),
-            deleting: !meta["deletionTimestamp"].is_null(),
+            deleting: obj.deleting(),
         };
         self.namespaces.insert(str_at(meta, "name"), info);
     }
@@ -324,7 +322,7 @@ impl State {
             refs: template::ref_names(&tpl).into_iter().collect(),
             annotations: string_map(&meta["annotations"], |k| k.starts_with("confighistory.io/")),
             owner_kind: controller_owner(meta).map(|(k, _)| k),
-            deleting: !meta["deletionTimestamp"].is_null(),
+            deleting: obj.deleting(),
         };
         self.remove_workload(kind, &ns, &name);
         self.count_refs(&ns, &info.refs, 1, true);
@@ -630,6 +628,21 @@ mod tests {
         let info = ConfigMapInfo::from_object(&obj);
         assert_eq!(source::adopted(&obj).collect::<Vec<_>>(), ["t1", "t2"]);
         assert_eq!(source::adopted(&info).collect::<Vec<_>>(), ["t1", "t2"]);
+    }
+
+    #[test]
+    fn snapshot_source_agrees_on_raw_objects_and_cache_records() {
+        let name = snapshot::name("cfg", "0123456789ab", 0);
+        let long = "a".repeat(300);
+        // (annotations, source)
+        let cases = [(json!({}), "cfg"), (json!({names::SOURCE_NAME: long}), long.as_str())];
+        for (i, (annotations, want)) in cases.into_iter().enumerate() {
+            let obj = configmap(json!({names::HASH_LABEL: "0123456789ab"}), annotations, true);
+            let info = ConfigMapInfo::from_object(&obj);
+            assert_eq!(source::snapshot_source(&name, &obj), Some(want), "case {i}");
+            assert_eq!(source::snapshot_source(&name, &info), Some(want), "case {i}");
+        }
+        assert_eq!(source::snapshot_source("not-a-snapshot-name", &json!({})), None);
     }
 
     #[test]

@@ -74,12 +74,9 @@ pub fn decide(req: &Request, view: &View) -> Decision {
             let Some(hash) = old.at("/metadata/labels").and_then(|l| l.get(names::HASH_LABEL)).and_then(Value::as_str) else {
                 return Decision::allow(Reason::NotASnapshot);
             };
-            let source = annotation(old, names::SOURCE_NAME)
-                .map(str::to_owned)
-                .or_else(|| snapshot::parse_name(name).map(|(s, _, _)| s.to_owned()))
-                .unwrap_or_default();
+            let source = source::snapshot_source(name, old).unwrap_or_default();
             let mut reasons = Vec::new();
-            if view.state.configmap(ns, &source).and_then(|c| c.annotation(names::HEAD)) == Some(hash) {
+            if view.state.configmap(ns, source).and_then(|c| c.annotation(names::HEAD)) == Some(hash) {
                 reasons.push(format!("it is the current content of {source}"));
             }
             let users = view.state.user_names(ns, name);

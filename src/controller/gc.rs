@@ -55,10 +55,7 @@ impl SnapshotInfo {
         let name = s(&meta["name"]);
         let hash = meta["labels"].get(names::HASH_LABEL).and_then(Value::as_str)?.to_owned();
         let ann = |k: &str| meta["annotations"].get(k).and_then(Value::as_str);
-        let source = ann(names::SOURCE_NAME)
-            .map(str::to_owned)
-            .or_else(|| snapshot::parse_name(&name).map(|(s, _, _)| s.to_owned()))
-            .unwrap_or_default();
+        let source = crate::model::source::snapshot_source(&name, obj).unwrap_or_default().to_owned();
         Some(SnapshotInfo {
             uid: s(&meta["uid"]),
             resource_version: s(&meta["resourceVersion"]),

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use super::meta::Meta;
 use super::names;
 use super::policy::Selector;
+use super::snapshot;
 
 /// A mutable ConfigMap that is not a snapshot (nor the root CA bundle Kubernetes publishes),
 /// versioned or not: one whose changes, including leaving versioning (SPEC §7), are tracked.
@@ -33,6 +34,12 @@ pub fn pending_change<'a>(obj: &'a impl Meta, head: &str) -> Option<&'a str> {
         return None;
     }
     obj.annotation(names::CHANGED_AT)
+}
+
+/// The source a snapshot belongs to: its `source-name` annotation, else the source part of its
+/// name (SPEC §5).
+pub fn snapshot_source<'a>(name: &'a str, obj: &'a impl Meta) -> Option<&'a str> {
+    obj.annotation(names::SOURCE_NAME).or_else(|| snapshot::parse_name(name).map(|(s, _, _)| s))
 }
 
 /// Held sources, each with the head its hold was taken at (SPEC §2); `None` for a hold recorded

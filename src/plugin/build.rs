@@ -103,10 +103,7 @@ impl Inventory {
             .filter_map(|o| {
                 let name = meta(o, "name")?.to_owned();
                 let hash = label(o, names::HASH_LABEL)?.to_owned();
-                let source = annotation(o, names::SOURCE_NAME)
-                    .map(String::from)
-                    .or_else(|| snapshot::parse_name(&name).map(|(s, _, _)| s.to_owned()))
-                    .or_else(|| label(o, names::SOURCE_LABEL).map(String::from))?;
+                let source = source::snapshot_source(&name, o).or_else(|| label(o, names::SOURCE_LABEL)).map(String::from)?;
                 Some(Snap {
                     created: meta(o, "creationTimestamp").map(String::from),
                     content: Content::from_object(o),
