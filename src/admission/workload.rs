@@ -360,45 +360,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         by_source.entry(r.source.as_str()).or_default().push(r);
     }
     for (source, refs) in by_source {
-        if source == names::ROOT_CA {
-            continue;
-        }
-        if let Some(failure) = view.failed.get(source) {
-            // Only an undo or a CronJob's Job gets here: its references stay as sent, and the
-            // pins and holds they imply are recorded from the caches (repair finishes the job).
-            out.d.response.warn(format!("{source}: left as sent, repair pins it: could not {} ({})", failure.what, failure.cause));
-            if let Some(hash) = refs.iter().find_map(|r| r.hash.clone()) {
-                let head = view.state.configmap(a.namespace, source).and_then(|c| c.annotation(names::HEAD));
-                let was_held = old_holds.get(source).is_some_and(|at| head.is_none_or(|h| hold_stands(at.as_deref(), h)));
-                if head.is_some_and(|h| h != hash) && (undo || was_held) {
-                    out.held.insert(source.to_owned(), if undo { head.map(str::to_owned) } else { old_holds[source].clone() });
-                }
-                out.pins.insert(source.to_owned(), hash);
-            }
-            continue;
-        }
-        let Some(Some(cm)) = view.fresh.get(source) else {
-            if refs.iter().any(|r| r.hash.is_none() && !r.r.optional) {
-                out.d.response.warn(format!("ConfigMap {source} does not exist yet: left unpinned, pinned once it appears"));
-            }
-            continue;
-        };
-        if cm.immutable() {
-            continue; // already safe
-        }
-        if !view.policy.versioned(cm) {
-            // Meant to change under running pods. Its owner opted out after workloads were
-            // pinned: propagation moves the unheld ones back to the plain name, once (SPEC §7).
-            let head = Content::from_object(cm).hash();
-            let held = old_holds.get(source).is_some_and(|at| hold_stands(at.as_deref(), &head));
-            if trigger.as_ref().is_some_and(|t| t.contains(source)) && !held {
-                for r in refs.iter().filter(|r| r.hash.is_some()) {
-                    out.rewrite(r, Target::Name(source.to_owned()));
-                }
-                out.d.response.warn(format!("{source}: no longer versioned; back on the plain name"));
-            }
-            continue;
-        }
+        let Some(cm) = out.outside_the_rules(source, &refs, view, &old_holds, undo, trigger.as_ref()) else { continue };
         let content = Content::from_object(cm);
         let head = content.hash();
         let plain = refs.iter().any(|r| r.hash.is_none());
@@ -450,6 +412,60 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
+    /// The sources no rule of 6.2 decides, handled here: the root CA bundle, a read that failed
+    /// (only an undo or a CronJob's run gets that far), a source that does not exist yet, an
+    /// immutable one, one that is not versioned. Returns the source as read when the rules decide it.
+    fn outside_the_rules<'v>(
+        &mut self,
+        source: &str,
+        refs: &[&SourcedRef],
+        view: &'v View,
+        old_holds: &Holds,
+        undo: bool,
+        trigger: Option<&BTreeSet<String>>,
+    ) -> Option<&'v Value> {
+        if source == names::ROOT_CA {
+            return None;
+        }
+        if let Some(failure) = view.failed.get(source) {
+            // Only an undo or a CronJob's Job gets here: its references stay as sent, and the
+            // pins and holds they imply are recorded from the caches (repair finishes the job).
+            self.d.response.warn(format!("{source}: left as sent, repair pins it: could not {} ({})", failure.what, failure.cause));
+            if let Some(hash) = refs.iter().find_map(|r| r.hash.clone()) {
+                let head = view.state.configmap(self.namespace, source).and_then(|c| c.annotation(names::HEAD));
+                let was_held = old_holds.get(source).is_some_and(|at| head.is_none_or(|h| hold_stands(at.as_deref(), h)));
+                if head.is_some_and(|h| h != hash) && (undo || was_held) {
+                    self.held.insert(source.to_owned(), if undo { head.map(str::to_owned) } else { old_holds[source].clone() });
+                }
+                self.pins.insert(source.to_owned(), hash);
+            }
+            return None;
+        }
+        let Some(Some(cm)) = view.fresh.get(source) else {
+            if refs.iter().any(|r| r.hash.is_none() && !r.r.optional) {
+                self.d.response.warn(format!("ConfigMap {source} does not exist yet: left unpinned, pinned once it appears"));
+            }
+            return None;
+        };
+        if cm.immutable() {
+            return None; // already safe
+        }
+        if !view.policy.versioned(cm) {
+            // Meant to change under running pods. Its owner opted out after workloads were
+            // pinned: propagation moves the unheld ones back to the plain name, once (SPEC §7).
+            let head = Content::from_object(cm).hash();
+            let held = old_holds.get(source).is_some_and(|at| hold_stands(at.as_deref(), &head));
+            if trigger.is_some_and(|t| t.contains(source)) && !held {
+                for r in refs.iter().filter(|r| r.hash.is_some()) {
+                    self.rewrite(r, Target::Name(source.to_owned()));
+                }
+                self.d.response.warn(format!("{source}: no longer versioned; back on the plain name"));
+            }
+            return None;
+        }
+        Some(cm)
+    }
+
     fn rewrite(&mut self, r: &SourcedRef, target: Target) {
         self.d.rewrites.push(Rewrite { pointer: format!("{}{}", self.tpl_ptr, r.r.pointer), target });
     }
