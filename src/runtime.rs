@@ -38,7 +38,7 @@ async fn start(policy: &PolicyArgs, trust_revisions_before_now: bool) -> anyhow:
         state.revisions_trusted_before = Some(format!("{:.0}", k8s_openapi::jiff::Timestamp::now()));
     }
     let state = Arc::new(RwLock::new(state));
-    let cluster = Arc::new(KubeCluster { client: client.clone(), field_manager: FIELD_MANAGER.into() });
+    let cluster = Arc::new(KubeCluster::new(client.clone(), FIELD_MANAGER).await);
     let shared = Arc::new(Context::new(policy, state.clone(), cluster));
     watch::start(client.clone(), state, shared.synced.clone()).await;
     Ok((client, shared))
@@ -124,6 +124,6 @@ pub async fn controller(args: ControllerCommandArgs) -> anyhow::Result<()> {
 /// `confighistory gc`: one sweep, printing every verdict (no cache, no watches: fresh lists).
 pub async fn gc(args: GcArgs) -> anyhow::Result<()> {
     let policy = args.policy.policy()?;
-    let client = client().await?;
-    crate::controller::run_gc_command(client, policy, args).await
+    let cluster = KubeCluster::new(client().await?, FIELD_MANAGER).await;
+    crate::controller::run_gc_command(&cluster, policy, args).await
 }

@@ -5,8 +5,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::{self as kube_events, Recorder, Reporter};
 use serde_json::Value;
+
+use crate::cache::Watched;
+use crate::model::names;
+use crate::model::template::Kind;
 
 pub mod watch;
 
@@ -44,7 +49,31 @@ pub enum Created {
 
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
 
-/// What admission needs from the API server.
+/// What an Event is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectRef {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// An Event confighistory records (events.k8s.io/v1 through kube's `Recorder`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub regarding: ObjectRef,
+    pub warning: bool,
+    /// Why, in PascalCase: `ConfigPropagated`, `ConfigRepaired`, ...
+    pub reason: &'static str,
+    /// What confighistory did, in PascalCase: `Propagate`, `Repair`, ...
+    pub action: &'static str,
+    pub note: String,
+}
+
+/// Every API-server read and write of admission and the controller loops (the Lease of leader
+/// election aside: `controller::leader` keeps it to itself). The methods past the ConfigMap
+/// ones default to an error, so a test double for admission implements only what admission calls.
 pub trait Cluster: Send + Sync + 'static {
     /// GET a ConfigMap; `None` on 404.
     fn get_configmap<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Value>>>;
@@ -52,6 +81,35 @@ pub trait Cluster: Send + Sync + 'static {
     fn create_configmap<'a>(&'a self, ns: &'a str, obj: &'a Value, dry_run: bool) -> BoxFuture<'a, Result<Created>>;
     /// Merge-patch a ConfigMap's metadata.
     fn patch_configmap<'a>(&'a self, ns: &'a str, name: &'a str, patch: &'a Value) -> BoxFuture<'a, Result<()>>;
+    /// DELETE a ConfigMap with uid and resourceVersion preconditions.
+    fn delete_configmap<'a>(&'a self, ns: &'a str, name: &'a str, uid: &'a str, resource_version: &'a str) -> BoxFuture<'a, Result<()>> {
+        let _ = (ns, name, uid, resource_version);
+        unsupported("delete")
+    }
+    /// Merge-patch a workload's metadata (the propagation trigger).
+    fn patch_workload<'a>(&'a self, kind: Kind, ns: &'a str, name: &'a str, patch: &'a Value) -> BoxFuture<'a, Result<()>> {
+        let _ = (kind, ns, name, patch);
+        unsupported("patch workload")
+    }
+    /// Every object of `what` in `ns`, fresh from the API server (paged).
+    fn list<'a>(&'a self, ns: &'a str, what: Watched) -> BoxFuture<'a, Result<Vec<Value>>> {
+        let _ = (ns, what);
+        unsupported("list")
+    }
+    /// The namespaces that hold snapshots (one metadata list for the cluster).
+    fn namespaces_with_snapshots(&self) -> BoxFuture<'_, Result<Vec<String>>> {
+        unsupported("list namespaces")
+    }
+    /// Records an Event.
+    fn publish<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<()>> {
+        let _ = event;
+        unsupported("publish event")
+    }
+}
+
+fn unsupported<'a, T: Send + 'a>(what: &str) -> BoxFuture<'a, Result<T>> {
+    let e = ApiError { code: None, reason: "NotImplemented".into(), message: format!("this cluster does not {what}") };
+    Box::pin(async move { Err(e) })
 }
 
 /// The real thing.
@@ -59,6 +117,28 @@ pub trait Cluster: Send + Sync + 'static {
 pub struct KubeCluster {
     pub client: kube::Client,
     pub field_manager: String,
+    /// The batch version that serves CronJobs ([`watch::cronjob_version`]).
+    pub cronjob_version: &'static str,
+    pub recorder: Recorder,
+}
+
+impl KubeCluster {
+    /// A cluster over `client`, probing the CronJob version once; Events are reported as
+    /// `field_manager`, from this pod.
+    pub async fn new(client: kube::Client, field_manager: &str) -> KubeCluster {
+        let instance = std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")).ok().filter(|h| !h.is_empty());
+        let reporter = Reporter { controller: field_manager.to_owned(), instance };
+        KubeCluster {
+            cronjob_version: watch::cronjob_version(&client).await,
+            recorder: Recorder::new(client.clone(), reporter),
+            field_manager: field_manager.to_owned(),
+            client,
+        }
+    }
+
+    fn api(&self, ns: &str, what: Watched) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), ns, &watch::api_resource(what, self.cronjob_version))
+    }
 }
 
 fn configmaps(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
@@ -100,18 +180,139 @@ impl Cluster for KubeCluster {
             Ok(())
         })
     }
+
+    fn delete_configmap<'a>(&'a self, ns: &'a str, name: &'a str, uid: &'a str, resource_version: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions { uid: Some(uid.to_owned()), resource_version: Some(resource_version.to_owned()) }),
+                ..Default::default()
+            };
+            self.api(ns, Watched::ConfigMaps).delete(name, &dp).await?;
+            Ok(())
+        })
+    }
+
+    fn patch_workload<'a>(&'a self, kind: Kind, ns: &'a str, name: &'a str, patch: &'a Value) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let pp = PatchParams { field_manager: Some(self.field_manager.clone()), ..Default::default() };
+            self.api(ns, Watched::Workload(kind)).patch(name, &pp, &Patch::Merge(patch)).await?;
+            Ok(())
+        })
+    }
+
+    fn list<'a>(&'a self, ns: &'a str, what: Watched) -> BoxFuture<'a, Result<Vec<Value>>> {
+        Box::pin(async move {
+            let api = self.api(ns, what);
+            let mut out = Vec::new();
+            let mut lp = ListParams::default().limit(500);
+            loop {
+                let page = api.list(&lp).await?;
+                let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+                out.extend(page.items.into_iter().map(|o| serde_json::to_value(o).unwrap_or(Value::Null)));
+                match next {
+                    Some(c) => lp = lp.continue_token(&c),
+                    None => return Ok(out),
+                }
+            }
+        })
+    }
+
+    fn namespaces_with_snapshots(&self) -> BoxFuture<'_, Result<Vec<String>>> {
+        Box::pin(async move {
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &watch::api_resource(Watched::ConfigMaps, "v1"));
+            let list = api.list_metadata(&ListParams::default().labels(names::HASH_LABEL)).await?;
+            let mut v: Vec<String> = list.items.into_iter().filter_map(|o| o.metadata.namespace).collect();
+            v.sort();
+            v.dedup();
+            Ok(v)
+        })
+    }
+
+    fn publish<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let r = &event.regarding;
+            let reference = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(r.api_version.clone()),
+                kind: Some(r.kind.clone()),
+                namespace: Some(r.namespace.clone()),
+                name: Some(r.name.clone()),
+                uid: Some(r.uid.clone()).filter(|u| !u.is_empty()),
+                ..Default::default()
+            };
+            let ev = kube_events::Event {
+                type_: if event.warning { kube_events::EventType::Warning } else { kube_events::EventType::Normal },
+                reason: event.reason.to_owned(),
+                note: Some(event.note.clone()),
+                action: event.action.to_owned(),
+                secondary: None,
+            };
+            self.recorder.publish(&ev, &reference).await?;
+            Ok(())
+        })
+    }
 }
 
-/// An in-memory stand-in for unit tests of the edge, with injectable faults.
+/// An in-memory stand-in for unit tests of the edge and of the controller loops, with injectable
+/// faults. Calls are described as `get ns/name`, `create ns/name`, `patch ns/name`, `delete
+/// ns/name` (ConfigMaps), `patch Kind ns/name` (workloads), `list what ns`, `list namespaces`,
+/// `event Reason ns/name`.
 #[derive(Default, Clone)]
 pub struct MemoryCluster {
+    /// ConfigMaps by (namespace, name).
     pub objects: Arc<Mutex<HashMap<(String, String), Value>>>,
+    /// Workloads and revisions by (kind, namespace, name).
+    pub workloads: Arc<Mutex<HashMap<WorkloadKey, Value>>>,
+    /// Events published, in order.
+    pub events: Arc<Mutex<Vec<Event>>>,
     /// When set, calls whose description starts with the prefix ("" = every call) fail with the error.
     pub fail: Arc<Mutex<Option<(&'static str, ApiError)>>>,
     pub calls: Arc<Mutex<Vec<String>>>,
 }
 
+/// (kind, namespace, name).
+pub type WorkloadKey = (Kind, String, String);
+
+fn not_found(resource: &str, name: &str) -> ApiError {
+    ApiError { code: Some(404), reason: "NotFound".into(), message: format!("{resource} \"{name}\" not found") }
+}
+
+fn conflict(resource: &str, name: &str, why: &str) -> ApiError {
+    ApiError {
+        code: Some(409),
+        reason: "Conflict".into(),
+        message: format!("Operation cannot be fulfilled on {resource} \"{name}\": {why}"),
+    }
+}
+
+/// Merge-patches `obj` as the API server would: a uid or resourceVersion in the patch is a
+/// precondition; the resourceVersion goes up.
+fn merge_patch(obj: &mut Value, patch: &Value, resource: &str, name: &str) -> Result<()> {
+    let have = |k: &str| obj["metadata"][k].as_str().unwrap_or_default().to_owned();
+    if patch.pointer("/metadata/uid").and_then(Value::as_str).is_some_and(|u| u != have("uid")) {
+        return Err(conflict(resource, name, "Precondition failed: UID in precondition does not match"));
+    }
+    let rv = have("resourceVersion");
+    if patch.pointer("/metadata/resourceVersion").and_then(Value::as_str).is_some_and(|w| w != rv) {
+        return Err(conflict(resource, name, "the object has been modified"));
+    }
+    json_patch::merge(obj, patch);
+    obj["metadata"]["resourceVersion"] = Value::String((rv.parse::<u64>().unwrap_or(0) + 1).to_string());
+    Ok(())
+}
+
 impl MemoryCluster {
+    /// Adds or replaces a workload or revision (`kind` says which).
+    pub fn insert_workload(&self, kind: Kind, obj: Value) {
+        let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default().to_owned();
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        self.workloads.lock().expect("lock").insert((kind, ns, name), obj);
+    }
+    pub fn workload(&self, kind: Kind, ns: &str, name: &str) -> Option<Value> {
+        self.workloads.lock().expect("lock").get(&(kind, ns.to_owned(), name.to_owned())).cloned()
+    }
+    pub fn events(&self) -> Vec<Event> {
+        self.events.lock().expect("lock").clone()
+    }
     pub fn insert(&self, obj: Value) {
         let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default().to_owned();
         let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_owned();
@@ -154,24 +355,71 @@ impl Cluster for MemoryCluster {
         Box::pin(async move {
             self.check(format!("patch {ns}/{name}"))?;
             let mut objects = self.objects.lock().expect("lock");
-            let obj = objects.get_mut(&(ns.to_owned(), name.to_owned())).ok_or(ApiError {
-                code: Some(404),
-                reason: "NotFound".into(),
-                message: format!("configmaps \"{name}\" not found"),
-            })?;
-            // A resourceVersion in a patch is a precondition, as on the API server.
-            let want = patch.pointer("/metadata/resourceVersion").and_then(Value::as_str);
-            let have = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default().to_owned();
-            if want.is_some_and(|w| w != have) {
-                return Err(ApiError {
-                    code: Some(409),
-                    reason: "Conflict".into(),
-                    message: format!("Operation cannot be fulfilled on configmaps \"{name}\": the object has been modified"),
-                });
+            let obj = objects.get_mut(&(ns.to_owned(), name.to_owned())).ok_or_else(|| not_found("configmaps", name))?;
+            merge_patch(obj, patch, "configmaps", name)
+        })
+    }
+    fn delete_configmap<'a>(&'a self, ns: &'a str, name: &'a str, uid: &'a str, resource_version: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.check(format!("delete {ns}/{name}"))?;
+            let mut objects = self.objects.lock().expect("lock");
+            let key = (ns.to_owned(), name.to_owned());
+            let obj = objects.get(&key).ok_or_else(|| not_found("configmaps", name))?;
+            let have = |k: &str| obj["metadata"][k].as_str().unwrap_or_default();
+            if have("uid") != uid || have("resourceVersion") != resource_version {
+                return Err(conflict("configmaps", name, "Precondition failed"));
             }
-            json_patch::merge(obj, patch);
-            let next = have.parse::<u64>().unwrap_or(0) + 1;
-            obj["metadata"]["resourceVersion"] = Value::String(next.to_string());
+            objects.remove(&key);
+            Ok(())
+        })
+    }
+    fn patch_workload<'a>(&'a self, kind: Kind, ns: &'a str, name: &'a str, patch: &'a Value) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.check(format!("patch {} {ns}/{name}", kind.as_str()))?;
+            let mut workloads = self.workloads.lock().expect("lock");
+            let obj = workloads.get_mut(&(kind, ns.to_owned(), name.to_owned())).ok_or_else(|| not_found(kind.as_str(), name))?;
+            merge_patch(obj, patch, kind.as_str(), name)
+        })
+    }
+    fn list<'a>(&'a self, ns: &'a str, what: Watched) -> BoxFuture<'a, Result<Vec<Value>>> {
+        Box::pin(async move {
+            self.check(format!("list {} {ns}", what.name()))?;
+            let mut out: Vec<Value> = match what {
+                Watched::ConfigMaps => {
+                    self.objects.lock().expect("lock").iter().filter(|((n, _), _)| n == ns).map(|(_, v)| v.clone()).collect()
+                }
+                Watched::Workload(kind) | Watched::Revision(kind) => self
+                    .workloads
+                    .lock()
+                    .expect("lock")
+                    .iter()
+                    .filter(|((k, n, _), _)| *k == kind && n == ns)
+                    .map(|(_, v)| v.clone())
+                    .collect(),
+                Watched::Namespaces => Vec::new(),
+            };
+            out.sort_by(|a, b| a["metadata"]["name"].as_str().cmp(&b["metadata"]["name"].as_str()));
+            Ok(out)
+        })
+    }
+    fn namespaces_with_snapshots(&self) -> BoxFuture<'_, Result<Vec<String>>> {
+        Box::pin(async move {
+            self.check("list namespaces".into())?;
+            let objects = self.objects.lock().expect("lock");
+            let mut v: Vec<String> = objects
+                .iter()
+                .filter(|(_, o)| o["metadata"]["labels"].get(names::HASH_LABEL).is_some())
+                .map(|((ns, _), _)| ns.clone())
+                .collect();
+            v.sort();
+            v.dedup();
+            Ok(v)
+        })
+    }
+    fn publish<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.check(format!("event {} {}/{}", event.reason, event.regarding.namespace, event.regarding.name))?;
+            self.events.lock().expect("lock").push(event.clone());
             Ok(())
         })
     }

@@ -22,11 +22,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
 use serde_json::{json, Value};
 
 use crate::cache::Watched;
-use crate::cluster::watch::api_resource;
+use crate::cluster::{ApiError, Cluster};
 use crate::metrics::METRICS;
 use crate::model::names;
 use crate::model::snapshot;
@@ -247,45 +246,24 @@ impl fmt::Display for Report {
     }
 }
 
-/// Lists what the sweep reads, fresh from the API server.
-async fn list(client: &kube::Client, ns: &str, what: Watched, cj: &str) -> Result<Vec<Value>, kube::Error> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &api_resource(what, cj));
-    let mut out = Vec::new();
-    let mut lp = ListParams::default().limit(500);
-    loop {
-        let page = api.list(&lp).await?;
-        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
-        out.extend(page.items.into_iter().map(|o| serde_json::to_value(o).unwrap_or(Value::Null)));
-        match next {
-            Some(c) => lp = lp.continue_token(&c),
-            None => return Ok(out),
-        }
-    }
-}
-
-/// Namespaces that hold snapshots (metadata only, one list for the cluster).
-pub async fn namespaces_with_snapshots(client: &kube::Client) -> Result<Vec<String>, kube::Error> {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource(Watched::ConfigMaps, "v1"));
-    let list = api.list_metadata(&ListParams::default().labels(names::HASH_LABEL)).await?;
-    let mut v: Vec<String> = list.items.into_iter().filter_map(|o| o.metadata.namespace).collect();
-    v.sort();
-    v.dedup();
-    Ok(v)
-}
-
 /// Sweeps one namespace: fresh lists, plan, then (unless `dry_run`) deletes with preconditions
 /// and records last use.
-pub async fn sweep_namespace(client: &kube::Client, ns: &str, cj: &str, settings: Settings, dry_run: bool) -> Result<Report, kube::Error> {
+pub async fn sweep_namespace(cluster: &dyn Cluster, ns: &str, settings: Settings, dry_run: bool) -> Result<Report, ApiError> {
+    sweep_namespace_at(cluster, ns, settings, dry_run, super::propagate::now_ms()).await
+}
+
+/// [`sweep_namespace`] at `now` (milliseconds since the epoch).
+pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Settings, dry_run: bool, now: i64) -> Result<Report, ApiError> {
     let start = Instant::now();
-    let configmaps = list(client, ns, Watched::ConfigMaps, cj).await?;
+    let configmaps = cluster.list(ns, Watched::ConfigMaps).await?;
     let mut refs = References::default();
     for kind in [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::Job, Kind::CronJob] {
-        for obj in list(client, ns, Watched::Workload(kind), cj).await? {
+        for obj in cluster.list(ns, Watched::Workload(kind)).await? {
             refs.add(kind, &obj);
         }
     }
     for kind in [Kind::ReplicaSet, Kind::ControllerRevision] {
-        for obj in list(client, ns, Watched::Revision(kind), cj).await? {
+        for obj in cluster.list(ns, Watched::Revision(kind)).await? {
             refs.add(kind, &obj);
         }
     }
@@ -302,7 +280,6 @@ pub async fn sweep_namespace(client: &kube::Client, ns: &str, cj: &str, settings
             SourceInfo { head: ann(names::HEAD).map(str::to_owned), keep: ann(names::KEEP).and_then(|k| k.trim().parse().ok()) },
         );
     }
-    let now = super::propagate::now_ms();
     let items = plan(&snapshots, &sources, &refs, now, settings);
     let mut report = Report {
         namespace: ns.to_owned(),
@@ -311,23 +288,18 @@ pub async fn sweep_namespace(client: &kube::Client, ns: &str, cj: &str, settings
         ..Default::default()
     };
     if !dry_run {
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &api_resource(Watched::ConfigMaps, cj));
         let by_name: HashMap<&str, &SnapshotInfo> = snapshots.iter().map(|s| (s.name.as_str(), s)).collect();
         let stamp_time = format!("{:.0}", k8s_openapi::jiff::Timestamp::from_millisecond(now).unwrap_or_default());
         for item in &items {
             let s = by_name[item.name.as_str()];
             if let Verdict::Delete(why) = &item.verdict {
-                let dp = DeleteParams {
-                    preconditions: Some(Preconditions { uid: Some(s.uid.clone()), resource_version: Some(s.resource_version.clone()) }),
-                    ..Default::default()
-                };
-                match api.delete(&s.name, &dp).await {
+                match cluster.delete_configmap(ns, &s.name, &s.uid, &s.resource_version).await {
                     Ok(_) => {
                         tracing::info!(namespace = ns, snapshot = %s.name, reason = %why, "deleted snapshot");
                         METRICS.gc_deleted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         report.deleted.push(s.name.clone());
                     }
-                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) if e.code == Some(404) => {}
                     Err(e) => report.errors.push(format!("delete {}: {e}", s.name)),
                 }
                 continue;
@@ -338,11 +310,11 @@ pub async fn sweep_namespace(client: &kube::Client, ns: &str, cj: &str, settings
                 None => continue,
             };
             let patch = json!({"metadata": {"uid": s.uid, "annotations": {names::LAST_USED: value}}});
-            match api.patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                Ok(_) => {}
+            match cluster.patch_configmap(ns, &s.name, &patch).await {
+                Ok(()) => {}
                 // Snapshot protection lets only confighistory's own identity change snapshot
                 // metadata: a `gc` run by a person is refused here.
-                Err(kube::Error::Api(e)) if e.code == 403 => report.errors.push(format!(
+                Err(e) if e.code == Some(403) => report.errors.push(format!(
                     "record last use on {}: {}; run `confighistory gc` as confighistory's ServiceAccount \
                      (kubectl exec -n <its namespace> deploy/confighistory -- confighistory gc), or with --dry-run",
                     s.name, e.message

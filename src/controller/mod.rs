@@ -15,13 +15,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::Mutex;
 
 use crate::cache::Watched;
 use crate::cli::ControllerArgs;
-use crate::cluster::watch::{api_resource, cronjob_version, resource};
+use crate::cluster::watch::{api_resource, cronjob_version};
+use crate::cluster::{ApiError, Cluster, Event, ObjectRef};
 use crate::context::Context;
 use crate::metrics::METRICS;
 use crate::model::meta::Meta;
@@ -148,6 +148,8 @@ struct PropagationState {
     recorded: HashMap<(String, String, String), Instant>,
     workload_backoff: Option<Backoff<WorkloadKey>>,
     source_backoff: Option<Backoff<(String, String, String)>>,
+    /// Workloads this replica moved to a change (namespace, source, head), for the source's Event.
+    moved: HashMap<(String, String, String), usize>,
 }
 
 async fn propagation_loop(ctx: Arc<Ctx>) {
@@ -208,6 +210,19 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
                 sb.succeeded(key);
                 st.recorded.insert(key.clone(), Instant::now());
                 tracing::info!(namespace = %ns, source = %source, head = %head, "change propagated");
+                if let Some(n) = st.moved.remove(key) {
+                    let uid =
+                        ctx.shared.state.read().expect("state lock").configmaps.get(&(ns.clone(), source.clone())).map(|c| c.uid.clone());
+                    let regarding = ObjectRef {
+                        api_version: "v1".into(),
+                        kind: "ConfigMap".into(),
+                        namespace: ns.clone(),
+                        name: source.clone(),
+                        uid: uid.unwrap_or_default(),
+                    };
+                    let note = format!("Propagated {head} to {n} workload{}", if n == 1 { "" } else { "s" });
+                    event(ctx, regarding, false, "Propagated", "Propagate", note).await;
+                }
             }
             Err(e) if e.code == Some(404) => sb.succeeded(key),
             Err(e) => {
@@ -218,6 +233,7 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
     }
     sb.retain(|k| plan.done.contains(k));
 
+    st.moved.retain(|k, _| plan.done.contains(k) || plan.plans.iter().any(|p| p.namespace == k.0 && p.trigger.get(&k.1) == Some(&k.2)));
     let planned: HashSet<WorkloadKey> = plan.plans.iter().map(Plan::key).collect();
     st.in_flight.retain(|k, (_, at)| planned.contains(k) && at.elapsed() < IN_FLIGHT);
     let wb = st.workload_backoff.as_mut().expect("set");
@@ -235,10 +251,14 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
             Ok(()) => {
                 wb.succeeded(&key);
                 st.in_flight.insert(key, (trigger.clone(), Instant::now()));
+                for (source, head) in &p.trigger {
+                    *st.moved.entry((p.namespace.clone(), source.clone(), head.clone())).or_default() += 1;
+                }
                 METRICS.propagations.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, trigger = %trigger, "propagating");
                 let sources: Vec<String> = p.trigger.iter().map(|(s, h)| format!("{s} ({h})")).collect();
-                event(ctx, p, "Normal", "ConfigPropagated", &format!("Moving to the current content of {}", sources.join(", "))).await;
+                let note = format!("Moving to the current content of {}", sources.join(", "));
+                event(ctx, workload_ref(ctx, p), false, "ConfigPropagated", "Propagate", note).await;
             }
             Err(e) if e.code == Some(404) || e.code == Some(409) => {
                 // Gone or replaced: the next pass decides from the cache again.
@@ -249,8 +269,8 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
                 let delay = wb.failed(&key, Instant::now());
                 tracing::warn!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, error = %e, retry_in = ?delay, "propagation failed");
                 if attempts == 0 {
-                    event(ctx, p, "Warning", "ConfigPropagationFailed", &format!("Could not move to the current config: {}", e.message))
-                        .await;
+                    let note = format!("Could not move to the current config: {}", e.message);
+                    event(ctx, workload_ref(ctx, p), true, "ConfigPropagationFailed", "Propagate", note).await;
                 }
             }
         }
@@ -259,38 +279,27 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
 
 /// Sets the propagation trigger on a workload: one metadata merge patch, as confighistory's own
 /// identity, with the uid as a precondition. The webhook re-pins while admitting it.
-async fn trigger_workload(ctx: &Ctx, p: &Plan) -> Result<(), crate::cluster::ApiError> {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &p.namespace, &api_resource(Watched::Workload(p.kind), ctx.cronjob_version));
+async fn trigger_workload(ctx: &Ctx, p: &Plan) -> Result<(), ApiError> {
     let patch = json!({"metadata": {"uid": p.uid, "annotations": {names::PROPAGATE: p.trigger_value()}}});
-    let pp = PatchParams { field_manager: Some("confighistory".into()), ..Default::default() };
-    api.patch(&p.name, &pp, &Patch::Merge(&patch)).await?;
-    Ok(())
+    ctx.shared.cluster.patch_workload(p.kind, &p.namespace, &p.name, &patch).await
 }
 
-/// Records a core/v1 Event on the workload (best effort).
-async fn event(ctx: &Ctx, p: &Plan, type_: &str, reason: &str, message: &str) {
-    let ar = api_resource(Watched::Workload(p.kind), ctx.cronjob_version);
-    let now = format!("{:.0}", k8s_openapi::jiff::Timestamp::now());
-    let obj = json!({
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": format!("{}.", p.name), "namespace": p.namespace},
-        "involvedObject": {"apiVersion": ar.api_version, "kind": p.kind.as_str(), "name": p.name, "namespace": p.namespace, "uid": p.uid},
-        "reason": reason,
-        "message": message,
-        "type": type_,
-        "source": {"component": "confighistory"},
-        "reportingComponent": "confighistory",
-        "reportingInstance": ctx.identity,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    });
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &p.namespace, &resource("", "v1", "Event", "events"));
-    let Ok(ev) = serde_json::from_value::<DynamicObject>(obj) else { return };
-    if let Err(e) = api.create(&PostParams::default(), &ev).await {
-        tracing::debug!(error = %e, "could not record an Event");
+/// The workload a plan moves, as an Event's subject.
+fn workload_ref(ctx: &Ctx, p: &Plan) -> ObjectRef {
+    ObjectRef {
+        api_version: api_resource(Watched::Workload(p.kind), ctx.cronjob_version).api_version,
+        kind: p.kind.as_str().to_owned(),
+        namespace: p.namespace.clone(),
+        name: p.name.clone(),
+        uid: p.uid.clone(),
+    }
+}
+
+/// Records an Event (best effort: a failure is logged, never retried).
+async fn event(ctx: &Ctx, regarding: ObjectRef, warning: bool, reason: &'static str, action: &'static str, note: String) {
+    let ev = Event { regarding, warning, reason, action, note };
+    if let Err(e) = ctx.shared.cluster.publish(&ev).await {
+        tracing::debug!(reason, error = %e, "could not record an Event");
     }
 }
 
@@ -372,7 +381,7 @@ async fn resync_loop(ctx: Arc<Ctx>) {
                     Err(e) => {
                         let message =
                             format!("The config this revision ran with ({source}) is unknown, an undo to it gets the current one: {e}");
-                        event(&ctx, p, "Warning", "ConfigUnknown", &message).await;
+                        event(&ctx, workload_ref(&ctx, p), true, "ConfigUnknown", "Repair", message).await;
                     }
                 }
             }
@@ -381,14 +390,8 @@ async fn resync_loop(ctx: Arc<Ctx>) {
                 Ok(()) => {
                     tracing::info!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, trigger = %trigger, "repairing");
                     repaired.insert(p.key(), (trigger, Instant::now()));
-                    event(
-                        &ctx,
-                        p,
-                        "Normal",
-                        "ConfigRepaired",
-                        "Admitted with mutable ConfigMap references while confighistory was unreachable; pinning them",
-                    )
-                    .await;
+                    let note = "Admitted with mutable ConfigMap references while confighistory was unreachable; pinning them";
+                    event(&ctx, workload_ref(&ctx, p), false, "ConfigRepaired", "Repair", note.into()).await;
                 }
                 Err(e) => {
                     tracing::warn!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, error = %e, "repair failed; retried next resync")
@@ -513,7 +516,7 @@ async fn gc_loop(ctx: Arc<Ctx>) {
             if !ctx.leadership.is_leader() {
                 break;
             }
-            match gc::sweep_namespace(&ctx.client, &ns, ctx.cronjob_version, settings, false).await {
+            match gc::sweep_namespace(ctx.shared.cluster.as_ref(), &ns, settings, false).await {
                 Ok(report) => {
                     METRICS.set_gauge("confighistory_snapshots", &ns, report.snapshots as f64);
                     METRICS.set_gauge("confighistory_snapshot_bytes", &ns, report.bytes as f64);
@@ -537,12 +540,11 @@ fn gc_namespace_allowed(state: &crate::cache::State, policy: &crate::model::poli
 }
 
 /// `confighistory gc`: one sweep, printing every verdict; the same code as the periodic sweep.
-pub async fn run_gc_command(client: kube::Client, policy: crate::model::policy::Policy, args: crate::cli::GcArgs) -> anyhow::Result<()> {
-    let cj = cronjob_version(&client).await;
+pub async fn run_gc_command(cluster: &dyn Cluster, policy: crate::model::policy::Policy, args: crate::cli::GcArgs) -> anyhow::Result<()> {
     let settings = gc::Settings { keep: args.keep, grace: Duration::from_secs(args.grace) };
     let namespaces = match &args.namespace_filter {
         Some(ns) => vec![ns.clone()],
-        None => gc::namespaces_with_snapshots(&client).await?,
+        None => cluster.namespaces_with_snapshots().await?,
     };
     let (mut deleting, mut kept, mut errors) = (0, 0, 0);
     let start = Instant::now();
@@ -550,7 +552,7 @@ pub async fn run_gc_command(client: kube::Client, policy: crate::model::policy::
         if policy.excluded_namespaces.contains(&ns) {
             continue;
         }
-        let report = gc::sweep_namespace(&client, &ns, cj, settings, args.dry_run).await?;
+        let report = gc::sweep_namespace(cluster, &ns, settings, args.dry_run).await?;
         print!("{report}");
         deleting += report.items.iter().filter(|i| matches!(i.verdict, gc::Verdict::Delete(_))).count();
         kept += report.items.iter().filter(|i| matches!(i.verdict, gc::Verdict::Keep(_))).count();

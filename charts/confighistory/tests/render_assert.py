@@ -229,7 +229,7 @@ def main():
         ("batch", "jobs"): {"get", "list", "watch"},
         ("apps", "replicasets"): {"get", "list", "watch"},
         ("apps", "controllerrevisions"): {"get", "list", "watch"},
-        ("", "events"): {"create"},
+        ("events.k8s.io", "events"): {"create", "patch"},
     }
     check(granted == want, f"ClusterRole grants {granted}")
     role = one("Role", f"{fullname}-leader-election")
