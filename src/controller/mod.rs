@@ -61,6 +61,40 @@ pub struct Ctx {
     pub seen: std::sync::Mutex<Option<HashSet<String>>>,
 }
 
+impl Ctx {
+    /// The loops' context; `client` is used for the Lease only, every other call goes through
+    /// `shared.cluster`.
+    pub fn new(
+        client: kube::Client,
+        shared: Arc<Context>,
+        args: ControllerArgs,
+        cronjob_version: &'static str,
+        identity: String,
+        leadership: leader::Leadership,
+    ) -> anyhow::Result<Ctx> {
+        let selector: Selector = args.controller_namespace_selector.parse().map_err(anyhow::Error::msg)?;
+        let now = Instant::now();
+        Ok(Ctx {
+            cronjob_version,
+            writes: Mutex::new(Limiter::new(
+                args.propagation_qps,
+                args.propagation_burst,
+                args.propagation_namespace_qps,
+                args.propagation_namespace_burst,
+                now,
+            )),
+            reads: Mutex::new(Limiter::new(args.resync_qps, args.resync_qps.ceil().max(1.0) as u32, 0.0, 1, now)),
+            leadership,
+            identity,
+            seen: std::sync::Mutex::new(None),
+            selector,
+            client,
+            shared,
+            args,
+        })
+    }
+}
+
 /// The running loops, for a clean shutdown.
 #[derive(Clone, Default)]
 pub struct Handle(Arc<std::sync::OnceLock<Arc<Ctx>>>);
@@ -91,28 +125,10 @@ pub fn spawn(client: kube::Client, shared: Arc<Context>, args: ControllerArgs) -
 
 /// Builds the shared context, starts the election and the loops; returns the context.
 pub async fn start(client: kube::Client, shared: Arc<Context>, args: ControllerArgs) -> anyhow::Result<Arc<Ctx>> {
-    let selector: Selector = args.controller_namespace_selector.parse().map_err(anyhow::Error::msg)?;
-    let now = Instant::now();
     let identity = leader::identity();
     let lease_ns = args.leader_election_namespace.clone().unwrap_or_else(|| "confighistory".into());
-    let ctx = Arc::new(Ctx {
-        cronjob_version: cronjob_version(&client).await,
-        writes: Mutex::new(Limiter::new(
-            args.propagation_qps,
-            args.propagation_burst,
-            args.propagation_namespace_qps,
-            args.propagation_namespace_burst,
-            now,
-        )),
-        reads: Mutex::new(Limiter::new(args.resync_qps, args.resync_qps.ceil().max(1.0) as u32, 0.0, 1, now)),
-        leadership: leader::Leadership::default(),
-        identity: identity.clone(),
-        seen: std::sync::Mutex::new(None),
-        selector,
-        client: client.clone(),
-        shared,
-        args: args.clone(),
-    });
+    let cronjob_version = cronjob_version(&client).await;
+    let ctx = Arc::new(Ctx::new(client.clone(), shared, args.clone(), cronjob_version, identity.clone(), leader::Leadership::default())?);
     let config = leader::Config::new(&lease_ns, &args.lease_name, identity);
     tracing::info!(identity = %config.identity, lease = %format!("{lease_ns}/{}", args.lease_name), "controller: running leader election");
     tokio::spawn(leader::run(client.clone(), config.clone(), ctx.leadership.clone()));
@@ -152,13 +168,19 @@ struct PropagationState {
     moved: HashMap<(String, String, String), usize>,
 }
 
+impl PropagationState {
+    fn new() -> PropagationState {
+        PropagationState {
+            workload_backoff: Some(Backoff::new(Duration::from_secs(1), Duration::from_secs(300))),
+            source_backoff: Some(Backoff::new(Duration::from_secs(1), Duration::from_secs(300))),
+            ..Default::default()
+        }
+    }
+}
+
 async fn propagation_loop(ctx: Arc<Ctx>) {
     wait_synced(&ctx).await;
-    let mut st = PropagationState {
-        workload_backoff: Some(Backoff::new(Duration::from_secs(1), Duration::from_secs(300))),
-        source_backoff: Some(Backoff::new(Duration::from_secs(1), Duration::from_secs(300))),
-        ..Default::default()
-    };
+    let mut st = PropagationState::new();
     loop {
         tokio::time::sleep(TICK).await;
         if !ctx.leadership.is_leader() {
@@ -497,40 +519,45 @@ async fn gc_loop(ctx: Arc<Ctx>) {
         if !ctx.leadership.is_leader() {
             continue;
         }
-        let start = Instant::now();
-        let namespaces: Vec<String> = {
-            let state = ctx.shared.state.read().expect("state lock");
-            let mut v: Vec<String> = state
-                .configmaps
-                .iter()
-                .filter(|((_, name), cm)| cm.snapshot_of(name).is_some())
-                .map(|((ns, _), _)| ns.clone())
-                .filter(|ns| gc_namespace_allowed(&state, &ctx.shared.policy, &ctx.selector, ns))
-                .collect();
-            v.sort();
-            v.dedup();
-            v
-        };
-        let (mut deleted, mut total) = (0, 0);
-        for ns in namespaces {
-            if !ctx.leadership.is_leader() {
-                break;
-            }
-            match gc::sweep_namespace(ctx.shared.cluster.as_ref(), &ns, settings, false).await {
-                Ok(report) => {
-                    METRICS.set_gauge("confighistory_snapshots", &ns, report.snapshots as f64);
-                    METRICS.set_gauge("confighistory_snapshot_bytes", &ns, report.bytes as f64);
-                    deleted += report.deleted.len();
-                    total += report.snapshots;
-                    for e in &report.errors {
-                        tracing::warn!(namespace = %ns, error = %e, "gc");
-                    }
-                }
-                Err(e) => tracing::warn!(namespace = %ns, error = %e, "gc sweep failed; retried next interval"),
-            }
-        }
-        tracing::info!(snapshots = total, deleted, elapsed = ?start.elapsed(), "gc sweep done");
+        gc_pass(&ctx, settings).await;
     }
+}
+
+/// One sweep of every namespace holding snapshots (from the cache) that GC may act in.
+async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
+    let start = Instant::now();
+    let namespaces: Vec<String> = {
+        let state = ctx.shared.state.read().expect("state lock");
+        let mut v: Vec<String> = state
+            .configmaps
+            .iter()
+            .filter(|((_, name), cm)| cm.snapshot_of(name).is_some())
+            .map(|((ns, _), _)| ns.clone())
+            .filter(|ns| gc_namespace_allowed(&state, &ctx.shared.policy, &ctx.selector, ns))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let (mut deleted, mut total) = (0, 0);
+    for ns in namespaces {
+        if !ctx.leadership.is_leader() {
+            break;
+        }
+        match gc::sweep_namespace(ctx.shared.cluster.as_ref(), &ns, settings, false).await {
+            Ok(report) => {
+                METRICS.set_gauge("confighistory_snapshots", &ns, report.snapshots as f64);
+                METRICS.set_gauge("confighistory_snapshot_bytes", &ns, report.bytes as f64);
+                deleted += report.deleted.len();
+                total += report.snapshots;
+                for e in &report.errors {
+                    tracing::warn!(namespace = %ns, error = %e, "gc");
+                }
+            }
+            Err(e) => tracing::warn!(namespace = %ns, error = %e, "gc sweep failed; retried next interval"),
+        }
+    }
+    tracing::info!(snapshots = total, deleted, elapsed = ?start.elapsed(), "gc sweep done");
 }
 
 /// GC acts in namespaces that are not excluded, not off, not being deleted (the namespace's own
@@ -568,3 +595,6 @@ pub async fn run_gc_command(cluster: &dyn Cluster, policy: crate::model::policy:
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

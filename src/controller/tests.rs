@@ -1,0 +1,175 @@
+//! The loops against the in-memory cluster: what a pass writes, what it leaves alone, and how it
+//! takes a failed write.
+
+use std::sync::RwLock;
+
+use serde_json::json;
+
+use super::propagate::tests::{h, snap, source, workload, T0};
+use super::*;
+use crate::cache::State;
+use crate::cluster::{ApiError, MemoryCluster};
+use crate::model::policy::Policy;
+use crate::model::snapshot;
+use crate::model::template::Kind;
+
+#[derive(clap::Parser)]
+struct Args {
+    #[command(flatten)]
+    controller: ControllerArgs,
+}
+
+fn args(extra: &[&str]) -> ControllerArgs {
+    use clap::Parser as _;
+    Args::parse_from(std::iter::once("test").chain(extra.iter().copied())).controller
+}
+
+fn ctx(cluster: &MemoryCluster, state: State, args: ControllerArgs) -> Ctx {
+    let shared = Arc::new(Context::synced(Policy::default(), Arc::new(RwLock::new(state)), Arc::new(cluster.clone())));
+    // Used for the Lease only, which these tests never touch: nothing listens there.
+    let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+    Ctx::new(client, shared, args, "v1", "test".into(), leader::Leadership::always()).unwrap()
+}
+
+/// Backoffs short enough for a test to wait out.
+fn quick() -> PropagationState {
+    PropagationState {
+        workload_backoff: Some(Backoff::new(Duration::from_millis(10), Duration::from_millis(100))),
+        source_backoff: Some(Backoff::new(Duration::from_millis(10), Duration::from_millis(100))),
+        ..Default::default()
+    }
+}
+
+/// Source `cfg` changed from a to b long ago (settled); `stale` pins a, `held` pins a under a hold.
+fn propagation_world() -> (MemoryCluster, State) {
+    let (cluster, mut state) = (MemoryCluster::default(), State::default());
+    let old = snapshot::name("cfg", &h('a'), 0);
+    state.apply_namespace(&json!({"metadata": {"name": "ns"}}));
+    for obj in [source("ns", "cfg", &h('b'), &[(names::CHANGED_AT, T0)]), snap("ns", "cfg", &h('a')), snap("ns", "cfg", &h('b'))] {
+        state.apply_configmap(&obj);
+        cluster.insert(obj);
+    }
+    for obj in [workload("ns", "stale", &[&old], &[]), workload("ns", "held", &[&old], &[(names::HELD, "cfg")])] {
+        state.apply_workload(Kind::Deployment, &obj);
+        cluster.insert_workload(Kind::Deployment, obj);
+    }
+    (cluster, state)
+}
+
+fn trigger_of(cluster: &MemoryCluster, name: &str) -> Option<String> {
+    cluster.workload(Kind::Deployment, "ns", name).unwrap()["metadata"]["annotations"][names::PROPAGATE].as_str().map(str::to_owned)
+}
+
+#[tokio::test]
+async fn a_propagation_pass_triggers_the_pinned_workload_and_records_the_change_once_it_moved() {
+    let (cluster, state) = propagation_world();
+    let ctx = ctx(&cluster, state, args(&[]));
+    let mut st = quick();
+
+    propagation_pass(&ctx, &mut st).await;
+    assert_eq!(trigger_of(&cluster, "stale"), Some(format!("cfg={}", h('b'))));
+    assert_eq!(trigger_of(&cluster, "held"), None, "a held pin is not touched");
+    let events = cluster.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!((events[0].reason, events[0].regarding.name.as_str(), events[0].warning), ("ConfigPropagated", "stale", false));
+    assert_eq!(events[0].regarding.uid, "uid-stale");
+
+    // Not patched again while the cache catches up.
+    propagation_pass(&ctx, &mut st).await;
+    assert_eq!(cluster.calls.lock().unwrap().iter().filter(|c| c.starts_with("patch Deployment")).count(), 1);
+
+    // The webhook re-pinned it (as the watch delivers): the change is recorded on the source, once.
+    let new = snapshot::name("cfg", &h('b'), 0);
+    ctx.shared.state.write().unwrap().apply_workload(Kind::Deployment, &workload("ns", "stale", &[&new], &[]));
+    propagation_pass(&ctx, &mut st).await;
+    assert_eq!(crate::admission::annotation(&cluster.get("ns", "cfg").unwrap(), names::PROPAGATED), Some(h('b').as_str()));
+    let events = cluster.events();
+    let last = events.last().unwrap();
+    assert_eq!((last.reason, last.regarding.kind.as_str(), last.regarding.name.as_str()), ("Propagated", "ConfigMap", "cfg"));
+    assert_eq!(last.note, format!("Propagated {} to 1 workload", h('b')));
+    assert_eq!(last.regarding.uid, "uid-cfg");
+    propagation_pass(&ctx, &mut st).await;
+    assert_eq!(cluster.events().len(), 2, "recorded once");
+}
+
+#[tokio::test]
+async fn a_failed_trigger_is_reported_once_and_retried_after_its_backoff() {
+    let (cluster, state) = propagation_world();
+    let ctx = ctx(&cluster, state, args(&[]));
+    let mut st = quick();
+    let error = ApiError { code: Some(500), reason: "InternalError".into(), message: "etcdserver: request timed out".into() };
+    *cluster.fail.lock().unwrap() = Some(("patch Deployment", error));
+    let attempts = || cluster.calls.lock().unwrap().iter().filter(|c| c.starts_with("patch Deployment ns/stale")).count();
+
+    propagation_pass(&ctx, &mut st).await;
+    assert_eq!(trigger_of(&cluster, "stale"), None);
+    let events = cluster.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!((events[0].reason, events[0].warning), ("ConfigPropagationFailed", true));
+    assert!(events[0].note.contains("etcdserver: request timed out"), "{}", events[0].note);
+
+    propagation_pass(&ctx, &mut st).await;
+    assert_eq!(attempts(), 1, "not retried within the backoff");
+
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    propagation_pass(&ctx, &mut st).await;
+    assert_eq!(attempts(), 2, "retried after it");
+    assert_eq!(cluster.events().len(), 1, "a run of failures is reported once");
+
+    *cluster.fail.lock().unwrap() = None;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    propagation_pass(&ctx, &mut st).await;
+    assert_eq!(trigger_of(&cluster, "stale"), Some(format!("cfg={}", h('b'))));
+}
+
+/// A valid snapshot of `cfg` with content `k`, created at `created`, last used at `last_used`.
+fn snapshot_object(k: &str, created: &str, last_used: Option<&str>) -> (String, serde_json::Value) {
+    let content = snapshot::Content::from_object(&json!({"data": {"k": k}}));
+    let name = snapshot::name("cfg", &content.hash(), 0);
+    let mut obj = snapshot::object("ns", "cfg", &name, &content, &[]);
+    obj["metadata"]["uid"] = json!(format!("uid-{name}"));
+    obj["metadata"]["resourceVersion"] = json!("1");
+    obj["metadata"]["creationTimestamp"] = json!(created);
+    if let Some(t) = last_used {
+        obj["metadata"]["annotations"][names::LAST_USED] = json!(t);
+    }
+    (name, obj)
+}
+
+#[tokio::test]
+async fn a_gc_pass_deletes_an_unreferenced_snapshot_past_retention_and_keeps_referenced_ones() {
+    let (cluster, mut state) = (MemoryCluster::default(), State::default());
+    state.apply_namespace(&json!({"metadata": {"name": "ns"}}));
+    let (old, old_obj) = snapshot_object("1", "2025-01-01T00:00:00Z", Some(T0));
+    let (used, used_obj) = snapshot_object("2", "2025-01-02T00:00:00Z", Some(T0));
+    let (head, head_obj) = snapshot_object("3", "2025-01-03T00:00:00Z", None);
+    let head_hash = head_obj["metadata"]["labels"][names::HASH_LABEL].as_str().unwrap().to_owned();
+    let src = json!({"metadata": {"namespace": "ns", "name": "cfg", "uid": "uid-cfg", "annotations": {names::HEAD: head_hash}}, "data": {"k": "3"}});
+    for obj in [old_obj, used_obj, head_obj, src] {
+        state.apply_configmap(&obj);
+        cluster.insert(obj);
+    }
+    cluster.insert_workload(Kind::Deployment, workload("ns", "app", &[&used], &[]));
+    let ctx = ctx(&cluster, state, args(&["--gc-keep", "1", "--gc-grace", "600"]));
+
+    gc_pass(&ctx, gc::Settings { keep: 1, grace: Duration::from_secs(600) }).await;
+    assert!(cluster.get("ns", &old).is_none(), "unreferenced, not the head, not the newest, unused past the grace period");
+    assert!(cluster.get("ns", &head).is_some(), "the head");
+    let used_now = cluster.get("ns", &used).expect("referenced by a Deployment");
+    assert_eq!(crate::admission::annotation(&used_now, names::LAST_USED), None, "in use again: the last-use record is cleared");
+    assert!(cluster.calls.lock().unwrap().iter().any(|c| c == &format!("delete ns/{old}")));
+}
+
+#[tokio::test]
+async fn a_gc_pass_keeps_what_it_cannot_list() {
+    let (cluster, mut state) = (MemoryCluster::default(), State::default());
+    state.apply_namespace(&json!({"metadata": {"name": "ns"}}));
+    let (old, old_obj) = snapshot_object("1", "2025-01-01T00:00:00Z", Some(T0));
+    state.apply_configmap(&old_obj);
+    cluster.insert(old_obj);
+    let error = ApiError { code: Some(503), reason: "ServiceUnavailable".into(), message: "unavailable".into() };
+    *cluster.fail.lock().unwrap() = Some(("list Deployment", error));
+    let ctx = ctx(&cluster, state, args(&[]));
+    gc_pass(&ctx, gc::Settings { keep: 0, grace: Duration::ZERO }).await;
+    assert!(cluster.get("ns", &old).is_some(), "references unknown: nothing is deleted");
+}
