@@ -123,10 +123,19 @@ async fn waiting_for_a_place_is_never_a_denial() {
     // The one place is held by an admission waiting on the stalled API server...
     let holder = tokio::spawn(send(deployment_review()));
     tokio::time::sleep(Duration::from_millis(50)).await;
-    // ...so this one waits for a place until its deadline.
+    // ...so this one waits for a place until its deadline, and is counted as overloaded.
+    let overloaded = || {
+        let scrape = confighistory::metrics::METRICS.render();
+        scrape
+            .lines()
+            .find_map(|l| l.strip_prefix("confighistory_errors_total{what=\"overloaded\"} ")?.parse::<u64>().ok())
+            .expect("declared")
+    };
+    let counted = overloaded();
     let (status, body) = send(deployment_review()).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{}", String::from_utf8_lossy(&body));
     assert!(String::from_utf8_lossy(&body).contains("overloaded"));
+    assert!(overloaded() > counted, "waiting out the deadline for a place is counted");
     let (status, body) = holder.await.unwrap();
     assert_eq!(status, StatusCode::OK);
     assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["response"]["allowed"], false, "had a place: decided as usual");
