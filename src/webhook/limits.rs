@@ -183,22 +183,6 @@ fn kib(bytes: usize) -> u32 {
     u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
 }
 
-/// The namespace of an AdmissionReview, read without building the document (borrowed where
-/// it has no escapes); `None` when the body is no AdmissionReview or has none (cluster-scoped).
-pub fn namespace(body: &[u8]) -> Option<std::borrow::Cow<'_, str>> {
-    #[derive(serde::Deserialize)]
-    struct Review<'a> {
-        #[serde(borrow)]
-        request: Option<Request<'a>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Request<'a> {
-        #[serde(borrow, default)]
-        namespace: Option<std::borrow::Cow<'a, str>>,
-    }
-    serde_json::from_slice::<Review>(body).ok()?.request?.namespace.filter(|n| !n.is_empty())
-}
-
 /// Admission places for API-bound work, shared fairly between namespaces: any namespace may
 /// take a free place, but while requests wait, a freed place goes first to the oldest waiter
 /// whose namespace holds fewer than [`Places::share`], so one namespace's flood queues behind
@@ -312,7 +296,6 @@ tokio::task_local! {
 #[derive(Clone)]
 pub struct Gate {
     places: Arc<Places>,
-    namespace: Arc<str>,
     wait: Arc<Mutex<Wait>>,
 }
 
@@ -328,8 +311,8 @@ pub enum Wait {
 }
 
 impl Gate {
-    pub fn new(places: Arc<Places>, namespace: &str) -> Gate {
-        Gate { places, namespace: namespace.into(), wait: Arc::default() }
+    pub fn new(places: Arc<Places>) -> Gate {
+        Gate { places, wait: Arc::default() }
     }
 
     /// Runs `f` (the request's handler) with this gate for [`api_place`].
@@ -343,13 +326,14 @@ impl Gate {
 }
 
 /// A place for work that calls the API server, taken by the request being decided on this task
-/// (fairly by namespace); `None` outside [`super::serve::limited`] (tests, tools), unlimited.
+/// (fairly by its `namespace`, "" for cluster-scoped, as the decision parsed it: no second
+/// look at the body); `None` outside [`super::serve::limited`] (tests, tools), unlimited.
 /// Decisions from memory never take one, so they never queue behind API-bound ones.
-pub async fn api_place() -> Option<Place> {
+pub async fn api_place(namespace: &str) -> Option<Place> {
     let gate = GATE.try_with(Gate::clone).ok()?;
     let asked = Instant::now();
     *gate.wait.lock().expect("wait lock") = Wait::Waiting(asked);
-    let place = gate.places.take(&gate.namespace).await;
+    let place = gate.places.take(namespace).await;
     *gate.wait.lock().expect("wait lock") = Wait::Got(asked.elapsed());
     Some(place)
 }
@@ -357,16 +341,6 @@ pub async fn api_place() -> Option<Place> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_namespace_is_read_without_the_rest() {
-        let review = br#"{"kind":"AdmissionReview","request":{"uid":"u","object":{"metadata":{"namespace":"inner"}},"namespace":"shop"}}"#;
-        assert_eq!(namespace(review).as_deref(), Some("shop"));
-        assert_eq!(namespace(br#"{"request":{"namespace":"a\u0062"}}"#).as_deref(), Some("ab"), "escapes");
-        assert_eq!(namespace(br#"{"request":{"namespace":""}}"#), None, "cluster-scoped");
-        assert_eq!(namespace(br#"{"request":{}}"#), None);
-        assert_eq!(namespace(b"not json"), None);
-    }
 
     #[tokio::test]
     async fn a_freed_place_goes_first_to_a_namespace_under_its_share() {

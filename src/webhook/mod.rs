@@ -274,7 +274,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
             Outcome::Done(decision) => {
                 let (reason, fail_open) = (decision.reason, decision.fail_open);
                 if place.is_none() && !decision.effects.is_empty() {
-                    place = Some(limits::api_place().await);
+                    place = Some(limits::api_place(&req.namespace).await);
                 }
                 match execute(app, req, decision).await {
                     Ok(response) => return (response, reason),
@@ -288,7 +288,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                 fetches += 1;
                 let unread: Vec<String> = names.into_iter().filter(|n| !fresh.contains_key(n) && !failed.contains_key(n)).collect();
                 if place.is_none() {
-                    place = Some(limits::api_place().await);
+                    place = Some(limits::api_place(&req.namespace).await);
                 }
                 // At most MAX_SOURCES_READ distinct names per request are read (SPEC §9a): the
                 // rest count as failed reads, and the decision says whether that denies.

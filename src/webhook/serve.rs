@@ -78,7 +78,7 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
                     return (axum::http::StatusCode::REQUEST_TIMEOUT, message).into_response();
                 }
             };
-            let gate = limits::Gate::new(places, limits::namespace(&bytes).as_deref().unwrap_or(""));
+            let gate = limits::Gate::new(places);
             // `Bytes` clones share the buffer; the uid is parsed only if the deadline passes
             // (parsing is most of an admission's cost: never twice on the normal path).
             let body = bytes.clone();
