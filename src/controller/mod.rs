@@ -331,8 +331,7 @@ async fn event(ctx: &Ctx, regarding: ObjectRef, warning: bool, reason: &'static 
 
 async fn resync_loop(ctx: Arc<Ctx>) {
     wait_synced(&ctx).await;
-    let mut adopted: HashSet<(String, String, String)> = HashSet::new();
-    let mut repaired: HashMap<WorkloadKey, (String, Instant)> = HashMap::new();
+    let mut st = ResyncState::default();
     let interval = Duration::from_secs(ctx.args.resync_interval.max(1));
     loop {
         if !ctx.leadership.is_leader() {
@@ -348,90 +347,101 @@ async fn resync_loop(ctx: Arc<Ctx>) {
             .expect("seen lock")
             .get_or_insert_with(|| adopt::current_templates(&ctx.shared.state.read().expect("state lock")))
             .clone();
-        rehash(&ctx).await;
-        if !ctx.leadership.is_leader() {
-            continue;
-        }
-        // The templates this pass decides about: only these count as seen when it ends. A workload
-        // that arrives while the pass runs (its writes are rate-limited, so that can take long) was
-        // not looked at; marking it seen would adopt an outage's template instead of repairing it.
-        let (decisions, present) = {
-            let state = ctx.shared.state.read().expect("state lock");
-            (adopt::decide(&state, &ctx.shared.policy, &ctx.selector, &seen, &adopted), adopt::current_templates(&state))
-        };
-        for a in &decisions.adoptions {
-            if !ctx.leadership.is_leader() {
-                break;
-            }
-            Limiter::acquire(&ctx.reads, &a.namespace).await;
-            match adopt_one(&ctx, a).await {
-                Ok(name) => {
-                    tracing::info!(namespace = %a.namespace, source = %a.source, snapshot = %name, templates = a.templates.len(), "adopted");
-                    adopted.extend(a.templates.iter().map(|t| (a.namespace.clone(), a.source.clone(), t.clone())));
-                }
-                Err(e) => tracing::warn!(namespace = %a.namespace, source = %a.source, error = %e, "adoption failed; retried next resync"),
-            }
-        }
-        repaired.retain(|_, (_, at)| at.elapsed() < IN_FLIGHT);
-        for p in &decisions.repairs {
-            if !ctx.leadership.is_leader() {
-                break;
-            }
-            let trigger = p.trigger_value();
-            if repaired.get(&p.key()).is_some_and(|(t, _)| *t == trigger) {
-                continue;
-            }
-            // Before the trigger: the plain template the outage admitted ran with the source's
-            // current content (repair skips sources with a pending change, and adopt_one refuses a
-            // change the webhook missed). Recording it lets an undo to that revision bring its
-            // config back (SPEC §9); when it cannot be told, an Event says so.
-            let template = ctx.shared.state.read().expect("state lock").workloads.get(&p.key()).map(|w| w.template_hash.clone());
-            for source in p.trigger.keys().filter(|_| template.is_some()) {
-                let a = adopt::Adoption {
-                    namespace: p.namespace.clone(),
-                    source: source.clone(),
-                    templates: template.iter().cloned().collect(),
-                };
-                if adopted.contains(&(a.namespace.clone(), a.source.clone(), a.templates[0].clone())) {
-                    continue;
-                }
-                Limiter::acquire(&ctx.reads, &p.namespace).await;
-                match adopt_one(&ctx, &a).await {
-                    Ok(_) => {
-                        adopted.insert((a.namespace.clone(), a.source.clone(), a.templates[0].clone()));
-                    }
-                    Err(e) => {
-                        let message =
-                            format!("The config this revision ran with ({source}) is unknown, an undo to it gets the current one: {e}");
-                        event(&ctx, workload_ref(&ctx, p), true, "ConfigUnknown", "Repair", message).await;
-                    }
-                }
-            }
-            Limiter::acquire(&ctx.writes, &p.namespace).await;
-            match trigger_workload(&ctx, p).await {
-                Ok(()) => {
-                    tracing::info!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, trigger = %trigger, "repairing");
-                    repaired.insert(p.key(), (trigger, Instant::now()));
-                    let note = "Admitted with mutable ConfigMap references while confighistory was unreachable; pinning them";
-                    event(&ctx, workload_ref(&ctx, p), false, "ConfigRepaired", "Repair", note.into()).await;
-                }
-                Err(e) => {
-                    tracing::warn!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, error = %e, "repair failed; retried next resync")
-                }
-            }
-        }
-        // Everything present now has been seen, except the templates still waiting for repair
-        // (they stay repair candidates until the webhook has pinned them).
-        {
-            let state = ctx.shared.state.read().expect("state lock");
-            let waiting: HashSet<&String> =
-                decisions.repairs.iter().filter_map(|p| state.workloads.get(&p.key())).map(|w| &w.template_hash).collect();
-            if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
-                seen.extend(present.into_iter().filter(|t| !waiting.contains(t)));
-            }
-        }
+        resync_pass(&ctx, &seen, &mut st).await;
         let rest = interval.saturating_sub(started.elapsed());
         tokio::time::sleep(rest.max(Duration::from_millis(500))).await;
+    }
+}
+
+/// What the resync loop remembers between passes.
+#[derive(Default)]
+struct ResyncState {
+    /// (namespace, source, template) adoption records written.
+    adopted: HashSet<(String, String, String)>,
+    /// Workloads given a repair trigger recently, with the trigger value and when.
+    repaired: HashMap<WorkloadKey, (String, Instant)>,
+}
+
+/// One resync pass: re-hash, adoption, repair; `seen` are the templates seen before.
+async fn resync_pass(ctx: &Ctx, seen: &HashSet<String>, st: &mut ResyncState) {
+    rehash(ctx).await;
+    if !ctx.leadership.is_leader() {
+        return;
+    }
+    // The templates this pass decides about: only these count as seen when it ends. A workload
+    // that arrives while the pass runs (its writes are rate-limited, so that can take long) was
+    // not looked at; marking it seen would adopt an outage's template instead of repairing it.
+    let (decisions, present) = {
+        let state = ctx.shared.state.read().expect("state lock");
+        (adopt::decide(&state, &ctx.shared.policy, &ctx.selector, seen, &st.adopted), adopt::current_templates(&state))
+    };
+    for a in &decisions.adoptions {
+        if !ctx.leadership.is_leader() {
+            break;
+        }
+        Limiter::acquire(&ctx.reads, &a.namespace).await;
+        match adopt_one(ctx, a).await {
+            Ok(name) => {
+                tracing::info!(namespace = %a.namespace, source = %a.source, snapshot = %name, templates = a.templates.len(), "adopted");
+                st.adopted.extend(a.templates.iter().map(|t| (a.namespace.clone(), a.source.clone(), t.clone())));
+            }
+            Err(e) => tracing::warn!(namespace = %a.namespace, source = %a.source, error = %e, "adoption failed; retried next resync"),
+        }
+    }
+    st.repaired.retain(|_, (_, at)| at.elapsed() < IN_FLIGHT);
+    for p in &decisions.repairs {
+        if !ctx.leadership.is_leader() {
+            break;
+        }
+        let trigger = p.trigger_value();
+        if st.repaired.get(&p.key()).is_some_and(|(t, _)| *t == trigger) {
+            continue;
+        }
+        // Before the trigger: the plain template the outage admitted ran with the source's
+        // current content (repair skips sources with a pending change, and adopt_one refuses a
+        // change the webhook missed). Recording it lets an undo to that revision bring its
+        // config back (SPEC §9); when it cannot be told, an Event says so.
+        let template = ctx.shared.state.read().expect("state lock").workloads.get(&p.key()).map(|w| w.template_hash.clone());
+        for source in p.trigger.keys().filter(|_| template.is_some()) {
+            let a =
+                adopt::Adoption { namespace: p.namespace.clone(), source: source.clone(), templates: template.iter().cloned().collect() };
+            if st.adopted.contains(&(a.namespace.clone(), a.source.clone(), a.templates[0].clone())) {
+                continue;
+            }
+            Limiter::acquire(&ctx.reads, &p.namespace).await;
+            match adopt_one(ctx, &a).await {
+                Ok(_) => {
+                    st.adopted.insert((a.namespace.clone(), a.source.clone(), a.templates[0].clone()));
+                }
+                Err(e) => {
+                    let message =
+                        format!("The config this revision ran with ({source}) is unknown, an undo to it gets the current one: {e}");
+                    event(ctx, workload_ref(ctx, p), true, "ConfigUnknown", "Repair", message).await;
+                }
+            }
+        }
+        Limiter::acquire(&ctx.writes, &p.namespace).await;
+        match trigger_workload(ctx, p).await {
+            Ok(()) => {
+                tracing::info!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, trigger = %trigger, "repairing");
+                st.repaired.insert(p.key(), (trigger, Instant::now()));
+                let note = "Admitted with mutable ConfigMap references while confighistory was unreachable; pinning them";
+                event(ctx, workload_ref(ctx, p), false, "ConfigRepaired", "Repair", note.into()).await;
+            }
+            Err(e) => {
+                tracing::warn!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, error = %e, "repair failed; retried next resync")
+            }
+        }
+    }
+    // Everything present now has been seen, except the templates still waiting for repair
+    // (they stay repair candidates until the webhook has pinned them).
+    {
+        let state = ctx.shared.state.read().expect("state lock");
+        let waiting: HashSet<&String> =
+            decisions.repairs.iter().filter_map(|p| state.workloads.get(&p.key())).map(|w| &w.template_hash).collect();
+        if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
+            seen.extend(present.into_iter().filter(|t| !waiting.contains(t)));
+        }
     }
 }
 

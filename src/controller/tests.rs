@@ -173,3 +173,41 @@ async fn a_gc_pass_keeps_what_it_cannot_list() {
     gc_pass(&ctx, gc::Settings { keep: 0, grace: Duration::ZERO }).await;
     assert!(cluster.get("ns", &old).is_some(), "references unknown: nothing is deleted");
 }
+
+#[tokio::test]
+async fn a_resync_pass_adopts_templates_seen_before_and_repairs_new_plain_ones() {
+    let (cluster, mut state) = (MemoryCluster::default(), State::default());
+    state.apply_namespace(&json!({"metadata": {"name": "ns"}}));
+    let mut src = json!({"metadata": {"namespace": "ns", "name": "cfg", "uid": "uid-cfg", "annotations": {}}, "data": {"k": "1"}});
+    let hash = snapshot::Content::from_object(&src).hash();
+    src["metadata"]["annotations"][names::HEAD] = json!(hash);
+    state.apply_configmap(&src);
+    cluster.insert(src);
+    for name in ["old", "new"] {
+        let obj = workload("ns", name, &["cfg"], &[]);
+        state.apply_workload(Kind::Deployment, &obj);
+        cluster.insert_workload(Kind::Deployment, obj);
+    }
+    let template = |name: &str| state.workloads[&(Kind::Deployment, "ns".to_owned(), name.to_owned())].template_hash.clone();
+    let (old_t, new_t) = (template("old"), template("new"));
+    // "old" was there when this replica started leading; "new" was admitted while the webhook was away.
+    let seen: HashSet<String> = [old_t.clone()].into();
+    let ctx = ctx(&cluster, state, args(&[]));
+    let mut st = ResyncState::default();
+
+    resync_pass(&ctx, &seen, &mut st).await;
+    let snapshot = cluster.get("ns", &snapshot::name("cfg", &hash, 0)).expect("the snapshot of the current content");
+    let record = crate::admission::annotation(&snapshot, names::ADOPTED).unwrap_or_default().to_owned();
+    assert!(record.contains(&old_t), "adopted: {record}");
+    assert!(record.contains(&new_t), "the repaired template's content is recorded before its trigger: {record}");
+    assert_eq!(trigger_of(&cluster, "old"), None, "an adopted workload is not restarted");
+    assert_eq!(trigger_of(&cluster, "new"), Some(format!("cfg={hash}")));
+    let events = cluster.events();
+    assert_eq!(events.iter().map(|e| (e.reason, e.regarding.name.as_str())).collect::<Vec<_>>(), [("ConfigRepaired", "new")]);
+
+    // The next pass writes nothing new while the cache catches up.
+    let writes = |c: &MemoryCluster| c.calls.lock().unwrap().iter().filter(|c| !c.starts_with("get")).count();
+    let before = writes(&cluster);
+    resync_pass(&ctx, &seen, &mut st).await;
+    assert_eq!(writes(&cluster), before, "{:?}", cluster.calls.lock().unwrap());
+}
