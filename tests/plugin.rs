@@ -425,3 +425,21 @@ fn list_golden() {
     let json: Value = serde_json::from_str(&machine("Sources", &one, Output::Json)).unwrap();
     assert_eq!(json["sources"][0]["behind"], 1);
 }
+
+/// Two releases within one second give two snapshots with the same creationTimestamp: their
+/// order (and so their revision numbers in `history`) comes from the order the API server wrote
+/// them, not from their names (found by the e2e plugin test under load).
+#[test]
+fn snapshots_created_in_the_same_second_keep_the_order_they_were_written_in() {
+    let (a, b) = (content(&[("k", "a")]), content(&[("k", "b")]));
+    let (name_a, name_b) = (snap_name(SOURCE, &a), snap_name(SOURCE, &b));
+    // Whichever name sorts first is written second.
+    let (first, second) = if name_a > name_b { ((a, name_a), (b, name_b)) } else { ((b, name_b), (a, name_a)) };
+    let mut older = snapshot_object(SOURCE, &first.0, "2024-05-01T10:00:00Z", &[]);
+    older["metadata"]["resourceVersion"] = json!("900");
+    let mut newer = snapshot_object(SOURCE, &second.0, "2024-05-01T10:00:00Z", &[]);
+    newer["metadata"]["resourceVersion"] = json!("1000"); // a longer number: compared as numbers
+    let inv = Inventory { namespace: NS.into(), snapshots: vec![newer, older], ..Inventory::default() };
+    let order: Vec<String> = inv.snaps_of(SOURCE).into_iter().map(|s| s.name).collect();
+    assert_eq!(order, vec![first.1, second.1]);
+}

@@ -47,6 +47,10 @@ pub struct Snap {
     pub created: Option<String>,
     pub content: Content,
     pub adopted: Vec<String>,
+    /// The API server's resourceVersion, where it is a number (etcd's revision, as on every
+    /// cluster today): orders snapshots created within the same second, which creationTimestamp
+    /// cannot (a release right after another made them swap revisions in `history`).
+    pub written: Option<u64>,
 }
 
 /// A workload with its rollout revisions.
@@ -95,7 +99,7 @@ fn meta<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 impl Inventory {
-    /// All snapshots, oldest first (creation time, then name).
+    /// All snapshots, oldest first (creation time, then resourceVersion, then name).
     pub fn snaps(&self) -> Vec<Snap> {
         let mut out: Vec<Snap> = self
             .snapshots
@@ -108,13 +112,16 @@ impl Inventory {
                     created: meta(o, "creationTimestamp").map(String::from),
                     content: Content::from_object(o),
                     adopted: source::adopted(o).map(String::from).collect(),
+                    written: meta(o, "resourceVersion").and_then(|v| v.parse().ok()),
                     name,
                     source,
                     hash,
                 })
             })
             .collect();
-        out.sort_by(|a, b| (timestamp(a.created.as_deref()), &a.name).cmp(&(timestamp(b.created.as_deref()), &b.name)));
+        out.sort_by(|a, b| {
+            (timestamp(a.created.as_deref()), a.written, &a.name).cmp(&(timestamp(b.created.as_deref()), b.written, &b.name))
+        });
         out
     }
 

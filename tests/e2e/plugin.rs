@@ -122,7 +122,7 @@ fn history_diff_status_and_undo_of_a_release() {
     assert_eq!(h["kind"], "History");
     let snaps = h["snapshots"].as_array().unwrap();
     assert_eq!(snaps.len(), 2, "{h:#}");
-    assert_eq!((snaps[0]["revision"].as_u64(), snaps[0]["name"].as_str()), (Some(2), Some(snap_b.as_str())));
+    assert_eq!((snaps[0]["revision"].as_u64(), snaps[0]["name"].as_str()), (Some(2), Some(snap_b.as_str())), "{h:#}");
     assert_eq!(snaps[0]["head"], true);
     assert_eq!(snaps[0]["added"], serde_json::json!(["rules.discount_path"]));
     assert_eq!(snaps[0]["removed"], serde_json::json!(["discount_rules_path"]));
