@@ -292,7 +292,7 @@ impl State {
         let info = NamespaceInfo {
             labels: string_map(&meta["labels"], |_| true),
             settle: meta
-                .at(&format!("/annotations/{}", crate::admission::review::escape(names::SETTLE)))
+                .at(&format!("/annotations/{}", crate::model::json::escape(names::SETTLE)))
                 .and_then(Value::as_str)
                 .map(str::to_owned),
             deleting: obj.deleting(),

@@ -1,9 +1,17 @@
 //! Command-line interface. Every flag is also an environment variable.
+//!
+//! The configuration layer (docs/architecture.md): plain data that says what the process was told,
+//! built on `model` only, so the runtime, the loops and the edge can all take their settings
+//! from here without reaching up.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+
+/// Default body limit: a 1 MiB ConfigMap UPDATE carries object and oldObject, and kubectl's
+/// last-applied annotation can double each.
+pub const DEFAULT_MAX_BODY: usize = 8 * 1024 * 1024;
 
 #[derive(Parser, Debug)]
 #[command(name = "confighistory", version, about = "Gives ConfigMaps a rollout history: an admission webhook and its controller")]
@@ -120,7 +128,7 @@ pub struct ServeArgs {
     #[arg(long, env = "CONFIGHISTORY_CLIENT_CA")]
     pub client_ca: Option<PathBuf>,
     /// Largest admission request body accepted, in bytes.
-    #[arg(long, env = "CONFIGHISTORY_MAX_BODY_BYTES", default_value_t = crate::webhook::DEFAULT_MAX_BODY)]
+    #[arg(long, env = "CONFIGHISTORY_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY)]
     pub max_body_bytes: usize,
     /// Most admission requests handled at once; more wait.
     #[arg(long, env = "CONFIGHISTORY_MAX_CONCURRENCY", default_value_t = 256)]

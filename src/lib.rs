@@ -2,9 +2,11 @@
 //! confighistory: gives ConfigMaps a rollout history, so `kubectl rollout undo` restores the
 //! configuration a revision ran with along with its image.
 //!
-//! The layers, lowest first; a module imports only from layers below it (docs/architecture.md):
+//! The layers, lowest first; a module imports only from its layer or those below it
+//! (docs/architecture.md; tests/layers.rs checks it):
 //! - [`model`]: the SPEC's vocabulary as pure functions: names and annotations, snapshots (§5),
 //!   pod templates and their references (§4), the policy (§3).
+//! - [`cli`]: the configuration: flags and their environment variables, plain data.
 //! - [`metrics`]: the process's Prometheus metrics.
 //! - [`cache`]: the in-memory view of the cluster that watches feed.
 //! - [`cluster`]: the Kubernetes port: every API-server read and write, the real client, an
@@ -15,7 +17,7 @@
 //! - [`controller`]: propagation, adoption, repair and GC (§7–9), each loop beside its planner.
 //! - [`webhook`]: the HTTPS edge: router, limits, TLS reload, health; [`webhook::serve`] serves it.
 //! - [`runtime`]: builds `serve`, `controller` and `gc` (client, cache, watches, shutdown signal).
-//! - [`cli`] and [`plugin`]: the command line of the server and of `kubectl confighistory`.
+//! - [`plugin`]: `kubectl confighistory`.
 
 pub mod admission;
 pub mod cache;

@@ -312,10 +312,7 @@ impl Response {
     }
 }
 
-/// Escapes one JSON-pointer segment (RFC 6901).
-pub fn escape(segment: &str) -> String {
-    segment.replace('~', "~0").replace('/', "~1")
-}
+pub use crate::model::json::escape;
 
 #[cfg(test)]
 mod tests {

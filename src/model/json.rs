@@ -31,6 +31,11 @@ impl At for Value {
     }
 }
 
+/// Escapes one JSON-pointer segment (RFC 6901): `~` as `~0`, `/` as `~1`.
+pub fn escape(segment: &str) -> String {
+    segment.replace('~', "~0").replace('/', "~1")
+}
+
 /// An array index as RFC 6901 spells it: digits, no leading zero, no sign.
 fn index(s: &str) -> Option<usize> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || (s.len() > 1 && s.starts_with('0')) {
@@ -43,7 +48,7 @@ fn index(s: &str) -> Option<usize> {
 mod tests {
     use serde_json::json;
 
-    use super::At;
+    use super::{escape, At};
 
     #[test]
     fn agrees_with_serde_json_pointer() {
@@ -68,5 +73,7 @@ mod tests {
         ] {
             assert_eq!(v.at(p), v.pointer(p), "{p}");
         }
+        // escape builds the segments those pointers spell by hand.
+        assert_eq!(v.at(&format!("/a/{}/1/{}", escape("b/c"), escape("d~e"))), Some(&json!(2)));
     }
 }

@@ -29,9 +29,7 @@ pub mod tls;
 
 use crate::metrics::METRICS;
 
-/// Default body limit: a 1 MiB ConfigMap UPDATE carries object and oldObject, and kubectl's
-/// last-applied annotation can double each.
-pub const DEFAULT_MAX_BODY: usize = 8 * 1024 * 1024;
+pub use crate::cli::DEFAULT_MAX_BODY;
 
 /// Everything a request handler needs: the shared context, plus the edge's own state.
 pub struct App {
