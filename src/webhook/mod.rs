@@ -20,7 +20,6 @@ use crate::cache::State;
 use crate::cluster::{ApiError, Cluster};
 use crate::context::Context;
 use crate::model::policy::{Mode, Policy};
-use crate::model::snapshot;
 use crate::store;
 
 pub mod limits;
@@ -354,9 +353,9 @@ async fn execute(app: &App, req: &review::Request, decision: Decision) -> Result
     let mut warnings = Vec::new();
     for effect in &decision.effects {
         let Effect::EnsureSnapshot { namespace, source, content, adopted } = effect;
-        let (name, mut w) = ensure_snapshot(app.ctx.cluster.as_ref(), namespace, source, content, adopted, req.dry_run())
+        let (name, mut w) = store::ensure(app.ctx.cluster.as_ref(), namespace, source, content, adopted, req.dry_run())
             .await
-            .map_err(|f| (source.clone(), f))?;
+            .map_err(|e| (source.clone(), store_failure(e)))?;
         names.insert((source.clone(), content.hash()), name);
         warnings.append(&mut w);
     }
@@ -365,19 +364,6 @@ async fn execute(app: &App, req: &review::Request, decision: Decision) -> Result
         response.warn(w);
     }
     Ok(response)
-}
-
-/// Makes sure a valid snapshot of `content` exists ([`store::ensure`]); a failure is the
-/// answer to a request that may be denied.
-async fn ensure_snapshot(
-    cluster: &dyn Cluster,
-    ns: &str,
-    source: &str,
-    content: &snapshot::Content,
-    adopted: &[String],
-    dry_run: bool,
-) -> Result<(String, Vec<String>), Failure> {
-    store::ensure(cluster, ns, source, content, adopted, dry_run).await.map_err(store_failure)
 }
 
 /// The answer to a request whose snapshot could not be made sure of.
