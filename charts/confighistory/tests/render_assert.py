@@ -306,7 +306,7 @@ def main():
                      "CONFIGHISTORY_RESYNC_INTERVAL", "CONFIGHISTORY_RESYNC_QPS",
                      "CONFIGHISTORY_GC_KEEP", "CONFIGHISTORY_GC_GRACE", "CONFIGHISTORY_GC_INTERVAL",
                      "CONFIGHISTORY_LEADER_ELECTION_NAMESPACE", "CONFIGHISTORY_LEASE_NAME",
-                     "CONFIGHISTORY_LOG_FORMAT", "RUST_LOG"):
+                     "CONFIGHISTORY_LOG_FORMAT", "RUST_LOG", "CONFIGHISTORY_SNAPSHOT_CREATORS"):
             check(name in env, f"env {name} missing")
         client_ca = exp.get("clientca", "")
         mounts = {m["name"]: m for m in c["volumeMounts"]}
