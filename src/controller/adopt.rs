@@ -105,6 +105,7 @@ pub fn decide(
                 name: name.clone(),
                 uid: w.uid.clone(),
                 trigger: plain.into_iter().collect(),
+                released: Vec::new(),
             });
         } else if !pinned_before && matches!(kind, Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet) {
             for (source, _) in plain {

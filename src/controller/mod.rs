@@ -281,6 +281,10 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
                 let sources: Vec<String> = p.trigger.iter().map(|(s, h)| format!("{s} ({h})")).collect();
                 let note = format!("Moving to the current content of {}", sources.join(", "));
                 event(ctx, workload_ref(ctx, p), false, "ConfigPropagated", "Propagate", note).await;
+                if !p.released.is_empty() {
+                    let note = format!("{} changed after the hold an undo took: the pin moves to the new content", p.released.join(", "));
+                    event(ctx, workload_ref(ctx, p), false, "HoldReleased", "Propagate", note).await;
+                }
             }
             Err(e) if e.code == Some(404) || e.code == Some(409) => {
                 // Gone or replaced: the next pass decides from the cache again.

@@ -37,6 +37,9 @@ pub struct Plan {
     pub name: String,
     pub uid: String,
     pub trigger: BTreeMap<String, String>,
+    /// Sources of `trigger` whose pin was held (an undo) and changed after the hold: the move
+    /// releases the hold (SPEC §2), which the workload's owner is told with an Event.
+    pub released: Vec<String>,
 }
 
 impl Plan {
@@ -197,7 +200,8 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
             out.next_due_ms = Some(out.next_due_ms.map_or(latest, |d| d.min(latest)));
             continue;
         };
-        out.plans.push(Plan { kind: *kind, namespace: ns.clone(), name: name.clone(), uid: w.uid.clone(), trigger });
+        let released = trigger.keys().filter(|s| held.contains_key(*s)).cloned().collect();
+        out.plans.push(Plan { kind: *kind, namespace: ns.clone(), name: name.clone(), uid: w.uid.clone(), trigger, released });
     }
 
     let mut done: Vec<(String, String, String)> = changes
@@ -349,6 +353,7 @@ pub(crate) mod tests {
         let names: Vec<&str> = due.plans.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["held-at-x"]);
         assert_eq!(due.plans[0].trigger_value(), format!("cfg={}", h('b')));
+        assert_eq!(due.plans[0].released, ["cfg"], "the move releases the hold");
     }
 
     #[test]

@@ -92,6 +92,24 @@ async fn a_propagation_pass_triggers_the_pinned_workload_and_records_the_change_
     assert_eq!(cluster.events().len(), 2, "recorded once");
 }
 
+/// A change made after the hold an undo took moves the held pin (SPEC §2), and the workload's
+/// owner is told why it moved: an Event `HoldReleased` beside `ConfigPropagated`.
+#[tokio::test]
+async fn a_pin_held_before_a_later_change_moves_and_says_its_hold_was_released() {
+    let (cluster, mut state) = propagation_world();
+    let old = snapshot::name("cfg", &h('a'), 0);
+    let heads = format!("{{\"cfg\":\"{}\"}}", h('x')); // held while an earlier head x was current
+    let obj = workload("ns", "held", &[&old], &[(names::HELD, "cfg"), (names::HELD_HEADS, &heads)]);
+    state.apply_workload(Kind::Deployment, &obj);
+    cluster.insert_workload(Kind::Deployment, obj);
+    let ctx = ctx(&cluster, state, args(&[]));
+    propagation_pass(&ctx, &mut quick()).await;
+    assert_eq!(trigger_of(&cluster, "held"), Some(format!("cfg={}", h('b'))));
+    let events: Vec<(&str, String)> = cluster.events().iter().map(|e| (e.reason, e.regarding.name.clone())).collect();
+    assert!(events.contains(&("HoldReleased", "held".to_owned())), "{events:?}");
+    assert!(!events.contains(&("HoldReleased", "stale".to_owned())), "an unheld pin releases nothing: {events:?}");
+}
+
 #[tokio::test]
 async fn a_failed_trigger_is_reported_once_and_retried_after_its_backoff() {
     let (cluster, state) = propagation_world();
