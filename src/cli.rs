@@ -91,18 +91,27 @@ pub struct PolicyArgs {
     pub snapshot_creators: Vec<String>,
 }
 
+/// A setting that does not parse; each names the flag, its variable and what it takes.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("--default-mode (CONFIGHISTORY_DEFAULT_MODE): {0}")]
+    DefaultMode(String),
+    #[error("--allowed-modes (CONFIGHISTORY_ALLOWED_MODES): {0}; give a comma-separated list of them")]
+    AllowedModes(String),
+    #[error("--excluded-sources-selector (CONFIGHISTORY_EXCLUDED_SOURCES_SELECTOR): {0}; give a label selector such as `a=b,c!=d`, or leave it empty")]
+    ExcludedSources(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
 impl PolicyArgs {
-    pub fn policy(&self) -> anyhow::Result<crate::model::policy::Policy> {
+    pub fn policy(&self) -> Result<crate::model::policy::Policy> {
         let excluded: Vec<String> = self.exclude_namespaces.iter().filter(|s| !s.is_empty()).cloned().collect();
         let mut p = crate::model::policy::Policy::new(&self.identity, &self.namespace, &excluded);
-        p.default_mode = self.default_mode.parse().map_err(anyhow::Error::msg)?;
-        p.allowed_modes = self
-            .allowed_modes
-            .iter()
-            .filter(|s| !s.is_empty())
-            .map(|m| m.parse().map_err(anyhow::Error::msg))
-            .collect::<anyhow::Result<_>>()?;
-        p.excluded_sources = self.excluded_sources_selector.parse().map_err(anyhow::Error::msg)?;
+        p.default_mode = self.default_mode.parse().map_err(Error::DefaultMode)?;
+        p.allowed_modes =
+            self.allowed_modes.iter().filter(|s| !s.is_empty()).map(|m| m.parse().map_err(Error::AllowedModes)).collect::<Result<_>>()?;
+        p.excluded_sources = self.excluded_sources_selector.parse().map_err(Error::ExcludedSources)?;
         p.settle = std::time::Duration::from_secs(self.settle);
         p.snapshot_creators = self.snapshot_creators.iter().filter(|s| !s.is_empty()).cloned().collect();
         Ok(p)
@@ -184,4 +193,32 @@ pub struct ControllerArgs {
     /// Label selector of the namespaces the loops act in (default: all). For canaries and tests.
     #[arg(long, env = "CONFIGHISTORY_CONTROLLER_NAMESPACE_SELECTOR", default_value = "")]
     pub controller_namespace_selector: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Parser)]
+    struct Policy {
+        #[command(flatten)]
+        policy: PolicyArgs,
+    }
+
+    fn policy(args: &[&str]) -> Result<crate::model::policy::Policy> {
+        Policy::parse_from(std::iter::once("test").chain(args.iter().copied())).policy.policy()
+    }
+
+    /// A bad setting names its flag and variable, what is wrong and what it takes.
+    #[test]
+    fn a_setting_that_does_not_parse_says_which_and_what_it_takes() {
+        let e = policy(&["--default-mode", "strict"]).unwrap_err().to_string();
+        assert!(e.starts_with("--default-mode (CONFIGHISTORY_DEFAULT_MODE): unknown mode \"strict\""), "{e}");
+        assert!(e.contains("expected rewrite, enforce, audit or off"), "{e}");
+        let e = policy(&["--allowed-modes", "rewrite,lax"]).unwrap_err().to_string();
+        assert!(e.contains("--allowed-modes") && e.contains("\"lax\""), "{e}");
+        let e = policy(&["--excluded-sources-selector", "a in b"]).unwrap_err().to_string();
+        assert!(e.contains("CONFIGHISTORY_EXCLUDED_SOURCES_SELECTOR") && e.contains("give a label selector"), "{e}");
+        assert!(policy(&["--excluded-sources-selector", "a in (b)"]).is_ok());
+    }
 }

@@ -13,8 +13,9 @@ async fn main() -> anyhow::Result<()> {
         fmt.init();
     }
     match cli.command {
-        Command::Serve(args) => confighistory::runtime::serve(args).await,
-        Command::Controller(args) => confighistory::runtime::controller(args).await,
-        Command::Gc(args) => confighistory::runtime::gc(args).await,
+        Command::Serve(args) => confighistory::runtime::serve(args).await?,
+        Command::Controller(args) => confighistory::runtime::controller(args).await?,
+        Command::Gc(args) => confighistory::runtime::gc(args).await?,
     }
+    Ok(())
 }

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use anyhow::Context as _;
+use std::net::SocketAddr;
+
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -18,19 +19,41 @@ use crate::cluster::{watch, KubeCluster};
 use crate::context::Context;
 use crate::webhook::{self, serve, tls, App};
 
+/// Why a command could not start. Each says what to check; `main` prints the cause below it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("no Kubernetes configuration: run in a pod with a ServiceAccount token, or set KUBECONFIG to a kubeconfig file")]
+    Client(#[source] kube::Error),
+    #[error(transparent)]
+    Policy(#[from] crate::cli::Error),
+    #[error("could not load the TLS certificate and key: check --tls-cert and --tls-key (the chart mounts them from its Secret)")]
+    Tls(#[source] tls::Error),
+    #[error("could not listen on {addr} ({flag}): another process has the port, or choose another address")]
+    Bind { addr: SocketAddr, flag: &'static str, source: std::io::Error },
+    #[error(transparent)]
+    Controller(#[from] crate::controller::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
 /// The field manager of every write confighistory makes.
 pub const FIELD_MANAGER: &str = "confighistory";
 
 /// A kube client from the in-cluster configuration or KUBECONFIG.
-pub async fn client() -> anyhow::Result<kube::Client> {
-    kube::Client::try_default().await.context("no Kubernetes configuration (in-cluster or KUBECONFIG)")
+pub async fn client() -> Result<kube::Client> {
+    kube::Client::try_default().await.map_err(Error::Client)
+}
+
+/// Binds `addr`, given by `flag`.
+async fn bind(addr: SocketAddr, flag: &'static str) -> Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, flag, source })
 }
 
 /// The kube client, the shared context over a fresh cache, and the watches that feed it.
 /// `trust_revisions_before_now`: rollout history that exists when the process starts is taken
 /// as it is; revisions created later count for undo only with a template a workload was seen
 /// with (SPEC §9a). Only admission judges undos.
-async fn start(policy: &PolicyArgs, trust_revisions_before_now: bool) -> anyhow::Result<(kube::Client, Arc<Context>)> {
+async fn start(policy: &PolicyArgs, trust_revisions_before_now: bool) -> Result<(kube::Client, Arc<Context>)> {
     let policy = policy.policy()?;
     let client = client().await?;
     let mut state = State::default();
@@ -70,9 +93,8 @@ fn spawn_health(listener: TcpListener, router: axum::Router) {
 }
 
 /// `confighistory serve`: the admission webhook, and unless disabled the controller loops.
-pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let (tls_config, resolver) =
-        tls::server_config(&args.tls_cert, &args.tls_key, args.client_ca.as_deref()).context("loading TLS certificate")?;
+pub async fn serve(args: ServeArgs) -> Result<()> {
+    let (tls_config, resolver) = tls::server_config(&args.tls_cert, &args.tls_key, args.client_ca.as_deref()).map_err(Error::Tls)?;
     let (client, shared) = start(&args.policy, true).await?;
     let tls_ready = Arc::new(AtomicBool::new(false));
     let app = Arc::new(App { ctx: shared.clone(), tls_ready: tls_ready.clone(), max_body: args.max_body_bytes });
@@ -84,10 +106,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         crate::controller::spawn(client.clone(), shared.clone(), controller)
     });
 
-    let health = TcpListener::bind(args.health_listen).await.with_context(|| format!("binding {}", args.health_listen))?;
+    let health = bind(args.health_listen, "--health-listen").await?;
     spawn_health(health, webhook::health_router(app.clone()));
 
-    let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let listener = bind(args.listen, "--listen").await?;
     tracing::info!(listen = %args.listen, health = %args.health_listen, "serving admission webhook");
     let deadline = Duration::from_secs_f64(args.admission_deadline.max(0.1));
     let router = serve::limited(webhook::router(app.clone()), app.clone(), args.max_body_bytes, args.max_concurrency, deadline);
@@ -100,20 +122,20 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         app.tls_ready.store(false, Ordering::Relaxed);
         tokio::time::sleep(drain).await;
     };
-    let served = serve::serve_tls_until(listener, TlsAcceptor::from(tls_config), router, shutdown).await;
+    serve::serve_tls_until(listener, TlsAcceptor::from(tls_config), router, shutdown).await;
     if let Some(controller) = controller {
         controller.shutdown().await;
     }
-    served
+    Ok(())
 }
 
 /// `confighistory controller`: the watches and the loops without the admission server.
-pub async fn controller(args: ControllerCommandArgs) -> anyhow::Result<()> {
+pub async fn controller(args: ControllerCommandArgs) -> Result<()> {
     let (client, shared) = start(&args.policy, false).await?;
     let mut controller = args.controller.clone();
     controller.leader_election_namespace.get_or_insert_with(|| args.policy.namespace.clone());
     let ctx = crate::controller::start(client, shared.clone(), controller).await?;
-    let health = TcpListener::bind(args.health_listen).await.with_context(|| format!("binding {}", args.health_listen))?;
+    let health = bind(args.health_listen, "--health-listen").await?;
     tracing::info!(health = %args.health_listen, "controller running");
     spawn_health(health, webhook::health(shared.synced.clone(), None));
     shutdown_signal().await;
@@ -122,8 +144,8 @@ pub async fn controller(args: ControllerCommandArgs) -> anyhow::Result<()> {
 }
 
 /// `confighistory gc`: one sweep, printing every verdict (no cache, no watches: fresh lists).
-pub async fn gc(args: GcArgs) -> anyhow::Result<()> {
+pub async fn gc(args: GcArgs) -> Result<()> {
     let policy = args.policy.policy()?;
     let cluster = KubeCluster::new(client().await?, FIELD_MANAGER).await;
-    crate::controller::run_gc_command(&cluster, policy, args).await
+    Ok(crate::controller::run_gc_command(&cluster, policy, args).await?)
 }

@@ -43,6 +43,40 @@ const TICK: Duration = Duration::from_millis(250);
 /// A workload patched with a trigger is not patched again for this long while the cache catches up.
 const IN_FLIGHT: Duration = Duration::from_secs(20);
 
+/// Why a controller step failed. Each message says what went wrong and what happens or what to do
+/// next; the loops log them and retry, the `gc` command ends with them.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `--controller-namespace-selector` does not parse.
+    #[error(
+        "--controller-namespace-selector (CONFIGHISTORY_CONTROLLER_NAMESPACE_SELECTOR) {value:?}: {why}; give a label selector such as `a=b,c!=d`, or leave it empty for every namespace"
+    )]
+    Selector { value: String, why: String },
+    /// A fresh read of a source failed.
+    #[error("could not read ConfigMap {namespace}/{name}: {source}; retried next resync")]
+    Read { namespace: String, name: String, source: ApiError },
+    /// The source to record an adoption on was deleted.
+    #[error("{namespace}/{name} no longer exists: there is no content to record")]
+    SourceGone { namespace: String, name: String },
+    /// The source's content is not the one its head says: the workload did not run with it.
+    #[error("{name} changed while confighistory was away; left to propagation")]
+    ChangedWhileAway { namespace: String, name: String },
+    /// The snapshot could not be made sure of.
+    #[error(transparent)]
+    Store(#[from] crate::store::Error),
+    /// The cluster-wide list behind `gc` failed.
+    #[error("could not list the namespaces holding snapshots: {0}; check that confighistory may list ConfigMaps in every namespace")]
+    Namespaces(ApiError),
+    /// A namespace's lists failed: nothing there was deleted.
+    #[error("could not sweep namespace {namespace}: {source}; nothing was deleted there, run gc again")]
+    Sweep { namespace: String, source: ApiError },
+    /// Some deletions or last-use records failed (each printed above).
+    #[error("{0} snapshot writes failed (listed above); run gc again, they are retried")]
+    Unfinished(usize),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
 /// Everything the loops share.
 pub struct Ctx {
     pub client: kube::Client,
@@ -71,8 +105,11 @@ impl Ctx {
         cronjob_version: &'static str,
         identity: String,
         leadership: leader::Leadership,
-    ) -> anyhow::Result<Ctx> {
-        let selector: Selector = args.controller_namespace_selector.parse().map_err(anyhow::Error::msg)?;
+    ) -> Result<Ctx> {
+        let selector: Selector = args
+            .controller_namespace_selector
+            .parse()
+            .map_err(|why| Error::Selector { value: args.controller_namespace_selector.clone(), why })?;
         let now = Instant::now();
         Ok(Ctx {
             cronjob_version,
@@ -124,7 +161,7 @@ pub fn spawn(client: kube::Client, shared: Arc<Context>, args: ControllerArgs) -
 }
 
 /// Builds the shared context, starts the election and the loops; returns the context.
-pub async fn start(client: kube::Client, shared: Arc<Context>, args: ControllerArgs) -> anyhow::Result<Arc<Ctx>> {
+pub async fn start(client: kube::Client, shared: Arc<Context>, args: ControllerArgs) -> Result<Arc<Ctx>> {
     let identity = leader::identity();
     let lease_ns = args.leader_election_namespace.clone().unwrap_or_else(|| "confighistory".into());
     let cronjob_version = cronjob_version(&client).await;
@@ -497,17 +534,17 @@ async fn rehash(ctx: &Ctx) {
 }
 
 /// Records the templates in the adoption record of the snapshot of the source's current content.
-async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> anyhow::Result<String> {
-    let obj = ctx
-        .shared
-        .cluster
-        .get_configmap(&a.namespace, &a.source)
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("source {} no longer exists", a.source))?;
+async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> Result<String> {
+    let (namespace, name) = (a.namespace.clone(), a.source.clone());
+    let obj = match ctx.shared.cluster.get_configmap(&a.namespace, &a.source).await {
+        Ok(Some(obj)) => obj,
+        Ok(None) => return Err(Error::SourceGone { namespace, name }),
+        Err(source) => return Err(Error::Read { namespace, name, source }),
+    };
     let content = Content::from_object(&obj);
     if crate::admission::annotation(&obj, names::HEAD).is_some_and(|h| h != content.hash()) {
         // Changed while the webhook was away: the workload did not run with this content.
-        anyhow::bail!("{} changed while confighistory was away; left to propagation", a.source);
+        return Err(Error::ChangedWhileAway { namespace, name });
     }
     match crate::store::ensure(ctx.shared.cluster.as_ref(), &a.namespace, &a.source, &content, &a.templates, false).await {
         Ok((name, _)) => Ok(name),
@@ -581,11 +618,11 @@ fn gc_namespace_allowed(state: &crate::cache::State, policy: &crate::model::poli
 }
 
 /// `confighistory gc`: one sweep, printing every verdict; the same code as the periodic sweep.
-pub async fn run_gc_command(cluster: &dyn Cluster, policy: crate::model::policy::Policy, args: crate::cli::GcArgs) -> anyhow::Result<()> {
+pub async fn run_gc_command(cluster: &dyn Cluster, policy: crate::model::policy::Policy, args: crate::cli::GcArgs) -> Result<()> {
     let settings = gc::Settings { keep: args.keep, grace: Duration::from_secs(args.grace) };
     let namespaces = match &args.namespace_filter {
         Some(ns) => vec![ns.clone()],
-        None => cluster.namespaces_with_snapshots().await?,
+        None => cluster.namespaces_with_snapshots().await.map_err(Error::Namespaces)?,
     };
     let (mut deleting, mut kept, mut errors) = (0, 0, 0);
     let start = Instant::now();
@@ -593,7 +630,9 @@ pub async fn run_gc_command(cluster: &dyn Cluster, policy: crate::model::policy:
         if policy.excluded_namespaces.contains(&ns) {
             continue;
         }
-        let report = gc::sweep_namespace(cluster, &ns, settings, args.dry_run).await?;
+        let report = gc::sweep_namespace(cluster, &ns, settings, args.dry_run)
+            .await
+            .map_err(|source| Error::Sweep { namespace: ns.clone(), source })?;
         print!("{report}");
         deleting += report.items.iter().filter(|i| matches!(i.verdict, gc::Verdict::Delete(_))).count();
         kept += report.items.iter().filter(|i| matches!(i.verdict, gc::Verdict::Keep(_))).count();
@@ -605,7 +644,7 @@ pub async fn run_gc_command(cluster: &dyn Cluster, policy: crate::model::policy:
         start.elapsed().as_secs_f64()
     );
     if errors > 0 {
-        anyhow::bail!("{errors} errors");
+        return Err(Error::Unfinished(errors));
     }
     Ok(())
 }

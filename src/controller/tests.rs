@@ -31,6 +31,19 @@ fn ctx(cluster: &MemoryCluster, state: State, args: ControllerArgs) -> Ctx {
     Ctx::new(client, shared, args, "v1", "test".into(), leader::Leadership::always()).unwrap()
 }
 
+#[tokio::test]
+async fn a_bad_namespace_selector_names_its_flag_and_what_it_takes() {
+    let shared = Arc::new(Context::synced(Policy::default(), Default::default(), Arc::new(MemoryCluster::default())));
+    let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+    let Err(e) = Ctx::new(client, shared, args(&["--controller-namespace-selector", "team in shop"]), "v1", "t".into(), Default::default())
+    else {
+        panic!("a selector that does not parse is refused")
+    };
+    let e = e.to_string();
+    assert!(e.starts_with("--controller-namespace-selector (CONFIGHISTORY_CONTROLLER_NAMESPACE_SELECTOR) \"team in shop\""), "{e}");
+    assert!(e.contains("give a label selector"), "{e}");
+}
+
 /// Backoffs short enough for a test to wait out.
 fn quick() -> PropagationState {
     PropagationState {

@@ -127,7 +127,7 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
 /// Accepts TLS connections and serves the router over HTTP/1.1 keep-alive, with timeouts
 /// for slow clients ([`CLIENT_TIMEOUT`] for a handshake or a begun head, [`IDLE_TIMEOUT`]
 /// between requests) and a cap on header size.
-pub async fn serve_tls(listener: TcpListener, acceptor: TlsAcceptor, router: axum::Router) -> anyhow::Result<()> {
+pub async fn serve_tls(listener: TcpListener, acceptor: TlsAcceptor, router: axum::Router) {
     serve_tls_until(listener, acceptor, router, std::future::pending()).await
 }
 
@@ -137,7 +137,7 @@ pub async fn serve_tls_until(
     acceptor: TlsAcceptor,
     router: axum::Router,
     shutdown: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<()> {
+) {
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -145,7 +145,7 @@ pub async fn serve_tls_until(
                 Ok(a) => a,
                 Err(e) => { tracing::warn!(error = %e, "accept failed"); continue; }
             },
-            _ = &mut shutdown => { tracing::info!("shutting down"); return Ok(()); }
+            _ = &mut shutdown => { tracing::info!("shutting down"); return; }
         };
         let (acceptor, router) = (acceptor.clone(), router.clone());
         tokio::spawn(async move {
