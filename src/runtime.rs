@@ -49,11 +49,12 @@ async fn bind(addr: SocketAddr, flag: &'static str) -> Result<TcpListener> {
     TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, flag, source })
 }
 
-/// The kube client, the shared context over a fresh cache, and the watches that feed it.
+/// The kube client, the shared context over a fresh cache, the watches that feed it, and the
+/// CronJob API version (probed here once, for the watches, the port and the loops).
 /// `trust_revisions_before_now`: rollout history that exists when the process starts is taken
 /// as it is; revisions created later count for undo only with a template a workload was seen
 /// with (SPEC §9a). Only admission judges undos.
-async fn start(policy: &PolicyArgs, trust_revisions_before_now: bool) -> Result<(kube::Client, Arc<Context>)> {
+async fn start(policy: &PolicyArgs, trust_revisions_before_now: bool) -> Result<(kube::Client, Arc<Context>, &'static str)> {
     let policy = policy.policy()?;
     let client = client().await?;
     let mut state = State::default();
@@ -61,10 +62,11 @@ async fn start(policy: &PolicyArgs, trust_revisions_before_now: bool) -> Result<
         state.revisions_trusted_before = Some(format!("{:.0}", k8s_openapi::jiff::Timestamp::now()));
     }
     let state = Arc::new(RwLock::new(state));
-    let cluster = Arc::new(KubeCluster::new(client.clone(), FIELD_MANAGER).await);
+    let cronjob_version = watch::cronjob_version(&client).await;
+    let cluster = Arc::new(KubeCluster::new(client.clone(), FIELD_MANAGER, cronjob_version));
     let shared = Arc::new(Context::new(policy, state.clone(), cluster));
-    watch::start(client.clone(), state, shared.synced.clone()).await;
-    Ok((client, shared))
+    watch::start(client.clone(), state, shared.synced.clone(), cronjob_version);
+    Ok((client, shared, cronjob_version))
 }
 
 /// Completes on SIGTERM or Ctrl-C: the one shutdown signal of every command.
@@ -95,7 +97,7 @@ fn spawn_health(listener: TcpListener, router: axum::Router) {
 /// `confighistory serve`: the admission webhook, and unless disabled the controller loops.
 pub async fn serve(args: ServeArgs) -> Result<()> {
     let (tls_config, resolver) = tls::server_config(&args.tls_cert, &args.tls_key, args.client_ca.as_deref()).map_err(Error::Tls)?;
-    let (client, shared) = start(&args.policy, true).await?;
+    let (client, shared, cronjob_version) = start(&args.policy, true).await?;
     let tls_ready = Arc::new(AtomicBool::new(false));
     let app = Arc::new(App { ctx: shared.clone(), tls_ready: tls_ready.clone(), max_body: args.max_body_bytes });
 
@@ -103,7 +105,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let controller = (!args.no_controllers).then(|| {
         let mut controller = args.controller.clone();
         controller.leader_election_namespace.get_or_insert_with(|| args.policy.namespace.clone());
-        crate::controller::spawn(client.clone(), shared.clone(), controller)
+        crate::controller::spawn(client.clone(), shared.clone(), controller, cronjob_version)
     });
 
     let health = bind(args.health_listen, "--health-listen").await?;
@@ -131,10 +133,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
 
 /// `confighistory controller`: the watches and the loops without the admission server.
 pub async fn controller(args: ControllerCommandArgs) -> Result<()> {
-    let (client, shared) = start(&args.policy, false).await?;
+    let (client, shared, cronjob_version) = start(&args.policy, false).await?;
     let mut controller = args.controller.clone();
     controller.leader_election_namespace.get_or_insert_with(|| args.policy.namespace.clone());
-    let ctx = crate::controller::start(client, shared.clone(), controller).await?;
+    let ctx = crate::controller::start(client, shared.clone(), controller, cronjob_version).await?;
     let health = bind(args.health_listen, "--health-listen").await?;
     tracing::info!(health = %args.health_listen, "controller running");
     spawn_health(health, webhook::health(shared.synced.clone(), None));
@@ -146,6 +148,7 @@ pub async fn controller(args: ControllerCommandArgs) -> Result<()> {
 /// `confighistory gc`: one sweep, printing every verdict (no cache, no watches: fresh lists).
 pub async fn gc(args: GcArgs) -> Result<()> {
     let policy = args.policy.policy()?;
-    let cluster = KubeCluster::new(client().await?, FIELD_MANAGER).await;
+    let client = client().await?;
+    let cluster = KubeCluster::new(client.clone(), FIELD_MANAGER, watch::cronjob_version(&client).await);
     Ok(crate::controller::run_gc_command(&cluster, policy, args).await?)
 }

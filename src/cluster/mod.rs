@@ -123,17 +123,12 @@ pub struct KubeCluster {
 }
 
 impl KubeCluster {
-    /// A cluster over `client`, probing the CronJob version once; Events are reported as
-    /// `field_manager`, from this pod.
-    pub async fn new(client: kube::Client, field_manager: &str) -> KubeCluster {
+    /// A cluster over `client`; `cronjob_version` from [`watch::cronjob_version`], probed once by
+    /// the caller. Events are reported as `field_manager`, from this pod.
+    pub fn new(client: kube::Client, field_manager: &str, cronjob_version: &'static str) -> KubeCluster {
         let instance = std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")).ok().filter(|h| !h.is_empty());
         let reporter = Reporter { controller: field_manager.to_owned(), instance };
-        KubeCluster {
-            cronjob_version: watch::cronjob_version(&client).await,
-            recorder: Recorder::new(client.clone(), reporter),
-            field_manager: field_manager.to_owned(),
-            client,
-        }
+        KubeCluster { cronjob_version, recorder: Recorder::new(client.clone(), reporter), field_manager: field_manager.to_owned(), client }
     }
 
     fn api(&self, ns: &str, what: Watched) -> Api<DynamicObject> {

@@ -55,8 +55,8 @@ pub fn api_resource(what: Watched, cronjob_version: &str) -> ApiResource {
 const LIST_PAGE_SIZE: u32 = 100;
 
 /// Starts every watch; `synced` turns true once all of them delivered their first list.
-pub async fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<AtomicBool>) {
-    let cj = cronjob_version(&client).await;
+/// `cj`: the batch version that serves CronJobs ([`cronjob_version`]).
+pub fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<AtomicBool>, cj: &'static str) {
     let all = Watched::all();
     let pending = Arc::new(Mutex::new(all.iter().map(|w| w.name()).collect::<HashSet<_>>()));
     for what in all {

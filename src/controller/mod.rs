@@ -20,7 +20,7 @@ use tokio::sync::Mutex;
 
 use crate::cache::Watched;
 use crate::cli::ControllerArgs;
-use crate::cluster::watch::{api_resource, cronjob_version};
+use crate::cluster::watch::api_resource;
 use crate::cluster::{ApiError, Cluster, Event, ObjectRef};
 use crate::context::Context;
 use crate::metrics::METRICS;
@@ -145,12 +145,13 @@ impl Handle {
     }
 }
 
-/// Starts the controller loops in the background.
-pub fn spawn(client: kube::Client, shared: Arc<Context>, args: ControllerArgs) -> Handle {
+/// Starts the controller loops in the background; `cronjob_version` is the batch version that
+/// serves CronJobs, probed once by the runtime.
+pub fn spawn(client: kube::Client, shared: Arc<Context>, args: ControllerArgs, cronjob_version: &'static str) -> Handle {
     let handle = Handle::default();
     let cell = handle.0.clone();
     tokio::spawn(async move {
-        match start(client, shared, args).await {
+        match start(client, shared, args, cronjob_version).await {
             Ok(ctx) => {
                 let _ = cell.set(ctx);
             }
@@ -161,10 +162,9 @@ pub fn spawn(client: kube::Client, shared: Arc<Context>, args: ControllerArgs) -
 }
 
 /// Builds the shared context, starts the election and the loops; returns the context.
-pub async fn start(client: kube::Client, shared: Arc<Context>, args: ControllerArgs) -> Result<Arc<Ctx>> {
+pub async fn start(client: kube::Client, shared: Arc<Context>, args: ControllerArgs, cronjob_version: &'static str) -> Result<Arc<Ctx>> {
     let identity = leader::identity();
     let lease_ns = args.leader_election_namespace.clone().unwrap_or_else(|| "confighistory".into());
-    let cronjob_version = cronjob_version(&client).await;
     let ctx = Arc::new(Ctx::new(client.clone(), shared, args.clone(), cronjob_version, identity.clone(), leader::Leadership::default())?);
     let config = leader::Config::new(&lease_ns, &args.lease_name, identity);
     tracing::info!(identity = %config.identity, lease = %format!("{lease_ns}/{}", args.lease_name), "controller: running leader election");
