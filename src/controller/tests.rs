@@ -242,3 +242,104 @@ async fn a_resync_pass_adopts_templates_seen_before_and_repairs_new_plain_ones()
     resync_pass(&ctx, &seen, &mut st).await;
     assert_eq!(writes(&cluster), before, "{:?}", cluster.calls.lock().unwrap());
 }
+
+fn content_hash(k: &str) -> String {
+    snapshot::Content::from_object(&json!({"data": {"k": k}})).hash()
+}
+
+/// Source `name` holding `k`, whose stored head is the hash of `stored`: when they differ, the
+/// source was edited while the webhook was away.
+fn source_holding(name: &str, k: &str, stored: &str) -> serde_json::Value {
+    json!({"metadata": {"namespace": "ns", "name": name, "uid": format!("uid-{name}"), "resourceVersion": "1",
+        "annotations": {names::HEAD: content_hash(stored)}}, "data": {"k": k}})
+}
+
+/// Puts the sources in the cluster and the cache, and the workloads (each naming `cms` plainly).
+fn resync_world(sources: &[serde_json::Value], workloads: &[(&str, &[&str])]) -> (MemoryCluster, State) {
+    let (cluster, mut state) = (MemoryCluster::default(), State::default());
+    state.apply_namespace(&json!({"metadata": {"name": "ns"}}));
+    for src in sources {
+        state.apply_configmap(src);
+        cluster.insert(src.clone());
+    }
+    for (name, cms) in workloads {
+        let obj = workload("ns", name, cms, &[]);
+        state.apply_workload(Kind::Deployment, &obj);
+        cluster.insert_workload(Kind::Deployment, obj);
+    }
+    (cluster, state)
+}
+
+/// SPEC §7, missed changes: a referenced source whose content no longer matches its stored head
+/// gets a no-op write, and the webhook, admitting that write, records the change as first seen
+/// then. Sources whose head matches, and sources no workload references, are not written.
+#[tokio::test]
+async fn a_resync_pass_touches_a_source_changed_while_the_webhook_was_away_and_the_webhook_records_it() {
+    let sources = [source_holding("cfg", "2", "1"), source_holding("same", "1", "1"), source_holding("unref", "2", "1")];
+    let (cluster, state) = resync_world(&sources, &[("app", &["cfg", "same"])]);
+    let seen = adopt::current_templates(&state);
+    let ctx = ctx(&cluster, state, args(&[]));
+
+    resync_pass(&ctx, &seen, &mut ResyncState::default()).await;
+    let touched: Vec<String> = cluster
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| ["patch ns/cfg", "patch ns/same", "patch ns/unref"].contains(&c.as_str()))
+        .cloned()
+        .collect();
+    assert_eq!(touched, ["patch ns/cfg"]);
+    let after = cluster.get("ns", "cfg").unwrap();
+    assert_eq!(after["metadata"]["resourceVersion"], "2", "written");
+    assert_eq!(
+        crate::admission::annotation(&after, names::HEAD),
+        Some(content_hash("1").as_str()),
+        "the stale head is left for the webhook"
+    );
+
+    // The webhook admitting that write: a change of cfg, first seen now.
+    let now = "2026-12-03T12:00:00Z";
+    let req = crate::admission::Request {
+        kind: crate::admission::review::GroupVersionKind { group: "".into(), version: "v1".into(), kind: "ConfigMap".into() },
+        operation: crate::admission::review::Operation::Update,
+        namespace: "ns".into(),
+        name: "cfg".into(),
+        object: Some(after),
+        old_object: Some(sources[0].clone()),
+        ..Default::default()
+    };
+    let state = ctx.shared.state.read().unwrap();
+    let (fresh, failed) = (crate::admission::Fresh::new(), crate::admission::Failed::new());
+    let view = crate::admission::View { policy: &ctx.shared.policy, state: &state, fresh: &fresh, failed: &failed, now };
+    let crate::admission::Outcome::Done(d) = crate::admission::configmap::decide(&req, &view) else { panic!("no read expected") };
+    assert_eq!(d.reason, crate::admission::Reason::SourceChanged);
+    let set = |key: &str| {
+        d.response
+            .patch
+            .iter()
+            .find(|op| op["path"].as_str().is_some_and(|p| p.ends_with(&key.replace('/', "~1"))))
+            .map(|op| op["value"].clone())
+    };
+    assert_eq!(set(names::HEAD), Some(json!(content_hash("2"))));
+    assert_eq!(set(names::CHANGED_AT), Some(json!(now)));
+}
+
+/// SPEC §9, repair: a workload admitted while the webhook was away names a source edited since
+/// (its stored head is stale), so the content that revision ran with is unknown: no adoption
+/// record is written for it, the workload gets a ConfigUnknown warning Event, and it is still
+/// repaired.
+#[tokio::test]
+async fn a_repair_whose_source_changed_since_the_outage_says_its_config_is_unknown() {
+    let (cluster, state) = resync_world(&[source_holding("cfg", "2", "1")], &[("new", &["cfg"])]);
+    let ctx = ctx(&cluster, state, args(&[]));
+
+    resync_pass(&ctx, &HashSet::new(), &mut ResyncState::default()).await;
+    let published = cluster.events();
+    let events: Vec<(&str, &str, bool)> = published.iter().map(|e| (e.reason, e.regarding.name.as_str(), e.warning)).collect();
+    assert_eq!(events, [("ConfigUnknown", "new", true), ("ConfigRepaired", "new", false)]);
+    let note = &published[0].note;
+    assert!(note.contains("(cfg) is unknown") && note.contains("changed while confighistory was away"), "{note}");
+    assert!(!cluster.calls.lock().unwrap().iter().any(|c| c.starts_with("create")), "no snapshot records a content it did not run with");
+    assert!(trigger_of(&cluster, "new").is_some(), "repaired all the same");
+}
