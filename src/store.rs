@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::cluster::{ApiError, Cluster, Created};
 use crate::metrics::METRICS;
@@ -80,12 +80,26 @@ pub async fn ensure(
             Ok(h) if h == hash => {
                 let have: Vec<&str> = crate::model::source::adopted(&existing).collect();
                 let missing: Vec<&String> = adopted.iter().filter(|a| !have.contains(&a.as_str())).collect();
-                if !missing.is_empty() && !dry_run {
+                let mut annotations = serde_json::Map::new();
+                if !missing.is_empty() {
                     let mut all: Vec<String> = have.iter().map(|s| s.to_string()).collect();
                     all.extend(missing.into_iter().cloned());
+                    annotations.insert(names::ADOPTED.into(), all.join(",").into());
+                }
+                // GC recorded this snapshot unused, so a sweep may be about to delete it (with the
+                // resourceVersion it listed): this write makes that delete fail, and a sweep
+                // that lists it afterwards finds it unrecorded, so the grace period starts again
+                // (SPEC §8: a snapshot being pinned right now is never swept). A snapshot in use
+                // carries no record: re-pinning it writes nothing.
+                if crate::model::meta::Meta::annotation(&existing, names::LAST_USED).is_some() {
+                    annotations.insert(names::LAST_USED.into(), Value::Null);
+                }
+                let what = if annotations.contains_key(names::ADOPTED) { "record adoption on" } else { "record use of" };
+                if !annotations.is_empty() && !dry_run {
                     // The resourceVersion read is a precondition: a concurrent writer's record is
-                    // re-read and kept, never overwritten (SPEC §9: each record is history).
-                    let mut patch = json!({"metadata": {"annotations": {names::ADOPTED: all.join(",")}}});
+                    // re-read and kept, never overwritten (SPEC §9: each record is history); a
+                    // snapshot deleted since the read is made again.
+                    let mut patch = json!({"metadata": {"annotations": annotations}});
                     if let Some(rv) = existing.pointer("/metadata/resourceVersion") {
                         patch["metadata"]["resourceVersion"] = rv.clone();
                     }
@@ -95,7 +109,7 @@ pub async fn ensure(
                             races += 1;
                             continue;
                         }
-                        Err(e) => return Err(Error::Api { what: format!("record adoption on {ns}/{name}"), source: e }),
+                        Err(e) => return Err(Error::Api { what: format!("{what} {ns}/{name}"), source: e }),
                     }
                 }
                 return Ok((name, warnings));
@@ -113,6 +127,55 @@ pub async fn ensure(
         }
     }
     Err(Error::Exhausted { source_name: source.to_owned(), hash })
+}
+
+/// Makes sure an existing snapshot that an admission keeps by name (one the request chose) is not
+/// swept while it is being pinned (SPEC §8): GC's last-use record on it is cleared, with the
+/// resourceVersion read as a precondition, so a sweep that listed it unused fails to delete it;
+/// one deleted between the read and that write is made again from what was read (same name,
+/// same content, same adoption records). `read`: the snapshot as this admission already read it
+/// from the API server (never from a cache, which may lag), saving a read. A snapshot without the
+/// record (in use, or not looked at by GC yet) costs nothing more; a name that is not a valid
+/// snapshot is left to the decision.
+pub async fn keep(cluster: &dyn Cluster, ns: &str, name: &str, read: Option<&Value>, dry_run: bool) -> Result<()> {
+    if dry_run {
+        return Ok(());
+    }
+    let mut read_before: Option<Value> = None;
+    let mut first = read.cloned();
+    for _ in 0..=MAX_RACES {
+        let current = match first.take() {
+            Some(obj) => Some(obj),
+            None => {
+                cluster.get_configmap(ns, name).await.map_err(|e| Error::Api { what: format!("read snapshot {ns}/{name}"), source: e })?
+            }
+        };
+        let Some(existing) = current else {
+            // Never seen: nothing to keep. Seen and gone since: a sweep took it; make it again.
+            let Some(gone) = read_before.take() else { return Ok(()) };
+            let source = crate::model::source::snapshot_source(name, &gone).unwrap_or_default().to_owned();
+            let adopted: Vec<String> = crate::model::source::adopted(&gone).map(str::to_owned).collect();
+            let obj = snapshot::object(ns, &source, name, &snapshot::Content::from_object(&gone), &adopted);
+            match cluster.create_configmap(ns, &obj, false).await {
+                Ok(_) => continue,
+                Err(e) if e.is_quota() => return Err(Error::Quota { name: name.to_owned(), source_name: source, source: e }),
+                Err(e) => return Err(Error::Api { what: format!("create snapshot {ns}/{name}"), source: e }),
+            }
+        };
+        if snapshot::validate(&existing).is_err() || crate::model::meta::Meta::annotation(&existing, names::LAST_USED).is_none() {
+            return Ok(());
+        }
+        let mut patch = json!({"metadata": {"annotations": {names::LAST_USED: Value::Null}}});
+        if let Some(rv) = existing.pointer("/metadata/resourceVersion") {
+            patch["metadata"]["resourceVersion"] = rv.clone();
+        }
+        match cluster.patch_configmap(ns, name, &patch).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_conflict() || e.code == Some(404) => read_before = Some(existing),
+            Err(e) => return Err(Error::Api { what: format!("record use of {ns}/{name}"), source: e }),
+        }
+    }
+    Err(Error::Race { namespace: ns.to_owned(), name: name.to_owned() })
 }
 
 /// The API error a lost race reads as, for callers that explain failures as API errors.

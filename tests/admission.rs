@@ -411,6 +411,47 @@ async fn a_snapshot_named_by_the_request_is_kept_and_held() {
     assert_eq!(annotation(&out, "confighistory.io/held").as_deref(), Some("pricing-config"));
 }
 
+/// A snapshot the request names that nothing else uses, and that GC has recorded unused past its
+/// grace period: a sweep that listed it before the admission must not delete it after (SPEC §8,
+/// issue 14). Failed before the fix: the admission kept the name without writing anything, and
+/// the sweep's delete (with the resourceVersion it listed) went through.
+#[tokio::test]
+async fn a_snapshot_named_by_the_request_is_not_swept_while_being_pinned() {
+    use confighistory::controller::gc;
+    let old = deployment("pricing:4.12", &snap("pricing-config", B));
+    let f = Fixture::new().source("pricing-config", B).snapshot("pricing-config", A, &[]).snapshot("pricing-config", B, &[]).workload(&old);
+    let chosen = snap("pricing-config", A);
+    let mut obj = f.cluster.get(NS, &chosen).unwrap();
+    obj["metadata"]["annotations"][confighistory::model::names::LAST_USED] = json!("2025-01-01T00:00:00Z");
+    obj["metadata"]["resourceVersion"] = json!("7");
+    f.cluster.insert(obj);
+    let (reached, resume) = f.cluster.pause(&format!("delete {NS}/{chosen}"), false);
+    let sweep = {
+        let cluster = f.cluster.clone();
+        let now = confighistory::controller::propagate::parse_time_ms("2025-02-01T00:00:00Z").unwrap();
+        let settings = gc::Settings { keep: 0, grace: std::time::Duration::from_secs(600) };
+        tokio::spawn(async move { gc::sweep_namespace_at(&cluster, NS, settings, false, now).await })
+    };
+    reached.await.expect("the sweep is about to delete it");
+
+    let new = deployment("pricing:4.12", &chosen);
+    let a = f.mutate_deployment("UPDATE", &new, Some(&old)).await;
+    assert!(a.allowed(), "{}", a.message());
+    assert_eq!(pin_of(&a.patched(&new)).0, chosen);
+    resume.send(()).unwrap();
+    let report = sweep.await.unwrap().unwrap();
+    assert!(f.cluster.get(NS, &chosen).is_some(), "pinned, so not swept:\n{report}");
+    assert!(report.errors.is_empty(), "{report}");
+
+    // A dry run writes nothing; a snapshot GC has not recorded unused costs a read, no write.
+    f.clear_calls();
+    let mut r = review("Deployment", "apps", "v1", "UPDATE", Some(&new), Some(&old));
+    r["request"]["dryRun"] = json!(true);
+    f.send("/mutate", r).await;
+    f.mutate_deployment("UPDATE", &new, Some(&old)).await;
+    assert!(f.calls().iter().all(|c| c.starts_with("get ")), "{:?}", f.calls());
+}
+
 #[tokio::test]
 async fn the_propagation_trigger_is_honoured_only_from_confighistory() {
     let old = deployment("pricing:4.11", &snap("pricing-config", A));

@@ -191,6 +191,10 @@ pub enum Effect {
     /// Make sure a valid snapshot of `content` exists (creating it, or taking the next name of
     /// the collision sequence) and that its adoption record lists `adopted`.
     EnsureSnapshot { namespace: String, source: String, content: Content, adopted: Vec<String> },
+    /// The request chose an existing snapshot of `source` by name (6.2 rule 3): make sure a GC
+    /// sweep does not delete it while it is being pinned (SPEC §8), by clearing GC's last-use
+    /// record on it.
+    UseSnapshot { namespace: String, source: String, name: String },
 }
 
 /// Where a rewritten reference points once effects have run.

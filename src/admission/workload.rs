@@ -500,6 +500,15 @@ impl Builder<'_> {
                 (head, name)
             }
             Some((name, hash)) => {
+                // Nothing else may reference a snapshot chosen by name (an undo's is referenced by
+                // its revision, a carried-over one by this workload): GC could be sweeping it.
+                if matches!(choice, Choice::Chosen { .. }) {
+                    self.d.effects.push(Effect::UseSnapshot {
+                        namespace: self.namespace.to_owned(),
+                        source: source.to_owned(),
+                        name: name.to_owned(),
+                    });
+                }
                 for r in refs.iter().filter(|r| r.r.name != name) {
                     self.rewrite(r, Target::Name(name.to_owned()));
                 }

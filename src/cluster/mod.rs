@@ -248,9 +248,9 @@ impl Cluster for KubeCluster {
 }
 
 /// An in-memory stand-in for unit tests of the edge and of the controller loops, with injectable
-/// faults. Calls are described as `get ns/name`, `create ns/name`, `patch ns/name`, `delete
-/// ns/name` (ConfigMaps), `patch Kind ns/name` (workloads), `list what ns`, `list namespaces`,
-/// `event Reason ns/name`.
+/// faults and pauses (to interleave two callers exactly). Calls are described as `get ns/name`,
+/// `create ns/name`, `patch ns/name`, `delete ns/name` (ConfigMaps), `patch Kind ns/name`
+/// (workloads), `list what ns`, `list namespaces`, `event Reason ns/name`.
 #[derive(Default, Clone)]
 pub struct MemoryCluster {
     /// ConfigMaps by (namespace, name).
@@ -262,6 +262,15 @@ pub struct MemoryCluster {
     /// When set, calls whose description starts with the prefix ("" = every call) fail with the error.
     pub fail: Arc<Mutex<Option<(&'static str, ApiError)>>>,
     pub calls: Arc<Mutex<Vec<String>>>,
+    pauses: Arc<Mutex<Vec<Pause>>>,
+}
+
+/// A call held until the test lets it go ([`MemoryCluster::pause`]).
+struct Pause {
+    prefix: String,
+    after: bool,
+    reached: tokio::sync::oneshot::Sender<()>,
+    resume: tokio::sync::oneshot::Receiver<()>,
 }
 
 /// (kind, namespace, name).
@@ -316,8 +325,29 @@ impl MemoryCluster {
     pub fn get(&self, ns: &str, name: &str) -> Option<Value> {
         self.objects.lock().expect("lock").get(&(ns.to_owned(), name.to_owned())).cloned()
     }
-    fn check(&self, call: String) -> Result<()> {
+    /// Holds the next call whose description starts with `prefix` before it runs (or, with
+    /// `after`, once it has run: reads only): `reached` fires when it is held, and it goes on
+    /// when `resume` is sent (or dropped). Lets a test interleave two callers exactly.
+    pub fn pause(&self, prefix: &str, after: bool) -> (tokio::sync::oneshot::Receiver<()>, tokio::sync::oneshot::Sender<()>) {
+        let (reached, reached_rx) = tokio::sync::oneshot::channel();
+        let (resume_tx, resume) = tokio::sync::oneshot::channel();
+        self.pauses.lock().expect("lock").push(Pause { prefix: prefix.to_owned(), after, reached, resume });
+        (reached_rx, resume_tx)
+    }
+    async fn hold(&self, call: &str, after: bool) {
+        let pause = {
+            let mut pauses = self.pauses.lock().expect("lock");
+            let at = pauses.iter().position(|p| p.after == after && call.starts_with(&p.prefix));
+            at.map(|i| pauses.remove(i))
+        };
+        if let Some(p) = pause {
+            let _ = p.reached.send(());
+            let _ = p.resume.await;
+        }
+    }
+    async fn check(&self, call: String) -> Result<()> {
         self.calls.lock().expect("lock").push(call.clone());
+        self.hold(&call, false).await;
         match self.fail.lock().expect("lock").clone() {
             Some((prefix, e)) if call.starts_with(prefix) => Err(e),
             _ => Ok(()),
@@ -328,14 +358,17 @@ impl MemoryCluster {
 impl Cluster for MemoryCluster {
     fn get_configmap<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Value>>> {
         Box::pin(async move {
-            self.check(format!("get {ns}/{name}"))?;
-            Ok(self.get(ns, name))
+            let call = format!("get {ns}/{name}");
+            self.check(call.clone()).await?;
+            let obj = self.get(ns, name);
+            self.hold(&call, true).await;
+            Ok(obj)
         })
     }
     fn create_configmap<'a>(&'a self, ns: &'a str, obj: &'a Value, dry_run: bool) -> BoxFuture<'a, Result<Created>> {
         Box::pin(async move {
             let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-            self.check(format!("create {ns}/{name}{}", if dry_run { " (dry run)" } else { "" }))?;
+            self.check(format!("create {ns}/{name}{}", if dry_run { " (dry run)" } else { "" })).await?;
             let mut objects = self.objects.lock().expect("lock");
             if objects.contains_key(&(ns.to_owned(), name.clone())) {
                 return Ok(Created::AlreadyExists);
@@ -348,7 +381,7 @@ impl Cluster for MemoryCluster {
     }
     fn patch_configmap<'a>(&'a self, ns: &'a str, name: &'a str, patch: &'a Value) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            self.check(format!("patch {ns}/{name}"))?;
+            self.check(format!("patch {ns}/{name}")).await?;
             let mut objects = self.objects.lock().expect("lock");
             let obj = objects.get_mut(&(ns.to_owned(), name.to_owned())).ok_or_else(|| not_found("configmaps", name))?;
             merge_patch(obj, patch, "configmaps", name)
@@ -356,7 +389,7 @@ impl Cluster for MemoryCluster {
     }
     fn delete_configmap<'a>(&'a self, ns: &'a str, name: &'a str, uid: &'a str, resource_version: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            self.check(format!("delete {ns}/{name}"))?;
+            self.check(format!("delete {ns}/{name}")).await?;
             let mut objects = self.objects.lock().expect("lock");
             let key = (ns.to_owned(), name.to_owned());
             let obj = objects.get(&key).ok_or_else(|| not_found("configmaps", name))?;
@@ -370,7 +403,7 @@ impl Cluster for MemoryCluster {
     }
     fn patch_workload<'a>(&'a self, kind: Kind, ns: &'a str, name: &'a str, patch: &'a Value) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            self.check(format!("patch {} {ns}/{name}", kind.as_str()))?;
+            self.check(format!("patch {} {ns}/{name}", kind.as_str())).await?;
             let mut workloads = self.workloads.lock().expect("lock");
             let obj = workloads.get_mut(&(kind, ns.to_owned(), name.to_owned())).ok_or_else(|| not_found(kind.as_str(), name))?;
             merge_patch(obj, patch, kind.as_str(), name)
@@ -378,7 +411,7 @@ impl Cluster for MemoryCluster {
     }
     fn list<'a>(&'a self, ns: &'a str, what: Watched) -> BoxFuture<'a, Result<Vec<Value>>> {
         Box::pin(async move {
-            self.check(format!("list {} {ns}", what.name()))?;
+            self.check(format!("list {} {ns}", what.name())).await?;
             let mut out: Vec<Value> = match what {
                 Watched::ConfigMaps => {
                     self.objects.lock().expect("lock").iter().filter(|((n, _), _)| n == ns).map(|(_, v)| v.clone()).collect()
@@ -399,7 +432,7 @@ impl Cluster for MemoryCluster {
     }
     fn namespaces_with_snapshots(&self) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
-            self.check("list namespaces".into())?;
+            self.check("list namespaces".into()).await?;
             let objects = self.objects.lock().expect("lock");
             let mut v: Vec<String> = objects
                 .iter()
@@ -413,7 +446,7 @@ impl Cluster for MemoryCluster {
     }
     fn publish<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            self.check(format!("event {} {}/{}", event.reason, event.regarding.namespace, event.regarding.name))?;
+            self.check(format!("event {} {}/{}", event.reason, event.regarding.namespace, event.regarding.name)).await?;
             self.events.lock().expect("lock").push(event.clone());
             Ok(())
         })

@@ -280,7 +280,7 @@ pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Setti
             SourceInfo { head: ann(names::HEAD).map(str::to_owned), keep: ann(names::KEEP).and_then(|k| k.trim().parse().ok()) },
         );
     }
-    let items = plan(&snapshots, &sources, &refs, now, settings);
+    let mut items = plan(&snapshots, &sources, &refs, now, settings);
     let mut report = Report {
         namespace: ns.to_owned(),
         snapshots: snapshots.iter().filter(|s| s.valid.is_ok()).count(),
@@ -290,7 +290,7 @@ pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Setti
     if !dry_run {
         let by_name: HashMap<&str, &SnapshotInfo> = snapshots.iter().map(|s| (s.name.as_str(), s)).collect();
         let stamp_time = format!("{:.0}", k8s_openapi::jiff::Timestamp::from_millisecond(now).unwrap_or_default());
-        for item in &items {
+        for item in &mut items {
             let s = by_name[item.name.as_str()];
             if let Verdict::Delete(why) = &item.verdict {
                 match cluster.delete_configmap(ns, &s.name, &s.uid, &s.resource_version).await {
@@ -300,6 +300,12 @@ pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Setti
                         report.deleted.push(s.name.clone());
                     }
                     Err(e) if e.code == Some(404) => {}
+                    // Written since the list: an admission pinning it clears the last-use record
+                    // (store::ensure), which is what makes this delete fail. Kept.
+                    Err(e) if e.is_conflict() => {
+                        tracing::info!(namespace = ns, snapshot = %s.name, "snapshot changed since the sweep listed it (pinned again); kept");
+                        item.verdict = Verdict::Keep("changed since this sweep listed it (pinned again); kept".into());
+                    }
                     Err(e) => report.errors.push(format!("delete {}: {e}", s.name)),
                 }
                 continue;

@@ -343,3 +343,109 @@ async fn a_repair_whose_source_changed_since_the_outage_says_its_config_is_unkno
     assert!(!cluster.calls.lock().unwrap().iter().any(|c| c.starts_with("create")), "no snapshot records a content it did not run with");
     assert!(trigger_of(&cluster, "new").is_some(), "repaired all the same");
 }
+
+/// The GC race (issue 14, SPEC §8: a snapshot being pinned right now is never swept). An old
+/// snapshot that nothing uses, past its grace period: `old` (content "1", recorded unused at T0).
+/// The source's head is content "3", and no workload references `old`.
+fn race_world() -> (MemoryCluster, String, snapshot::Content) {
+    let cluster = MemoryCluster::default();
+    let (old, old_obj) = snapshot_object("1", "2025-01-01T00:00:00Z", Some(T0));
+    let (_, head_obj) = snapshot_object("3", "2025-01-03T00:00:00Z", None);
+    let head_hash = head_obj["metadata"]["labels"][names::HASH_LABEL].as_str().unwrap().to_owned();
+    let src = json!({"metadata": {"namespace": "ns", "name": "cfg", "uid": "uid-cfg", "annotations": {names::HEAD: head_hash}}, "data": {"k": "3"}});
+    for obj in [old_obj, head_obj, src] {
+        cluster.insert(obj);
+    }
+    (cluster, old, snapshot::Content::from_object(&json!({"data": {"k": "1"}})))
+}
+
+const SWEEP_NOW: &str = "2025-02-01T00:00:00Z";
+
+fn sweep(cluster: &MemoryCluster) -> tokio::task::JoinHandle<Result<gc::Report, ApiError>> {
+    let cluster = cluster.clone();
+    let settings = gc::Settings { keep: 0, grace: Duration::from_secs(600) };
+    let now = super::propagate::parse_time_ms(SWEEP_NOW).unwrap();
+    tokio::spawn(async move { gc::sweep_namespace_at(&cluster, "ns", settings, false, now).await })
+}
+
+/// GC lists (`old` unused) → an admission pins `old` (a release or propagation to a content whose
+/// snapshot exists: read, found, reused) → GC deletes with the resourceVersion it listed. The
+/// admission's use of the snapshot must make that delete fail. Failed before the fix: the store
+/// reused the snapshot without writing to it, and the delete went through.
+#[tokio::test]
+async fn a_snapshot_pinned_between_the_sweeps_list_and_its_delete_is_not_deleted() {
+    let (cluster, old, content) = race_world();
+    let (reached, resume) = cluster.pause(&format!("delete ns/{old}"), false);
+    let gc = sweep(&cluster);
+    reached.await.expect("the sweep decided to delete it");
+
+    let (name, _) = crate::store::ensure(&cluster, "ns", "cfg", &content, &[], false).await.expect("pinned");
+    assert_eq!(name, old, "the existing snapshot is reused");
+    cluster.insert_workload(Kind::Deployment, workload("ns", "app", &[&old], &[]));
+
+    resume.send(()).unwrap();
+    let report = gc.await.unwrap().expect("sweep");
+    assert!(cluster.get("ns", &old).is_some(), "a snapshot being pinned is never swept; report:\n{report}");
+    assert!(report.deleted.is_empty(), "{report}");
+    assert!(report.errors.is_empty(), "a snapshot used again since the list is kept, not an error:\n{report}");
+    assert!(report.to_string().contains(&format!("keep    ns/{old}")), "{report}");
+}
+
+/// The other order: the admission reads the snapshot (there, unused) → GC lists and deletes it
+/// → the admission goes on. The pin must not name a deleted snapshot: it is made again. Failed
+/// before the fix: the admission answered with the name of a snapshot that no longer existed.
+#[tokio::test]
+async fn a_snapshot_deleted_while_an_admission_pins_it_is_made_again() {
+    let (cluster, old, content) = race_world();
+    let (reached, resume) = cluster.pause(&format!("get ns/{old}"), true);
+    let admission = {
+        let (cluster, content) = (cluster.clone(), content.clone());
+        tokio::spawn(async move { crate::store::ensure(&cluster, "ns", "cfg", &content, &[], false).await })
+    };
+    reached.await.expect("the admission read the snapshot");
+
+    let report = sweep(&cluster).await.unwrap().expect("sweep");
+    assert_eq!(report.deleted, std::slice::from_ref(&old), "{report}");
+
+    resume.send(()).unwrap();
+    let (name, _) = admission.await.unwrap().expect("pinned");
+    assert_eq!(name, old);
+    let again = cluster.get("ns", &old).expect("the pinned snapshot exists");
+    assert_eq!(snapshot::validate(&again).ok(), Some(content.hash()), "a valid snapshot of the same content");
+}
+
+/// Re-pinning a snapshot that GC has not recorded as unused writes nothing (the common case:
+/// a snapshot in use, or one GC has not looked at yet), and a dry run never writes.
+#[tokio::test]
+async fn reusing_a_snapshot_writes_only_when_gc_recorded_it_unused() {
+    let (cluster, old, content) = race_world();
+    let writes = |c: &MemoryCluster| c.calls.lock().unwrap().iter().filter(|c| !c.starts_with("get")).cloned().collect::<Vec<_>>();
+    crate::store::ensure(&cluster, "ns", "cfg", &content, &[], true).await.expect("dry run");
+    assert_eq!(writes(&cluster), Vec::<String>::new(), "a dry run writes nothing");
+
+    crate::store::ensure(&cluster, "ns", "cfg", &content, &[], false).await.expect("pinned");
+    assert_eq!(writes(&cluster), [format!("patch ns/{old}")], "one write: the last-use record goes");
+    assert_eq!(crate::admission::annotation(&cluster.get("ns", &old).unwrap(), names::LAST_USED), None);
+
+    crate::store::ensure(&cluster, "ns", "cfg", &content, &[], false).await.expect("pinned again");
+    assert_eq!(writes(&cluster).len(), 1, "in use: nothing more to write");
+}
+
+/// A snapshot chosen by name (`store::keep`), deleted by a sweep between the admission's read and
+/// its write: made again, the same snapshot under the same name.
+#[tokio::test]
+async fn a_chosen_snapshot_deleted_while_being_kept_is_made_again() {
+    let (cluster, old, content) = race_world();
+    let (reached, resume) = cluster.pause(&format!("get ns/{old}"), true);
+    let admission = {
+        let (cluster, old) = (cluster.clone(), old.clone());
+        tokio::spawn(async move { crate::store::keep(&cluster, "ns", &old, None, false).await })
+    };
+    reached.await.expect("the admission read the snapshot");
+    assert_eq!(sweep(&cluster).await.unwrap().expect("sweep").deleted, std::slice::from_ref(&old));
+    resume.send(()).unwrap();
+    admission.await.unwrap().expect("kept");
+    let again = cluster.get("ns", &old).expect("the chosen snapshot exists");
+    assert_eq!(snapshot::validate(&again).ok(), Some(content.hash()));
+    assert_eq!(crate::admission::annotation(&again, names::LAST_USED), None);
+}

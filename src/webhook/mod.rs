@@ -273,7 +273,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                 if place.is_none() && !decision.effects.is_empty() {
                     place = Some(limits::api_place(&req.namespace).await);
                 }
-                match execute(app, req, decision).await {
+                match execute(app, req, decision, &fresh).await {
                     Ok(response) => return (response, reason),
                     Err((source, failure)) if fail_open && !failed.contains_key(&source) => {
                         failed.insert(source, failure);
@@ -348,16 +348,26 @@ fn too_many_sources(ns: &str) -> Failure {
 const MAX_PASSES: usize = 3 + 8;
 
 /// Runs the effects and answers; or the source whose snapshot could not be written, and why.
-async fn execute(app: &App, req: &review::Request, decision: Decision) -> Result<Response, (String, Failure)> {
+/// `fresh`: what this admission read from the API server (effects may start from it).
+async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &Fresh) -> Result<Response, (String, Failure)> {
     let mut names = HashMap::new();
     let mut warnings = Vec::new();
     for effect in &decision.effects {
-        let Effect::EnsureSnapshot { namespace, source, content, adopted } = effect;
-        let (name, mut w) = store::ensure(app.ctx.cluster.as_ref(), namespace, source, content, adopted, req.dry_run())
-            .await
-            .map_err(|e| (source.clone(), store_failure(e)))?;
-        names.insert((source.clone(), content.hash()), name);
-        warnings.append(&mut w);
+        match effect {
+            Effect::EnsureSnapshot { namespace, source, content, adopted } => {
+                let (name, mut w) = store::ensure(app.ctx.cluster.as_ref(), namespace, source, content, adopted, req.dry_run())
+                    .await
+                    .map_err(|e| (source.clone(), store_failure(e)))?;
+                names.insert((source.clone(), content.hash()), name);
+                warnings.append(&mut w);
+            }
+            Effect::UseSnapshot { namespace, source, name } => {
+                let read = fresh.get(name).and_then(Option::as_ref);
+                store::keep(app.ctx.cluster.as_ref(), namespace, name, read, req.dry_run())
+                    .await
+                    .map_err(|e| (source.clone(), store_failure(e)))?
+            }
+        }
     }
     let mut response = decision.finish(&names);
     for w in warnings {
