@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use serde_json::{json, Value};
 
-use crate::cluster::{ApiError, Cluster, Created};
+use crate::cluster::{ApiError, Cluster, Created, Event, ObjectRef};
 use crate::metrics::METRICS;
 use crate::model::names;
 use crate::model::snapshot;
@@ -30,12 +30,56 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A name of the collision sequence held by an object that is not the wanted snapshot (SPEC §5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Collision {
+    /// The name taken.
+    pub name: String,
+    /// What the object under it is instead.
+    pub why: String,
+}
+
+impl Collision {
+    /// The admission response's warning.
+    pub fn warning(&self) -> String {
+        format!("{} is taken by a ConfigMap that is not this snapshot ({}); using the next name", self.name, self.why)
+    }
+}
+
+/// Names an Event lists before it only counts the rest (the sequence has up to 100).
+const EVENT_NAMES: usize = 3;
+
+/// The Event on source `source` (uid `uid`, when known) whose snapshot met `collisions` and took
+/// the name `taken`: a squatter is the namespace owner's to look at, not only the client's.
+pub fn collision_event(ns: &str, source: &str, uid: &str, taken: &str, collisions: &[Collision]) -> Event {
+    let mut squatted: Vec<String> = collisions.iter().take(EVENT_NAMES).map(|c| format!("{} ({})", c.name, c.why)).collect();
+    if collisions.len() > EVENT_NAMES {
+        squatted.push(format!("{} more", collisions.len() - EVENT_NAMES));
+    }
+    Event {
+        regarding: ObjectRef {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: ns.to_owned(),
+            name: source.to_owned(),
+            uid: uid.to_owned(),
+        },
+        warning: true,
+        reason: "SnapshotCollision",
+        action: "Snapshot",
+        note: format!(
+            "Snapshot name taken by a ConfigMap that is not this snapshot: {}; the snapshot is {taken}. Delete the squatter if nothing uses it",
+            squatted.join(", ")
+        ),
+    }
+}
+
 /// How often [`ensure`] looks at one name again after losing a race.
 const MAX_RACES: u32 = 5;
 
 /// Makes sure a valid snapshot of `content` exists, walking the collision sequence past any
-/// other object under its name, and records `adopted` templates on it. Returns the name and
-/// warnings (names skipped as collisions).
+/// other object under its name, and records `adopted` templates on it. Returns the name and the
+/// names skipped as collisions.
 pub async fn ensure(
     cluster: &dyn Cluster,
     ns: &str,
@@ -43,9 +87,9 @@ pub async fn ensure(
     content: &snapshot::Content,
     adopted: &[String],
     dry_run: bool,
-) -> Result<(String, Vec<String>)> {
+) -> Result<(String, Vec<Collision>)> {
     let hash = content.hash();
-    let mut warnings = Vec::new();
+    let mut collisions = Vec::new();
     let read = |name: String| async move {
         cluster.get_configmap(ns, &name).await.map_err(|e| Error::Api { what: format!("read ConfigMap {ns}/{name}"), source: e })
     };
@@ -65,7 +109,7 @@ pub async fn ensure(
                         METRICS.snapshots_created.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(namespace = ns, snapshot = %name, source, "created snapshot");
                     }
-                    return Ok((name, warnings));
+                    return Ok((name, collisions));
                 }
                 Ok(Created::AlreadyExists) if races < MAX_RACES => {
                     races += 1;
@@ -112,7 +156,7 @@ pub async fn ensure(
                         Err(e) => return Err(Error::Api { what: format!("{what} {ns}/{name}"), source: e }),
                     }
                 }
-                return Ok((name, warnings));
+                return Ok((name, collisions));
             }
             other => {
                 let why = match other {
@@ -121,7 +165,7 @@ pub async fn ensure(
                 };
                 METRICS.collisions.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(namespace = ns, name = %name, reason = %why, "snapshot name collision");
-                warnings.push(format!("{name} is taken by a ConfigMap that is not this snapshot ({why}); using the next name"));
+                collisions.push(Collision { name, why });
                 index += 1;
             }
         }

@@ -596,6 +596,40 @@ async fn a_squatted_snapshot_name_is_never_reused() {
     assert!(snapshot::validate(&f.cluster.get(NS, &next).unwrap()).is_ok());
 }
 
+/// The collision is said on the source too (issue 15): one Event naming the squatted name and
+/// the one the snapshot took, written after the answer; a dry run writes none (SPEC 6.5).
+#[tokio::test]
+async fn a_collision_records_one_event_on_the_source_and_a_dry_run_none() {
+    let f = Fixture::new().source("pricing-config", A);
+    let squatted = snap("pricing-config", A);
+    f.cluster.insert(configmap(&squatted, &[("evil", "1")]));
+    let d = deployment("pricing:4.11", "pricing-config");
+    let mut dry = review("Deployment", "apps", "v1", "CREATE", Some(&d), None);
+    dry["request"]["dryRun"] = json!(true);
+    let a = f.send("/mutate", dry).await;
+    assert!(a.warnings().iter().any(|w| w.contains("taken")), "the dry run meets the collision: {:?}", a.warnings());
+
+    f.mutate_deployment("CREATE", &d, None).await;
+    let next = snapshot::name("pricing-config", &content(A).hash(), 1);
+    for _ in 0..200 {
+        if !f.cluster.events().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let events = f.cluster.events();
+    assert_eq!(events.len(), 1, "one Event, none for the dry run: {events:?}");
+    let e = &events[0];
+    assert_eq!((e.reason, e.action, e.warning), ("SnapshotCollision", "Snapshot", true));
+    let r = &e.regarding;
+    assert_eq!(
+        (r.kind.as_str(), r.namespace.as_str(), r.name.as_str(), r.uid.as_str()),
+        ("ConfigMap", NS, "pricing-config", "uid-pricing-config")
+    );
+    assert!(e.note.contains(&format!("{squatted} (")) && e.note.contains(&format!("the snapshot is {next}")), "{}", e.note);
+}
+
 #[tokio::test]
 async fn api_server_failure_denies_with_a_retry_hint() {
     let f = Fixture::new().source("pricing-config", A);

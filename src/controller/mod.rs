@@ -547,7 +547,16 @@ async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> Result<String> {
         return Err(Error::ChangedWhileAway { namespace, name });
     }
     match crate::store::ensure(ctx.shared.cluster.as_ref(), &a.namespace, &a.source, &content, &a.templates, false).await {
-        Ok((name, _)) => Ok(name),
+        Ok((name, collisions)) => {
+            if !collisions.is_empty() {
+                let uid = obj["metadata"]["uid"].as_str().unwrap_or_default();
+                let ev = crate::store::collision_event(&a.namespace, &a.source, uid, &name, &collisions);
+                if let Err(e) = ctx.shared.cluster.publish(&ev).await {
+                    tracing::debug!(reason = ev.reason, error = %e, "could not record an Event");
+                }
+            }
+            Ok(name)
+        }
         Err(e) => {
             if matches!(e, crate::store::Error::Api { .. } | crate::store::Error::Race { .. }) {
                 METRICS.error("api");

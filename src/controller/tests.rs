@@ -449,3 +449,21 @@ async fn a_chosen_snapshot_deleted_while_being_kept_is_made_again() {
     assert_eq!(snapshot::validate(&again).ok(), Some(content.hash()));
     assert_eq!(crate::admission::annotation(&again, names::LAST_USED), None);
 }
+
+/// An adoption that meets a squatted snapshot name says so on the source, as admission does.
+#[tokio::test]
+async fn an_adoption_past_a_squatted_snapshot_name_records_a_collision_event() {
+    let (cluster, state) = resync_world(&[source_holding("cfg", "1", "1")], &[("app", &["cfg"])]);
+    let squatted = snapshot::name("cfg", &content_hash("1"), 0);
+    cluster.insert(json!({"metadata": {"namespace": "ns", "name": squatted}, "data": {"evil": "1"}}));
+    let seen = adopt::current_templates(&state);
+    let ctx = ctx(&cluster, state, args(&[]));
+
+    resync_pass(&ctx, &seen, &mut ResyncState::default()).await;
+    let next = snapshot::name("cfg", &content_hash("1"), 1);
+    assert!(crate::admission::annotation(&cluster.get("ns", &next).expect("adopted under the next name"), names::ADOPTED).is_some());
+    let events = cluster.events();
+    assert_eq!(events.iter().map(|e| (e.reason, e.regarding.name.as_str())).collect::<Vec<_>>(), [("SnapshotCollision", "cfg")]);
+    assert!(events[0].note.contains(&squatted) && events[0].note.contains(&next), "{}", events[0].note);
+    assert_eq!(events[0].regarding.uid, "uid-cfg");
+}

@@ -355,11 +355,14 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
     for effect in &decision.effects {
         match effect {
             Effect::EnsureSnapshot { namespace, source, content, adopted } => {
-                let (name, mut w) = store::ensure(app.ctx.cluster.as_ref(), namespace, source, content, adopted, req.dry_run())
+                let (name, collisions) = store::ensure(app.ctx.cluster.as_ref(), namespace, source, content, adopted, req.dry_run())
                     .await
                     .map_err(|e| (source.clone(), store_failure(e)))?;
+                if !collisions.is_empty() && !req.dry_run() {
+                    record_collision(app, namespace, source, &name, &collisions);
+                }
+                warnings.extend(collisions.iter().map(store::Collision::warning));
                 names.insert((source.clone(), content.hash()), name);
-                warnings.append(&mut w);
             }
             Effect::UseSnapshot { namespace, source, name } => {
                 let read = fresh.get(name).and_then(Option::as_ref);
@@ -374,6 +377,22 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
         response.warn(w);
     }
     Ok(response)
+}
+
+/// Says on the source that its snapshot met collisions (SPEC §5), in the background: the answer
+/// does not wait for an Event, and one that cannot be written is logged, not retried.
+fn record_collision(app: &App, namespace: &str, source: &str, name: &str, collisions: &[store::Collision]) {
+    let uid = app.ctx.state.read().expect("state lock").configmap(namespace, source).map(|c| c.uid.clone()).unwrap_or_default();
+    let event = store::collision_event(namespace, source, &uid, name, collisions);
+    let cluster = app.ctx.cluster.clone();
+    tokio::spawn(
+        async move {
+            if let Err(e) = cluster.publish(&event).await {
+                tracing::warn!(error = %e, "could not record the collision Event");
+            }
+        }
+        .instrument(tracing::Span::current()),
+    );
 }
 
 /// The answer to a request whose snapshot could not be made sure of.
