@@ -169,6 +169,20 @@ fn a_squatted_snapshot_name_is_never_reused_and_the_release_takes_the_next_one()
     assert_eq!(snapshot["immutable"], true);
     assert_eq!(snapshot["metadata"]["labels"][HASH_LABEL], content.hash());
     assert_eq!(ns.configmap_data(&next).unwrap(), content.data);
+    // The source says so too, for whoever owns the namespace (recorded after the answer).
+    let event = crate::support::wait_for_value("the SnapshotCollision Event", Duration::from_secs(20), || {
+        let events = ns.kubectl(&["get", "events", "-o", "json"]).expect_success().json();
+        events["items"]
+            .as_array()?
+            .iter()
+            .find(|e| {
+                e["reason"] == "SnapshotCollision" && e["involvedObject"]["name"] == SOURCE && e["involvedObject"]["kind"] == "ConfigMap"
+            })
+            .cloned()
+    });
+    let note = event["message"].as_str().unwrap_or_default();
+    assert!(note.contains(&name) && note.contains(&format!("the snapshot is {next}")), "{event:#}");
+    assert_eq!(event["type"], "Warning");
 
     // Another workload using the same content finds the same snapshot.
     ns.accepts(&workload("statefulset", "pricing-worker", IMAGE_A, SOURCE));
