@@ -1,5 +1,6 @@
 //! The in-memory view of the cluster that admission decisions read (SPEC §10: metadata,
-//! extracted references and template hashes only, never ConfigMap data).
+//! extracted references and template hashes only, never ConfigMap data: ConfigMaps are listed
+//! and watched as metadata, so not even a page of the initial list carries their content).
 //!
 //! Watchers feed it objects; it keeps a small record per object plus the indexes that let an
 //! unrelated ConfigMap write be answered in microseconds.
@@ -44,7 +45,11 @@ pub struct ConfigMapInfo {
     pub uid: String,
     pub resource_version: String,
     pub created: String,
-    pub immutable: bool,
+    /// `immutable: true`, which is not metadata: `None` for a record the metadata-only watch made.
+    /// Immutability is for good (an immutable ConfigMap never becomes mutable again), so `Some(true)`
+    /// holds for the uid's lifetime; `Some(false)` only at `resource_version`. Learnt from full
+    /// objects ([`State::learn_configmap`]) where a decision needs it; see [`Meta::immutable`].
+    pub immutable: Option<bool>,
     pub labels: BTreeMap<String, String>,
     /// Only confighistory's own annotations: the rest may hold whole copies of the data
     /// (kubectl's last-applied-configuration).
@@ -52,13 +57,16 @@ pub struct ConfigMapInfo {
 }
 
 impl ConfigMapInfo {
+    /// The record of a ConfigMap: a whole object, or its metadata as the API server lists and
+    /// watches it (`PartialObjectMetadata`, which does not say whether it is immutable).
     pub fn from_object(obj: &Value) -> ConfigMapInfo {
         let meta = &obj["metadata"];
+        let metadata_only = obj.get("kind").and_then(Value::as_str) == Some(PARTIAL_OBJECT_METADATA);
         ConfigMapInfo {
             uid: str_at(meta, "uid"),
             resource_version: str_at(meta, "resourceVersion"),
             created: str_at(meta, "creationTimestamp"),
-            immutable: obj.get("immutable").and_then(Value::as_bool).unwrap_or(false),
+            immutable: (!metadata_only).then(|| obj.immutable()),
             labels: string_map(&meta["labels"], |_| true),
             annotations: string_map(&meta["annotations"], |k| k.starts_with("confighistory.io/")),
         }
@@ -72,8 +80,22 @@ impl ConfigMapInfo {
         }
         Some((source::snapshot_source(name, self)?.to_owned(), hash.clone()))
     }
+
+    /// Whether the record knows the ConfigMap is mutable. The controller's planners act on a
+    /// source only then: one whose immutability is unknown is read first (SPEC §3: an immutable
+    /// ConfigMap is never touched).
+    pub fn known_mutable(&self) -> bool {
+        self.immutable == Some(false)
+    }
 }
 
+/// The kind of the objects a metadata-only list or watch returns.
+pub const PARTIAL_OBJECT_METADATA: &str = "PartialObjectMetadata";
+
+/// A record's immutability is what it knows: an unknown one reads as mutable in the rules over
+/// [`Meta`] (`is_tracked`), so a caller that would write to the ConfigMap or act on its change
+/// checks [`ConfigMapInfo::known_mutable`] too. Admission decides from the request's object and
+/// fresh reads, never from this.
 impl Meta for ConfigMapInfo {
     fn annotation(&self, key: &str) -> Option<&str> {
         self.annotations.get(key).map(String::as_str)
@@ -82,7 +104,7 @@ impl Meta for ConfigMapInfo {
         self.labels.get(key).map(String::as_str)
     }
     fn immutable(&self) -> bool {
-        self.immutable
+        self.immutable == Some(true)
     }
 }
 
@@ -167,6 +189,15 @@ fn string_map(v: &Value, keep: impl Fn(&str) -> bool) -> BTreeMap<String, String
     v.as_object()
         .map(|m| m.iter().filter(|(k, _)| keep(k)).map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect())
         .unwrap_or_default()
+}
+
+/// What a record still knows about immutability at a new version of the same object.
+fn known_still(old: &ConfigMapInfo, uid: &str, resource_version: &str) -> Option<bool> {
+    match old.immutable {
+        Some(true) if old.uid == uid => Some(true),
+        Some(false) if old.uid == uid && old.resource_version == resource_version && !resource_version.is_empty() => Some(false),
+        _ => None,
+    }
 }
 
 fn key_of(obj: &Value) -> Key {
@@ -305,7 +336,22 @@ impl State {
     }
 
     pub fn apply_configmap(&mut self, obj: &Value) {
-        self.configmaps.insert(key_of(obj), ConfigMapInfo::from_object(obj));
+        let key = key_of(obj);
+        let mut info = ConfigMapInfo::from_object(obj);
+        if let (None, Some(old)) = (info.immutable, self.configmaps.get(&key)) {
+            info.immutable = known_still(old, &info.uid, &info.resource_version);
+        }
+        self.configmaps.insert(key, info);
+    }
+
+    /// Records what a full object read from the API server says about immutability, when it is
+    /// the ConfigMap the cache holds: immutable for good, or mutable at the cached version.
+    pub fn learn_configmap(&mut self, ns: &str, name: &str, obj: &Value) {
+        let Some(cm) = self.configmaps.get_mut(&(ns.to_owned(), name.to_owned())) else { return };
+        let fresh = ConfigMapInfo::from_object(obj);
+        if fresh.uid == cm.uid && (fresh.immutable == Some(true) || fresh.resource_version == cm.resource_version) {
+            cm.immutable = fresh.immutable;
+        }
     }
 
     pub fn delete_configmap(&mut self, obj: &Value) {
@@ -554,6 +600,60 @@ mod tests {
             "data": {"k": "v"}}));
         assert_eq!(info.annotations.len(), 1);
         assert_eq!(info.annotation(names::HEAD), Some("h"));
+    }
+
+    /// A ConfigMap as the metadata-only list and watch deliver it (`Accept:
+    /// application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`): no data, no `immutable`.
+    fn partial(name: &str, uid: &str, rv: &str, labels: Value) -> Value {
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+               "metadata": {"namespace": "ns", "name": name, "uid": uid, "resourceVersion": rv,
+                            "creationTimestamp": "2026-12-03T15:00:00Z", "labels": labels,
+                            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"data\": \"big\"}",
+                                            names::HEAD: "0123456789ab"}}})
+    }
+
+    #[test]
+    fn configmap_record_builds_from_partial_object_metadata() {
+        let mut s = State::default();
+        s.apply_configmap(&partial("cfg", "u1", "7", json!({"app": "a"})));
+        let cm = s.configmap("ns", "cfg").expect("cached");
+        assert_eq!((cm.uid.as_str(), cm.resource_version.as_str(), cm.created.as_str()), ("u1", "7", "2026-12-03T15:00:00Z"));
+        assert_eq!(cm.label("app"), Some("a"));
+        assert_eq!(cm.annotations.len(), 1, "only confighistory's annotations");
+        assert_eq!(cm.annotation(names::HEAD), Some("0123456789ab"));
+        assert_eq!(cm.immutable, None, "metadata does not say");
+        assert!(!cm.known_mutable() && !cm.immutable());
+        assert!(source::is_tracked("cfg", cm), "an unknown record reads as mutable in the rules");
+        let name = snapshot::name("cfg", "0123456789ab", 0);
+        let labels = json!({names::HASH_LABEL: "0123456789ab", names::MANAGED_BY: names::MANAGER});
+        s.apply_configmap(&partial(&name, "u2", "8", labels));
+        assert_eq!(s.snapshot_of("ns", &name), Some(("cfg".to_owned(), "0123456789ab".to_owned())), "snapshots are told by labels");
+        assert!(!source::is_tracked(&name, s.configmap("ns", &name).unwrap()));
+    }
+
+    #[test]
+    fn immutability_is_learnt_from_full_reads_and_kept_while_it_holds() {
+        let mut s = State::default();
+        let full = |uid: &str, rv: &str, immutable: bool| json!({"metadata": {"namespace": "ns", "name": "cfg", "uid": uid, "resourceVersion": rv}, "data": {"k": "v"}, "immutable": immutable});
+        s.apply_configmap(&partial("cfg", "u1", "7", json!({})));
+        s.learn_configmap("ns", "cfg", &full("u1", "6", false));
+        assert_eq!(s.configmap("ns", "cfg").unwrap().immutable, None, "mutable at another version says nothing of this one");
+        s.learn_configmap("ns", "cfg", &full("u0", "7", false));
+        assert_eq!(s.configmap("ns", "cfg").unwrap().immutable, None, "another object of the same name");
+        s.learn_configmap("ns", "cfg", &full("u1", "7", false));
+        assert!(s.configmap("ns", "cfg").unwrap().known_mutable());
+        s.apply_configmap(&partial("cfg", "u1", "7", json!({})));
+        assert!(s.configmap("ns", "cfg").unwrap().known_mutable(), "a relist of the same version");
+        s.apply_configmap(&partial("cfg", "u1", "9", json!({})));
+        assert_eq!(s.configmap("ns", "cfg").unwrap().immutable, None, "an update may have made it immutable");
+        s.learn_configmap("ns", "cfg", &full("u1", "10", true));
+        assert!(s.configmap("ns", "cfg").unwrap().immutable(), "immutable at any version: for good");
+        s.apply_configmap(&partial("cfg", "u1", "11", json!({})));
+        assert!(s.configmap("ns", "cfg").unwrap().immutable(), "a metadata update keeps it");
+        s.apply_configmap(&partial("cfg", "u2", "12", json!({})));
+        assert_eq!(s.configmap("ns", "cfg").unwrap().immutable, None, "re-created under the same name");
+        s.apply_configmap(&full("u3", "13", true));
+        assert!(s.configmap("ns", "cfg").unwrap().immutable(), "a whole object says");
     }
 
     // Each rule of model::source and model::policy is written once over `Meta`; these check

@@ -5,13 +5,13 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use futures::TryStreamExt;
-use kube::api::{Api, ApiResource, DynamicObject};
+use futures::{Stream, TryStreamExt};
+use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use crate::cache::{Key, State, Watched};
+use crate::cache::{Key, State, Watched, PARTIAL_OBJECT_METADATA};
 use crate::model::template::Kind;
 
 pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
@@ -55,46 +55,73 @@ pub fn api_resource(what: Watched, cronjob_version: &str) -> ApiResource {
 const LIST_PAGE_SIZE: u32 = 100;
 
 /// Starts every watch; `synced` turns true once all of them delivered their first list.
+///
+/// ConfigMaps are listed and watched as metadata (`PartialObjectMetadata`, served by every API
+/// server since 1.15): no page or event carries their data, which can be 1 MiB each (SPEC §10;
+/// a page of 100 dashboards or release records parsed whole was ~90 MiB). Whether one is
+/// immutable is not metadata: the controller reads a source when a decision needs it
+/// ([`State::learn_configmap`]), and admission decides from the request and fresh reads.
 /// `cj`: the batch version that serves CronJobs ([`cronjob_version`]).
 pub fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<AtomicBool>, cj: &'static str) {
     let all = Watched::all();
     let pending = Arc::new(Mutex::new(all.iter().map(|w| w.name()).collect::<HashSet<_>>()));
     for what in all {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource(what, cj));
-        let (state, synced, pending) = (state.clone(), synced.clone(), pending.clone());
-        tokio::spawn(async move {
-            let mut seen: HashSet<Key> = HashSet::new();
-            let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
-            let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
-            loop {
-                match stream.try_next().await {
-                    Ok(Some(event)) => {
-                        let value = |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
-                        match event {
-                            Event::Init => seen.clear(),
-                            Event::InitApply(o) => {
-                                let v = value(o);
-                                seen.insert(key(&v));
-                                state.write().expect("state lock").apply(what, &v);
-                            }
-                            Event::InitDone => {
-                                state.write().expect("state lock").retain_seen(what, &seen);
-                                seen.clear();
-                                let mut p = pending.lock().expect("lock");
-                                p.remove(what.name());
-                                if p.is_empty() && !synced.swap(true, Ordering::Relaxed) {
-                                    tracing::info!("caches synced");
-                                }
-                            }
-                            Event::Apply(o) => state.write().expect("state lock").apply(what, &value(o)),
-                            Event::Delete(o) => state.write().expect("state lock").delete(what, &value(o)),
+        let resource = api_resource(what, cj);
+        let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
+        let feed = Feed { what, state: state.clone(), synced: synced.clone(), pending: pending.clone() };
+        if what == Watched::ConfigMaps {
+            // `Api<PartialObjectMeta<_>>` asks for metadata only (list and watch alike).
+            let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &resource);
+            let stream = watcher(api, config).default_backoff();
+            tokio::spawn(feed.run(stream, |o: PartialObjectMeta<DynamicObject>| {
+                json!({"kind": PARTIAL_OBJECT_METADATA, "metadata": serde_json::to_value(o.metadata).unwrap_or(Value::Null)})
+            }));
+        } else {
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let stream = watcher(api, config).default_backoff();
+            tokio::spawn(feed.run(stream, |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null)));
+        }
+    }
+}
+
+/// One watch feeding [`State`].
+struct Feed {
+    what: Watched,
+    state: Arc<RwLock<State>>,
+    synced: Arc<AtomicBool>,
+    pending: Arc<Mutex<HashSet<&'static str>>>,
+}
+
+impl Feed {
+    async fn run<T>(self, stream: impl Stream<Item = Result<Event<T>, watcher::Error>>, value: impl Fn(T) -> Value) {
+        let Feed { what, state, synced, pending } = self;
+        let mut seen: HashSet<Key> = HashSet::new();
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            match stream.try_next().await {
+                Ok(Some(event)) => match event {
+                    Event::Init => seen.clear(),
+                    Event::InitApply(o) => {
+                        let v = value(o);
+                        seen.insert(key(&v));
+                        state.write().expect("state lock").apply(what, &v);
+                    }
+                    Event::InitDone => {
+                        state.write().expect("state lock").retain_seen(what, &seen);
+                        seen.clear();
+                        let mut p = pending.lock().expect("lock");
+                        p.remove(what.name());
+                        if p.is_empty() && !synced.swap(true, Ordering::Relaxed) {
+                            tracing::info!("caches synced");
                         }
                     }
-                    Ok(None) => break,
-                    Err(e) => tracing::warn!(watch = what.name(), error = %e, "watch failed; retrying with backoff"),
-                }
+                    Event::Apply(o) => state.write().expect("state lock").apply(what, &value(o)),
+                    Event::Delete(o) => state.write().expect("state lock").delete(what, &value(o)),
+                },
+                Ok(None) => break,
+                Err(e) => tracing::warn!(watch = what.name(), error = %e, "watch failed; retrying with backoff"),
             }
-        });
+        }
     }
 }
 

@@ -34,6 +34,10 @@ pub struct Adoption {
 pub struct Decisions {
     pub adoptions: Vec<Adoption>,
     pub repairs: Vec<Plan>,
+    /// Plainly referenced sources whose immutability the cache does not know (its records are
+    /// metadata): read them, then decide again. A workload that names an immutable ConfigMap is
+    /// neither adopted nor repaired (SPEC §3).
+    pub unknown: Vec<(String, String)>,
 }
 
 /// Template hashes recorded in adoption records, per (namespace, source).
@@ -66,6 +70,7 @@ pub fn decide(
     let adopted = adoption_index(state);
     let mut adoptions: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
     let mut repairs = Vec::new();
+    let mut unknown = BTreeSet::new();
     let mut workloads: Vec<_> = state.workloads.iter().collect();
     workloads.sort_by(|a, b| a.0.cmp(b.0));
     for ((kind, ns, name), w) in workloads {
@@ -77,6 +82,7 @@ pub fn decide(
         }
         let new_template = !seen.contains(&w.template_hash);
         let mut plain: Vec<(String, String)> = Vec::new(); // (source, head)
+        let mut read_first = false;
         for (source, pins) in propagate::sources_of(state, ns, &w.refs) {
             if !pins.contains(&None) {
                 continue;
@@ -87,6 +93,11 @@ pub fn decide(
             {
                 continue;
             }
+            if !cm.known_mutable() {
+                unknown.insert((ns.clone(), source));
+                read_first = true;
+                continue;
+            }
             // Adopted: an undo target, never restarted. A template never seen before is an
             // outage's even when adopted (repair records its content before the trigger).
             if !new_template && adopted.get(&(ns.clone(), source.clone())).is_some_and(|s| s.contains(&w.template_hash)) {
@@ -94,7 +105,8 @@ pub fn decide(
             }
             plain.push((source, cm.annotation(names::HEAD).unwrap_or_default().to_owned()));
         }
-        if plain.is_empty() {
+        if plain.is_empty() || read_first {
+            // One decision for the whole template, once every source it names plainly is known.
             continue;
         }
         let pinned_before = w.annotations.contains_key(names::PINS);
@@ -121,6 +133,7 @@ pub fn decide(
             .map(|((namespace, source), t)| Adoption { namespace, source, templates: t.into_iter().collect() })
             .collect(),
         repairs,
+        unknown: unknown.into_iter().collect(),
     }
 }
 
@@ -174,6 +187,40 @@ mod tests {
         let names: Vec<&str> = d.repairs.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["new", "was-pinned"]);
         assert_eq!(d.repairs[0].trigger_value(), format!("cfg={}", h('a')));
+    }
+
+    #[test]
+    fn a_source_the_cache_knows_by_metadata_only_is_read_before_adoption_or_repair() {
+        let mut s = State::default();
+        let partial = |name: &str| {
+            let mut o = source("ns", name, &h('a'), &[]);
+            o.as_object_mut().unwrap().remove("data");
+            o["kind"] = json!(crate::cache::PARTIAL_OBJECT_METADATA);
+            o["metadata"]["resourceVersion"] = json!("5");
+            o
+        };
+        s.apply_configmap(&partial("cfg"));
+        s.apply_configmap(&partial("imm"));
+        s.apply_workload(Kind::Deployment, &workload("ns", "old", &["cfg"], &[]));
+        s.apply_workload(Kind::Deployment, &workload("ns", "both", &["cfg", "imm"], &[]));
+        let seen = current_templates(&s);
+        let run = |s: &State| decide(s, &Policy::default(), &Selector::default(), &seen, &HashSet::new());
+        let d = run(&s);
+        assert_eq!((d.adoptions.len(), d.repairs.len()), (0, 0));
+        assert_eq!(d.unknown, [("ns".to_owned(), "cfg".to_owned()), ("ns".to_owned(), "imm".to_owned())]);
+
+        let read = |name: &str, immutable: bool| {
+            let mut o = source("ns", name, &h('a'), &[]);
+            o["metadata"]["resourceVersion"] = json!("5");
+            o["immutable"] = json!(immutable);
+            o
+        };
+        s.learn_configmap("ns", "cfg", &read("cfg", false));
+        s.learn_configmap("ns", "imm", &read("imm", true));
+        let d = run(&s);
+        assert!(d.unknown.is_empty() && d.repairs.is_empty());
+        let adopted: Vec<(&str, usize)> = d.adoptions.iter().map(|a| (a.source.as_str(), a.templates.len())).collect();
+        assert_eq!(adopted, [("cfg", 2)], "the immutable source is left alone");
     }
 
     #[test]

@@ -234,6 +234,9 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
         let state = ctx.shared.state.read().expect("state lock");
         propagate::due_propagations(&state, &ctx.shared.policy, &ctx.selector, now_ms)
     };
+    // Read as the change arrives (it is inside its settle window), so the read adds no delay;
+    // a few per pass, the rest on the next ones.
+    learn_immutability(ctx, plan.unknown.iter().take(UNKNOWN_READS_PER_PASS), None).await;
     if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
         // Templates in namespaces the loops do not act in were admitted on purpose unpinned (audit,
         // enforce, off): if the namespace later switches to rewrite, they are adopted, not repaired.
@@ -412,10 +415,15 @@ async fn resync_pass(ctx: &Ctx, seen: &HashSet<String>, st: &mut ResyncState) {
     // The templates this pass decides about: only these count as seen when it ends. A workload
     // that arrives while the pass runs (its writes are rate-limited, so that can take long) was
     // not looked at; marking it seen would adopt an outage's template instead of repairing it.
-    let (decisions, present) = {
+    let decide = || {
         let state = ctx.shared.state.read().expect("state lock");
         (adopt::decide(&state, &ctx.shared.policy, &ctx.selector, seen, &st.adopted), adopt::current_templates(&state))
     };
+    let (mut decisions, mut present) = decide();
+    if !decisions.unknown.is_empty() {
+        learn_immutability(ctx, decisions.unknown.iter(), Some(&ctx.reads)).await;
+        (decisions, present) = decide();
+    }
     for a in &decisions.adoptions {
         if !ctx.leadership.is_leader() {
             break;
@@ -519,6 +527,10 @@ async fn rehash(ctx: &Ctx) {
                 continue;
             }
         };
+        ctx.shared.state.write().expect("state lock").learn_configmap(&ns, &name, &obj);
+        if obj.immutable() {
+            continue; // made immutable after it was a source: never touched (SPEC §3)
+        }
         let Some(stored) = crate::admission::annotation(&obj, names::HEAD).map(str::to_owned) else { continue };
         let actual = Content::from_object(&obj).hash();
         if stored == actual {
@@ -529,6 +541,27 @@ async fn rehash(ctx: &Ctx) {
         let patch = json!({"metadata": {"annotations": {names::HEAD: stored}}});
         if let Err(e) = ctx.shared.cluster.patch_configmap(&ns, &name, &patch).await {
             tracing::warn!(namespace = %ns, source = %name, error = %e, "could not touch the source");
+        }
+    }
+}
+
+/// Reads of sources whose immutability the cache does not know, per propagation pass.
+const UNKNOWN_READS_PER_PASS: usize = 16;
+
+/// Reads ConfigMaps the planners need to know immutability of (the cache's records are
+/// metadata, SPEC §10) and records what the reads say; `limiter` paces them.
+async fn learn_immutability(ctx: &Ctx, sources: impl Iterator<Item = &(String, String)>, limiter: Option<&Mutex<Limiter>>) {
+    for (ns, name) in sources {
+        if !ctx.leadership.is_leader() {
+            return;
+        }
+        if let Some(l) = limiter {
+            Limiter::acquire(l, ns).await;
+        }
+        match ctx.shared.cluster.get_configmap(ns, name).await {
+            Ok(Some(obj)) => ctx.shared.state.write().expect("state lock").learn_configmap(ns, name, &obj),
+            Ok(None) => {}
+            Err(e) => tracing::debug!(namespace = %ns, source = %name, error = %e, "could not read the source; retried"),
         }
     }
 }

@@ -27,6 +27,10 @@ pub struct Change {
     pub due_ms: i64,
     /// False once the source is no longer versioned: its workloads move to the plain name.
     pub versioned: bool,
+    /// A full read showed the source mutable. The cache's records are metadata, which does not
+    /// say; nothing is written for a change until it is known (SPEC §3: an immutable ConfigMap,
+    /// even a former source, is never touched).
+    pub known_mutable: bool,
 }
 
 /// One workload update: the trigger naming every stale source (source → head).
@@ -65,6 +69,9 @@ pub struct Propagation {
     /// Per namespace: workloads with a pin that is not the head, and held pins.
     pub behind: BTreeMap<String, u64>,
     pub held: BTreeMap<String, u64>,
+    /// Sources with a pending change whose immutability the cache does not know: read them,
+    /// and the workloads behind on them wait until then.
+    pub unknown: Vec<(String, String)>,
 }
 
 /// Parses an RFC 3339 time into ms since the epoch.
@@ -101,6 +108,7 @@ pub fn pending_change(state: &State, policy: &Policy, ns: &str, cm: &ConfigMapIn
         changed_ms,
         due_ms: changed_ms.saturating_add(settle_ms(state, policy, ns, cm)),
         versioned: policy.versioned(cm),
+        known_mutable: cm.known_mutable(),
     })
 }
 
@@ -139,6 +147,9 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
             continue;
         }
         if let Some(change) = pending_change(state, policy, ns, cm) {
+            if !change.known_mutable {
+                out.unknown.push((ns.clone(), name.clone()));
+            }
             if change.due_ms > now {
                 out.waiting += 1;
                 out.next_due_ms = Some(out.next_due_ms.map_or(change.due_ms, |d: i64| d.min(change.due_ms)));
@@ -189,6 +200,10 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
         for (source, _) in &stale {
             behind_any.insert((ns.clone(), (*source).clone()), true);
         }
+        if stale.iter().any(|(_, c)| !c.known_mutable) {
+            // Waits for the read as a whole, so sources changed together still move together.
+            continue;
+        }
         let latest = stale.iter().map(|(_, c)| c.due_ms).max().unwrap_or(now);
         let first = stale.iter().min_by_key(|(_, c)| c.due_ms).map(|(_, c)| *c).expect("not empty");
         let overdue = first.due_ms.saturating_add(first.due_ms - first.changed_ms) <= now;
@@ -206,11 +221,12 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
 
     let mut done: Vec<(String, String, String)> = changes
         .into_iter()
-        .filter(|(key, c)| c.due_ms <= now && !behind_any.contains_key(key))
+        .filter(|(key, c)| c.due_ms <= now && c.known_mutable && !behind_any.contains_key(key))
         .map(|((ns, source), c)| (ns, source, c.head))
         .collect();
     done.sort();
     out.done = done;
+    out.unknown.sort();
     out.plans = interleave_namespaces(out.plans);
     out
 }
@@ -292,6 +308,57 @@ pub(crate) mod tests {
 
     fn run(s: &State, at: i64) -> Propagation {
         due_propagations(s, &Policy::default(), &policy::Selector::default(), at)
+    }
+
+    /// A source as the metadata-only watch delivers it: immutability unknown.
+    fn as_metadata(mut obj: Value) -> Value {
+        let o = obj.as_object_mut().unwrap();
+        o.retain(|k, _| k == "metadata");
+        o.insert("kind".into(), json!(crate::cache::PARTIAL_OBJECT_METADATA));
+        obj["metadata"]["resourceVersion"] = json!("2");
+        obj
+    }
+
+    #[test]
+    fn a_change_is_acted_on_only_once_a_read_shows_the_source_mutable() {
+        let mut s = setup();
+        let t1 = "2025-01-01T00:00:01Z";
+        s.apply_configmap(&as_metadata(source("ns", "cfg", &h('b'), &[(names::CHANGED_AT, T0)])));
+        s.apply_configmap(&source("ns", "other", &h('d'), &[(names::CHANGED_AT, t1)]));
+        s.apply_configmap(&snap("ns", "other", &h('c')));
+        let (old, old_other) = (snapshot::name("cfg", &h('a'), 0), snapshot::name("other", &h('c'), 0));
+        s.apply_workload(Kind::Deployment, &workload("ns", "both", &[&old, &old_other], &[]));
+        s.apply_configmap(&as_metadata(source("ns", "untouched", &h('e'), &[(names::CHANGED_AT, T0)])));
+
+        let early = run(&s, ms(T0));
+        assert_eq!(early.unknown, [("ns".to_owned(), "cfg".to_owned()), ("ns".to_owned(), "untouched".to_owned())], "read at once");
+        let due = run(&s, ms(t1) + 10_000);
+        assert!(due.plans.is_empty(), "sources changed together still move together: {:?}", due.plans);
+        assert!(due.done.is_empty(), "no source is written before it is known: {:?}", due.done);
+
+        for (name, head) in [("cfg", h('b')), ("untouched", h('e'))] {
+            let mut read = source("ns", name, &head, &[(names::CHANGED_AT, T0)]);
+            read["metadata"]["resourceVersion"] = json!("2");
+            s.learn_configmap("ns", name, &read);
+        }
+        let known = run(&s, ms(t1) + 10_000);
+        assert!(known.unknown.is_empty());
+        assert_eq!(known.plans.len(), 1);
+        assert_eq!(known.plans[0].trigger_value(), format!("cfg={},other={}", h('b'), h('d')));
+        assert_eq!(known.done, [("ns".to_owned(), "untouched".to_owned(), h('e'))]);
+    }
+
+    #[test]
+    fn a_former_source_made_immutable_is_never_touched() {
+        let mut s = setup();
+        let mut imm = source("ns", "cfg", &h('b'), &[(names::CHANGED_AT, T0)]);
+        imm["immutable"] = json!(true);
+        s.apply_configmap(&imm);
+        // What the watch delivers next (a label added) keeps what a read showed.
+        s.apply_configmap(&as_metadata(imm));
+        s.apply_workload(Kind::Deployment, &workload("ns", "plain", &["cfg"], &[]));
+        let due = run(&s, ms(T0) + 10_000);
+        assert_eq!((due.plans.len(), due.done.len(), due.unknown.len(), due.waiting), (0, 0, 0, 0));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::sync::RwLock;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::propagate::tests::{h, snap, source, workload, T0};
 use super::*;
@@ -466,4 +466,45 @@ async fn an_adoption_past_a_squatted_snapshot_name_records_a_collision_event() {
     assert_eq!(events.iter().map(|e| (e.reason, e.regarding.name.as_str())).collect::<Vec<_>>(), [("SnapshotCollision", "cfg")]);
     assert!(events[0].note.contains(&squatted) && events[0].note.contains(&next), "{}", events[0].note);
     assert_eq!(events[0].regarding.uid, "uid-cfg");
+}
+
+/// The cache knows ConfigMaps by their metadata only (SPEC §10): a pass reads a changed source
+/// before it acts on the change, and leaves one that the read shows immutable alone.
+#[tokio::test]
+async fn a_propagation_pass_reads_a_source_known_by_metadata_before_acting_and_never_touches_an_immutable_one() {
+    let (cluster, mut state) = propagation_world();
+    let metadata = |mut obj: Value| {
+        obj.as_object_mut().unwrap().retain(|k, _| k == "metadata");
+        obj["kind"] = json!(crate::cache::PARTIAL_OBJECT_METADATA);
+        obj
+    };
+    let mut cfg = source("ns", "cfg", &h('b'), &[(names::CHANGED_AT, T0)]);
+    cfg["metadata"]["resourceVersion"] = json!("3");
+    cluster.insert(cfg.clone());
+    state.apply_configmap(&metadata(cfg));
+    // A former source, made immutable inside its settle window, and a workload still on it.
+    let mut imm = source("ns", "imm", &h('c'), &[(names::CHANGED_AT, T0)]);
+    imm["metadata"]["resourceVersion"] = json!("4");
+    imm["immutable"] = json!(true);
+    cluster.insert(imm.clone());
+    state.apply_configmap(&metadata(imm));
+    let on_imm = workload("ns", "on-imm", &["imm"], &[]);
+    state.apply_workload(Kind::Deployment, &on_imm);
+    cluster.insert_workload(Kind::Deployment, on_imm);
+    let ctx = ctx(&cluster, state, args(&[]));
+    let mut st = quick();
+
+    propagation_pass(&ctx, &mut st).await;
+    assert_eq!(trigger_of(&cluster, "stale"), None, "nothing moves on a change of a source not known mutable");
+    let reads: Vec<String> = cluster.calls.lock().unwrap().iter().filter(|c| c.starts_with("get ")).cloned().collect();
+    assert_eq!(reads.len(), 2, "{reads:?}");
+    propagation_pass(&ctx, &mut st).await;
+    assert_eq!(trigger_of(&cluster, "stale"), Some(format!("cfg={}", h('b'))));
+    assert_eq!(trigger_of(&cluster, "on-imm"), None);
+    for _ in 0..3 {
+        propagation_pass(&ctx, &mut st).await;
+    }
+    let calls = cluster.calls.lock().unwrap().clone();
+    assert!(!calls.iter().any(|c| c.contains("ns/imm") && !c.starts_with("get")), "the immutable ConfigMap is never written: {calls:?}");
+    assert_eq!(calls.iter().filter(|c| c.starts_with("get ")).count(), 2, "each read once: {calls:?}");
 }

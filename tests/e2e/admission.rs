@@ -422,6 +422,40 @@ fn unrelated_updates_of_a_workload_from_before_the_install_are_allowed_and_pin_n
     drop(server);
 }
 
+/// SPEC §10: the caches hold metadata only, and ConfigMaps are listed and watched as metadata.
+/// A server started in a cluster holding 60 ConfigMaps of 900 KiB (dashboards, release records:
+/// 54 MiB of data, which fit in one page of the initial list) peaks below one copy of that data.
+/// When the list carried whole objects, each page was parsed whole: about twice the data, and 200
+/// such ConfigMaps took the server past the chart's 256Mi limit (docs/performance.md).
+#[test]
+fn a_namespace_of_large_configmaps_does_not_grow_the_server() {
+    let Some(cluster) = cluster() else { return };
+    let run = format!("{}-large", run_id());
+    let ns = TestNamespace::in_run(cluster, Some(&run), "large", &[]);
+    const COUNT: usize = 60;
+    const KIB: usize = 900;
+    let value: String = "0123456789abcdef".repeat(KIB * 1024 / 16 / 3);
+    let items: Vec<Value> = (0..COUNT)
+        .map(|i| {
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("dashboard-{i:02}")},
+                               "data": {"a.json": value, "b.json": value, "c.json": value}})
+        })
+        .collect();
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
+    cluster.kubectl_stdin(&["create", "-n", &ns.name, "-f", "-"], &list).expect_success();
+    let data_kib = (COUNT * KIB) as u64;
+
+    let server = Webhook::start(cluster, &run, &["--no-controllers"]);
+    let peak = server.peak_rss_kib();
+    assert!(
+        peak < data_kib,
+        "the server peaked at {} MiB starting beside {} MiB of ConfigMap data: the list carried the data",
+        peak / 1024,
+        data_kib / 1024
+    );
+    drop(server);
+}
+
 /// The namespace label selects the run: a namespace of no run is seen by no server.
 #[test]
 fn a_namespace_of_no_run_is_left_alone() {

@@ -234,6 +234,26 @@ impl Webhook {
         self.cluster.run_kubectl(&self.kubeconfig, args, None)
     }
 
+    /// The server process's peak resident memory (VmHWM) in KiB, read from /proc: run-webhook
+    /// records its pid in the state dir, and its command line has this server's listen address.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let listen = self.url_base.trim_start_matches("https://");
+        let pids = std::fs::read_dir(self.cluster.state_dir.join("pids")).expect("the e2e pids dir");
+        let pid = pids
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+            .map(|p| p.trim().to_owned())
+            .find(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == listen.as_bytes()))
+            })
+            .unwrap_or_else(|| panic!("no running server listens on {listen}"));
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the server's /proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc status")
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_file).unwrap_or_default()
