@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 
 use crate::cache::State;
+use crate::cluster::clock::Clock;
 use crate::cluster::Cluster;
 use crate::model::policy::Policy;
 
@@ -15,16 +16,25 @@ pub struct Context {
     pub cluster: Arc<dyn Cluster>,
     /// Watch caches have delivered their first list.
     pub synced: Arc<AtomicBool>,
+    /// The API server's time: `changed-at`, the settle window and GC's last-use records use it,
+    /// never a replica's own clock alone.
+    pub clock: Arc<Clock>,
 }
 
 impl Context {
     /// A context whose caches are not synced yet (the watches set `synced`).
     pub fn new(policy: Policy, state: Arc<RwLock<State>>, cluster: Arc<dyn Cluster>) -> Context {
-        Context { policy, state, cluster, synced: Arc::new(AtomicBool::new(false)) }
+        Context { policy, state, cluster, synced: Arc::new(AtomicBool::new(false)), clock: Arc::new(Clock::system()) }
     }
 
     /// A context whose caches count as synced: for tests and tools that fill `state` themselves.
     pub fn synced(policy: Policy, state: Arc<RwLock<State>>, cluster: Arc<dyn Cluster>) -> Context {
-        Context { policy, state, cluster, synced: Arc::new(AtomicBool::new(true)) }
+        Context { policy, state, cluster, synced: Arc::new(AtomicBool::new(true)), clock: Arc::new(Clock::system()) }
+    }
+
+    /// The same context telling time with `clock` (the one fed by the kube client's responses).
+    pub fn with_clock(mut self, clock: Arc<Clock>) -> Context {
+        self.clock = clock;
+        self
     }
 }

@@ -15,6 +15,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::cache::State;
 use crate::cli::{ControllerCommandArgs, GcArgs, PolicyArgs, ServeArgs};
+use crate::cluster::clock::{Clock, DateLayer};
 use crate::cluster::{watch, KubeCluster};
 use crate::context::Context;
 use crate::webhook::{self, serve, tls, App};
@@ -49,6 +50,12 @@ async fn bind(addr: SocketAddr, flag: &'static str) -> Result<TcpListener> {
     TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, flag, source })
 }
 
+/// [`client`] whose every response's `Date` feeds `clock` (the API server's time).
+async fn client_with_clock(clock: Arc<Clock>) -> Result<kube::Client> {
+    let config = kube::Config::infer().await.map_err(|e| Error::Client(kube::Error::InferConfig(e)))?;
+    Ok(kube::client::ClientBuilder::try_from(config).map_err(Error::Client)?.with_layer(&DateLayer(clock)).build())
+}
+
 /// The kube client, the shared context over a fresh cache, the watches that feed it, and the
 /// CronJob API version (probed here once, for the watches, the port and the loops).
 /// `trust_revisions_before_now`: rollout history that exists when the process starts is taken
@@ -56,15 +63,19 @@ async fn bind(addr: SocketAddr, flag: &'static str) -> Result<TcpListener> {
 /// with (SPEC §9a). Only admission judges undos.
 async fn start(policy: &PolicyArgs, trust_revisions_before_now: bool) -> Result<(kube::Client, Arc<Context>, &'static str)> {
     let policy = policy.policy()?;
-    let client = client().await?;
-    let mut state = State::default();
-    if trust_revisions_before_now {
-        state.revisions_trusted_before = Some(format!("{:.0}", k8s_openapi::jiff::Timestamp::now()));
-    }
-    let state = Arc::new(RwLock::new(state));
+    let clock = Arc::new(Clock::system());
+    let client = client_with_clock(clock.clone()).await?;
+    // The probe is a first response: from here the clock knows the API server's time.
     let cronjob_version = watch::cronjob_version(&client).await;
     let cluster = Arc::new(KubeCluster::new(client.clone(), FIELD_MANAGER, cronjob_version));
-    let shared = Arc::new(Context::new(policy, state.clone(), cluster));
+    let mut state = State::default();
+    if trust_revisions_before_now {
+        // Compared with revisions' creationTimestamps: the API server's time.
+        let now = k8s_openapi::jiff::Timestamp::from_millisecond(clock.now_ms()).unwrap_or_default();
+        state.revisions_trusted_before = Some(format!("{now:.0}"));
+    }
+    let state = Arc::new(RwLock::new(state));
+    let shared = Arc::new(Context::new(policy, state.clone(), cluster).with_clock(clock));
     watch::start(client.clone(), state, shared.synced.clone(), cronjob_version);
     Ok((client, shared, cronjob_version))
 }
@@ -148,7 +159,8 @@ pub async fn controller(args: ControllerCommandArgs) -> Result<()> {
 /// `confighistory gc`: one sweep, printing every verdict (no cache, no watches: fresh lists).
 pub async fn gc(args: GcArgs) -> Result<()> {
     let policy = args.policy.policy()?;
-    let client = client().await?;
+    let clock = Arc::new(Clock::system());
+    let client = client_with_clock(clock.clone()).await?;
     let cluster = KubeCluster::new(client.clone(), FIELD_MANAGER, watch::cronjob_version(&client).await);
-    Ok(crate::controller::run_gc_command(&cluster, policy, args).await?)
+    Ok(crate::controller::run_gc_command(&cluster, &clock, policy, args).await?)
 }

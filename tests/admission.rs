@@ -851,6 +851,32 @@ async fn source_update_tracks_head_warns_keys_and_adopts_outgoing_content() {
     assert!(f.calls().is_empty());
 }
 
+/// `changed-at` is the API server's time, not the admitting replica's (issue 14): the leader
+/// counts the settle window from it on the API server's clock too, so a replica whose clock is off
+/// neither shortens nor stretches the window. Failed before: the replica's own clock was written.
+#[tokio::test]
+async fn changed_at_is_the_api_servers_time() {
+    use confighistory::cluster::clock::{Clock, Sample};
+    use confighistory::controller::propagate::parse_time_ms;
+    let plain = deployment("pricing:4.11", "pricing-config");
+    let f = Fixture::new().source("pricing-config", A).workload(&plain);
+    // This replica's clock reads 2026-12-03T10:00:00Z; the API server's said 10:00:30.
+    let local = parse_time_ms("2026-12-03T10:00:00Z").unwrap();
+    let clock = Arc::new(Clock::with_local(move || local));
+    clock.record(Sample { sent_ms: local - 20, received_ms: local, date_ms: local + 30_000 });
+    let ctx = confighistory::context::Context::synced(f.policy.clone(), f.state.clone(), Arc::new(f.cluster.clone())).with_clock(clock);
+    let app = Arc::new(App::new(Arc::new(ctx)));
+    let (old, new) = (configmap("pricing-config", A), configmap("pricing-config", B));
+    let body = serde_json::to_vec(&review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old))).unwrap();
+    let req = HttpRequest::post("/mutate").header("content-type", "application/json").body(Body::from(body)).unwrap();
+    let resp = webhook::router(app).oneshot(req).await.unwrap();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+    let a = Answer { status: StatusCode::OK, body: serde_json::from_slice(&bytes).unwrap() };
+    let changed_at = annotation(&a.patched(&new), "confighistory.io/changed-at").expect("changed-at");
+    let at = parse_time_ms(&changed_at).unwrap();
+    assert!((local + 29_000..=local + 31_000).contains(&at), "{changed_at}: the API server's time, within its uncertainty");
+}
+
 /// SPEC §7: a change is an edit, not a content. A → B, then back to A before B was propagated:
 /// the marker that says "A was propagated" belongs to the first change to A, not to this one.
 #[tokio::test]

@@ -13,6 +13,7 @@ use crate::cache::Watched;
 use crate::model::names;
 use crate::model::template::Kind;
 
+pub mod clock;
 pub mod watch;
 
 /// An API-server failure, as much as the caller needs to explain it.

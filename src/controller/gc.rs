@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::cache::Watched;
+use crate::cluster::clock::Clock;
 use crate::cluster::{ApiError, Cluster};
 use crate::metrics::METRICS;
 use crate::model::names;
@@ -247,9 +248,16 @@ impl fmt::Display for Report {
 }
 
 /// Sweeps one namespace: fresh lists, plan, then (unless `dry_run`) deletes with preconditions
-/// and records last use.
-pub async fn sweep_namespace(cluster: &dyn Cluster, ns: &str, settings: Settings, dry_run: bool) -> Result<Report, ApiError> {
-    sweep_namespace_at(cluster, ns, settings, dry_run, super::propagate::now_ms()).await
+/// and records last use. Last use is recorded and compared in the API server's time (`clock`),
+/// so a leader change between replicas whose clocks differ does not shorten the grace period.
+pub async fn sweep_namespace(
+    cluster: &dyn Cluster,
+    clock: &Clock,
+    ns: &str,
+    settings: Settings,
+    dry_run: bool,
+) -> Result<Report, ApiError> {
+    sweep_namespace_at(cluster, ns, settings, dry_run, clock.now_ms()).await
 }
 
 /// [`sweep_namespace`] at `now` (milliseconds since the epoch).

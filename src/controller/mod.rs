@@ -229,7 +229,8 @@ async fn propagation_loop(ctx: Arc<Ctx>) {
 }
 
 async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
-    let now_ms = propagate::now_ms();
+    // The API server's time, as `changed-at` is (issue 14: a replica's skew would shorten the window).
+    let now_ms = ctx.shared.clock.now_ms();
     let plan = {
         let state = ctx.shared.state.read().expect("state lock");
         propagate::due_propagations(&state, &ctx.shared.policy, &ctx.selector, now_ms)
@@ -637,7 +638,7 @@ async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
         if !ctx.leadership.is_leader() {
             break;
         }
-        match gc::sweep_namespace(ctx.shared.cluster.as_ref(), &ns, settings, false).await {
+        match gc::sweep_namespace(ctx.shared.cluster.as_ref(), &ctx.shared.clock, &ns, settings, false).await {
             Ok(report) => {
                 METRICS.set_gauge("confighistory_snapshots", &ns, report.snapshots as f64);
                 METRICS.set_gauge("confighistory_snapshot_bytes", &ns, report.bytes as f64);
@@ -660,7 +661,13 @@ fn gc_namespace_allowed(state: &crate::cache::State, policy: &crate::model::poli
 }
 
 /// `confighistory gc`: one sweep, printing every verdict; the same code as the periodic sweep.
-pub async fn run_gc_command(cluster: &dyn Cluster, policy: crate::model::policy::Policy, args: crate::cli::GcArgs) -> Result<()> {
+/// `clock`: the API server's time, read off the responses of `cluster`'s client.
+pub async fn run_gc_command(
+    cluster: &dyn Cluster,
+    clock: &crate::cluster::clock::Clock,
+    policy: crate::model::policy::Policy,
+    args: crate::cli::GcArgs,
+) -> Result<()> {
     let settings = gc::Settings { keep: args.keep, grace: Duration::from_secs(args.grace) };
     let namespaces = match &args.namespace_filter {
         Some(ns) => vec![ns.clone()],
@@ -672,7 +679,7 @@ pub async fn run_gc_command(cluster: &dyn Cluster, policy: crate::model::policy:
         if policy.excluded_namespaces.contains(&ns) {
             continue;
         }
-        let report = gc::sweep_namespace(cluster, &ns, settings, args.dry_run)
+        let report = gc::sweep_namespace(cluster, clock, &ns, settings, args.dry_run)
             .await
             .map_err(|source| Error::Sweep { namespace: ns.clone(), source })?;
         print!("{report}");

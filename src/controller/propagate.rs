@@ -79,10 +79,6 @@ pub fn parse_time_ms(s: &str) -> Option<i64> {
     s.parse::<k8s_openapi::jiff::Timestamp>().ok().map(|t| t.as_millisecond())
 }
 
-pub fn now_ms() -> i64 {
-    k8s_openapi::jiff::Timestamp::now().as_millisecond()
-}
-
 /// The settle window of a source: its own annotation, else its namespace's, else the default.
 pub fn settle_ms(state: &State, policy: &Policy, ns: &str, cm: &ConfigMapInfo) -> i64 {
     let d = cm

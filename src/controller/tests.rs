@@ -508,3 +508,32 @@ async fn a_propagation_pass_reads_a_source_known_by_metadata_before_acting_and_n
     assert!(!calls.iter().any(|c| c.contains("ns/imm") && !c.starts_with("get")), "the immutable ConfigMap is never written: {calls:?}");
     assert_eq!(calls.iter().filter(|c| c.starts_with("get ")).count(), 2, "each read once: {calls:?}");
 }
+
+/// `changed-at` is the API server's time (the admitting replica reads it off its responses), so
+/// the settle window must be counted on the API server's clock too. A leader whose own clock is
+/// 30 s ahead would otherwise see a change made 5 s ago as 35 s old and propagate it inside its
+/// 10 s window (issue 14). Failed when the pass took the replica's own clock.
+#[tokio::test]
+async fn the_settle_window_is_counted_on_the_api_servers_clock() {
+    use crate::cluster::clock::{Clock, Sample};
+    use std::sync::atomic::AtomicI64;
+    let (cluster, state) = propagation_world(); // changed at T0, settle window 10 s
+    let t0 = super::propagate::parse_time_ms(T0).unwrap();
+    let local = Arc::new(AtomicI64::new(t0 + 35_000)); // the server says T0 + 5 s
+    let clock = {
+        let local = local.clone();
+        Arc::new(Clock::with_local(move || local.load(Ordering::Relaxed)))
+    };
+    clock.record(Sample { sent_ms: t0 + 34_990, received_ms: t0 + 35_000, date_ms: t0 + 5_000 });
+    let mut ctx = ctx(&cluster, state, args(&[]));
+    ctx.shared =
+        Arc::new(Context::synced(Policy::default(), ctx.shared.state.clone(), ctx.shared.cluster.clone()).with_clock(clock.clone()));
+    let mut st = quick();
+
+    propagation_pass(&ctx, &mut st).await;
+    assert_eq!(trigger_of(&cluster, "stale"), None, "5 s after the change on the API server's clock: inside the window");
+
+    local.store(t0 + 41_500, Ordering::Relaxed); // the server's T0 + 11.5 s
+    propagation_pass(&ctx, &mut st).await;
+    assert_eq!(trigger_of(&cluster, "stale"), Some(format!("cfg={}", h('b'))), "past the window: propagated");
+}

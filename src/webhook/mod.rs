@@ -244,8 +244,9 @@ pub fn never_denied(app: &App, req: &review::Request) -> bool {
 
 /// Decides, reading sources fresh when the decision asks, runs the effects, and answers.
 pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Response, Reason) {
-    // Milliseconds: the settle window is counted from changed-at.
-    let now = format!("{:.3}", k8s_openapi::jiff::Timestamp::now());
+    // The API server's time, in milliseconds: the settle window is counted from changed-at, on
+    // the leader, which uses the API server's time too (never a replica's own clock alone).
+    let now = app.ctx.clock.now_rfc3339();
     let mut fresh = Fresh::new();
     let mut failed = Failed::new();
     // Pass 0 decides from memory; a decision that needs fresh reads asks for them once, and,
