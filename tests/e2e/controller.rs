@@ -347,6 +347,106 @@ fn gc_removes_a_snapshot_only_after_history_lets_go_and_the_grace_period() {
     assert_eq!(ns.history_of("app").pop().unwrap().config("app-config").unwrap()["v"], "b");
 }
 
+/// SPEC §8 (issue 14): a snapshot being pinned is never swept. A snapshot GC recorded unused,
+/// past its grace period (a sweep would delete it now), pinned again by a request naming it or by a
+/// release after a revert: the admission removes GC's record, so its resourceVersion moves and a
+/// sweep that listed it before fails its delete; later sweeps keep it. Then GC runs in a loop while
+/// releases revert between three contents: every pinned snapshot exists after every round, and no
+/// sweep fails. The first part failed before the fix (the record stayed, the resourceVersion too).
+#[test]
+fn a_snapshot_being_pinned_is_never_swept() {
+    let Some((cluster, ns)) = setup("ctl-gcpin") else { return };
+    const LAST_USED: &str = "confighistory.io/last-used";
+    // No kubelet: replicas 0 completes rollouts; history limit 0 trims old ReplicaSets at once.
+    let app = |image: &str, cm: &str| deployment("app", image, &[cm], "  revisionHistoryLimit: 0\n").replace("replicas: 1", "replicas: 0");
+    let pinned = || ns.current_template("deployment", "app").snapshots["app-config"].clone();
+    let rv = |name: &str| ns.get_json("configmap", name).map(|o| o["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned());
+    let release = |v: &str, image: &str| {
+        ns.accepts(&config("app-config", &[("v", v)]));
+        ns.accepts(&app(image, "app-config"));
+        wait_for("the old ReplicaSets to be trimmed", Duration::from_secs(30), || {
+            let sets = ns.list_json("replicasets");
+            sets.len() == 1 && sets[0]["spec"]["template"]["spec"]["containers"][0]["image"] == image
+        });
+        pinned()
+    };
+    // Past the grace period (3 s) on a sweep's record: the next sweep deletes it.
+    let about_to_be_swept = |name: &str| {
+        run_gc(cluster, &ns.name, &[]);
+        assert!(annotation(&ns, "configmap", name, LAST_USED).is_some(), "{name}: recorded unused");
+        std::thread::sleep(Duration::from_secs(4));
+        let dry = run_gc(cluster, &ns.name, &["--dry-run"]);
+        assert!(verdict_of(&dry, &ns.name, name).starts_with("delete"), "{dry}");
+        rv(name).expect("still there")
+    };
+
+    let first = release("a", "registry.example/app:1.0");
+    // creationTimestamps have whole seconds: the newest-N rule needs these two apart.
+    std::thread::sleep(Duration::from_millis(1100));
+    let second = release("b", "registry.example/app:2.0");
+    assert_ne!(first, second);
+
+    // A request naming the old snapshot (SPEC 6.2 rule 3).
+    let listed = about_to_be_swept(&first);
+    ns.accepts(&app("registry.example/app:1.0", &first));
+    assert_eq!(pinned(), first);
+    assert_eq!(annotation(&ns, "configmap", &first, LAST_USED), None, "the admission removed GC's record");
+    assert_ne!(rv(&first).as_deref(), Some(listed.as_str()), "a delete with the listed resourceVersion fails");
+
+    // A release after a revert to the old content (6.2 rule 2: the snapshot exists, reused).
+    let third = release("c", "registry.example/app:3.0");
+    let listed = about_to_be_swept(&second);
+    assert_eq!(release("b", "registry.example/app:4.0"), second);
+    assert_eq!(annotation(&ns, "configmap", &second, LAST_USED), None, "the admission removed GC's record");
+    assert_ne!(rv(&second).as_deref(), Some(listed.as_str()));
+    let report = run_gc(cluster, &ns.name, &[]);
+    assert!(verdict_of(&report, &ns.name, &second).starts_with("keep"), "{report}");
+
+    // GC in a loop while releases revert between the three contents.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sweeper = {
+        let (stop, kubeconfig, name) = (stop.clone(), cluster.webhook_kubeconfig.clone(), ns.name.clone());
+        std::thread::spawn(move || {
+            let (mut sweeps, mut deleted, mut raced) = (0, 0, 0);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (ok, stdout, stderr) = gc_as(&kubeconfig, &name, &[]);
+                assert!(ok, "a sweep failed while admissions pinned:\n{stdout}\n{stderr}");
+                sweeps += 1;
+                deleted += stdout.lines().filter(|l| l.starts_with("deleted")).count();
+                raced += stdout.lines().filter(|l| l.contains("changed since this sweep listed it")).count();
+            }
+            (sweeps, deleted, raced)
+        })
+    };
+    let contents = [("a", &first), ("b", &second), ("c", &third)];
+    let started = Instant::now();
+    for round in 0..12 {
+        let (v, snapshot) = contents[round % 3];
+        let got = release(v, &format!("registry.example/app:r{round}"));
+        assert_eq!(&got, snapshot, "round {round}: same content, same snapshot");
+        assert!(ns.get_json("configmap", &got).is_some(), "round {round}: {got} is pinned and missing");
+        std::thread::sleep(Duration::from_millis(300 * (round as u64 % 4)));
+        assert!(ns.get_json("configmap", &pinned()).is_some(), "round {round}: the pinned snapshot is missing");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (sweeps, deleted, raced) = sweeper.join().expect("sweeper");
+    eprintln!(
+        "MEASURE 12 reverting releases under {sweeps} concurrent sweeps: {:.1}s, {deleted} snapshots deleted (and made again), \
+         {raced} deletes lost to a pin",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(sweeps >= 3, "the sweeps ran alongside ({sweeps})");
+    for volume in ns
+        .list_json("replicasets")
+        .iter()
+        .chain(ns.list_json("deployments").iter())
+        .flat_map(|o| o["spec"]["template"]["spec"]["volumes"].as_array().cloned().unwrap_or_default())
+    {
+        let cm = volume["configMap"]["name"].as_str().unwrap_or_default();
+        assert!(ns.get_json("configmap", cm).is_some(), "{cm} is referenced and missing");
+    }
+}
+
 /// A source shared by 50 Deployments: one edit rolls them out within the rate limit (2 per second
 /// per namespace after a burst of 5), not all at once.
 #[test]
