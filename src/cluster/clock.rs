@@ -251,6 +251,22 @@ mod tests {
         assert!(o.low_ms >= 29_000 && o.high_ms <= 31_000, "the newest response wins: {o:?}");
     }
 
+    #[tokio::test]
+    async fn the_layer_takes_each_responses_date_into_the_clock() {
+        use tower::{Layer as _, Service as _, ServiceExt as _};
+        let clock = Arc::new(Clock::with_local(|| 1_796_312_114_000)); // 30 s behind the server
+        let server = tower::service_fn(|_: Request<()>| async {
+            Ok::<_, std::convert::Infallible>(Response::builder().header(DATE, "Thu, 03 Dec 2026 15:35:44 GMT").body(()).unwrap())
+        });
+        let mut svc = DateLayer(clock.clone()).layer(server);
+        svc.ready().await.unwrap().call(Request::new(())).await.unwrap();
+        let o = clock.offset().expect("one response seen");
+        assert!((30_000..31_000).contains(&o.ms()), "{o:?}");
+        let bare = tower::service_fn(|_: Request<()>| async { Ok::<_, std::convert::Infallible>(Response::new(())) });
+        DateLayer(clock.clone()).layer(bare).ready().await.unwrap().call(Request::new(())).await.unwrap();
+        assert_eq!(clock.offset(), Some(o), "a response without Date changes nothing");
+    }
+
     #[test]
     fn now_is_local_time_plus_the_offset() {
         let clock = Clock::with_local(|| 1_000_000);
