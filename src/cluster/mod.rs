@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube::runtime::events::{self as kube_events, Recorder, Reporter};
 use serde_json::Value;
 
@@ -97,6 +99,17 @@ pub trait Cluster: Send + Sync + 'static {
         let _ = (ns, what);
         unsupported("list")
     }
+    /// Every ConfigMap in `ns` as metadata only (`PartialObjectMetadata`: no data), paged: the
+    /// sources of a namespace, whatever the size of its other ConfigMaps (SPEC §10).
+    fn list_configmap_metadata<'a>(&'a self, ns: &'a str) -> BoxFuture<'a, Result<Vec<Value>>> {
+        let _ = ns;
+        unsupported("list ConfigMap metadata")
+    }
+    /// The ConfigMaps in `ns` labelled as snapshots, whole (their content is checked), paged.
+    fn list_snapshots<'a>(&'a self, ns: &'a str) -> BoxFuture<'a, Result<Vec<Value>>> {
+        let _ = ns;
+        unsupported("list snapshots")
+    }
     /// The namespaces that hold snapshots (one metadata list for the cluster).
     fn namespaces_with_snapshots(&self) -> BoxFuture<'_, Result<Vec<String>>> {
         unsupported("list namespaces")
@@ -134,6 +147,23 @@ impl KubeCluster {
 
     fn api(&self, ns: &str, what: Watched) -> Api<DynamicObject> {
         Api::namespaced_with(self.client.clone(), ns, &watch::api_resource(what, self.cronjob_version))
+    }
+}
+
+/// Every page of a list, each item turned into JSON as its page arrives.
+async fn list_all<K>(api: Api<K>, mut lp: ListParams, item: impl Fn(K) -> Value) -> Result<Vec<Value>>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut out = Vec::new();
+    loop {
+        let page = api.list(&lp).await?;
+        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        out.extend(page.items.into_iter().map(&item));
+        match next {
+            Some(c) => lp = lp.continue_token(&c),
+            None => return Ok(out),
+        }
     }
 }
 
@@ -197,20 +227,24 @@ impl Cluster for KubeCluster {
     }
 
     fn list<'a>(&'a self, ns: &'a str, what: Watched) -> BoxFuture<'a, Result<Vec<Value>>> {
-        Box::pin(async move {
-            let api = self.api(ns, what);
-            let mut out = Vec::new();
-            let mut lp = ListParams::default().limit(500);
-            loop {
-                let page = api.list(&lp).await?;
-                let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
-                out.extend(page.items.into_iter().map(|o| serde_json::to_value(o).unwrap_or(Value::Null)));
-                match next {
-                    Some(c) => lp = lp.continue_token(&c),
-                    None => return Ok(out),
-                }
-            }
-        })
+        Box::pin(list_all(self.api(ns, what), ListParams::default().limit(500), |o| serde_json::to_value(o).unwrap_or(Value::Null)))
+    }
+
+    fn list_configmap_metadata<'a>(&'a self, ns: &'a str) -> BoxFuture<'a, Result<Vec<Value>>> {
+        // `Api<PartialObjectMeta<_>>` asks for metadata only.
+        let api: Api<PartialObjectMeta<DynamicObject>> =
+            Api::namespaced_with(self.client.clone(), ns, &watch::api_resource(Watched::ConfigMaps, "v1"));
+        Box::pin(list_all(
+            api,
+            ListParams::default().limit(500),
+            |o: PartialObjectMeta<DynamicObject>| serde_json::json!({"kind": crate::cache::PARTIAL_OBJECT_METADATA, "metadata": serde_json::to_value(o.metadata).unwrap_or(Value::Null)}),
+        ))
+    }
+
+    fn list_snapshots<'a>(&'a self, ns: &'a str) -> BoxFuture<'a, Result<Vec<Value>>> {
+        // Small pages: each is parsed whole, and snapshots can be 1 MiB each.
+        let lp = ListParams::default().labels(names::HASH_LABEL).limit(20);
+        Box::pin(list_all(self.api(ns, Watched::ConfigMaps), lp, |o| serde_json::to_value(o).unwrap_or(Value::Null)))
     }
 
     fn namespaces_with_snapshots(&self) -> BoxFuture<'_, Result<Vec<String>>> {
@@ -427,6 +461,32 @@ impl Cluster for MemoryCluster {
                     .collect(),
                 Watched::Namespaces => Vec::new(),
             };
+            out.sort_by(|a, b| a["metadata"]["name"].as_str().cmp(&b["metadata"]["name"].as_str()));
+            Ok(out)
+        })
+    }
+    fn list_configmap_metadata<'a>(&'a self, ns: &'a str) -> BoxFuture<'a, Result<Vec<Value>>> {
+        Box::pin(async move {
+            self.check(format!("list ConfigMap metadata {ns}")).await?;
+            let objects = self.objects.lock().expect("lock");
+            let mut out: Vec<Value> = objects
+                .iter()
+                .filter(|((n, _), _)| n == ns)
+                .map(|(_, o)| serde_json::json!({"kind": crate::cache::PARTIAL_OBJECT_METADATA, "metadata": o["metadata"]}))
+                .collect();
+            out.sort_by(|a, b| a["metadata"]["name"].as_str().cmp(&b["metadata"]["name"].as_str()));
+            Ok(out)
+        })
+    }
+    fn list_snapshots<'a>(&'a self, ns: &'a str) -> BoxFuture<'a, Result<Vec<Value>>> {
+        Box::pin(async move {
+            self.check(format!("list snapshots {ns}")).await?;
+            let objects = self.objects.lock().expect("lock");
+            let mut out: Vec<Value> = objects
+                .iter()
+                .filter(|((n, _), o)| n == ns && o["metadata"]["labels"].get(names::HASH_LABEL).is_some())
+                .map(|(_, o)| o.clone())
+                .collect();
             out.sort_by(|a, b| a["metadata"]["name"].as_str().cmp(&b["metadata"]["name"].as_str()));
             Ok(out)
         })

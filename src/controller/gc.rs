@@ -263,7 +263,11 @@ pub async fn sweep_namespace(
 /// [`sweep_namespace`] at `now` (milliseconds since the epoch).
 pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Settings, dry_run: bool, now: i64) -> Result<Report, ApiError> {
     let start = Instant::now();
-    let configmaps = cluster.list(ns, Watched::ConfigMaps).await?;
+    // Sources as metadata (their head and keep annotations), snapshots whole (validity is
+    // checked from content), each reduced as it is read: a namespace's other ConfigMaps, however
+    // large, are never read whole (SPEC §10).
+    let configmaps = cluster.list_configmap_metadata(ns).await?;
+    let snapshots: Vec<SnapshotInfo> = cluster.list_snapshots(ns).await?.iter().filter_map(SnapshotInfo::from_object).collect();
     let mut refs = References::default();
     for kind in [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::Job, Kind::CronJob] {
         for obj in cluster.list(ns, Watched::Workload(kind)).await? {
@@ -276,11 +280,9 @@ pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Setti
         }
     }
     let mut sources: HashMap<String, SourceInfo> = HashMap::new();
-    let mut snapshots = Vec::new();
     for cm in &configmaps {
-        if let Some(s) = SnapshotInfo::from_object(cm) {
-            snapshots.push(s);
-            continue;
+        if cm["metadata"]["labels"].get(names::HASH_LABEL).is_some() {
+            continue; // a snapshot: listed whole above
         }
         let ann = |k: &str| cm["metadata"]["annotations"].get(k).and_then(Value::as_str);
         sources.insert(

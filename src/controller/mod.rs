@@ -203,6 +203,9 @@ struct PropagationState {
     source_backoff: Option<Backoff<(String, String, String)>>,
     /// Workloads this replica moved to a change (namespace, source, head), for the source's Event.
     moved: HashMap<(String, String, String), usize>,
+    /// Sources read for their immutability, and when (one read a second per source at most,
+    /// should the watch lag behind the reads).
+    read_at: HashMap<(String, String), Instant>,
 }
 
 impl PropagationState {
@@ -237,7 +240,11 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
     };
     // Read as the change arrives (it is inside its settle window), so the read adds no delay;
     // a few per pass, the rest on the next ones.
-    learn_immutability(ctx, plan.unknown.iter().take(UNKNOWN_READS_PER_PASS), None).await;
+    st.read_at.retain(|k, at| plan.unknown.contains(k) && at.elapsed() < Duration::from_secs(1));
+    let reads: Vec<(String, String)> =
+        plan.unknown.iter().filter(|k| !st.read_at.contains_key(*k)).take(UNKNOWN_READS_PER_PASS).cloned().collect();
+    st.read_at.extend(reads.iter().map(|k| (k.clone(), Instant::now())));
+    learn_immutability(ctx, reads.iter(), None).await;
     if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
         // Templates in namespaces the loops do not act in were admitted on purpose unpinned (audit,
         // enforce, off): if the namespace later switches to rewrite, they are adopted, not repaired.

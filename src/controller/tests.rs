@@ -191,6 +191,34 @@ async fn a_gc_pass_deletes_an_unreferenced_snapshot_past_retention_and_keeps_ref
     assert!(cluster.calls.lock().unwrap().iter().any(|c| c == &format!("delete ns/{old}")));
 }
 
+/// SPEC §10 in the sweep too: a namespace's sources are read as metadata and only its snapshots
+/// whole, so a namespace of large ConfigMaps (dashboards beside a pinned app) costs the leader
+/// nothing per byte of them. Failed before: the sweep listed every ConfigMap whole.
+#[tokio::test]
+async fn a_gc_pass_reads_sources_as_metadata_and_only_snapshots_whole() {
+    let (cluster, mut state) = (MemoryCluster::default(), State::default());
+    state.apply_namespace(&json!({"metadata": {"name": "ns"}}));
+    let (old, old_obj) = snapshot_object("1", "2025-01-01T00:00:00Z", Some(T0));
+    let (head, head_obj) = snapshot_object("3", "2025-01-03T00:00:00Z", None);
+    let head_hash = head_obj["metadata"]["labels"][names::HASH_LABEL].as_str().unwrap().to_owned();
+    let src = json!({"metadata": {"namespace": "ns", "name": "cfg", "uid": "uid-cfg", "annotations": {names::HEAD: head_hash}}, "data": {"k": "3"}});
+    let dashboard =
+        json!({"metadata": {"namespace": "ns", "name": "dashboard", "uid": "uid-d"}, "data": {"d.json": "x".repeat(900 * 1024)}});
+    for obj in [old_obj, head_obj, src, dashboard] {
+        state.apply_configmap(&obj);
+        cluster.insert(obj);
+    }
+    let ctx = ctx(&cluster, state, args(&[]));
+
+    gc_pass(&ctx, gc::Settings { keep: 0, grace: Duration::from_secs(600) }).await;
+    assert!(cluster.get("ns", &old).is_none(), "swept as before");
+    assert!(cluster.get("ns", &head).is_some(), "the head, told from the source's metadata");
+    let calls = cluster.calls.lock().unwrap().clone();
+    let lists: Vec<&String> =
+        calls.iter().filter(|c| c.starts_with("list ") && c.contains("onfig") || c.starts_with("list snapshots")).collect();
+    assert_eq!(lists, ["list ConfigMap metadata ns", "list snapshots ns"], "{calls:?}");
+}
+
 #[tokio::test]
 async fn a_gc_pass_keeps_what_it_cannot_list() {
     let (cluster, mut state) = (MemoryCluster::default(), State::default());
