@@ -82,8 +82,9 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let own = req.user_info.username == view.policy.identity;
     let changed_at = if changed {
         // A second pass over our own output (reinvocation) finds the time the first pass set, for
-        // this very content: keep it, or the second pass would not be a no-op. Only a recent time
-        // is taken from the request (a client cannot move a change out of its settle window).
+        // this very content: keep it, or the second pass would not be a no-op, even on another
+        // replica. Only a recent time is taken from the request (a client cannot move a change
+        // out of its settle window, nor delay it by more than replicas' clocks may disagree).
         let first_pass = annotation(obj, names::HEAD)
             .filter(|h| *h == head)
             .and(annotation(obj, names::CHANGED_AT))
@@ -150,10 +151,16 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
 /// pass: the API server gives a whole admission chain at most 30 s (webhook timeouts).
 const REINVOCATION_WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Whether RFC 3339 time `t` lies within `window` before `now` (not after it).
+/// How far two replicas' estimates of the API server's time may differ (each is within about half
+/// a second of it once a response has been seen, `cluster::clock`): the reinvocation may reach
+/// another replica than the first pass did. Delaying a change by this much is harmless.
+const CLOCK_TOLERANCE_MS: i64 = 2_000;
+
+/// Whether RFC 3339 time `t` lies within `window` before `now` (or no further after it than
+/// replicas' clocks may disagree).
 fn just_before(t: &str, now: &str, window: std::time::Duration) -> bool {
     use k8s_openapi::jiff::Timestamp;
     let (Ok(t), Ok(now)) = (t.parse::<Timestamp>(), now.parse::<Timestamp>()) else { return false };
     let age = now.as_millisecond() - t.as_millisecond();
-    age >= 0 && age <= window.as_millis() as i64
+    age >= -CLOCK_TOLERANCE_MS && age <= window.as_millis() as i64
 }
