@@ -93,14 +93,15 @@ pub fn decide(
             {
                 continue;
             }
-            if !cm.known_mutable() {
-                unknown.insert((ns.clone(), source));
-                read_first = true;
-                continue;
-            }
             // Adopted: an undo target, never restarted. A template never seen before is an
             // outage's even when adopted (repair records its content before the trigger).
             if !new_template && adopted.get(&(ns.clone(), source.clone())).is_some_and(|s| s.contains(&w.template_hash)) {
+                continue;
+            }
+            // Only what would be acted on is read (a new leader reads no adopted source again).
+            if !cm.known_mutable() {
+                unknown.insert((ns.clone(), source));
+                read_first = true;
                 continue;
             }
             plain.push((source, cm.annotation(names::HEAD).unwrap_or_default().to_owned()));
@@ -221,6 +222,21 @@ mod tests {
         assert!(d.unknown.is_empty() && d.repairs.is_empty());
         let adopted: Vec<(&str, usize)> = d.adoptions.iter().map(|a| (a.source.as_str(), a.templates.len())).collect();
         assert_eq!(adopted, [("cfg", 2)], "the immutable source is left alone");
+    }
+
+    #[test]
+    fn adopted_templates_need_no_read_of_their_sources() {
+        let mut s = State::default();
+        let mut src = source("ns", "cfg", &h('a'), &[]);
+        src.as_object_mut().unwrap().remove("data");
+        src["kind"] = json!(crate::cache::PARTIAL_OBJECT_METADATA);
+        s.apply_configmap(&src);
+        s.apply_workload(Kind::Deployment, &workload("ns", "old", &["cfg"], &[]));
+        let mut rec = snap("ns", "cfg", &h('a'));
+        rec["metadata"]["annotations"][names::ADOPTED] = json!(tpl_hash(&s, "old"));
+        s.apply_configmap(&rec);
+        let seen = current_templates(&s);
+        assert_eq!(decide(&s, &Policy::default(), &Selector::default(), &seen, &HashSet::new()), Decisions::default());
     }
 
     #[test]
