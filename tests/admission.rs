@@ -375,6 +375,50 @@ async fn undo_to_a_revision_from_before_the_install_uses_the_adoption_record() {
     assert_eq!(annotation(&out, "confighistory.io/held").as_deref(), Some("pricing-config"));
 }
 
+/// SPEC §9 with 6.2.1: `rollout undo` admitted while the webhook was away, back to a revision
+/// from before the install, names the source plainly. Repair's trigger names the snapshot whose
+/// adoption record lists that template: admitting it is the undo it is (that snapshot, held
+/// against the head). A trigger naming the head (propagation) still moves it to the head.
+#[tokio::test]
+async fn a_repair_trigger_on_an_undone_plain_template_takes_the_snapshot_its_adoption_record_names() {
+    let plain = deployment("pricing:4.11", "pricing-config");
+    let pinned_b = deployment("pricing:4.12", &snap("pricing-config", B));
+    let f = Fixture::new()
+        .source("pricing-config", B)
+        .snapshot("pricing-config", A, &[template_hash(&plain["spec"]["template"])])
+        .snapshot("pricing-config", B, &[])
+        .workload(&plain)
+        .revision(&pinned_b, 2)
+        .revision(&plain, 3);
+    let trigger =
+        |data| with_annotations(plain.clone(), &[("confighistory.io/propagate", &format!("pricing-config={}", content(data).hash()))]);
+
+    let repair = trigger(A);
+    let a = f.as_user("/mutate", ME, review("Deployment", "apps", "v1", "UPDATE", Some(&repair), Some(&plain))).await;
+    let out = a.patched(&repair);
+    assert_eq!(pin_of(&out), (snap("pricing-config", A), snap("pricing-config", A)), "{:?}", a.warnings());
+    assert_eq!(annotation(&out, "confighistory.io/held").as_deref(), Some("pricing-config"));
+    assert!(annotation(&out, "confighistory.io/held-heads").is_some_and(|h| h.contains(&content(B).hash())));
+    assert!(a.warnings().iter().any(|w| w.contains("held on")), "{:?}", a.warnings());
+    assert_eq!(annotation(&out, "confighistory.io/propagate"), None, "the trigger is consumed");
+
+    let propagate = trigger(B);
+    let out =
+        f.as_user("/mutate", ME, review("Deployment", "apps", "v1", "UPDATE", Some(&propagate), Some(&plain))).await.patched(&propagate);
+    assert_eq!(pin_of(&out).0, snap("pricing-config", B), "a propagation trigger takes the head");
+    assert_eq!(annotation(&out, "confighistory.io/held"), None);
+
+    // Nobody else's trigger counts; and a trigger naming a snapshot no adoption record ties to
+    // this template takes the head.
+    let out =
+        f.as_user("/mutate", "mallory", review("Deployment", "apps", "v1", "UPDATE", Some(&repair), Some(&plain))).await.patched(&repair);
+    assert_eq!(pin_of(&out).0, "pricing-config");
+    let stranger = Fixture::new().source("pricing-config", B).snapshot("pricing-config", A, &[]).workload(&plain).revision(&plain, 1);
+    let out =
+        stranger.as_user("/mutate", ME, review("Deployment", "apps", "v1", "UPDATE", Some(&repair), Some(&plain))).await.patched(&repair);
+    assert_eq!(pin_of(&out).0, snap("pricing-config", B));
+}
+
 #[tokio::test]
 async fn partial_edit_joins_a_pending_change_unless_held() {
     let old = deployment("pricing:4.11", &snap("pricing-config", A));

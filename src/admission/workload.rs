@@ -133,6 +133,11 @@ pub fn parse_trigger(value: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// The trigger's items (`source=hash,...`): source → the hash the controller asks for.
+pub fn trigger_hashes(value: &str) -> BTreeMap<String, String> {
+    value.split(',').filter_map(|p| p.split_once('=')).map(|(s, h)| (s.trim().to_owned(), h.trim().to_owned())).collect()
+}
+
 pub fn format_trigger(items: &BTreeMap<String, String>) -> String {
     items.iter().map(|(s, h)| format!("{s}={h}")).collect::<Vec<_>>().join(",")
 }
@@ -318,6 +323,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let obj = req.object();
     let own = req.user_info.username == view.policy.identity;
     let trigger: Option<BTreeSet<String>> = own.then(|| annotation(obj, names::PROPAGATE).map(parse_trigger)).flatten();
+    let asked = trigger.as_ref().and_then(|_| annotation(obj, names::PROPAGATE)).map(trigger_hashes).unwrap_or_default();
     let old_holds = source::holds(req.old_object());
 
     // In every mode that acts (SPEC 6.2): enforce and audit never rewrite a changed template, but
@@ -367,8 +373,16 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         let old_pin = a.old_pins.get(source).map(|(n, h)| (n.as_str(), h.as_str()));
         // A hold no longer stands once the source has changed after it: that change moves the pin.
         let old_hold = old_holds.get(source).filter(|at| hold_stands(at.as_deref(), &head));
+        // Repair of an undo admitted while the webhook was away (SPEC §9 with 6.2.1): the plain
+        // template is a revision from before the install, and the trigger names the snapshot
+        // whose adoption record lists it. Admitting it is the undo it is; a trigger naming any
+        // other content (propagation's head) takes the head.
+        let undone = (plain && !undo)
+            .then(|| view.state.adopted_snapshot(a.namespace, source, &template_hash))
+            .flatten()
+            .filter(|(_, hash)| asked.get(source) == Some(hash));
         let facts = Facts {
-            undo,
+            undo: undo || undone.is_some(),
             plain,
             requested: refs.iter().find_map(|r| r.hash.as_deref().map(|h| (r.r.name.as_str(), h))),
             old_pin,
@@ -377,7 +391,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             own,
             triggered: trigger.as_ref().map(|t| t.contains(source)),
             pending: source::pending_change(cm, &head).is_some(),
-            adopted: if undo && plain { view.state.adopted_snapshot(a.namespace, source, &template_hash) } else { None },
+            adopted: if undo && plain { view.state.adopted_snapshot(a.namespace, source, &template_hash) } else { undone },
         };
         out.apply(source, &refs, &choose(&facts), content, old_pin.map(|(_, h)| h), old_hold.cloned());
     }

@@ -9,6 +9,12 @@
 //!   no adoption record, or that confighistory had pinned before (it carries `pins`), was admitted
 //!   while the webhook was unreachable: it gets the propagation trigger, like a propagation.
 //!
+//! - **Undo repaired**: a workload confighistory had pinned (a revision of it, or its `pins`,
+//!   names a snapshot of the source) that now names the source plainly with a template an
+//!   adoption record lists was undone (or rolled back) to a revision from before the install
+//!   while the webhook was away: its trigger names that snapshot, not the head, and the webhook
+//!   admits it as the undo it is (SPEC 6.2.1): the config that revision ran with, held.
+//!
 //! Sources with a pending change are left to propagation (the current content is not what the
 //! workload ran with, and the settle window must be honoured).
 
@@ -71,6 +77,15 @@ pub fn decide(
     let mut adoptions: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
     let mut repairs = Vec::new();
     let mut unknown = BTreeSet::new();
+    // (owner uid, source) pairs some revision pins: confighistory pinned that workload before.
+    let mut revision_pins: HashSet<(&str, String)> = HashSet::new();
+    for ((_, ns, _), r) in &state.revisions {
+        for name in &r.refs {
+            if let Some((source, _)) = state.snapshot_of(ns, name) {
+                revision_pins.insert((r.owner_uid.as_str(), source));
+            }
+        }
+    }
     let mut workloads: Vec<_> = state.workloads.iter().collect();
     workloads.sort_by(|a, b| a.0.cmp(b.0));
     for ((kind, ns, name), w) in workloads {
@@ -81,7 +96,9 @@ pub fn decide(
             continue;
         }
         let new_template = !seen.contains(&w.template_hash);
-        let mut plain: Vec<(String, String)> = Vec::new(); // (source, head)
+        let pinned_before = w.annotations.contains_key(names::PINS);
+        let mut plain: Vec<(String, String)> = Vec::new(); // (source, hash to go to)
+        let mut undone = Vec::new();
         let mut read_first = false;
         for (source, pins) in propagate::sources_of(state, ns, &w.refs) {
             if !pins.contains(&None) {
@@ -96,6 +113,13 @@ pub fn decide(
             // Adopted: an undo target, never restarted. A template never seen before is an
             // outage's even when adopted (repair records its content before the trigger).
             if !new_template && adopted.get(&(ns.clone(), source.clone())).is_some_and(|s| s.contains(&w.template_hash)) {
+                // ...unless confighistory had pinned it: back on an adopted plain template, it
+                // was undone to that revision while the webhook was away.
+                let was_pinned = pinned_before || revision_pins.contains(&(w.uid.as_str(), source.clone()));
+                if let Some((_, hash)) = state.adopted_snapshot(ns, &source, &w.template_hash).filter(|_| was_pinned) {
+                    undone.push(source.clone());
+                    plain.push((source, hash));
+                }
                 continue;
             }
             // Only what would be acted on is read (a new leader reads no adopted source again).
@@ -110,8 +134,7 @@ pub fn decide(
             // One decision for the whole template, once every source it names plainly is known.
             continue;
         }
-        let pinned_before = w.annotations.contains_key(names::PINS);
-        if (pinned_before || new_template) && kind.propagates() {
+        if (pinned_before || new_template || !undone.is_empty()) && kind.propagates() {
             repairs.push(Plan {
                 kind: *kind,
                 namespace: ns.clone(),
@@ -119,6 +142,7 @@ pub fn decide(
                 uid: w.uid.clone(),
                 trigger: plain.into_iter().collect(),
                 released: Vec::new(),
+                undone,
             });
         } else if !pinned_before && matches!(kind, Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet) {
             for (source, _) in plain {

@@ -459,7 +459,8 @@ async fn resync_pass(ctx: &Ctx, seen: &HashSet<String>, st: &mut ResyncState) {
         // change the webhook missed). Recording it lets an undo to that revision bring its
         // config back (SPEC §9); when it cannot be told, an Event says so.
         let template = ctx.shared.state.read().expect("state lock").workloads.get(&p.key()).map(|w| w.template_hash.clone());
-        for source in p.trigger.keys().filter(|_| template.is_some()) {
+        // A source going back to an adopted snapshot (an undo) has its record already.
+        for source in p.trigger.keys().filter(|s| template.is_some() && !p.undone.contains(*s)) {
             let a =
                 adopt::Adoption { namespace: p.namespace.clone(), source: source.clone(), templates: template.iter().cloned().collect() };
             if st.adopted.contains(&(a.namespace.clone(), a.source.clone(), a.templates[0].clone())) {
@@ -482,8 +483,7 @@ async fn resync_pass(ctx: &Ctx, seen: &HashSet<String>, st: &mut ResyncState) {
             Ok(()) => {
                 tracing::info!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, trigger = %trigger, "repairing");
                 st.repaired.insert(p.key(), (trigger, Instant::now()));
-                let note = "Admitted with mutable ConfigMap references while confighistory was unreachable; pinning them";
-                event(ctx, workload_ref(ctx, p), false, "ConfigRepaired", "Repair", note.into()).await;
+                event(ctx, workload_ref(ctx, p), false, "ConfigRepaired", "Repair", repair_note(ctx, p)).await;
             }
             Err(e) => {
                 tracing::warn!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, error = %e, "repair failed; retried next resync")
@@ -500,6 +500,22 @@ async fn resync_pass(ctx: &Ctx, seen: &HashSet<String>, st: &mut ResyncState) {
             seen.extend(present.into_iter().filter(|t| !waiting.contains(t)));
         }
     }
+}
+
+/// What a repair's Event says: pinning, and for an undo, the config it goes back to and whether
+/// that is held against the current one.
+fn repair_note(ctx: &Ctx, p: &Plan) -> String {
+    let mut note = "Admitted with mutable ConfigMap references while confighistory was unreachable; pinning them".to_owned();
+    let state = ctx.shared.state.read().expect("state lock");
+    for source in &p.undone {
+        let hash = &p.trigger[source];
+        let head = state.configmap(&p.namespace, source).and_then(|c| c.annotation(names::HEAD));
+        note.push_str(&format!("; undone to a revision from before confighistory: {source} back to its config {hash}"));
+        if head.is_some_and(|h| h != hash) {
+            note.push_str(&format!(", held (the current config is {})", head.unwrap_or_default()));
+        }
+    }
+    note
 }
 
 /// Re-hashes every referenced source (rate-limited GETs). A stored head that does not match the

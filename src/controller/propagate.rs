@@ -44,6 +44,9 @@ pub struct Plan {
     /// Sources of `trigger` whose pin was held (an undo) and changed after the hold: the move
     /// releases the hold (SPEC §2), which the workload's owner is told with an Event.
     pub released: Vec<String>,
+    /// Repair only: sources of `trigger` going back to the snapshot whose adoption record lists
+    /// the workload's plain template (an undo admitted while the webhook was away), not the head.
+    pub undone: Vec<String>,
 }
 
 impl Plan {
@@ -212,7 +215,15 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
             continue;
         };
         let released = trigger.keys().filter(|s| held.contains_key(*s)).cloned().collect();
-        out.plans.push(Plan { kind: *kind, namespace: ns.clone(), name: name.clone(), uid: w.uid.clone(), trigger, released });
+        out.plans.push(Plan {
+            kind: *kind,
+            namespace: ns.clone(),
+            name: name.clone(),
+            uid: w.uid.clone(),
+            trigger,
+            released,
+            undone: Vec::new(),
+        });
     }
 
     let mut done: Vec<(String, String, String)> = changes

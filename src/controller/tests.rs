@@ -565,3 +565,40 @@ async fn the_settle_window_is_counted_on_the_api_servers_clock() {
     propagation_pass(&ctx, &mut st).await;
     assert_eq!(trigger_of(&cluster, "stale"), Some(format!("cfg={}", h('b'))), "past the window: propagated");
 }
+
+/// SPEC §9 with 6.2.1: a workload from before the install ran with content "1" (its snapshot's
+/// adoption record lists its plain template), was released on "2" (pinned), then `rollout undo`
+/// brought the plain template back while the webhook was away. Repair sends it back to the
+/// config that revision ran with, not the head: its trigger names that snapshot, no adoption
+/// record is written on the head's, and the Event says it is held.
+#[tokio::test]
+async fn a_plain_undo_admitted_during_an_outage_is_repaired_to_the_snapshot_its_adoption_record_names() {
+    let plain = workload("ns", "app", &["cfg"], &[]);
+    let tpl = crate::model::template::template_hash(&plain["spec"]["template"]);
+    let (a, b) = (content_hash("1"), content_hash("2"));
+    let mut adopted = snap("ns", "cfg", &a);
+    adopted["metadata"]["annotations"][names::ADOPTED] = json!(tpl);
+    let (cluster, mut state) =
+        resync_world(&[source_holding("cfg", "2", "2"), adopted, snap("ns", "cfg", &b)], &[("app", &["cfg"]), ("before", &["cfg"])]);
+    let rs = |name: &str, cm: &str, revision: &str| {
+        let mut obj = workload("ns", "app", &[cm], &[]);
+        obj["metadata"] = json!({"namespace": "ns", "name": name, "annotations": {"deployment.kubernetes.io/revision": revision},
+            "ownerReferences": [{"kind": "Deployment", "uid": "uid-app", "controller": true}]});
+        obj
+    };
+    state.apply_revision(Kind::ReplicaSet, &rs("app-1", "cfg", "3"));
+    state.apply_revision(Kind::ReplicaSet, &rs("app-2", &snapshot::name("cfg", &b, 0), "2"));
+    // "before" runs the same adopted template and was never pinned: left alone.
+    let seen = adopt::current_templates(&state);
+    let ctx = ctx(&cluster, state, args(&[]));
+
+    resync_pass(&ctx, &seen, &mut ResyncState::default()).await;
+    assert_eq!(trigger_of(&cluster, "app"), Some(format!("cfg={a}")), "the undo's config, not the head");
+    assert_eq!(trigger_of(&cluster, "before"), None, "an adopted workload is not restarted");
+    let head_snapshot = cluster.get("ns", &snapshot::name("cfg", &b, 0)).unwrap();
+    assert_eq!(crate::admission::annotation(&head_snapshot, names::ADOPTED), None, "the head did not run that revision");
+    let events = cluster.events();
+    let repaired: Vec<&str> = events.iter().filter(|e| e.reason == "ConfigRepaired").map(|e| e.note.as_str()).collect();
+    assert_eq!(repaired.len(), 1, "{repaired:?}");
+    assert!(repaired[0].contains(&format!("cfg back to its config {a}, held (the current config is {b})")), "{}", repaired[0]);
+}

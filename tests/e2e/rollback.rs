@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use confighistory::model::names::{HEAD, HELD, MODE_LABEL, PROPAGATED, SETTLE};
+use confighistory::model::names::{ADOPTED, HEAD, HELD, MODE_LABEL, PROPAGATED, SETTLE};
 
-use crate::support::apps::{configmap, pricing, pricing_config, release, IMAGE_A, IMAGE_B, KEY_A, KEY_B, SOURCE};
-use crate::support::confighistory::webhook;
+use crate::support::apps::{configmap, pricing, pricing_config, release, workload, IMAGE_A, IMAGE_B, KEY_A, KEY_B, SOURCE};
+use crate::support::confighistory::{webhook, Webhook};
 use crate::support::test_webhook::{allow, TestWebhook};
-use crate::support::{cluster, wait_for, TestNamespace};
+use crate::support::{cluster, run_id, wait_for, TestNamespace};
 
 fn setup(prefix: &str, labels: &[(&str, &str)]) -> Option<TestNamespace> {
     let cluster = cluster()?;
@@ -208,11 +208,21 @@ fn opting_a_source_out_of_versioning_moves_its_workloads_to_the_plain_name() {
 /// pins the workload, and first records the content that revision ran with (the source has not
 /// changed since), so a later undo to it brings that config back, not the current one.
 #[test]
-#[ignore = "waits for two resync passes; under the full suite's load a pass outlasts the timeouts: run it alone"]
 fn an_undo_to_a_revision_admitted_during_an_outage_brings_its_config_back() {
+    let Some(cluster) = cluster() else { return };
     // The webhooks skip namespaces with the exclude label; the controller does not: an outage.
-    let Some(ns) = setup("outage-undo", &[(crate::support::EXCLUDE_LABEL, "true")]) else { return };
+    let run = format!("{}-outage", run_id());
+    let ns = TestNamespace::in_run(cluster, Some(&run), "outage-undo", &[(crate::support::EXCLUDE_LABEL, "true")]);
+    // Its own server, resyncing every second: the shared one's passes, over every namespace of a
+    // busy suite, outlasted the timeouts (two passes: the trigger, then the repair once back).
     ns.accepts(&mode_config("a"));
+    ns.accepts(&workload("deployment", "before", IMAGE_A, SOURCE));
+    let _server = Webhook::start(cluster, &run, &["--settle", "2", "--resync-interval", "1", "--resync-qps", "50"]);
+    // The controller has taken stock of what was there before it (adopted, not repaired): what
+    // comes now is the outage's.
+    wait_for("the adoption record of the workload from before", Duration::from_secs(60), || {
+        ns.snapshots().iter().any(|s| ns.get_json("configmap", s).is_some_and(|cm| cm["metadata"]["annotations"][ADOPTED].is_string()))
+    });
     ns.accepts(&pricing(IMAGE_A));
     assert_eq!(ns.history_of("pricing")[0].snapshots[SOURCE], SOURCE, "admitted unpinned");
     wait_for("the repair trigger", Duration::from_secs(30), || {
@@ -227,4 +237,52 @@ fn an_undo_to_a_revision_admitted_during_an_outage_brings_its_config_back() {
     let out = ns.rollout_undo("pricing", Some(1));
     let now = ns.current_template("deployment", "pricing");
     assert_eq!((now.image.as_str(), current_mode(&ns).as_str()), (IMAGE_A, "a"), "{}", out.describe());
+}
+
+/// SPEC §9, 6.2.1: `kubectl rollout undo` admitted while the webhook was unreachable, back to a
+/// revision from before the install, names its source plainly. Repair pins it to the config that
+/// revision ran with (the snapshot whose adoption record lists its template), held against the
+/// current one, with an Event saying so: not to the current config.
+#[test]
+fn an_undo_admitted_during_an_outage_is_repaired_to_the_config_it_ran_with() {
+    let Some(cluster) = cluster() else { return };
+    // A namespace of a run with no server yet: "before the install".
+    let run = format!("{}-undo-outage", run_id());
+    let ns = TestNamespace::in_run(cluster, Some(&run), "outage-plain-undo", &[]);
+    ns.accepts(&mode_config("a"));
+    ns.accepts(&pricing(IMAGE_A));
+    ns.wait_observed("deployment", "pricing");
+    // Its own server, resyncing every second, so the test waits on repair, not on a busy suite.
+    let _server = Webhook::start(cluster, &run, &["--settle", "2", "--resync-interval", "1", "--resync-qps", "50"]);
+    wait_for("the adoption record of the running template", Duration::from_secs(60), || {
+        ns.snapshots().iter().any(|s| ns.get_json("configmap", s).is_some_and(|cm| cm["metadata"]["annotations"][ADOPTED].is_string()))
+    });
+    ns.accepts(&format!("{}---\n{}", mode_config("b"), pricing(IMAGE_B)));
+    assert_eq!(current_mode(&ns), "b");
+    assert_ne!(ns.current_template("deployment", "pricing").snapshots[SOURCE], SOURCE);
+
+    // The outage: the webhooks skip the namespace, the undo goes through as sent.
+    let exclude = crate::support::EXCLUDE_LABEL;
+    ns.cluster.kubectl(&["label", "namespace", &ns.name, &format!("{exclude}=true")]).expect_success();
+    std::thread::sleep(Duration::from_secs(2)); // the API server picks up the selector change
+    ns.rollout_undo("pricing", None);
+    let undone = ns.current_template("deployment", "pricing");
+    assert_eq!((undone.image.as_str(), undone.snapshots[SOURCE].as_str()), (IMAGE_A, SOURCE), "admitted as sent");
+    ns.cluster.kubectl(&["label", "namespace", &ns.name, &format!("{exclude}-")]).expect_success();
+
+    wait_for("the repair to pin it", Duration::from_secs(90), || ns.current_template("deployment", "pricing").snapshots[SOURCE] != SOURCE);
+    assert_eq!((ns.current_template("deployment", "pricing").image.as_str(), current_mode(&ns).as_str()), (IMAGE_A, "a"));
+    assert_eq!(ns.annotation_of("deployment", "pricing", HELD).as_deref(), Some(SOURCE), "held against the current config");
+    let events = ns.kubectl(&["get", "events", "-o", "json"]).expect_success().json();
+    let repaired: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "ConfigRepaired" && e["involvedObject"]["name"] == "pricing")
+        .filter_map(|e| e["message"].as_str().or(e["note"].as_str()))
+        .collect();
+    assert!(repaired.iter().any(|m| m.contains("held")), "the Event says the undo's config is held: {repaired:?}");
+    // The hold stands: nothing moves it back to the current config.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(current_mode(&ns), "a");
 }
