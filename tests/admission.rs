@@ -970,6 +970,58 @@ async fn opting_a_source_out_of_versioning_is_a_change() {
     assert!(r.patch().is_empty(), "{:?}", r.patch());
 }
 
+/// SPEC §7 with the admin's selector, which a restart changes without any object saying so: a
+/// source the selector now excludes, its exclusion not yet recorded, changes versioning on its
+/// next write (the owner's, or the controller's no-op touch): recorded, later writes are live
+/// updates; the selector gone, the record is dropped and that is a change again. A record a
+/// client forges on a versioned source is dropped and changes nothing, and a ConfigMap the
+/// selector excluded from the start (no head) is not a source at all.
+#[tokio::test]
+async fn the_admins_selector_changing_a_sources_versioning_is_a_change_on_its_next_write() {
+    let mut other = deployment("y:1", "ca-bundle");
+    other["metadata"]["name"] = json!("other");
+    other["metadata"]["uid"] = json!("uid-other");
+    let mut f = Fixture::new().source("pricing-config", A).workload(&deployment("x:1", &snap("pricing-config", A))).workload(&other);
+    f.policy.excluded_sources = "ca-bundle=true".parse().unwrap();
+    let a = content(A).hash();
+    let before = "2026-12-03T09:00:00Z";
+    let mut old = with_annotations(
+        configmap("pricing-config", A),
+        &[("confighistory.io/head", &a), ("confighistory.io/changed-at", before), ("confighistory.io/propagated", &a)],
+    );
+    old["metadata"]["labels"] = json!({"ca-bundle": "true"});
+    let out = touch(&f, &old).await;
+    assert_ne!(annotation(&out, "confighistory.io/changed-at").as_deref(), Some(before), "a change, first seen now");
+    assert_eq!(annotation(&out, "confighistory.io/propagated"), None);
+    assert_eq!(annotation(&out, "confighistory.io/excluded-by-selector").as_deref(), Some("true"));
+
+    let mut edited = out.clone();
+    edited["data"] = json!({"mode": "live"});
+    let r = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&edited), Some(&out))).await;
+    assert!(r.patch().is_empty(), "recorded: a live update: {:?}", r.patch());
+
+    // Propagated since, a while ago.
+    let out = with_annotations(out, &[("confighistory.io/changed-at", before), ("confighistory.io/propagated", &a)]);
+    f.policy.excluded_sources = Default::default();
+    let back = touch(&f, &out).await;
+    assert_ne!(annotation(&back, "confighistory.io/changed-at").as_deref(), Some(before), "versioned again: a change");
+    assert_eq!(annotation(&back, "confighistory.io/propagated"), None);
+    assert_eq!(annotation(&back, "confighistory.io/excluded-by-selector"), None);
+
+    let back = with_annotations(back, &[("confighistory.io/changed-at", before), ("confighistory.io/propagated", &a)]);
+    let forged = with_annotations(back.clone(), &[("confighistory.io/excluded-by-selector", "true")]);
+    let r = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&forged), Some(&back))).await.patched(&forged);
+    assert_eq!(annotation(&r, "confighistory.io/excluded-by-selector"), None, "never taken from a request");
+    assert_eq!(annotation(&r, "confighistory.io/changed-at").as_deref(), Some(before), "no change");
+    assert_eq!(annotation(&r, "confighistory.io/propagated"), Some(a.clone()));
+
+    f.policy.excluded_sources = "ca-bundle=true".parse().unwrap();
+    let mut ca = configmap("ca-bundle", &[("ca.crt", "x")]);
+    ca["metadata"]["labels"] = json!({"ca-bundle": "true"});
+    let r = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&ca), Some(&ca))).await;
+    assert!(r.patch().is_empty(), "{:?}", r.patch());
+}
+
 #[tokio::test]
 async fn installing_sets_no_changed_at_on_existing_sources() {
     let f = Fixture::new().source("pricing-config", A).workload(&deployment("x:1", "pricing-config"));
@@ -1542,4 +1594,9 @@ async fn audit_mode_violations_and_decision_reasons_are_counted() {
     assert!(!f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await.allowed());
     let last = metrics.render();
     assert!(sample(&last, denied) > sample(&after, denied), "{last}");
+}
+
+/// A no-op write of `obj` (the controller's touch), as the webhook patches it.
+async fn touch(f: &Fixture, obj: &Value) -> Value {
+    f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(obj), Some(obj))).await.patched(obj)
 }

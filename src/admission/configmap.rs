@@ -30,8 +30,11 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         || old.is_some_and(|o| annotation(o, names::HEAD).is_some());
     let versioned = |o: &Value| view.policy.versioned(o);
     // A source that stops (or starts again) being versioned is a change of its own: propagated
-    // once, it moves its workloads to the plain name (back to snapshots), SPEC §7.
-    let versioning_changed = old.is_some_and(|o| versioned(o) != versioned(obj));
+    // once, it moves its workloads to the plain name (back to snapshots), SPEC §7. By its
+    // annotation, its labels, or the admin's selector changed by a restart (recorded on the
+    // source; the controller touches the sources it finds unrecorded).
+    let excluded = &view.policy.excluded_sources;
+    let versioning_changed = old.is_some_and(|o| source::was_versioned(o, excluded) != versioned(obj));
     // The hot path: every ConfigMap write in the cluster passes here.
     if !is_source || (!versioned(obj) && !versioning_changed) {
         return Outcome::Done(Decision::allow(Reason::NotASource));
@@ -103,9 +106,15 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     } else {
         old.and_then(|o| annotation(o, names::PROPAGATED))
     };
+    let recorded_out = source::excluded_by_selector(obj, excluded).then(|| "true".to_owned());
     d.response.patch = annotation_ops(
         obj,
-        &[(names::HEAD, Some(head)), (names::CHANGED_AT, changed_at), (names::PROPAGATED, propagated.map(str::to_owned))],
+        &[
+            (names::HEAD, Some(head)),
+            (names::CHANGED_AT, changed_at),
+            (names::PROPAGATED, propagated.map(str::to_owned)),
+            (names::EXCLUDED, recorded_out),
+        ],
     );
 
     // Workloads still on the plain name ran with the outgoing content: keep it, with their

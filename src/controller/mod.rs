@@ -417,6 +417,7 @@ struct ResyncState {
 /// One resync pass: re-hash, adoption, repair; `seen` are the templates seen before.
 async fn resync_pass(ctx: &Ctx, seen: &HashSet<String>, st: &mut ResyncState) {
     rehash(ctx).await;
+    touch_versioning(ctx).await;
     if !ctx.leadership.is_leader() {
         return;
     }
@@ -563,6 +564,38 @@ async fn rehash(ctx: &Ctx) {
         tracing::info!(namespace = %ns, source = %name, stored = %stored, actual = %actual, "source changed while the webhook was away; recording the change now");
         // A no-op write: the webhook sees a stale head and records the change as first seen now.
         let patch = json!({"metadata": {"annotations": {names::HEAD: stored}}});
+        if let Err(e) = ctx.shared.cluster.patch_configmap(&ns, &name, &patch).await {
+            tracing::warn!(namespace = %ns, source = %name, error = %e, "could not touch the source");
+        }
+    }
+}
+
+/// Touches the sources whose versioning the admin's selector changed without a write of theirs
+/// ([`propagate::versioning_touches`]), rate-limited: the webhook records the change, and
+/// propagation moves their workloads (to the plain name, or back to snapshots) once.
+async fn touch_versioning(ctx: &Ctx) {
+    let plan = || {
+        let state = ctx.shared.state.read().expect("state lock");
+        propagate::versioning_touches(&state, &ctx.shared.policy, &ctx.selector)
+    };
+    let (mut touches, unknown) = plan();
+    if !unknown.is_empty() {
+        learn_immutability(ctx, unknown.iter(), Some(&ctx.reads)).await;
+        touches = plan().0;
+    }
+    for (ns, name) in touches {
+        if !ctx.leadership.is_leader() {
+            return;
+        }
+        let Some(head) =
+            ctx.shared.state.read().expect("state lock").configmap(&ns, &name).and_then(|c| c.annotation(names::HEAD)).map(str::to_owned)
+        else {
+            continue;
+        };
+        Limiter::acquire(&ctx.reads, &ns).await;
+        tracing::info!(namespace = %ns, source = %name, "the excluded-sources selector changed this source's versioning; recording the change now");
+        // A no-op write: the webhook sees the versioning the source was recorded with differ.
+        let patch = json!({"metadata": {"annotations": {names::HEAD: head}}});
         if let Err(e) = ctx.shared.cluster.patch_configmap(&ns, &name, &patch).await {
             tracing::warn!(namespace = %ns, source = %name, error = %e, "could not touch the source");
         }

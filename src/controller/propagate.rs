@@ -5,9 +5,9 @@
 //!
 //! [`due_propagations`] is the decision, a pure function of the watch cache and the clock.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use crate::cache::{ConfigMapInfo, State};
+use crate::cache::{ConfigMapInfo, Key, State};
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::{self, Mode, Policy};
@@ -236,6 +236,56 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
     out.unknown.sort();
     out.plans = interleave_namespaces(out.plans);
     out
+}
+
+/// Sources whose versioning changed with no write of theirs: the admin's selector of excluded
+/// sources comes from the server's flags, so a restart with another selector changes it silently
+/// (SPEC §7: a source that stops being versioned is propagated once more). A source the selector
+/// now excludes, not yet recorded so, while unheld workloads are pinned to its snapshots (with
+/// none, its next write records it); or one recorded as excluded that the selector lets go
+/// again. A no-op write of each lets the webhook record the change, which propagation then
+/// carries as any other. Returns those sources, and those whose immutability a read must tell
+/// first (never written before it does).
+pub fn versioning_touches(state: &State, policy: &Policy, selector: &policy::Selector) -> (Vec<Key>, Vec<Key>) {
+    // (namespace, source) with an unheld workload pinned to one of its snapshots.
+    let mut pinned: HashSet<(&str, String)> = HashSet::new();
+    for ((kind, ns, _), w) in &state.workloads {
+        if !kind.propagates() || w.deleting || w.annotations.get(names::IGNORE).map(String::as_str) == Some("true") {
+            continue;
+        }
+        let holds = source::holds(w);
+        for (src, pins) in sources_of(state, ns, &w.refs) {
+            let head = state.configmap(ns, &src).and_then(|c| c.annotation(names::HEAD)).unwrap_or_default();
+            if pins.iter().any(Option::is_some) && !holds.get(&src).is_some_and(|at| hold_stands(at.as_deref(), head)) {
+                pinned.insert((ns.as_str(), src));
+            }
+        }
+    }
+    let (mut touches, mut unknown) = (Vec::new(), Vec::new());
+    for ((ns, name), cm) in &state.configmaps {
+        if !source::is_tracked(name, cm)
+            || cm.annotation(names::HEAD).is_none()
+            || !state.is_referenced_source(ns, name)
+            || !namespace_active(state, policy, selector, ns)
+        {
+            continue;
+        }
+        let versioned = policy.versioned(cm);
+        if source::was_versioned(cm, &policy.excluded_sources) == versioned
+            || (!versioned && !pinned.contains(&(ns.as_str(), name.clone())))
+        {
+            continue;
+        }
+        let key = (ns.clone(), name.clone());
+        if cm.known_mutable() {
+            touches.push(key);
+        } else {
+            unknown.push(key);
+        }
+    }
+    touches.sort();
+    unknown.sort();
+    (touches, unknown)
 }
 
 /// Orders plans round-robin over namespaces, so one busy namespace does not hold up the others.

@@ -25,7 +25,11 @@ fn args(extra: &[&str]) -> ControllerArgs {
 }
 
 fn ctx(cluster: &MemoryCluster, state: State, args: ControllerArgs) -> Ctx {
-    let shared = Arc::new(Context::synced(Policy::default(), Arc::new(RwLock::new(state)), Arc::new(cluster.clone())));
+    ctx_with(cluster, state, args, Policy::default())
+}
+
+fn ctx_with(cluster: &MemoryCluster, state: State, args: ControllerArgs, policy: Policy) -> Ctx {
+    let shared = Arc::new(Context::synced(policy, Arc::new(RwLock::new(state)), Arc::new(cluster.clone())));
     // Used for the Lease only, which these tests never touch: nothing listens there.
     let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
     Ctx::new(client, shared, args, "v1", "test".into(), leader::Leadership::always()).unwrap()
@@ -601,4 +605,79 @@ async fn a_plain_undo_admitted_during_an_outage_is_repaired_to_the_snapshot_its_
     let repaired: Vec<&str> = events.iter().filter(|e| e.reason == "ConfigRepaired").map(|e| e.note.as_str()).collect();
     assert_eq!(repaired.len(), 1, "{repaired:?}");
     assert!(repaired[0].contains(&format!("cfg back to its config {a}, held (the current config is {b})")), "{}", repaired[0]);
+}
+
+/// SPEC §7, a source that stops being versioned, by the admin's selector: the server restarted
+/// with `--excluded-sources-selector ca-bundle=true` finds `ca` (so labelled, versioned until
+/// now, `app` pinned to its snapshot) with no write saying so. A resync pass touches it; the
+/// webhook admitting the touch records the change and the exclusion; propagation moves `app` to
+/// the plain name, once. Not written: a source the selector does not take, one nothing is
+/// pinned to (its next write records it), one recorded already.
+#[tokio::test]
+async fn a_source_the_admins_selector_newly_excludes_is_propagated_once_more_to_the_plain_name() {
+    let labelled = |name: &str, extra: &[(&str, &str)]| {
+        let mut src = source_holding(name, "1", "1");
+        src["metadata"]["labels"] = json!({"ca-bundle": "true"});
+        src["metadata"]["annotations"][names::CHANGED_AT] = json!(T0);
+        src["metadata"]["annotations"][names::PROPAGATED] = json!(content_hash("1"));
+        for (k, v) in extra {
+            src["metadata"]["annotations"][*k] = json!(v);
+        }
+        src
+    };
+    let pin = |name: &str| snapshot::name(name, &content_hash("1"), 0);
+    let (ca_pin, done_pin, cfg_pin) = (pin("ca"), pin("done"), pin("cfg"));
+    let sources =
+        [labelled("ca", &[]), labelled("idle", &[]), labelled("done", &[(names::EXCLUDED, "true")]), source_holding("cfg", "1", "1")];
+    let (cluster, state) = resync_world(&sources, &[("app", &[&ca_pin]), ("plain", &["idle"]), ("other", &[&done_pin, &cfg_pin])]);
+    let policy = Policy { excluded_sources: "ca-bundle=true".parse().unwrap(), ..Policy::default() };
+    let ctx = ctx_with(&cluster, state, args(&[]), policy.clone());
+
+    resync_pass(&ctx, &HashSet::new(), &mut ResyncState::default()).await;
+    let written: Vec<String> = cluster.calls.lock().unwrap().iter().filter(|c| c.starts_with("patch ns/")).cloned().collect();
+    assert_eq!(written, ["patch ns/ca"]);
+
+    // The webhook admitting the touch: a change, first seen now, recorded as the selector's.
+    let now = "2026-12-03T12:00:00Z";
+    let touched = cluster.get("ns", "ca").unwrap();
+    let req = crate::admission::Request {
+        kind: crate::admission::review::GroupVersionKind { group: "".into(), version: "v1".into(), kind: "ConfigMap".into() },
+        operation: crate::admission::review::Operation::Update,
+        namespace: "ns".into(),
+        name: "ca".into(),
+        object: Some(touched.clone()),
+        old_object: Some(sources[0].clone()),
+        ..Default::default()
+    };
+    let d = {
+        let state = ctx.shared.state.read().unwrap();
+        let (fresh, failed) = (crate::admission::Fresh::new(), crate::admission::Failed::new());
+        let view = crate::admission::View { policy: &policy, state: &state, fresh: &fresh, failed: &failed, now };
+        let crate::admission::Outcome::Done(d) = crate::admission::configmap::decide(&req, &view) else { panic!("no read expected") };
+        d
+    };
+    assert_eq!(d.reason, crate::admission::Reason::SourceChanged);
+    let mut stored = touched;
+    json_patch::patch(&mut stored, &serde_json::from_value::<json_patch::Patch>(json!(d.response.patch)).unwrap()).unwrap();
+    let annotation = |key| crate::admission::annotation(&stored, key).map(str::to_owned);
+    assert_eq!((annotation(names::CHANGED_AT).as_deref(), annotation(names::PROPAGATED)), (Some(now), None));
+    assert_eq!(annotation(names::EXCLUDED).as_deref(), Some("true"));
+    cluster.insert(stored.clone());
+    ctx.shared.state.write().unwrap().apply_configmap(&stored);
+
+    // Propagation, after the window: `app` goes to the plain name; nothing else moves.
+    let due = {
+        let state = ctx.shared.state.read().unwrap();
+        propagate::due_propagations(&state, &policy, &ctx.selector, propagate::parse_time_ms(now).unwrap() + 10_000)
+    };
+    let plans: Vec<(&str, String)> = due.plans.iter().map(|p| (p.name.as_str(), p.trigger_value())).collect();
+    assert_eq!(plans, [("app", format!("ca={}", content_hash("1")))]);
+
+    // Recorded: the next pass writes nothing; with the selector gone, versioning again is a change too.
+    cluster.calls.lock().unwrap().clear();
+    resync_pass(&ctx, &HashSet::new(), &mut ResyncState::default()).await;
+    assert!(!cluster.calls.lock().unwrap().iter().any(|c| c.starts_with("patch ns/")), "{:?}", cluster.calls.lock().unwrap());
+    let state = ctx.shared.state.read().unwrap();
+    let (touches, _) = propagate::versioning_touches(&state, &Policy::default(), &ctx.selector);
+    assert_eq!(touches, [("ns".to_owned(), "ca".to_owned()), ("ns".to_owned(), "done".to_owned())]);
 }

@@ -19,6 +19,12 @@ pub const CHANGED_AT: &str = "confighistory.io/changed-at";
 /// Source annotation: the head whose change has been propagated (written by the controller).
 pub const PROPAGATED: &str = "confighistory.io/propagated";
 
+/// Source annotation, written by the webhook: `"true"` once it recorded that the admin's selector
+/// of excluded sources took the source out of versioning (a change of its own, SPEC §7); dropped
+/// when the selector lets it go again (another change). Without it, a selector changed by a
+/// restart would go unseen: no write of the source says so.
+pub const EXCLUDED: &str = "confighistory.io/excluded-by-selector";
+
 /// Snapshot label: content hash.
 pub const HASH_LABEL: &str = "confighistory.io/hash";
 /// Snapshot label: source name (shortened with a hash when over 63 characters).

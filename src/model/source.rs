@@ -21,6 +21,26 @@ pub fn is_versioned(obj: &impl Meta, excluded_sources: &Selector) -> bool {
     obj.annotation(names::VERSIONED) != Some("false") && !excluded_sources.selects(obj)
 }
 
+/// Whether the admin's selector of excluded sources is what takes a ConfigMap out of versioning
+/// (not its own `versioned: "false"` annotation).
+pub fn excluded_by_selector(obj: &impl Meta, excluded_sources: &Selector) -> bool {
+    obj.annotation(names::VERSIONED) != Some("false") && excluded_sources.selects(obj)
+}
+
+/// Whether a source was versioned when confighistory last recorded it. The selector lives in the
+/// server's flags, so a stored object does not say which selector it was written under: a
+/// source the selector excludes counts as versioned until its exclusion is recorded
+/// ([`names::EXCLUDED`]), once it ever had a head. Comparing this with [`is_versioned`] of the
+/// new object tells a change of versioning (SPEC §7), whichever way it came.
+pub fn was_versioned(obj: &impl Meta, excluded_sources: &Selector) -> bool {
+    let recorded_out = obj.annotation(names::EXCLUDED) == Some("true");
+    if excluded_by_selector(obj, excluded_sources) {
+        obj.annotation(names::HEAD).is_some() && !recorded_out
+    } else {
+        is_versioned(obj, excluded_sources) && !recorded_out
+    }
+}
+
 /// A tracked ConfigMap that is versioned: a source whose changes are pinned and propagated.
 pub fn is_versioned_source(name: &str, obj: &impl Meta, excluded_sources: &Selector) -> bool {
     is_tracked(name, obj) && is_versioned(obj, excluded_sources)

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use confighistory::model::names::{ADOPTED, HEAD, HELD, MODE_LABEL, PROPAGATED, SETTLE};
+use confighistory::model::names::{ADOPTED, EXCLUDED, HEAD, HELD, MODE_LABEL, PROPAGATED, SETTLE};
 
 use crate::support::apps::{configmap, pricing, pricing_config, release, workload, IMAGE_A, IMAGE_B, KEY_A, KEY_B, SOURCE};
 use crate::support::confighistory::{webhook, Webhook};
@@ -285,4 +285,39 @@ fn an_undo_admitted_during_an_outage_is_repaired_to_the_config_it_ran_with() {
     // The hold stands: nothing moves it back to the current config.
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(current_mode(&ns), "a");
+}
+
+/// SPEC §7, the admin's selector: `--excluded-sources-selector` (Helm
+/// config.excludedSourcesSelector) changes with a restart of the server, and no ConfigMap is
+/// written. A source the new selector matches, with a workload pinned to its snapshot, is
+/// propagated once more: the workload moves back to the plain name (one new revision) and from
+/// then on sees its live updates.
+#[test]
+fn a_source_the_admins_new_selector_excludes_moves_its_workloads_to_the_plain_name_after_the_restart() {
+    let Some(cluster) = cluster() else { return };
+    let run = format!("{}-selector", run_id());
+    let ns = TestNamespace::in_run(cluster, Some(&run), "selector-opt-out", &[]);
+    let flags = ["--settle", "2", "--resync-interval", "1", "--resync-qps", "50"];
+    let server = Webhook::start(cluster, &run, &flags);
+    ns.accepts(&release(IMAGE_A, KEY_A));
+    let pinned = ns.current_template("deployment", "pricing").snapshots[SOURCE].clone();
+    assert_ne!(pinned, SOURCE);
+    // The owner labels it; the selector that will match the label is not there yet.
+    ns.kubectl(&["label", "configmap", SOURCE, "ca-bundle=true"]).expect_success();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(ns.current_template("deployment", "pricing").snapshots[SOURCE], pinned);
+    drop(server);
+
+    // The admin's upgrade: the same server restarted with the selector.
+    let _server = Webhook::start(cluster, &run, &[&flags[..], &["--excluded-sources-selector", "ca-bundle=true"]].concat());
+    wait_for("the workload to be back on the plain name", Duration::from_secs(60), || {
+        ns.current_template("deployment", "pricing").snapshots[SOURCE] == SOURCE
+    });
+    assert_eq!(ns.annotation_of("configmap", SOURCE, EXCLUDED).as_deref(), Some("true"), "recorded on the source");
+    let history = ns.history_of("pricing");
+    assert_eq!(history.len(), 2, "{history:#?}");
+    ns.kubectl(&["patch", "configmap", SOURCE, "--type=merge", "-p", r#"{"data":{"feature":"on"}}"#]).expect_success();
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(ns.history_of("pricing").len(), 2, "live updates, no new revision");
+    assert_eq!(ns.current_template("deployment", "pricing").snapshots[SOURCE], SOURCE);
 }
