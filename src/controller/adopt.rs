@@ -44,6 +44,9 @@ pub struct Decisions {
     /// metadata): read them, then decide again. A workload that names an immutable ConfigMap is
     /// neither adopted nor repaired (SPEC §3).
     pub unknown: Vec<(String, String)>,
+    /// Templates of the workloads left undecided until those reads: not seen yet, or an
+    /// outage's would be adopted at the next pass instead of repaired.
+    pub deferred: Vec<String>,
 }
 
 /// Template hashes recorded in adoption records, per (namespace, source).
@@ -77,6 +80,7 @@ pub fn decide(
     let mut adoptions: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
     let mut repairs = Vec::new();
     let mut unknown = BTreeSet::new();
+    let mut deferred = Vec::new();
     // (owner uid, source) pairs some revision pins: confighistory pinned that workload before.
     let mut revision_pins: HashSet<(&str, String)> = HashSet::new();
     for ((_, ns, _), r) in &state.revisions {
@@ -130,8 +134,12 @@ pub fn decide(
             }
             plain.push((source, cm.annotation(names::HEAD).unwrap_or_default().to_owned()));
         }
-        if plain.is_empty() || read_first {
+        if read_first {
             // One decision for the whole template, once every source it names plainly is known.
+            deferred.push(w.template_hash.clone());
+            continue;
+        }
+        if plain.is_empty() {
             continue;
         }
         if (pinned_before || new_template || !undone.is_empty()) && kind.propagates() {
@@ -159,6 +167,7 @@ pub fn decide(
             .collect(),
         repairs,
         unknown: unknown.into_iter().collect(),
+        deferred,
     }
 }
 
@@ -233,6 +242,7 @@ mod tests {
         let d = run(&s);
         assert_eq!((d.adoptions.len(), d.repairs.len()), (0, 0));
         assert_eq!(d.unknown, [("ns".to_owned(), "cfg".to_owned()), ("ns".to_owned(), "imm".to_owned())]);
+        assert_eq!(d.deferred, [tpl_hash(&s, "both"), tpl_hash(&s, "old")], "not decided, so not seen yet");
 
         let read = |name: &str, immutable: bool| {
             let mut o = source("ns", name, &h('a'), &[]);

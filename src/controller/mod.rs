@@ -492,11 +492,17 @@ async fn resync_pass(ctx: &Ctx, seen: &HashSet<String>, st: &mut ResyncState) {
         }
     }
     // Everything present now has been seen, except the templates still waiting for repair
-    // (they stay repair candidates until the webhook has pinned them).
+    // (they stay repair candidates until the webhook has pinned them) and those left undecided
+    // because a source could not be read (under load): an outage's must not pass for seen.
     {
         let state = ctx.shared.state.read().expect("state lock");
-        let waiting: HashSet<&String> =
-            decisions.repairs.iter().filter_map(|p| state.workloads.get(&p.key())).map(|w| &w.template_hash).collect();
+        let waiting: HashSet<&String> = decisions
+            .repairs
+            .iter()
+            .filter_map(|p| state.workloads.get(&p.key()))
+            .map(|w| &w.template_hash)
+            .chain(&decisions.deferred)
+            .collect();
         if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
             seen.extend(present.into_iter().filter(|t| !waiting.contains(t)));
         }

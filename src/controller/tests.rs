@@ -681,3 +681,29 @@ async fn a_source_the_admins_selector_newly_excludes_is_propagated_once_more_to_
     let (touches, _) = propagate::versioning_touches(&state, &Policy::default(), &ctx.selector);
     assert_eq!(touches, [("ns".to_owned(), "ca".to_owned()), ("ns".to_owned(), "done".to_owned())]);
 }
+
+/// A workload admitted while the webhook was away, naming a source the cache knows by metadata
+/// only, whose read fails (a loaded API server): the pass cannot decide it, and must not count
+/// its template as seen, or the next pass would take the outage's template for one from before
+/// and adopt it instead of repairing it.
+#[tokio::test]
+async fn a_template_left_undecided_for_want_of_a_read_is_repaired_once_the_read_succeeds() {
+    let mut src = source_holding("cfg", "1", "1");
+    src["kind"] = json!(crate::cache::PARTIAL_OBJECT_METADATA);
+    let (cluster, mut state) = resync_world(&[], &[("new", &["cfg"])]);
+    cluster.insert(source_holding("cfg", "1", "1"));
+    state.apply_configmap(&src);
+    let ctx = ctx(&cluster, state, args(&[]));
+    *ctx.seen.lock().unwrap() = Some(HashSet::new());
+    let error = ApiError { code: Some(500), reason: "InternalError".into(), message: "etcdserver: request timed out".into() };
+    *cluster.fail.lock().unwrap() = Some(("get ns/cfg", error));
+
+    resync_pass(&ctx, &HashSet::new(), &mut ResyncState::default()).await;
+    assert_eq!(trigger_of(&cluster, "new"), None);
+    assert_eq!(ctx.seen.lock().unwrap().as_ref().map(HashSet::len), Some(0), "undecided: not seen");
+
+    *cluster.fail.lock().unwrap() = None;
+    let seen = ctx.seen.lock().unwrap().clone().unwrap();
+    resync_pass(&ctx, &seen, &mut ResyncState::default()).await;
+    assert_eq!(trigger_of(&cluster, "new"), Some(format!("cfg={}", content_hash("1"))), "repaired, not adopted");
+}
