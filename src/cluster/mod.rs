@@ -105,9 +105,11 @@ pub trait Cluster: Send + Sync + 'static {
         let _ = ns;
         unsupported("list ConfigMap metadata")
     }
-    /// The ConfigMaps in `ns` labelled as snapshots, whole (their content is checked), paged.
-    fn list_snapshots<'a>(&'a self, ns: &'a str) -> BoxFuture<'a, Result<Vec<Value>>> {
-        let _ = ns;
+    /// The ConfigMaps in `ns` labelled as snapshots, whole (their content is checked), handed to
+    /// `each` one at a time as their page arrives: memory is one page, not every snapshot of the
+    /// namespace.
+    fn list_snapshots<'a>(&'a self, ns: &'a str, each: &'a mut (dyn FnMut(&Value) + Send)) -> BoxFuture<'a, Result<()>> {
+        let _ = (ns, each);
         unsupported("list snapshots")
     }
     /// The namespaces that hold snapshots (one metadata list for the cluster).
@@ -241,10 +243,24 @@ impl Cluster for KubeCluster {
         ))
     }
 
-    fn list_snapshots<'a>(&'a self, ns: &'a str) -> BoxFuture<'a, Result<Vec<Value>>> {
-        // Small pages: each is parsed whole, and snapshots can be 1 MiB each.
-        let lp = ListParams::default().labels(names::HASH_LABEL).limit(20);
-        Box::pin(list_all(self.api(ns, Watched::ConfigMaps), lp, |o| serde_json::to_value(o).unwrap_or(Value::Null)))
+    fn list_snapshots<'a>(&'a self, ns: &'a str, each: &'a mut (dyn FnMut(&Value) + Send)) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let api = self.api(ns, Watched::ConfigMaps);
+            // Small pages: each is parsed whole, and snapshots can be 1 MiB each (60 of 900 KiB:
+            // 118 MiB peak listed at once, 62 MiB in pages of 10, 44 MiB in pages of 5, debug build).
+            let mut lp = ListParams::default().labels(names::HASH_LABEL).limit(10);
+            loop {
+                let page = api.list(&lp).await?;
+                let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+                for o in page.items {
+                    each(&serde_json::to_value(o).unwrap_or(Value::Null));
+                }
+                match next {
+                    Some(c) => lp = lp.continue_token(&c),
+                    None => return Ok(()),
+                }
+            }
+        })
     }
 
     fn namespaces_with_snapshots(&self) -> BoxFuture<'_, Result<Vec<String>>> {
@@ -478,17 +494,20 @@ impl Cluster for MemoryCluster {
             Ok(out)
         })
     }
-    fn list_snapshots<'a>(&'a self, ns: &'a str) -> BoxFuture<'a, Result<Vec<Value>>> {
+    fn list_snapshots<'a>(&'a self, ns: &'a str, each: &'a mut (dyn FnMut(&Value) + Send)) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             self.check(format!("list snapshots {ns}")).await?;
-            let objects = self.objects.lock().expect("lock");
-            let mut out: Vec<Value> = objects
-                .iter()
-                .filter(|((n, _), o)| n == ns && o["metadata"]["labels"].get(names::HASH_LABEL).is_some())
-                .map(|(_, o)| o.clone())
-                .collect();
+            let mut out: Vec<Value> = {
+                let objects = self.objects.lock().expect("lock");
+                objects
+                    .iter()
+                    .filter(|((n, _), o)| n == ns && o["metadata"]["labels"].get(names::HASH_LABEL).is_some())
+                    .map(|(_, o)| o.clone())
+                    .collect()
+            };
             out.sort_by(|a, b| a["metadata"]["name"].as_str().cmp(&b["metadata"]["name"].as_str()));
-            Ok(out)
+            out.iter().for_each(each);
+            Ok(())
         })
     }
     fn namespaces_with_snapshots(&self) -> BoxFuture<'_, Result<Vec<String>>> {

@@ -264,10 +264,11 @@ pub async fn sweep_namespace(
 pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Settings, dry_run: bool, now: i64) -> Result<Report, ApiError> {
     let start = Instant::now();
     // Sources as metadata (their head and keep annotations), snapshots whole (validity is
-    // checked from content), each reduced as it is read: a namespace's other ConfigMaps, however
-    // large, are never read whole (SPEC §10).
+    // checked from content), each reduced to its record as its page arrives: a namespace's other
+    // ConfigMaps, however large, are never read whole, nor all its snapshots at once (SPEC §10).
     let configmaps = cluster.list_configmap_metadata(ns).await?;
-    let snapshots: Vec<SnapshotInfo> = cluster.list_snapshots(ns).await?.iter().filter_map(SnapshotInfo::from_object).collect();
+    let mut snapshots: Vec<SnapshotInfo> = Vec::new();
+    cluster.list_snapshots(ns, &mut |obj| snapshots.extend(SnapshotInfo::from_object(obj))).await?;
     let mut refs = References::default();
     for kind in [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::Job, Kind::CronJob] {
         for obj in cluster.list(ns, Watched::Workload(kind)).await? {
