@@ -46,7 +46,7 @@ pub struct Decisions {
     pub unknown: Vec<(String, String)>,
     /// Templates of the workloads left undecided until those reads: not seen yet, or an
     /// outage's would be adopted at the next pass instead of repaired.
-    pub deferred: Vec<String>,
+    pub deferred: Vec<(String, String)>,
 }
 
 /// Template hashes recorded in adoption records, per (namespace, source).
@@ -61,21 +61,21 @@ pub fn adoption_index(state: &State) -> HashMap<(String, String), HashSet<String
     idx
 }
 
-/// Every template hash the cache holds now (workloads and revisions): what "seen before" starts
-/// from when this replica becomes leader.
-pub fn current_templates(state: &State) -> HashSet<String> {
-    state.workloads.values().map(|w| w.template_hash.clone()).chain(state.revisions.values().map(|r| r.template_hash.clone())).collect()
+/// Templates seen before, as (namespace, template hash): per namespace, because the same
+/// manifest deployed elsewhere (another team's namespace, one the loops do not act in) says
+/// nothing about whether this namespace's workload was admitted during an outage.
+pub type Seen = HashSet<(String, String)>;
+
+/// Every template the cache holds now (workloads and revisions): what "seen before" starts from
+/// when this replica becomes leader.
+pub fn current_templates(state: &State) -> Seen {
+    let workloads = state.workloads.iter().map(|((_, ns, _), w)| (ns.clone(), w.template_hash.clone()));
+    workloads.chain(state.revisions.iter().map(|((_, ns, _), r)| (ns.clone(), r.template_hash.clone()))).collect()
 }
 
 /// Decides adoptions and repairs. `seen`: templates this controller saw before; `done`:
 /// (namespace, source, template) adoptions already made by this process.
-pub fn decide(
-    state: &State,
-    policy: &Policy,
-    selector: &Selector,
-    seen: &HashSet<String>,
-    done: &HashSet<(String, String, String)>,
-) -> Decisions {
+pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, done: &HashSet<(String, String, String)>) -> Decisions {
     let adopted = adoption_index(state);
     let mut adoptions: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
     let mut repairs = Vec::new();
@@ -99,7 +99,7 @@ pub fn decide(
         if !propagate::namespace_active(state, policy, selector, ns) {
             continue;
         }
-        let new_template = !seen.contains(&w.template_hash);
+        let new_template = !seen.contains(&(ns.clone(), w.template_hash.clone()));
         let pinned_before = w.annotations.contains_key(names::PINS);
         let mut plain: Vec<(String, String)> = Vec::new(); // (source, hash to go to)
         let mut undone = Vec::new();
@@ -136,7 +136,7 @@ pub fn decide(
         }
         if read_first {
             // One decision for the whole template, once every source it names plainly is known.
-            deferred.push(w.template_hash.clone());
+            deferred.push((ns.clone(), w.template_hash.clone()));
             continue;
         }
         if plain.is_empty() {
@@ -242,7 +242,8 @@ mod tests {
         let d = run(&s);
         assert_eq!((d.adoptions.len(), d.repairs.len()), (0, 0));
         assert_eq!(d.unknown, [("ns".to_owned(), "cfg".to_owned()), ("ns".to_owned(), "imm".to_owned())]);
-        assert_eq!(d.deferred, [tpl_hash(&s, "both"), tpl_hash(&s, "old")], "not decided, so not seen yet");
+        let deferred: Vec<&str> = d.deferred.iter().map(|(_, t)| t.as_str()).collect();
+        assert_eq!(deferred, [tpl_hash(&s, "both"), tpl_hash(&s, "old")], "not decided, so not seen yet");
 
         let read = |name: &str, immutable: bool| {
             let mut o = source("ns", name, &h('a'), &[]);
@@ -282,7 +283,7 @@ mod tests {
         imm["immutable"] = json!(true);
         s.apply_configmap(&imm);
         s.apply_workload(Kind::Deployment, &workload("ns", "d", &["pending", "hot", "imm", "missing", names::ROOT_CA], &[]));
-        let d = decide(&s, &Policy::default(), &Selector::default(), &HashSet::new(), &HashSet::new());
+        let d = decide(&s, &Policy::default(), &Selector::default(), &Seen::new(), &HashSet::new());
         assert_eq!(d, Decisions::default());
         let _ = template::template_hash(&json!({}));
     }

@@ -92,7 +92,7 @@ pub struct Ctx {
     pub reads: Mutex<Limiter>,
     pub identity: String,
     /// Templates seen before (repair vs adoption), from when this replica started leading.
-    pub seen: std::sync::Mutex<Option<HashSet<String>>>,
+    pub seen: std::sync::Mutex<Option<adopt::Seen>>,
 }
 
 impl Ctx {
@@ -250,8 +250,8 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
         // enforce, off): if the namespace later switches to rewrite, they are adopted, not repaired.
         let state = ctx.shared.state.read().expect("state lock");
         for ((_, ns, _), w) in &state.workloads {
-            if !seen.contains(&w.template_hash) && !propagate::namespace_active(&state, &ctx.shared.policy, &ctx.selector, ns) {
-                seen.insert(w.template_hash.clone());
+            if !propagate::namespace_active(&state, &ctx.shared.policy, &ctx.selector, ns) {
+                seen.insert((ns.clone(), w.template_hash.clone()));
             }
         }
     }
@@ -415,7 +415,7 @@ struct ResyncState {
 }
 
 /// One resync pass: re-hash, adoption, repair; `seen` are the templates seen before.
-async fn resync_pass(ctx: &Ctx, seen: &HashSet<String>, st: &mut ResyncState) {
+async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) {
     rehash(ctx).await;
     touch_versioning(ctx).await;
     if !ctx.leadership.is_leader() {
@@ -496,12 +496,11 @@ async fn resync_pass(ctx: &Ctx, seen: &HashSet<String>, st: &mut ResyncState) {
     // because a source could not be read (under load): an outage's must not pass for seen.
     {
         let state = ctx.shared.state.read().expect("state lock");
-        let waiting: HashSet<&String> = decisions
+        let waiting: adopt::Seen = decisions
             .repairs
             .iter()
-            .filter_map(|p| state.workloads.get(&p.key()))
-            .map(|w| &w.template_hash)
-            .chain(&decisions.deferred)
+            .filter_map(|p| Some((p.namespace.clone(), state.workloads.get(&p.key())?.template_hash.clone())))
+            .chain(decisions.deferred.iter().cloned())
             .collect();
         if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
             seen.extend(present.into_iter().filter(|t| !waiting.contains(t)));

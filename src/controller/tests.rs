@@ -254,7 +254,7 @@ async fn a_resync_pass_adopts_templates_seen_before_and_repairs_new_plain_ones()
     let template = |name: &str| state.workloads[&(Kind::Deployment, "ns".to_owned(), name.to_owned())].template_hash.clone();
     let (old_t, new_t) = (template("old"), template("new"));
     // "old" was there when this replica started leading; "new" was admitted while the webhook was away.
-    let seen: HashSet<String> = [old_t.clone()].into();
+    let seen: adopt::Seen = [("ns".to_owned(), old_t.clone())].into();
     let ctx = ctx(&cluster, state, args(&[]));
     let mut st = ResyncState::default();
 
@@ -366,7 +366,7 @@ async fn a_repair_whose_source_changed_since_the_outage_says_its_config_is_unkno
     let (cluster, state) = resync_world(&[source_holding("cfg", "2", "1")], &[("new", &["cfg"])]);
     let ctx = ctx(&cluster, state, args(&[]));
 
-    resync_pass(&ctx, &HashSet::new(), &mut ResyncState::default()).await;
+    resync_pass(&ctx, &adopt::Seen::new(), &mut ResyncState::default()).await;
     let published = cluster.events();
     let events: Vec<(&str, &str, bool)> = published.iter().map(|e| (e.reason, e.regarding.name.as_str(), e.warning)).collect();
     assert_eq!(events, [("ConfigUnknown", "new", true), ("ConfigRepaired", "new", false)]);
@@ -633,7 +633,7 @@ async fn a_source_the_admins_selector_newly_excludes_is_propagated_once_more_to_
     let policy = Policy { excluded_sources: "ca-bundle=true".parse().unwrap(), ..Policy::default() };
     let ctx = ctx_with(&cluster, state, args(&[]), policy.clone());
 
-    resync_pass(&ctx, &HashSet::new(), &mut ResyncState::default()).await;
+    resync_pass(&ctx, &adopt::Seen::new(), &mut ResyncState::default()).await;
     let written: Vec<String> = cluster.calls.lock().unwrap().iter().filter(|c| c.starts_with("patch ns/")).cloned().collect();
     assert_eq!(written, ["patch ns/ca"]);
 
@@ -675,7 +675,7 @@ async fn a_source_the_admins_selector_newly_excludes_is_propagated_once_more_to_
 
     // Recorded: the next pass writes nothing; with the selector gone, versioning again is a change too.
     cluster.calls.lock().unwrap().clear();
-    resync_pass(&ctx, &HashSet::new(), &mut ResyncState::default()).await;
+    resync_pass(&ctx, &adopt::Seen::new(), &mut ResyncState::default()).await;
     assert!(!cluster.calls.lock().unwrap().iter().any(|c| c.starts_with("patch ns/")), "{:?}", cluster.calls.lock().unwrap());
     let state = ctx.shared.state.read().unwrap();
     let (touches, _) = propagate::versioning_touches(&state, &Policy::default(), &ctx.selector);
@@ -694,15 +694,36 @@ async fn a_template_left_undecided_for_want_of_a_read_is_repaired_once_the_read_
     cluster.insert(source_holding("cfg", "1", "1"));
     state.apply_configmap(&src);
     let ctx = ctx(&cluster, state, args(&[]));
-    *ctx.seen.lock().unwrap() = Some(HashSet::new());
+    *ctx.seen.lock().unwrap() = Some(adopt::Seen::new());
     let error = ApiError { code: Some(500), reason: "InternalError".into(), message: "etcdserver: request timed out".into() };
     *cluster.fail.lock().unwrap() = Some(("get ns/cfg", error));
 
-    resync_pass(&ctx, &HashSet::new(), &mut ResyncState::default()).await;
+    resync_pass(&ctx, &adopt::Seen::new(), &mut ResyncState::default()).await;
     assert_eq!(trigger_of(&cluster, "new"), None);
     assert_eq!(ctx.seen.lock().unwrap().as_ref().map(HashSet::len), Some(0), "undecided: not seen");
 
     *cluster.fail.lock().unwrap() = None;
+    let seen = ctx.seen.lock().unwrap().clone().unwrap();
+    resync_pass(&ctx, &seen, &mut ResyncState::default()).await;
+    assert_eq!(trigger_of(&cluster, "new"), Some(format!("cfg={}", content_hash("1"))), "repaired, not adopted");
+}
+
+/// "Seen before" is per namespace: the same manifest deployed in a namespace the loops do not act
+/// in (audit mode: its templates count as seen at once) says nothing about this namespace's
+/// workload admitted during an outage, which is repaired, not adopted. (Keyed by template hash
+/// alone, it was adopted: the e2e outage test met it beside another test's identical manifest.)
+#[tokio::test]
+async fn the_same_template_in_another_namespace_does_not_make_an_outage_workload_pass_for_seen() {
+    let (cluster, mut state) = resync_world(&[source_holding("cfg", "1", "1")], &[]);
+    state.apply_namespace(&json!({"metadata": {"name": "audited", "labels": {names::MODE_LABEL: "audit"}}}));
+    state.apply_workload(Kind::Deployment, &workload("audited", "new", &["cfg"], &[]));
+    let ctx = ctx(&cluster, state, args(&[]));
+    *ctx.seen.lock().unwrap() = Some(adopt::Seen::new());
+    propagation_pass(&ctx, &mut quick()).await;
+
+    let outage = workload("ns", "new", &["cfg"], &[]);
+    ctx.shared.state.write().unwrap().apply_workload(Kind::Deployment, &outage);
+    cluster.insert_workload(Kind::Deployment, outage);
     let seen = ctx.seen.lock().unwrap().clone().unwrap();
     resync_pass(&ctx, &seen, &mut ResyncState::default()).await;
     assert_eq!(trigger_of(&cluster, "new"), Some(format!("cfg={}", content_hash("1"))), "repaired, not adopted");
