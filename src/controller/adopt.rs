@@ -121,6 +121,12 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
                 // was undone to that revision while the webhook was away.
                 let was_pinned = pinned_before || revision_pins.contains(&(w.uid.as_str(), source.clone()));
                 if let Some((_, hash)) = state.adopted_snapshot(ns, &source, &w.template_hash).filter(|_| was_pinned) {
+                    // A trigger is acted on: the source is read first, as below (SPEC §3).
+                    if !cm.known_mutable() {
+                        unknown.insert((ns.clone(), source));
+                        read_first = true;
+                        continue;
+                    }
                     undone.push(source.clone());
                     plain.push((source, hash));
                 }

@@ -607,6 +607,35 @@ async fn a_plain_undo_admitted_during_an_outage_is_repaired_to_the_snapshot_its_
     assert!(repaired[0].contains(&format!("cfg back to its config {a}, held (the current config is {b})")), "{}", repaired[0]);
 }
 
+/// The same outage undo, but the cache knows the source by its metadata only and no read of it
+/// succeeds (under load): nothing is triggered until a read shows it mutable (an immutable
+/// source would leave the trigger unanswered, retried for ever). Failed before: triggered.
+#[tokio::test]
+async fn a_plain_undo_during_an_outage_waits_for_a_read_of_a_source_known_by_metadata() {
+    let plain = workload("ns", "app", &["cfg"], &[]);
+    let tpl = crate::model::template::template_hash(&plain["spec"]["template"]);
+    let (a, b) = (content_hash("1"), content_hash("2"));
+    let mut adopted = snap("ns", "cfg", &a);
+    adopted["metadata"]["annotations"][names::ADOPTED] = json!(tpl);
+    let (cluster, mut state) = resync_world(&[source_holding("cfg", "2", "2"), adopted, snap("ns", "cfg", &b)], &[("app", &["cfg"])]);
+    let mut metadata = source_holding("cfg", "2", "2");
+    metadata.as_object_mut().unwrap().retain(|k, _| k == "metadata");
+    metadata["kind"] = json!(crate::cache::PARTIAL_OBJECT_METADATA);
+    metadata["metadata"]["resourceVersion"] = json!("2");
+    state.apply_configmap(&metadata);
+    let mut rs = workload("ns", "app", &[&snapshot::name("cfg", &b, 0)], &[]);
+    rs["metadata"] =
+        json!({"namespace": "ns", "name": "app-2", "ownerReferences": [{"kind": "Deployment", "uid": "uid-app", "controller": true}]});
+    state.apply_revision(Kind::ReplicaSet, &rs);
+    let seen = adopt::current_templates(&state);
+    *cluster.fail.lock().unwrap() =
+        Some(("get ns/cfg", ApiError { code: Some(503), reason: "ServiceUnavailable".into(), message: "overloaded".into() }));
+    let ctx = ctx(&cluster, state, args(&[]));
+
+    resync_pass(&ctx, &seen, &mut ResyncState::default()).await;
+    assert_eq!(trigger_of(&cluster, "app"), None);
+}
+
 /// SPEC §7, a source that stops being versioned, by the admin's selector: the server restarted
 /// with `--excluded-sources-selector ca-bundle=true` finds `ca` (so labelled, versioned until
 /// now, `app` pinned to its snapshot) with no write saying so. A resync pass touches it; the
