@@ -14,6 +14,10 @@
 //!   adoption record lists was undone (or rolled back) to a revision from before the install
 //!   while the webhook was away: its trigger names that snapshot, not the head, and the webhook
 //!   admits it as the undo it is (SPEC 6.2.1): the config that revision ran with, held.
+//! - **Undo unknown**: the same undo to a template no adoption record lists (from before the
+//!   workload was pinned: its `pins`, or a revision older than the first that pins the source) is
+//!   never adopted on the current content, which it did not run with: it is repaired to the head
+//!   with a ConfigUnknown Event, as SPEC 6.2.1 takes such an undo when the webhook is up.
 //!
 //! Sources with a pending change are left to propagation (the current content is not what the
 //! workload ran with, and the settle window must be honoured).
@@ -81,12 +85,18 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
     let mut repairs = Vec::new();
     let mut unknown = BTreeSet::new();
     let mut deferred = Vec::new();
-    // (owner uid, source) pairs some revision pins: confighistory pinned that workload before.
-    let mut revision_pins: HashSet<(&str, String)> = HashSet::new();
+    // (owner uid, source) pairs some revision pins, with the earliest such revision's creation:
+    // confighistory pinned that workload before, from then on.
+    let mut revision_pins: HashMap<(&str, String), &str> = HashMap::new();
+    // (owner uid, template hash) → the earliest revision with that template.
+    let mut revision_of: HashMap<(&str, &str), &str> = HashMap::new();
     for ((_, ns, _), r) in &state.revisions {
+        let first = revision_of.entry((r.owner_uid.as_str(), r.template_hash.as_str())).or_insert(r.created.as_str());
+        *first = (*first).min(r.created.as_str());
         for name in &r.refs {
             if let Some((source, _)) = state.snapshot_of(ns, name) {
-                revision_pins.insert((r.owner_uid.as_str(), source));
+                let first = revision_pins.entry((r.owner_uid.as_str(), source)).or_insert(r.created.as_str());
+                *first = (*first).min(r.created.as_str());
             }
         }
     }
@@ -103,6 +113,7 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
         let pinned_before = w.annotations.contains_key(names::PINS);
         let mut plain: Vec<(String, String)> = Vec::new(); // (source, hash to go to)
         let mut undone = Vec::new();
+        let mut unknown_config = Vec::new();
         let mut read_first = false;
         for (source, pins) in propagate::sources_of(state, ns, &w.refs) {
             if !pins.contains(&None) {
@@ -119,7 +130,7 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
             if !new_template && adopted.get(&(ns.clone(), source.clone())).is_some_and(|s| s.contains(&w.template_hash)) {
                 // ...unless confighistory had pinned it: back on an adopted plain template, it
                 // was undone to that revision while the webhook was away.
-                let was_pinned = pinned_before || revision_pins.contains(&(w.uid.as_str(), source.clone()));
+                let was_pinned = pinned_before || revision_pins.contains_key(&(w.uid.as_str(), source.clone()));
                 if let Some((_, hash)) = state.adopted_snapshot(ns, &source, &w.template_hash).filter(|_| was_pinned) {
                     // A trigger is acted on: the source is read first, as below (SPEC §3).
                     if !cm.known_mutable() {
@@ -138,6 +149,14 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
                 read_first = true;
                 continue;
             }
+            // A template from before confighistory pinned this workload, in no adoption record:
+            // undone to it while the webhook was away. The config it ran with is unknown, so it
+            // goes to the head as SPEC 6.2.1 does, and is never recorded as the current content's.
+            let pinned_since = revision_pins.get(&(w.uid.as_str(), source.clone()));
+            let from_before = revision_of.get(&(w.uid.as_str(), w.template_hash.as_str())).zip(pinned_since).is_some_and(|(t, p)| t < p);
+            if !new_template && (pinned_before || from_before) {
+                unknown_config.push(source.clone());
+            }
             plain.push((source, cm.annotation(names::HEAD).unwrap_or_default().to_owned()));
         }
         if read_first {
@@ -148,7 +167,7 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
         if plain.is_empty() {
             continue;
         }
-        if (pinned_before || new_template || !undone.is_empty()) && kind.propagates() {
+        if (pinned_before || new_template || !undone.is_empty() || !unknown_config.is_empty()) && kind.propagates() {
             repairs.push(Plan {
                 kind: *kind,
                 namespace: ns.clone(),
@@ -157,8 +176,9 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
                 trigger: plain.into_iter().collect(),
                 released: Vec::new(),
                 undone,
+                unknown: unknown_config,
             });
-        } else if !pinned_before && matches!(kind, Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet) {
+        } else if !pinned_before && unknown_config.is_empty() && matches!(kind, Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet) {
             for (source, _) in plain {
                 if !done.contains(&(ns.clone(), source.clone(), w.template_hash.clone())) {
                     adoptions.entry((ns.clone(), source)).or_default().insert(w.template_hash.clone());

@@ -460,8 +460,17 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) {
         // change the webhook missed). Recording it lets an undo to that revision bring its
         // config back (SPEC §9); when it cannot be told, an Event says so.
         let template = ctx.shared.state.read().expect("state lock").workloads.get(&p.key()).map(|w| w.template_hash.clone());
-        // A source going back to an adopted snapshot (an undo) has its record already.
-        for source in p.trigger.keys().filter(|s| template.is_some() && !p.undone.contains(*s)) {
+        // A source going back to an adopted snapshot (an undo) has its record already; one whose
+        // revision's config is unknown gets none (the head's content is not what it ran with).
+        for source in &p.unknown {
+            let message = format!(
+                "The config this revision ran with ({source}) is unknown: the revision predates confighistory and no adoption record lists it; it gets the current one ({})",
+                p.trigger[source]
+            );
+            event(ctx, workload_ref(ctx, p), true, "ConfigUnknown", "Repair", message).await;
+        }
+        let recorded = |s: &&String| template.is_some() && !p.undone.contains(*s) && !p.unknown.contains(*s);
+        for source in p.trigger.keys().filter(recorded) {
             let a =
                 adopt::Adoption { namespace: p.namespace.clone(), source: source.clone(), templates: template.iter().cloned().collect() };
             if st.adopted.contains(&(a.namespace.clone(), a.source.clone(), a.templates[0].clone())) {

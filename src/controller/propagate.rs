@@ -47,6 +47,10 @@ pub struct Plan {
     /// Repair only: sources of `trigger` going back to the snapshot whose adoption record lists
     /// the workload's plain template (an undo admitted while the webhook was away), not the head.
     pub undone: Vec<String>,
+    /// Repair only: sources of `trigger` whose config the workload's revision ran with cannot be
+    /// told (an undo while the webhook was away to a revision from before the install that no
+    /// adoption record lists): to the head, with no adoption record and a ConfigUnknown Event.
+    pub unknown: Vec<String>,
 }
 
 impl Plan {
@@ -223,6 +227,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
             trigger,
             released,
             undone: Vec::new(),
+            unknown: Vec::new(),
         });
     }
 

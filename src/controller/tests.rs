@@ -757,3 +757,41 @@ async fn the_same_template_in_another_namespace_does_not_make_an_outage_workload
     resync_pass(&ctx, &seen, &mut ResyncState::default()).await;
     assert_eq!(trigger_of(&cluster, "new"), Some(format!("cfg={}", content_hash("1"))), "repaired, not adopted");
 }
+
+/// SPEC §9 with 6.2.1: `app` ran revision 1 (content unknown: adopted never) before the install,
+/// was pinned since (its revision 3 names a snapshot of `cfg`), and `rollout undo --to-revision=1`
+/// brought the plain template back while the webhook was away. No adoption record lists it, so
+/// the config it ran with is unknown: repair takes it to the head with a ConfigUnknown warning
+/// and writes no adoption record on the head's snapshot (false history). `later` went plain after
+/// its pinned revision (an edit in a namespace that did not pin then): adopted, not restarted.
+/// Failed before: `app` was adopted on the current content and left on the plain name.
+#[tokio::test]
+async fn an_outage_undo_to_a_revision_no_adoption_record_lists_is_repaired_to_the_head_as_unknown() {
+    let head = content_hash("3");
+    let pinned = snapshot::name("cfg", &head, 0);
+    let (cluster, mut state) = resync_world(&[source_holding("cfg", "3", "3")], &[("app", &["cfg"]), ("later", &["cfg"])]);
+    let rs = |owner: &str, name: &str, cm: &str, created: &str| {
+        let mut obj = workload("ns", owner, &[cm], &[]);
+        obj["metadata"] = json!({"namespace": "ns", "name": name, "creationTimestamp": created,
+            "ownerReferences": [{"kind": "Deployment", "uid": format!("uid-{owner}"), "controller": true}]});
+        obj
+    };
+    state.apply_revision(Kind::ReplicaSet, &rs("app", "app-1", "cfg", "2026-01-01T00:00:00Z"));
+    state.apply_revision(Kind::ReplicaSet, &rs("app", "app-3", &pinned, "2026-06-01T00:00:00Z"));
+    state.apply_revision(Kind::ReplicaSet, &rs("later", "later-1", &pinned, "2026-06-01T00:00:00Z"));
+    state.apply_revision(Kind::ReplicaSet, &rs("later", "later-2", "cfg", "2026-07-01T00:00:00Z"));
+    let seen = adopt::current_templates(&state);
+    let ctx = ctx(&cluster, state, args(&[]));
+
+    resync_pass(&ctx, &seen, &mut ResyncState::default()).await;
+    assert_eq!(trigger_of(&cluster, "app"), Some(format!("cfg={head}")), "repaired to the head");
+    assert_eq!(trigger_of(&cluster, "later"), None, "not an undo: adopted, not restarted");
+    let record = crate::admission::annotation(&cluster.get("ns", &pinned).unwrap(), names::ADOPTED).unwrap_or_default().to_owned();
+    let template = |name: &str| crate::model::template::template_hash(&workload("ns", name, &["cfg"], &[])["spec"]["template"]);
+    assert!(record.contains(&template("later")), "{record}");
+    assert!(!record.contains(&template("app")), "the head did not run that revision: {record}");
+    let published = cluster.events();
+    let events: Vec<(&str, &str, bool)> = published.iter().map(|e| (e.reason, e.regarding.name.as_str(), e.warning)).collect();
+    assert_eq!(events, [("ConfigUnknown", "app", true), ("ConfigRepaired", "app", false)]);
+    assert!(published[0].note.contains("predates confighistory"), "{}", published[0].note);
+}
