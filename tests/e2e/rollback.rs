@@ -287,6 +287,54 @@ fn an_undo_admitted_during_an_outage_is_repaired_to_the_config_it_ran_with() {
     assert_eq!(current_mode(&ns), "a");
 }
 
+/// SPEC §9, §9a, 6.2.1: the same outage undo, to a revision from before the install that was never
+/// adopted (the one before the revision running at install time): no one knows the config it ran
+/// with. Repair takes it to the current config with a ConfigUnknown Event, and records no adoption
+/// on the current content, which that revision never ran with.
+#[test]
+fn an_undo_admitted_during_an_outage_to_a_revision_never_adopted_is_repaired_to_the_current_config_as_unknown() {
+    let Some(cluster) = cluster() else { return };
+    let run = format!("{}-unknown-outage", run_id());
+    let ns = TestNamespace::in_run(cluster, Some(&run), "outage-unknown-undo", &[]);
+    // Two revisions before the install: 1 (IMAGE_A with "x"), 2 (IMAGE_B with "a", running).
+    ns.accepts(&format!("{}---\n{}", mode_config("x"), pricing(IMAGE_A)));
+    ns.wait_observed("deployment", "pricing");
+    ns.accepts(&format!("{}---\n{}", mode_config("a"), pricing(IMAGE_B)));
+    ns.wait_observed("deployment", "pricing");
+    let _server = Webhook::start(cluster, &run, &["--settle", "2", "--resync-interval", "1", "--resync-qps", "50"]);
+    wait_for("the adoption record of the running template", Duration::from_secs(60), || {
+        ns.snapshots().iter().any(|s| ns.get_json("configmap", s).is_some_and(|cm| cm["metadata"]["annotations"][ADOPTED].is_string()))
+    });
+    ns.accepts(&format!("{}---\n{}", mode_config("b"), pricing("registry.example/pricing:4.13")));
+    assert_eq!(current_mode(&ns), "b");
+    let head = ns.current_template("deployment", "pricing").snapshots[SOURCE].clone();
+    assert_ne!(head, SOURCE);
+
+    // The outage: undo to revision 1, admitted as sent.
+    let exclude = crate::support::EXCLUDE_LABEL;
+    ns.cluster.kubectl(&["label", "namespace", &ns.name, &format!("{exclude}=true")]).expect_success();
+    std::thread::sleep(Duration::from_secs(2)); // the API server picks up the selector change
+    ns.rollout_undo("pricing", Some(1));
+    let undone = ns.current_template("deployment", "pricing");
+    assert_eq!((undone.image.as_str(), undone.snapshots[SOURCE].as_str()), (IMAGE_A, SOURCE), "admitted as sent");
+    ns.cluster.kubectl(&["label", "namespace", &ns.name, &format!("{exclude}-")]).expect_success();
+
+    wait_for("the repair to pin it", Duration::from_secs(90), || ns.current_template("deployment", "pricing").snapshots[SOURCE] != SOURCE);
+    let now = ns.current_template("deployment", "pricing");
+    assert_eq!((now.image.as_str(), now.snapshots[SOURCE].as_str(), current_mode(&ns).as_str()), (IMAGE_A, head.as_str(), "b"));
+    let record = ns.get_json("configmap", &head).unwrap()["metadata"]["annotations"][ADOPTED].clone();
+    assert!(record.is_null(), "revision 1 never ran with the current config: {record}");
+    let events = ns.kubectl(&["get", "events", "-o", "json"]).expect_success().json();
+    let unknown: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "ConfigUnknown" && e["involvedObject"]["name"] == "pricing")
+        .filter_map(|e| e["message"].as_str().or(e["note"].as_str()))
+        .collect();
+    assert!(unknown.iter().any(|m| m.contains("predates confighistory")), "{unknown:?}");
+}
+
 /// SPEC §7, the admin's selector: `--excluded-sources-selector` (Helm
 /// config.excludedSourcesSelector) changes with a restart of the server, and no ConfigMap is
 /// written. A source the new selector matches, with a workload pinned to its snapshot, is
