@@ -300,6 +300,22 @@ mod tests {
         assert_eq!(decide(&s, &Policy::default(), &Selector::default(), &seen, &HashSet::new()), Decisions::default());
     }
 
+    /// A seen plain template in no adoption record, on a workload that still carries `pins` (an
+    /// undo that kept the workload's annotations): its config is unknown, so it is repaired to
+    /// the head, marked so, and never adopted.
+    #[test]
+    fn a_pinned_workload_back_on_a_seen_template_no_record_lists_is_repaired_as_unknown() {
+        let mut s = State::default();
+        s.apply_configmap(&source("ns", "cfg", &h('a'), &[]));
+        s.apply_workload(Kind::Deployment, &workload("ns", "app", &["cfg"], &[(names::PINS, "{\"cfg\":\"x\"}")]));
+        let seen = current_templates(&s);
+        let d = decide(&s, &Policy::default(), &Selector::default(), &seen, &HashSet::new());
+        assert!(d.adoptions.is_empty(), "{d:?}");
+        let repairs: Vec<(&str, String, &[String])> =
+            d.repairs.iter().map(|p| (p.name.as_str(), p.trigger_value(), &p.unknown[..])).collect();
+        assert_eq!(repairs, [("app", format!("cfg={}", h('a')), &["cfg".to_owned()][..])]);
+    }
+
     #[test]
     fn pending_changes_missing_or_unversioned_sources_are_left_alone() {
         let mut s = State::default();
