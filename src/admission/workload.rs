@@ -124,18 +124,15 @@ impl Pinning<'_> {
     }
 }
 
-/// Sources named by `confighistory.io/propagate` (`source=hash,...`).
-pub fn parse_trigger(value: &str) -> BTreeSet<String> {
+/// The items of `confighistory.io/propagate` (`source=hash,...`): each source named, with the hash
+/// the controller asks for (empty when an item names only the source).
+pub fn parse_trigger(value: &str) -> BTreeMap<String, String> {
     value
         .split(',')
-        .filter_map(|p| p.split_once('=').map(|(s, _)| s.trim().to_owned()).or(Some(p.trim().to_owned())))
-        .filter(|s| !s.is_empty())
+        .map(|p| p.split_once('=').unwrap_or((p, "")))
+        .map(|(s, h)| (s.trim().to_owned(), h.trim().to_owned()))
+        .filter(|(s, _)| !s.is_empty())
         .collect()
-}
-
-/// The trigger's items (`source=hash,...`): source → the hash the controller asks for.
-pub fn trigger_hashes(value: &str) -> BTreeMap<String, String> {
-    value.split(',').filter_map(|p| p.split_once('=')).map(|(s, h)| (s.trim().to_owned(), h.trim().to_owned())).collect()
 }
 
 pub fn format_trigger(items: &BTreeMap<String, String>) -> String {
@@ -322,8 +319,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     };
     let obj = req.object();
     let own = req.user_info.username == view.policy.identity;
-    let trigger: Option<BTreeSet<String>> = own.then(|| annotation(obj, names::PROPAGATE).map(parse_trigger)).flatten();
-    let asked = trigger.as_ref().and_then(|_| annotation(obj, names::PROPAGATE)).map(trigger_hashes).unwrap_or_default();
+    let trigger: Option<BTreeMap<String, String>> = own.then(|| annotation(obj, names::PROPAGATE).map(parse_trigger)).flatten();
     let old_holds = source::holds(req.old_object());
 
     // In every mode that acts (SPEC 6.2): enforce and audit never rewrite a changed template, but
@@ -380,7 +376,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         let undone = (plain && !undo)
             .then(|| view.state.adopted_snapshot(a.namespace, source, &template_hash))
             .flatten()
-            .filter(|(_, hash)| asked.get(source) == Some(hash));
+            .filter(|(_, hash)| trigger.as_ref().and_then(|t| t.get(source)) == Some(hash));
         let facts = Facts {
             undo: undo || undone.is_some(),
             plain,
@@ -389,7 +385,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             head: &head,
             was_held: old_hold.is_some(),
             own,
-            triggered: trigger.as_ref().map(|t| t.contains(source)),
+            triggered: trigger.as_ref().map(|t| t.contains_key(source)),
             pending: source::pending_change(cm, &head).is_some(),
             adopted: if undo && plain { view.state.adopted_snapshot(a.namespace, source, &template_hash) } else { undone },
         };
@@ -436,7 +432,7 @@ impl Builder<'_> {
         view: &'v View,
         old_holds: &Holds,
         undo: bool,
-        trigger: Option<&BTreeSet<String>>,
+        trigger: Option<&BTreeMap<String, String>>,
     ) -> Option<&'v Value> {
         if source == names::ROOT_CA {
             return None;
@@ -469,7 +465,7 @@ impl Builder<'_> {
             // pinned: propagation moves the unheld ones back to the plain name, once (SPEC §7).
             let head = Content::from_object(cm).hash();
             let held = old_holds.get(source).is_some_and(|at| hold_stands(at.as_deref(), &head));
-            if trigger.is_some_and(|t| t.contains(source)) && !held {
+            if trigger.is_some_and(|t| t.contains_key(source)) && !held {
                 for r in refs.iter().filter(|r| r.hash.is_some()) {
                     self.rewrite(r, Target::Name(source.to_owned()));
                 }
