@@ -1,12 +1,16 @@
 #![forbid(unsafe_code)]
 use clap::Parser;
 use confighistory::cli::{Cli, Command};
+use std::io::IsTerminal;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only for a person at a terminal: in a pod, escape codes would garble `kubectl logs`
+    // and log collectors (and formatting them is a tenth of a steady admission's cost).
+    let ansi = std::io::stderr().is_terminal();
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     if cli.log_format == "json" {
         fmt.json().init();
     } else {

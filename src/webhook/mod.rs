@@ -112,8 +112,10 @@ pub fn health(synced: Arc<AtomicBool>, tls_ready: Option<Arc<AtomicBool>>) -> Ro
 
 async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes) -> HttpResponse {
     let start = Instant::now();
+    // Boxed: axum boxes this future for every request, and held inline the request would make
+    // it over 1 KiB, a size glibc's malloc serves by a slow path (issue 17, callgrind).
     let req = match review::parse(&body) {
-        Ok(r) => r,
+        Ok(r) => Box::new(r),
         Err(e) => {
             tracing::warn!(endpoint = endpoint.as_str(), error = %e, "bad admission request");
             METRICS.error("bad-request");
@@ -272,9 +274,12 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
             Outcome::Done(decision) => {
                 let (reason, fail_open) = (decision.reason, decision.fail_open);
                 if place.is_none() && !decision.effects.is_empty() {
-                    place = Some(limits::api_place(&req.namespace).await);
+                    place = Some(Box::pin(limits::api_place(&req.namespace)).await);
                 }
-                match execute(app, req, decision, &fresh).await {
+                // Boxed, like every await on the API path: the future of an admission decided
+                // from memory then stays small (axum boxes it per request: over 1 KiB, glibc's
+                // malloc took a slow path on every admission).
+                match Box::pin(execute(app, req, decision, &fresh)).await {
                     Ok(response) => return (response, reason),
                     Err((source, failure)) if fail_open && !failed.contains_key(&source) => {
                         failed.insert(source, failure);
@@ -286,7 +291,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                 fetches += 1;
                 let unread: Vec<String> = names.into_iter().filter(|n| !fresh.contains_key(n) && !failed.contains_key(n)).collect();
                 if place.is_none() {
-                    place = Some(limits::api_place(&req.namespace).await);
+                    place = Some(Box::pin(limits::api_place(&req.namespace)).await);
                 }
                 // At most MAX_SOURCES_READ distinct names per request are read (SPEC §9a): the
                 // rest count as failed reads, and the decision says whether that denies.
@@ -304,14 +309,16 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                 }
                 // Read concurrently, a few at a time: one after another, N sources cost N round trips.
                 use futures::StreamExt as _;
-                let results: Vec<_> = futures::stream::iter(reads)
-                    .map(|name| async move {
-                        let read = app.ctx.cluster.get_configmap(&req.namespace, &name).await;
-                        (name, read)
-                    })
-                    .buffer_unordered(READ_CONCURRENCY)
-                    .collect()
-                    .await;
+                let results: Vec<_> = Box::pin(
+                    futures::stream::iter(reads)
+                        .map(|name| async move {
+                            let read = app.ctx.cluster.get_configmap(&req.namespace, &name).await;
+                            (name, read)
+                        })
+                        .buffer_unordered(READ_CONCURRENCY)
+                        .collect(),
+                )
+                .await;
                 for (name, read) in results {
                     match read {
                         Ok(obj) => {
@@ -434,5 +441,21 @@ fn failure(what: &str, e: &ApiError) -> Failure {
             503,
             format!("confighistory could not {what}: API server said: {}. Nothing was changed; retrying is safe", e.message),
         ),
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// axum boxes the handler's future for every request. Over 1 KiB, glibc's malloc serves it from
+    /// its slower bins (1,032 bytes is the largest size its per-thread cache holds), so the API
+    /// path's awaits are boxed where they happen and the request is boxed once parsed (issue 17).
+    #[test]
+    fn the_per_request_future_stays_small() {
+        let app = App::ready(Policy::default(), Default::default(), Arc::new(crate::cluster::MemoryCluster::default()));
+        let req = review::Request::default();
+        let admit = std::mem::size_of_val(&admit(&app, Endpoint::Mutate, &req));
+        let handle = std::mem::size_of_val(&handle(AxState(Arc::new(App::new(app.ctx.clone()))), Endpoint::Mutate, Bytes::new()));
+        assert!(admit <= 768 && handle <= 1024, "admit's future is {admit} bytes, handle's {handle}: box the new await");
     }
 }
