@@ -113,7 +113,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let problems: Vec<String> = mutable
         .iter()
         .filter(|(_, recent)| !(mode == Mode::Rewrite && *recent))
-        .map(|(r, _)| format!("{prefix}.{} names mutable ConfigMap {}", r.r.field, r.r.name))
+        .map(|(r, _)| format!("{prefix}.{} names mutable ConfigMap {}", r.r.field(), r.r.name))
         .collect();
     let appeared: Vec<&str> = mutable.iter().filter(|(_, recent)| *recent).map(|(r, _)| r.r.name.as_str()).collect();
     let kind_name = format!("{} {}", kind.as_str(), req.name);

@@ -96,12 +96,11 @@ impl Pinning<'_> {
                         o.get(k).is_some_and(|w| {
                             let len = path.len();
                             path.push('/');
-                            for c in k.chars() {
-                                match c {
-                                    '~' => path.push_str("~0"),
-                                    '/' => path.push_str("~1"),
-                                    c => path.push(c),
-                                }
+                            // Keys almost never need escaping: copy them whole when they don't.
+                            if k.bytes().any(|b| b == b'~' || b == b'/') {
+                                path.push_str(&crate::model::json::escape(k));
+                            } else {
+                                path.push_str(k);
                             }
                             let same = self.same(v, w, path);
                             path.truncate(len);

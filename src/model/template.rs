@@ -71,10 +71,30 @@ impl Kind {
 pub struct Ref {
     /// JSON pointer to the name string, relative to the template.
     pub pointer: String,
-    /// Human field path relative to the template, e.g. `spec.volumes[0].configMap.name`.
-    pub field: String,
     pub name: String,
     pub optional: bool,
+}
+
+impl Ref {
+    /// Human field path relative to the template, e.g. `spec.volumes[0].configMap.name`: only
+    /// messages need it, so it is derived from the pointer (whose segments are field names and
+    /// indices, never escaped) rather than built for every reference of every admission.
+    pub fn field(&self) -> String {
+        let mut field = String::with_capacity(self.pointer.len() + 8);
+        for segment in self.pointer.split('/').skip(1) {
+            if !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()) {
+                field.push('[');
+                field.push_str(segment);
+                field.push(']');
+            } else {
+                if !field.is_empty() {
+                    field.push('.');
+                }
+                field.push_str(segment);
+            }
+        }
+        field
+    }
 }
 
 /// Every ConfigMap reference in a pod template, in document order.
@@ -84,17 +104,12 @@ pub fn refs(template: &Value) -> Vec<Ref> {
     if let Some(volumes) = spec.get("volumes").and_then(Value::as_array) {
         for (i, vol) in volumes.iter().enumerate() {
             if let Some(cm) = vol.get("configMap") {
-                push(&mut out, cm, format!("/spec/volumes/{i}/configMap"), format!("spec.volumes[{i}].configMap"));
+                push(&mut out, cm, format!("/spec/volumes/{i}/configMap"));
             }
             if let Some(sources) = vol.get("projected").and_then(|p| p.get("sources")).and_then(Value::as_array) {
                 for (j, src) in sources.iter().enumerate() {
                     if let Some(cm) = src.get("configMap") {
-                        push(
-                            &mut out,
-                            cm,
-                            format!("/spec/volumes/{i}/projected/sources/{j}/configMap"),
-                            format!("spec.volumes[{i}].projected.sources[{j}].configMap"),
-                        );
+                        push(&mut out, cm, format!("/spec/volumes/{i}/projected/sources/{j}/configMap"));
                     }
                 }
             }
@@ -106,24 +121,14 @@ pub fn refs(template: &Value) -> Vec<Ref> {
             if let Some(env) = container.get("env").and_then(Value::as_array) {
                 for (e, var) in env.iter().enumerate() {
                     if let Some(r) = var.get("valueFrom").and_then(|v| v.get("configMapKeyRef")) {
-                        push(
-                            &mut out,
-                            r,
-                            format!("/spec/{list}/{c}/env/{e}/valueFrom/configMapKeyRef"),
-                            format!("spec.{list}[{c}].env[{e}].valueFrom.configMapKeyRef"),
-                        );
+                        push(&mut out, r, format!("/spec/{list}/{c}/env/{e}/valueFrom/configMapKeyRef"));
                     }
                 }
             }
             if let Some(env_from) = container.get("envFrom").and_then(Value::as_array) {
                 for (e, from) in env_from.iter().enumerate() {
                     if let Some(r) = from.get("configMapRef") {
-                        push(
-                            &mut out,
-                            r,
-                            format!("/spec/{list}/{c}/envFrom/{e}/configMapRef"),
-                            format!("spec.{list}[{c}].envFrom[{e}].configMapRef"),
-                        );
+                        push(&mut out, r, format!("/spec/{list}/{c}/envFrom/{e}/configMapRef"));
                     }
                 }
             }
@@ -132,11 +137,10 @@ pub fn refs(template: &Value) -> Vec<Ref> {
     out
 }
 
-fn push(out: &mut Vec<Ref>, holder: &Value, mut pointer: String, mut field: String) {
+fn push(out: &mut Vec<Ref>, holder: &Value, mut pointer: String) {
     if let Some(name) = holder.get("name").and_then(Value::as_str) {
         pointer.push_str("/name");
-        field.push_str(".name");
-        out.push(Ref { pointer, field, name: name.to_owned(), optional: holder.get("optional").and_then(Value::as_bool).unwrap_or(false) });
+        out.push(Ref { pointer, name: name.to_owned(), optional: holder.get("optional").and_then(Value::as_bool).unwrap_or(false) });
     }
 }
 
@@ -233,7 +237,17 @@ mod tests {
         for r in &r {
             assert_eq!(t.pointer(&r.pointer).and_then(Value::as_str), Some(r.name.as_str()));
         }
-        assert_eq!(r[0].field, "spec.volumes[0].configMap.name");
+        let fields: Vec<String> = r.iter().map(Ref::field).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.volumes[0].configMap.name",
+                "spec.volumes[1].projected.sources[0].configMap.name",
+                "spec.initContainers[0].envFrom[0].configMapRef.name",
+                "spec.containers[0].env[0].valueFrom.configMapKeyRef.name",
+                "spec.containers[0].envFrom[1].configMapRef.name",
+            ]
+        );
     }
 
     #[test]
