@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::hint::black_box;
+use std::sync::{Arc, RwLock};
 
 use confighistory::admission::{self, review, Failed, Fresh, Outcome, View};
 use confighistory::cache::State;
@@ -40,9 +41,10 @@ fn deployment(containers: usize, refs: usize, name_of: impl Fn(usize) -> String)
 
 /// An UPDATE review of `object` (a Deployment or a ConfigMap) over `old`, as the API server sends it.
 fn review_body(kind: &str, object: &Value, old: &Value) -> Vec<u8> {
-    let group = if kind == "ConfigMap" { "" } else { "apps" };
+    let (group, resource) = if kind == "ConfigMap" { ("", "configmaps") } else { ("apps", "deployments") };
     serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "1", "kind": {"group": group, "version": "v1", "kind": kind}, "name": object["metadata"]["name"], "namespace": "shop",
+        "uid": "1", "kind": {"group": group, "version": "v1", "kind": kind},
+        "resource": {"group": group, "version": "v1", "resource": resource}, "name": object["metadata"]["name"], "namespace": "shop",
         "operation": "UPDATE", "userInfo": {"username": "alice"}, "object": object, "oldObject": old}}))
     .unwrap()
 }
@@ -162,12 +164,18 @@ criterion_group! {
 
 /// The hot paths that `--count` runs: each the whole of what the handler does with a body
 /// (parse, decide, encode), on the fixtures `bench` measures.
-const COUNTED: [&str; 3] = ["steady", "release50", "configmap1mib"];
+const COUNTED: [&str; 4] = ["steady", "serve-steady", "release50", "configmap1mib"];
 
 fn count(path: &str, n: usize) {
     // `floor-PATH`: what any webhook on this stack must do with the same body (parse the whole
     // review, answer allowed with its uid), so the counts give a noise-free ratio to the floor.
     let (path, floor) = match path.strip_prefix("floor-") {
+        Some(p) => (p, true),
+        None => (path, false),
+    };
+    // `serve-PATH`: the same body through the very router the binary serves (limits, routing,
+    // handler, log span, metrics) under the binary's subscriber, so what the edge adds shows too.
+    let (path, serve) = match path.strip_prefix("serve-") {
         Some(p) => (p, true),
         None => (path, false),
     };
@@ -217,6 +225,9 @@ fn count(path: &str, n: usize) {
         }
         return;
     }
+    if serve {
+        return count_served(path, body, policy, state, fresh.clone(), n);
+    }
     for _ in 0..n {
         let req = review::parse(black_box(&body)).unwrap();
         let failed = Failed::new();
@@ -227,6 +238,35 @@ fn count(path: &str, n: usize) {
         let response = d.finish(&HashMap::new());
         black_box(response.review_json(&req.uid));
     }
+}
+
+/// `n` admissions of `body` through `serve::limited(webhook::router(..))` on a current-thread
+/// runtime, the sources of `fresh` in a [`MemoryCluster`], logging at info to nowhere.
+fn count_served(path: &str, body: Vec<u8>, policy: Policy, state: State, fresh: Fresh, n: usize) {
+    use confighistory::cluster::MemoryCluster;
+    use confighistory::webhook::{self, serve, App};
+    use tower::ServiceExt as _;
+    tracing_subscriber::fmt().with_env_filter("info").with_writer(std::io::sink).with_ansi(false).init();
+    let cluster = MemoryCluster::default();
+    for obj in fresh.into_values().flatten() {
+        cluster.insert(obj);
+    }
+    let app = Arc::new(App::ready(policy, Arc::new(RwLock::new(state)), Arc::new(cluster)));
+    let router = serve::limited(webhook::router(app.clone()), app, 4 << 20, 64, std::time::Duration::from_secs(10));
+    let body = axum::body::Bytes::from(body);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        for _ in 0..n {
+            let request = axum::http::Request::post("/mutate")
+                .header("content-type", "application/json")
+                .header("content-length", body.len())
+                .body(axum::body::Body::from(body.clone()))
+                .unwrap();
+            let response = router.clone().oneshot(request).await.unwrap();
+            assert_eq!(response.status(), 200, "{path}");
+            black_box(axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap());
+        }
+    });
 }
 
 fn main() {
