@@ -7,9 +7,9 @@ use std::io::IsTerminal;
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    // Colours only for a person at a terminal: in a pod, escape codes would garble `kubectl logs`
-    // and log collectors (and formatting them is a tenth of a steady admission's cost).
-    let ansi = std::io::stderr().is_terminal();
+    // Colours only for a person at a terminal who did not set NO_COLOR: in a pod, escape codes
+    // would garble `kubectl logs` and log collectors (and cost ~10K instructions per admission).
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     if cli.log_format == "json" {
         fmt.json().init();

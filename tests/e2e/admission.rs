@@ -474,3 +474,13 @@ fn a_namespace_of_no_run_is_left_alone() {
     });
     assert!(pinned.starts_with(&format!("{SOURCE}-")));
 }
+
+/// A server whose stderr is a file (as in a pod, where it is a pipe) writes plain text: escape
+/// codes for colours would garble `kubectl logs` and log collectors.
+#[test]
+fn the_server_log_is_plain_text_when_it_is_not_written_to_a_terminal() {
+    let Some(cluster) = cluster() else { return };
+    let log = webhook(cluster).log();
+    assert!(log.contains("serving admission webhook"), "{log}");
+    assert!(!log.contains('\u{1b}'), "escape codes in a log written to a file:\n{log}");
+}
