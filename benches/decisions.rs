@@ -96,7 +96,7 @@ fn bench(c: &mut Criterion) {
             let req = review::parse(black_box(&body)).unwrap();
             let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now };
             let Outcome::Done(d) = admission::workload::decide(&req, &view) else { panic!() };
-            black_box(serde_json::to_vec(&d.finish(&HashMap::new()).into_review(&req.uid)).unwrap())
+            black_box(d.finish(&HashMap::new()).review_json(&req.uid))
         })
     });
 

@@ -167,10 +167,10 @@ pub fn run(app: &App, endpoint: Endpoint, req: &Request) -> (Response, Reason) {
 
 /// Checks that hold for any answer to any request.
 pub fn check_answer(req: &Request, response: &Response) {
-    let review = response.clone().into_review(&req.uid);
+    // The bytes the server sends, written by hand: valid JSON for any uid, message or warning.
+    let review: Value = serde_json::from_slice(&response.review_json(&req.uid)).expect("the answer is JSON");
     assert_eq!(review["response"]["uid"], json!(req.uid), "the uid is echoed");
     assert_eq!(review["response"]["allowed"], json!(response.allowed));
-    serde_json::to_vec(&review).expect("the answer serialises");
     for w in &response.warnings {
         assert!(w.len() <= MAX_WARNING + '…'.len_utf8(), "warning too long: {w}");
     }

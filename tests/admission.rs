@@ -358,17 +358,21 @@ async fn a_hold_records_its_head_and_a_later_change_moves_it() {
     assert_eq!(annotation(&out, "confighistory.io/held-heads"), None);
 }
 
+/// The source at B, its snapshot of B, and its snapshot of A whose adoption record lists `plain`'s
+/// template: `plain` ran with A before confighistory was installed.
+fn adopted_before_install(plain: &Value) -> Fixture {
+    Fixture::new().source("pricing-config", B).snapshot("pricing-config", A, &[template_hash(&plain["spec"]["template"])]).snapshot(
+        "pricing-config",
+        B,
+        &[],
+    )
+}
+
 #[tokio::test]
 async fn undo_to_a_revision_from_before_the_install_uses_the_adoption_record() {
     let plain = deployment("pricing:4.11", "pricing-config");
     let pinned_b = deployment("pricing:4.12", &snap("pricing-config", B));
-    let f = Fixture::new()
-        .source("pricing-config", B)
-        .snapshot("pricing-config", A, &[template_hash(&plain["spec"]["template"])])
-        .snapshot("pricing-config", B, &[])
-        .workload(&pinned_b)
-        .revision(&plain, 1)
-        .revision(&pinned_b, 2);
+    let f = adopted_before_install(&plain).workload(&pinned_b).revision(&plain, 1).revision(&pinned_b, 2);
     let a = f.mutate_deployment("UPDATE", &plain, Some(&pinned_b)).await;
     let out = a.patched(&plain);
     assert_eq!(pin_of(&out), (snap("pricing-config", A), snap("pricing-config", A)));
@@ -383,13 +387,7 @@ async fn undo_to_a_revision_from_before_the_install_uses_the_adoption_record() {
 async fn a_repair_trigger_on_an_undone_plain_template_takes_the_snapshot_its_adoption_record_names() {
     let plain = deployment("pricing:4.11", "pricing-config");
     let pinned_b = deployment("pricing:4.12", &snap("pricing-config", B));
-    let f = Fixture::new()
-        .source("pricing-config", B)
-        .snapshot("pricing-config", A, &[template_hash(&plain["spec"]["template"])])
-        .snapshot("pricing-config", B, &[])
-        .workload(&plain)
-        .revision(&pinned_b, 2)
-        .revision(&plain, 3);
+    let f = adopted_before_install(&plain).workload(&plain).revision(&pinned_b, 2).revision(&plain, 3);
     let trigger =
         |data| with_annotations(plain.clone(), &[("confighistory.io/propagate", &format!("pricing-config={}", content(data).hash()))]);
 

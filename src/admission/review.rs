@@ -7,7 +7,7 @@ use base64::Engine;
 use serde::de::value::SeqAccessDeserializer;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -244,29 +244,10 @@ impl Response {
         }
     }
 
-    /// The AdmissionReview the API server expects, with `uid` copied from the request.
-    pub fn into_review(self, uid: &str) -> Value {
-        let mut response = json!({ "uid": uid, "allowed": self.allowed });
-        if !self.allowed {
-            response["status"] = json!({
-                "code": self.code.unwrap_or(403),
-                "message": self.message.clone().unwrap_or_default(),
-            });
-        }
-        if !self.patch.is_empty() {
-            let bytes = serde_json::to_vec(&self.patch).unwrap_or_default();
-            response["patchType"] = json!("JSONPatch");
-            response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
-        }
-        if !self.warnings.is_empty() {
-            response["warnings"] = json!(self.warnings);
-        }
-        json!({ "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response })
-    }
-
-    /// [`Response::into_review`] serialized, written directly rather than through a `Value` (the
-    /// handler's path): the base64 patch, most of a patched answer's bytes, is written as it is
-    /// encoded, never escaped (its alphabet needs none).
+    /// The AdmissionReview the API server expects, with `uid` copied from the request: the one
+    /// encoder of every answer, written directly rather than through a `Value`; the base64 patch,
+    /// most of a patched answer's bytes, is written as it is encoded, never escaped (its alphabet
+    /// needs none).
     pub fn review_json(&self, uid: &str) -> Vec<u8> {
         let mut out = Vec::with_capacity(128 + self.patch.len() * 160);
         out.extend_from_slice(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#);
@@ -303,6 +284,7 @@ pub use crate::model::json::escape;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn rejects_other_versions_with_a_hint() {
@@ -337,25 +319,35 @@ mod tests {
 
     #[test]
     fn response_copies_uid_and_encodes_patch() {
+        let review = |r: &Response, uid: &str| serde_json::from_slice::<Value>(&r.review_json(uid)).unwrap();
         let mut r = Response::allow();
         r.patch.push(json!({"op": "add", "path": "/a", "value": 1}));
         r.warn("x".repeat(500));
-        let direct: Value = serde_json::from_slice(&r.review_json("abc")).unwrap();
-        let review = r.into_review("abc");
-        assert_eq!(direct, review);
-        let denied = Response::deny(409, "no");
-        assert_eq!(serde_json::from_slice::<Value>(&denied.review_json("u")).unwrap(), denied.into_review("u"));
-        assert_eq!(serde_json::from_slice::<Value>(&Response::allow().review_json("u")).unwrap(), Response::allow().into_review("u"));
+        let patched = review(&r, "abc");
+        assert_eq!((patched["apiVersion"].as_str(), patched["kind"].as_str()), (Some("admission.k8s.io/v1"), Some("AdmissionReview")));
+        assert_eq!(
+            review(&Response::deny(409, "no"), "u"),
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "response": {"uid": "u", "allowed": false, "status": {"code": 409, "message": "no"}}})
+        );
+        assert_eq!(
+            review(&Response::allow(), "u"),
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "u", "allowed": true}})
+        );
         // Written by hand, so strings from the request and messages must come out escaped.
         let odd = "a\"b\\c\n\u{1}é";
         let mut denied = Response::deny(422, odd);
         denied.warn(odd);
-        assert_eq!(serde_json::from_slice::<Value>(&denied.review_json(odd)).unwrap(), denied.into_review(odd));
-        assert_eq!(review["response"]["uid"], "abc");
-        assert_eq!(review["response"]["patchType"], "JSONPatch");
-        let w = review["response"]["warnings"][0].as_str().unwrap();
+        assert_eq!(
+            review(&denied, odd)["response"],
+            json!({"uid": odd, "allowed": false, "status": {"code": 422, "message": odd}, "warnings": [odd]})
+        );
+        assert_eq!(patched["response"]["uid"], "abc");
+        assert_eq!(patched["response"]["allowed"], true);
+        assert_eq!(patched["response"]["patchType"], "JSONPatch");
+        let w = patched["response"]["warnings"][0].as_str().unwrap();
         assert!(w.len() <= MAX_WARNING + 3);
-        let patch = base64::engine::general_purpose::STANDARD.decode(review["response"]["patch"].as_str().unwrap()).unwrap();
+        let patch = base64::engine::general_purpose::STANDARD.decode(patched["response"]["patch"].as_str().unwrap()).unwrap();
         assert_eq!(serde_json::from_slice::<Value>(&patch).unwrap(), json!([{"op": "add", "path": "/a", "value": 1}]));
     }
 }

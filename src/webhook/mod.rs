@@ -159,7 +159,12 @@ async fn answer(app: &App, endpoint: Endpoint, req: &review::Request, start: Ins
         _ => {}
     }
     tracing::debug!(reason = reason.as_str(), allowed = response.allowed, patch_ops = response.patch.len(), "admission");
-    ([(axum::http::header::CONTENT_TYPE, "application/json")], response.review_json(&req.uid)).into_response()
+    reply(&response, &req.uid)
+}
+
+/// The HTTP answer carrying `response` for the review `uid` (every path that answers a review).
+pub(crate) fn reply(response: &Response, uid: &str) -> HttpResponse {
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], response.review_json(uid)).into_response()
 }
 
 /// The namespace's mode; a mode label the admin refuses is logged, once per namespace and label

@@ -111,13 +111,13 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
                             "confighistory could not decide within {:.1} s; let through as sent, repair pins it",
                             deadline.as_secs_f64()
                         ));
-                        return axum::Json(response.into_review(&req.uid)).into_response();
+                        return super::reply(&response, &req.uid);
                     }
                     let message = format!(
                         "confighistory could not decide within {:.1} s: the API server did not answer in time. Nothing was changed; retrying is safe",
                         deadline.as_secs_f64()
                     );
-                    axum::Json(crate::admission::Response::deny(503, message).into_review(&uid)).into_response()
+                    super::reply(&crate::admission::Response::deny(503, message), &uid)
                 }
             }
         }
