@@ -1268,6 +1268,8 @@ async fn a_head_or_adopted_snapshot_cannot_be_deleted() {
     f.state.write().unwrap().apply_configmap(&head);
     let a = f.send("/protect", review("ConfigMap", "", "v1", "DELETE", None, Some(&obj))).await;
     assert!(a.message().contains("current content"), "{}", a.message());
+    // The reason a sweep keeps a snapshot by, when it lost the race to the source's revert.
+    assert_eq!(a.body["response"]["status"]["reason"], "SnapshotInUse", "{}", a.body);
 }
 
 // ---------- bad input ----------

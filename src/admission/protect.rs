@@ -91,14 +91,18 @@ pub fn decide(req: &Request, view: &View) -> Decision {
             if reasons.is_empty() {
                 return Decision::allow(Reason::Unreferenced);
             }
-            Decision::deny(
+            let mut decision = Decision::deny(
                 Reason::SnapshotInUse,
                 403,
                 format!(
                     "snapshot {name} is still part of rollout history: {}. It is deleted automatically once nothing reaches it",
                     reasons.join("; ")
                 ),
-            )
+            );
+            // A sweep that listed the snapshot unused before it was pinned again (it became the
+            // head, say) meets this refusal: the reason lets it keep the snapshot, not fail.
+            decision.response.reason = Some(names::REASON_SNAPSHOT_IN_USE);
+            decision
         }
         Operation::Connect => Decision::allow(Reason::NotIntercepted),
     }

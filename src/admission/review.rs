@@ -211,6 +211,8 @@ pub struct Response {
     pub allowed: bool,
     pub message: Option<String>,
     pub code: Option<u16>,
+    /// A machine-readable `status.reason` for a refusal, relayed by the API server to the caller.
+    pub reason: Option<&'static str>,
     pub patch: Vec<Value>,
     pub warnings: Vec<String>,
 }
@@ -259,6 +261,10 @@ impl Response {
             let _ = serde_json::to_writer(&mut out, &self.code.unwrap_or(403));
             out.extend_from_slice(b",\"message\":");
             let _ = serde_json::to_writer(&mut out, self.message.as_deref().unwrap_or_default());
+            if let Some(reason) = self.reason {
+                out.extend_from_slice(b",\"reason\":");
+                let _ = serde_json::to_writer(&mut out, reason);
+            }
             out.push(b'}');
         }
         if !self.patch.is_empty() {
@@ -329,6 +335,12 @@ mod tests {
             review(&Response::deny(409, "no"), "u"),
             json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                 "response": {"uid": "u", "allowed": false, "status": {"code": 409, "message": "no"}}})
+        );
+        let in_use = Response { reason: Some("SnapshotInUse"), ..Response::deny(403, "kept") };
+        assert_eq!(
+            review(&in_use, "u")["response"]["status"],
+            json!({"code": 403, "message": "kept", "reason": "SnapshotInUse"}),
+            "a refusal's reason reaches the caller"
         );
         assert_eq!(
             review(&Response::allow(), "u"),

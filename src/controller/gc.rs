@@ -317,6 +317,13 @@ pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Setti
                         tracing::info!(namespace = ns, snapshot = %s.name, "snapshot changed since the sweep listed it (pinned again); kept");
                         item.verdict = Verdict::Keep("changed since this sweep listed it (pinned again); kept".into());
                     }
+                    // In use since the list in a way the snapshot itself does not show: its
+                    // source's content went back to it (it is the head again), or a reference
+                    // appeared. Snapshot protection refused, as it should. Kept.
+                    Err(e) if e.code == Some(403) && e.reason == names::REASON_SNAPSHOT_IN_USE => {
+                        tracing::info!(namespace = ns, snapshot = %s.name, refusal = %e.message, "snapshot in use again since the sweep listed it; kept");
+                        item.verdict = Verdict::Keep(format!("in use again since this sweep listed it; kept ({})", e.message));
+                    }
                     Err(e) => report.errors.push(format!("delete {}: {e}", s.name)),
                 }
                 continue;

@@ -423,6 +423,34 @@ async fn a_snapshot_pinned_between_the_sweeps_list_and_its_delete_is_not_deleted
     assert!(report.to_string().contains(&format!("keep    ns/{old}")), "{report}");
 }
 
+/// GC lists (`old` unused, not the head) → the source goes back to `old`'s content, so `old` is
+/// the head again, which changes nothing on `old` itself → GC deletes with the resourceVersion it
+/// listed, and snapshot protection refuses. That refusal is the race lost, not a failed sweep: kept,
+/// no error (a `gc` run exits 0). Any other refusal (RBAC, another policy) stays an error. Found by
+/// CI: e2e `a_snapshot_being_pinned_is_never_swept` failed a sweep on exactly this.
+#[tokio::test]
+async fn a_delete_refused_because_the_snapshot_is_in_use_again_keeps_it_without_an_error() {
+    let refusal = |reason: &str| ApiError {
+        code: Some(403),
+        reason: reason.into(),
+        message: "admission webhook \"snapshot-deletes.confighistory.io\" denied the request: snapshot is still part of rollout history"
+            .into(),
+    };
+    let (cluster, old, _) = race_world();
+    *cluster.fail.lock().unwrap() = Some(("delete ", refusal(names::REASON_SNAPSHOT_IN_USE)));
+    let report = sweep(&cluster).await.unwrap().expect("sweep");
+    assert!(cluster.get("ns", &old).is_some());
+    assert!(report.errors.is_empty(), "{report}");
+    assert!(report.deleted.is_empty(), "{report}");
+    assert!(report.to_string().contains(&format!("keep    ns/{old}: in use again since this sweep listed it")), "{report}");
+
+    let (cluster, old, _) = race_world();
+    *cluster.fail.lock().unwrap() = Some(("delete ", refusal("Forbidden")));
+    let report = sweep(&cluster).await.unwrap().expect("sweep");
+    assert_eq!(report.errors.len(), 1, "any other refusal is an error:\n{report}");
+    assert!(report.errors[0].starts_with(&format!("delete {old}:")), "{report}");
+}
+
 /// The other order: the admission reads the snapshot (there, unused) → GC lists and deletes it
 /// → the admission goes on. The pin must not name a deleted snapshot: it is made again. Failed
 /// before the fix: the admission answered with the name of a snapshot that no longer existed.

@@ -37,6 +37,9 @@ pub const ADOPTED: &str = "confighistory.io/adopted-templates";
 pub const LAST_USED: &str = "confighistory.io/last-used";
 /// Source annotation: keep this many newest snapshots instead of the default.
 pub const KEEP: &str = "confighistory.io/keep";
+/// The `reason` of snapshot protection's refusal to delete a snapshot in use (SPEC §6.4), relayed
+/// by the API server: how a sweep tells "used again since I listed it" from any other refusal.
+pub const REASON_SNAPSHOT_IN_USE: &str = "SnapshotInUse";
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const MANAGER: &str = "confighistory";
 

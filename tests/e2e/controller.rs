@@ -352,7 +352,9 @@ fn gc_removes_a_snapshot_only_after_history_lets_go_and_the_grace_period() {
 /// release after a revert: the admission removes GC's record, so its resourceVersion moves and a
 /// sweep that listed it before fails its delete; later sweeps keep it. Then GC runs in a loop while
 /// releases revert between three contents: every pinned snapshot exists after every round, and no
-/// sweep fails. The first part failed before the fix (the record stayed, the resourceVersion too).
+/// sweep fails (one that listed a snapshot just before its source went back to that content meets
+/// snapshot protection's refusal and keeps it). The first part failed before the fix (the record
+/// stayed, the resourceVersion too).
 #[test]
 fn a_snapshot_being_pinned_is_never_swept() {
     let Some((cluster, ns)) = setup("ctl-gcpin") else { return };
@@ -413,7 +415,7 @@ fn a_snapshot_being_pinned_is_never_swept() {
                 assert!(ok, "a sweep failed while admissions pinned:\n{stdout}\n{stderr}");
                 sweeps += 1;
                 deleted += stdout.lines().filter(|l| l.starts_with("deleted")).count();
-                raced += stdout.lines().filter(|l| l.contains("changed since this sweep listed it")).count();
+                raced += stdout.lines().filter(|l| l.contains("since this sweep listed it")).count();
             }
             (sweeps, deleted, raced)
         })

@@ -131,6 +131,9 @@ fn a_referenced_snapshot_is_not_deleted_but_its_namespace_is() {
     });
     let out = refused(ns.kubectl(&["delete", "configmap", &pinned]), "is still part of rollout history");
     assert!(out.stderr.contains("Deployment/pricing"), "the refusal names the user:\n{}", out.describe());
+    // The API server relays the refusal's reason: a sweep that lost a race to a pin tells it apart
+    // from any other refusal by it (kubectl prints it in parentheses).
+    assert!(out.stderr.contains("Error from server (SnapshotInUse)"), "the refusal's reason:\n{}", out.describe());
     assert!(ns.get_json("configmap", &pinned).is_some());
 
     ns.cluster.kubectl(&["delete", "namespace", &ns.name, "--wait=false"]).expect_success();
