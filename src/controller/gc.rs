@@ -336,6 +336,9 @@ pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Setti
             let patch = json!({"metadata": {"uid": s.uid, "annotations": {names::LAST_USED: value}}});
             match cluster.patch_configmap(ns, &s.name, &patch).await {
                 Ok(()) => {}
+                // Gone since the list (another sweep, a person, the namespace), or another
+                // object under its name now (the uid precondition): nothing to record on it.
+                Err(e) if e.code == Some(404) || e.is_conflict() => {}
                 // Snapshot protection lets only confighistory's own identity change snapshot
                 // metadata: a `gc` run by a person is refused here.
                 Err(e) if e.code == Some(403) => report.errors.push(format!(

@@ -451,6 +451,25 @@ async fn a_delete_refused_because_the_snapshot_is_in_use_again_keeps_it_without_
     assert!(report.errors[0].starts_with(&format!("delete {old}:")), "{report}");
 }
 
+/// A snapshot deleted (another sweep, a person) or replaced by another object of its name
+/// (the uid precondition) between this sweep's list and its record of last use: nothing to
+/// record, not an error. A record refused for any other reason is one.
+#[tokio::test]
+async fn a_snapshot_gone_before_its_last_use_is_recorded_is_not_an_error() {
+    let api = |code: u16, reason: &str| ApiError { code: Some(code), reason: reason.into(), message: format!("{reason} (test)") };
+    let (cluster, _, _) = race_world();
+    // `old` is past its grace period (deleted); the head gets no record either. A snapshot seen
+    // unused for the first time does: make one.
+    let (fresh, fresh_obj) = snapshot_object("2", "2025-01-02T00:00:00Z", None);
+    cluster.insert(fresh_obj);
+    for (error, is_error) in [(api(404, "NotFound"), false), (api(409, "Conflict"), false), (api(500, "InternalError"), true)] {
+        *cluster.fail.lock().unwrap() = Some(("patch ", error.clone()));
+        let report = sweep(&cluster).await.unwrap().expect("sweep");
+        assert_eq!(report.errors.len(), usize::from(is_error), "{error:?}:\n{report}");
+        assert!(report.errors.iter().all(|e| e.contains(&fresh)), "{report}");
+    }
+}
+
 /// The other order: the admission reads the snapshot (there, unused) → GC lists and deletes it
 /// → the admission goes on. The pin must not name a deleted snapshot: it is made again. Failed
 /// before the fix: the admission answered with the name of a snapshot that no longer existed.
