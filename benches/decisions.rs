@@ -39,13 +39,32 @@ fn deployment(containers: usize, refs: usize, name_of: impl Fn(usize) -> String)
         "spec": {"replicas": 3, "template": {"metadata": {"labels": {"app": "app"}}, "spec": {"containers": cs}}}})
 }
 
+/// A Deployment as the API server sends it in a review after `kubectl apply`: server-set
+/// metadata, kubectl's last-applied copy of the manifest, managedFields and status (the shape of
+/// benches/load's fixtures). ConfigMaps are sent as they are: a 1 MiB one has no room for a
+/// last-applied copy (annotations are capped at 256 KiB).
+fn as_served(mut obj: Value) -> Value {
+    let manifest = serde_json::to_string(&obj).unwrap();
+    let meta = &mut obj["metadata"];
+    meta["resourceVersion"] = json!("48213");
+    meta["generation"] = json!(3);
+    meta["creationTimestamp"] = json!("2026-12-01T09:00:00Z");
+    meta["annotations"] = json!({"kubectl.kubernetes.io/last-applied-configuration": manifest, "deployment.kubernetes.io/revision": "3"});
+    meta["managedFields"] = json!([{"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "apps/v1",
+        "time": "2026-12-01T09:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:annotations": {".": {},
+        "f:kubectl.kubernetes.io/last-applied-configuration": {}}}, "f:spec": {"f:replicas": {}, "f:template": {}}}}]);
+    obj["status"] = json!({"observedGeneration": 3, "replicas": 3, "updatedReplicas": 3, "readyReplicas": 3, "availableReplicas": 3});
+    obj
+}
+
 /// An UPDATE review of `object` (a Deployment or a ConfigMap) over `old`, as the API server sends it.
 fn review_body(kind: &str, object: &Value, old: &Value) -> Vec<u8> {
     let (group, resource) = if kind == "ConfigMap" { ("", "configmaps") } else { ("apps", "deployments") };
+    let served = |o: &Value| if kind == "ConfigMap" { o.clone() } else { as_served(o.clone()) };
     serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "1", "kind": {"group": group, "version": "v1", "kind": kind},
         "resource": {"group": group, "version": "v1", "resource": resource}, "name": object["metadata"]["name"], "namespace": "shop",
-        "operation": "UPDATE", "userInfo": {"username": "alice"}, "object": object, "oldObject": old}}))
+        "operation": "UPDATE", "userInfo": {"username": "alice"}, "object": served(object), "oldObject": served(old)}}))
     .unwrap()
 }
 

@@ -68,7 +68,7 @@ impl ConfigMapInfo {
             created: str_at(meta, "creationTimestamp"),
             immutable: (!metadata_only).then(|| obj.immutable()),
             labels: string_map(&meta["labels"], |_| true),
-            annotations: string_map(&meta["annotations"], |k| k.starts_with("confighistory.io/")),
+            annotations: string_map(&meta["annotations"], |k| k.starts_with(names::PREFIX)),
         }
     }
 
@@ -366,7 +366,7 @@ impl State {
             uid: str_at(meta, "uid"),
             template_hash: template::template_hash(&tpl),
             refs: template::ref_names(&tpl).into_iter().collect(),
-            annotations: string_map(&meta["annotations"], |k| k.starts_with("confighistory.io/")),
+            annotations: string_map(&meta["annotations"], |k| k.starts_with(names::PREFIX)),
             owner_kind: controller_owner(meta).map(|(k, _)| k),
             deleting: obj.deleting(),
         };

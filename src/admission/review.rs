@@ -9,6 +9,9 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+use crate::model::names;
+use crate::model::template::Kind;
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("request body is not valid JSON: {0}")]
@@ -82,27 +85,20 @@ impl Operation {
     }
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// One admission request. Deserialized by hand (below) so that `object` and `oldObject` are
+/// trimmed while they are parsed, knowing the request's kind.
+#[derive(Clone, Debug, Default)]
 pub struct Request {
     pub uid: String,
     pub kind: GroupVersionKind,
-    #[serde(default)]
     pub resource: GroupVersionResource,
-    #[serde(default)]
     pub sub_resource: Option<String>,
-    #[serde(default)]
     pub name: String,
-    #[serde(default)]
     pub namespace: String,
     pub operation: Operation,
-    #[serde(default)]
     pub user_info: UserInfo,
-    #[serde(default, deserialize_with = "trimmed")]
     pub object: Option<Value>,
-    #[serde(default, deserialize_with = "trimmed")]
     pub old_object: Option<Value>,
-    #[serde(default)]
     pub dry_run: Option<bool>,
 }
 
@@ -118,34 +114,85 @@ impl Request {
     }
 }
 
-/// `object` and `oldObject` as the decisions read them: `status` and `metadata.managedFields`,
-/// which no rule reads and which are often most of a workload's bytes, are skipped while parsing
-/// rather than built and dropped (issue 7: parsing is most of an admission's cost).
-fn trimmed<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    struct Top(Value);
-    impl<'de> Deserialize<'de> for Top {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Top, D::Error> {
-            d.deserialize_any(Skipping { skip: "status", metadata: true }).map(Top)
-        }
+/// `object` and `oldObject` as the decisions read them. Left out while parsing rather than built
+/// and dropped (issues 7, 17: parsing is most of an admission's cost), because no rule reads them:
+/// `status` and `metadata.managedFields` of every object, often most of a workload's bytes; and
+/// of a workload, every annotation but confighistory's own (kubectl's last-applied copy of the
+/// whole manifest is a third of a typical Deployment review). A workload's annotations map
+/// itself stays, so a patch still knows whether to add the map or a key to it. ConfigMaps keep
+/// all their annotations: snapshot protection compares them. "Workload" is the request's kind,
+/// which the API server sends before the objects; a body that sends them first (no API server
+/// does) is parsed whole.
+#[derive(Clone, Copy, PartialEq)]
+enum Trim {
+    /// An object: `status` left out, `metadata` trimmed.
+    Object { workload: bool },
+    /// `metadata`: `managedFields` left out, a workload's `annotations` trimmed.
+    Metadata { workload: bool },
+    /// A workload's annotations: confighistory's own only.
+    Annotations,
+}
+
+/// `object` or `oldObject`: absent or null is `None`.
+struct Trimmed(Trim);
+
+impl<'de> DeserializeSeed<'de> for Trimmed {
+    type Value = Option<Value>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
+        d.deserialize_option(self)
     }
-    Ok(Option::<Top>::deserialize(d)?.map(|t| t.0))
 }
 
-/// Builds a [`Value`], leaving out the key `skip` of a map (and `managedFields` of its `metadata`).
-#[derive(Clone, Copy)]
-struct Skipping {
-    skip: &'static str,
-    metadata: bool,
+impl<'de> Visitor<'de> for Trimmed {
+    type Value = Option<Value>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a Kubernetes object or null")
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Option<Value>, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Option<Value>, E> {
+        Ok(None)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
+        d.deserialize_any(self.0).map(Some)
+    }
 }
 
-impl<'de> DeserializeSeed<'de> for Skipping {
+/// A map key, borrowed from the body unless it has escapes: a key that is left out costs no
+/// allocation.
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key<'de>, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(v.into()))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(v.to_owned().into()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(v.into()))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Trim {
     type Value = Value;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for Skipping {
+impl<'de> Visitor<'de> for Trim {
     type Value = Value;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -154,17 +201,23 @@ impl<'de> Visitor<'de> for Skipping {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = serde_json::Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if key == self.skip {
+        while let Some(Key(key)) = map.next_key::<Key>()? {
+            let (leave_out, inner) = match (self, key.as_ref()) {
+                (Trim::Object { .. }, "status") | (Trim::Metadata { .. }, "managedFields") => (true, None),
+                (Trim::Object { workload }, "metadata") => (false, Some(Trim::Metadata { workload })),
+                (Trim::Metadata { workload: true }, "annotations") => (false, Some(Trim::Annotations)),
+                (Trim::Annotations, k) => (!k.starts_with(names::PREFIX), None),
+                _ => (false, None),
+            };
+            if leave_out {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             }
-            let value = if self.metadata && key == "metadata" {
-                map.next_value_seed(Skipping { skip: "managedFields", metadata: false })?
-            } else {
-                map.next_value::<Value>()?
+            let value = match inner {
+                Some(trim) => map.next_value_seed(trim)?,
+                None => map.next_value::<Value>()?,
             };
-            out.insert(key, value);
+            out.insert(key.into_owned(), value);
         }
         Ok(Value::Object(out))
     }
@@ -193,6 +246,71 @@ impl<'de> Visitor<'de> for Skipping {
     }
     fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
         Ok(Value::String(v))
+    }
+}
+
+impl<'de> Deserialize<'de> for Request {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Request, D::Error> {
+        d.deserialize_map(RequestVisitor)
+    }
+}
+
+struct RequestVisitor;
+
+impl<'de> Visitor<'de> for RequestVisitor {
+    type Value = Request;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an admission request")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Request, A::Error> {
+        fn once<T, E: de::Error>(slot: &mut Option<T>, field: &'static str, value: T) -> Result<(), E> {
+            match slot.replace(value) {
+                Some(_) => Err(E::duplicate_field(field)),
+                None => Ok(()),
+            }
+        }
+        let (mut uid, mut kind, mut resource, mut sub_resource, mut name, mut namespace) = (None, None, None, None, None, None);
+        let (mut operation, mut user_info, mut object, mut old_object, mut dry_run) = (None, None, None, None, None);
+        while let Some(Key(key)) = map.next_key::<Key>()? {
+            match key.as_ref() {
+                "uid" => once(&mut uid, "uid", map.next_value::<String>()?)?,
+                "kind" => once(&mut kind, "kind", map.next_value::<GroupVersionKind>()?)?,
+                "resource" => once(&mut resource, "resource", map.next_value::<GroupVersionResource>()?)?,
+                "subResource" => once(&mut sub_resource, "subResource", map.next_value::<Option<String>>()?)?,
+                "name" => once(&mut name, "name", map.next_value::<String>()?)?,
+                "namespace" => once(&mut namespace, "namespace", map.next_value::<String>()?)?,
+                "operation" => once(&mut operation, "operation", map.next_value::<Operation>()?)?,
+                "userInfo" => once(&mut user_info, "userInfo", map.next_value::<UserInfo>()?)?,
+                "object" | "oldObject" => {
+                    let workload = kind.as_ref().and_then(|k: &GroupVersionKind| Kind::parse(&k.kind)).is_some_and(Kind::is_workload);
+                    let value = map.next_value_seed(Trimmed(Trim::Object { workload }))?;
+                    if key == "object" {
+                        once(&mut object, "object", value)?
+                    } else {
+                        once(&mut old_object, "oldObject", value)?
+                    }
+                }
+                "dryRun" => once(&mut dry_run, "dryRun", map.next_value::<Option<bool>>()?)?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Request {
+            uid: uid.ok_or_else(|| de::Error::missing_field("uid"))?,
+            kind: kind.ok_or_else(|| de::Error::missing_field("kind"))?,
+            resource: resource.unwrap_or_default(),
+            sub_resource: sub_resource.flatten(),
+            name: name.unwrap_or_default(),
+            namespace: namespace.unwrap_or_default(),
+            operation: operation.ok_or_else(|| de::Error::missing_field("operation"))?,
+            user_info: user_info.unwrap_or_default(),
+            object: object.flatten(),
+            old_object: old_object.flatten(),
+            dry_run: dry_run.flatten(),
+        })
     }
 }
 
@@ -321,6 +439,71 @@ mod tests {
             "operation": "DELETE", "oldObject": [1, "x", true, null, 2.5]}});
         let req = parse(&serde_json::to_vec(&body).unwrap()).unwrap();
         assert_eq!((req.object, req.old_object), (None, Some(json!([1, "x", true, null, 2.5]))));
+    }
+
+    /// A review body with `fields` in this order (serde_json's `json!` would sort them).
+    fn body(fields: &[(&str, Value)]) -> Vec<u8> {
+        let inner: Vec<String> = fields.iter().map(|(k, v)| format!("{}:{v}", Value::from(*k))).collect();
+        format!(r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{{}}}}}"#, inner.join(",")).into_bytes()
+    }
+
+    #[test]
+    fn a_workloads_annotations_are_parsed_down_to_confighistorys_own() {
+        let last_applied = "kubectl.kubernetes.io/last-applied-configuration";
+        let object = |annotations: Value| {
+            json!({"metadata": {"name": "app", "annotations": annotations, "labels": {"team": "a"}},
+                "spec": {"template": {"metadata": {"annotations": {"team.example/x": "kept"}}, "spec": {}}}})
+        };
+        let with = object(json!({last_applied: "{\"huge\": true}", "confighistory.io/pins": "{}", "other": "x"}));
+        let only_foreign = object(json!({last_applied: "{}"}));
+        let head = |kind: &str| {
+            let group = if kind == "ConfigMap" { "" } else { "apps" };
+            vec![("uid", json!("1")), ("kind", json!({"group": group, "version": "v1", "kind": kind})), ("operation", json!("UPDATE"))]
+        };
+        let mut fields = head("Deployment");
+        fields.extend([("object", with.clone()), ("oldObject", only_foreign.clone())]);
+        let req = parse(&body(&fields)).unwrap();
+        let obj = req.object();
+        assert_eq!(obj["metadata"]["annotations"], json!({"confighistory.io/pins": "{}"}));
+        assert_eq!(obj["metadata"]["labels"], json!({"team": "a"}), "labels are whole");
+        assert_eq!(obj["spec"]["template"], with["spec"]["template"], "the pod template is whole");
+        assert_eq!(req.old_object()["metadata"]["annotations"], json!({}), "the map stays, empty: a patch adds keys to it");
+
+        // ConfigMaps keep every annotation (snapshot protection compares them).
+        let mut fields = head("ConfigMap");
+        fields.push(("object", with.clone()));
+        assert_eq!(parse(&body(&fields)).unwrap().object()["metadata"]["annotations"], with["metadata"]["annotations"]);
+        // Objects before the kind (no API server sends them so): parsed whole.
+        let mut fields = vec![("object", with.clone())];
+        fields.extend(head("Deployment"));
+        assert_eq!(parse(&body(&fields)).unwrap().object()["metadata"]["annotations"], with["metadata"]["annotations"]);
+        // Escaped keys are read as keys.
+        let mut fields = head("Deployment");
+        fields.push(("object", json!({"metadata": {"annotations": {"confighistory.io/pins": "p", "x": "y"}}})));
+        let escaped = String::from_utf8(body(&fields)).unwrap().replace("confighistory.io/pins", "confighistory.io\\/pins");
+        assert_eq!(parse(escaped.as_bytes()).unwrap().object()["metadata"]["annotations"], json!({"confighistory.io/pins": "p"}));
+    }
+
+    #[test]
+    fn the_request_fields_are_checked_as_serde_would() {
+        let head = || vec![("uid", json!("1")), ("kind", json!({"kind": "Deployment"})), ("operation", json!("CREATE"))];
+        let req = parse(&body(&[head(), vec![("object", Value::Null), ("dryRun", Value::Null), ("future", json!({"a": [1]}))]].concat()))
+            .unwrap();
+        assert_eq!((req.object, req.dry_run, req.sub_resource), (None, None, None), "null is absent; unknown fields are ignored");
+        for (fields, error) in [
+            (vec![("kind", json!({})), ("operation", json!("CREATE"))], "missing field `uid`"),
+            (vec![("uid", json!("1")), ("operation", json!("CREATE"))], "missing field `kind`"),
+            ([head(), vec![("uid", json!("2"))]].concat(), "duplicate field `uid`"),
+            ([head(), vec![("object", json!({})), ("object", json!({}))]].concat(), "duplicate field `object`"),
+            ([head(), vec![("operation", json!("PATCH"))]].concat(), "unknown variant `PATCH`"),
+            ([head(), vec![("object", json!([1]))]].concat(), ""),
+        ] {
+            match parse(&body(&fields)) {
+                Err(e) => assert!(e.to_string().contains(error), "{e}"),
+                Ok(r) if error.is_empty() => assert_eq!(r.object, Some(json!([1])), "anything but a map is kept as it is"),
+                Ok(r) => panic!("{fields:?} parsed: {r:?}"),
+            }
+        }
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Every label and annotation confighistory reads or writes, in one place, so a reader can find
 //! what a key means and which rule owns it.
 
+/// The prefix of every annotation and label confighistory reads or writes: the caches, and the
+/// parse of a workload review, keep only annotations under it.
+pub const PREFIX: &str = "confighistory.io/";
 /// Namespace label choosing the mode (rewrite, enforce, audit, off).
 pub const MODE_LABEL: &str = "confighistory.io/mode";
 /// Source annotation: `"false"` opts a ConfigMap out of versioning.
