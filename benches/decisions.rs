@@ -265,7 +265,7 @@ fn count_served(path: &str, body: Vec<u8>, policy: Policy, state: State, fresh: 
     use confighistory::cluster::MemoryCluster;
     use confighistory::webhook::{self, serve, App};
     use tower::ServiceExt as _;
-    tracing_subscriber::fmt().with_env_filter("info").with_writer(std::io::sink).with_ansi(false).init();
+    confighistory::runtime::init_logging("info", false, false, std::io::sink);
     let cluster = MemoryCluster::default();
     for obj in fresh.into_values().flatten() {
         cluster.insert(obj);

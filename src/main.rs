@@ -6,16 +6,11 @@ use std::io::IsTerminal;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let filter = std::env::var("RUST_LOG").ok().filter(|f| !f.is_empty()).unwrap_or_else(|| "info".into());
     // Colours only for a person at a terminal who did not set NO_COLOR: in a pod, escape codes
     // would garble `kubectl logs` and log collectors (and cost ~10K instructions per admission).
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
-    if cli.log_format == "json" {
-        fmt.json().init();
-    } else {
-        fmt.init();
-    }
+    confighistory::runtime::init_logging(&filter, cli.log_format == "json", ansi, std::io::stderr);
     match cli.command {
         Command::Serve(args) => confighistory::runtime::serve(args).await?,
         Command::Controller(args) => confighistory::runtime::controller(args).await?,
