@@ -1515,11 +1515,10 @@ impl std::io::Write for Logs {
 }
 
 impl Logs {
+    /// The lines as a pod writes them (the binary's subscriber, text without colours), at debug.
     fn capture(&self) -> tracing::subscriber::DefaultGuard {
         let logs = self.clone();
-        let subscriber =
-            tracing_subscriber::fmt().with_ansi(false).with_max_level(tracing::Level::DEBUG).with_writer(move || logs.clone()).finish();
-        tracing::subscriber::set_default(subscriber)
+        tracing::subscriber::set_default(confighistory::runtime::subscriber("debug", false, false, move || logs.clone()))
     }
     fn lines(&self) -> Vec<String> {
         String::from_utf8(self.0.lock().unwrap().clone()).unwrap().lines().map(str::to_owned).collect()
