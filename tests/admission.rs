@@ -1287,6 +1287,13 @@ async fn bad_input_gets_clear_errors() {
     assert_eq!(a.status, StatusCode::BAD_REQUEST);
     assert!(a.body["error"].as_str().unwrap().contains("admissionReviewVersions"));
 
+    // Not UTF-8, in a field that is left out while parsing: refused all the same (JSON is UTF-8).
+    let mut body = serde_json::to_vec(&review("ConfigMap", "", "v1", "CREATE", Some(&configmap("x", A)), None)).unwrap();
+    body.splice(1..1, b"\"extra\":\"\xff\",".iter().copied());
+    let a = f.post("/mutate", body).await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    assert!(a.body["error"].as_str().unwrap().contains("not UTF-8"), "{}", a.body);
+
     let a = f.post("/mutate", vec![b' '; webhook::DEFAULT_MAX_BODY + 1]).await;
     assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE);
 
@@ -1517,8 +1524,11 @@ impl std::io::Write for Logs {
 impl Logs {
     /// The lines as a pod writes them (the binary's subscriber, text without colours), at debug.
     fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        tracing::subscriber::set_default(confighistory::runtime::subscriber("debug", false, false, self.writer()))
+    }
+    fn writer(&self) -> impl Fn() -> Logs + Send + Sync + 'static {
         let logs = self.clone();
-        tracing::subscriber::set_default(confighistory::runtime::subscriber("debug", false, false, move || logs.clone()))
+        move || logs.clone()
     }
     fn lines(&self) -> Vec<String> {
         String::from_utf8(self.0.lock().unwrap().clone()).unwrap().lines().map(str::to_owned).collect()
