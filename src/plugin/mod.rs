@@ -108,19 +108,66 @@ pub enum Command {
     },
 }
 
-/// A kubectl `--request-timeout`: `0` (none), seconds, or a number with `ms`, `s`, `m` or `h`.
+/// A kubectl `--request-timeout`, read as kubectl reads it: a whole number of seconds (`0`: no
+/// limit), else a duration in Go's `time.ParseDuration` syntax, units `ns`, `us` (`µs`), `ms`, `s`,
+/// `m`, `h`, combined and with fractions (`1m30s`, `1.5h`, `500ms`). Negative timeouts are refused.
 pub fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
-    let (n, unit) = s.split_at(split);
-    let n: f64 = n.parse().map_err(|_| format!("invalid timeout {s:?}: use e.g. 30s, 1m or 0"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("invalid timeout {s:?}: use e.g. 30s, 1m or 0")),
-    };
-    std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid timeout {s:?}: {e}"))
+    let invalid = |why: &str| format!("invalid timeout {s:?}: {why}; use e.g. 30s, 1m30s, 500ms or 0");
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return s.parse::<u64>().map(std::time::Duration::from_secs).map_err(|_| invalid("too large"));
+    }
+    let mut rest = s.strip_prefix('+').unwrap_or(s);
+    if rest.starts_with('-') {
+        return Err(invalid("negative"));
+    }
+    if rest == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(invalid("empty"));
+    }
+    // Go's limit: an i64 of nanoseconds (about 292 years).
+    const MAX_NANOS: u128 = i64::MAX as u128;
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let digits = |t: &str| t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let whole_len = digits(rest);
+        let (whole, after) = rest.split_at(whole_len);
+        let (fraction, after) = match after.strip_prefix('.') {
+            Some(f) => f.split_at(digits(f)),
+            None => ("", after),
+        };
+        if whole.is_empty() && fraction.is_empty() {
+            return Err(invalid("a number is missing"));
+        }
+        let unit_len = after.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_len);
+        let unit_nanos: u128 = match unit {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "" => return Err(invalid("a unit is missing")),
+            _ => return Err(invalid("unknown unit")),
+        };
+        let too_large = || invalid("too large");
+        let whole: u128 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| too_large())? };
+        let mut nanos = whole.checked_mul(unit_nanos).ok_or_else(too_large)?;
+        // Digits past the nanosecond do not count (Go truncates them too).
+        let mut scale = unit_nanos;
+        for d in fraction.bytes() {
+            if scale < 10 {
+                break;
+            }
+            scale /= 10;
+            nanos += u128::from(d - b'0') * scale;
+        }
+        total = total.checked_add(nanos).filter(|t| *t <= MAX_NANOS).ok_or_else(too_large)?;
+        rest = next;
+    }
+    Ok(std::time::Duration::from_nanos(total as u64))
 }
 
 /// What a run prints and its exit code (kubectl's: `diff` exits 1 when there are differences).
