@@ -274,6 +274,10 @@ every template that depends on them, so they fail early with a clear message.
 {{- if and (ge $protect $main) (gt $protect 1) }}
 {{- fail (printf "webhook.protectionTimeoutSeconds (%d) must be below webhook.timeoutSeconds (%d): snapshots are created from inside a workload admission, which must get their answer in time" $protect $main) }}
 {{- end }}
+{{- $stopping := add (int .Values.deployment.preStopSleepSeconds) (int .Values.server.shutdownDelaySeconds) }}
+{{- if gt $stopping 25 }}
+{{- fail (printf "deployment.preStopSleepSeconds + server.shutdownDelaySeconds (%d) must be at most 25: Kubernetes kills a stopping pod after 30 s, before it has answered the admissions in flight" $stopping) }}
+{{- end }}
 {{- if eq .Values.tls.mode "secret" }}
 {{- if and .Values.deployment.enabled (not .Values.tls.existingSecret) }}
 {{- fail "tls.mode=secret needs tls.existingSecret: the name of a kubernetes.io/tls Secret in the release namespace" }}
