@@ -442,6 +442,35 @@ async fn partial_edit_joins_a_pending_change_unless_held() {
     assert!(a.warnings().iter().any(|w| w.contains("stays on")), "{:?}", a.warnings());
 }
 
+/// Issue 27.10: a suspended Job (queued by a batch scheduler) whose ConfigMap has a pending change
+/// gets a scheduling update (nodeSelector): its references are kept as they are, since the API
+/// server refuses any other change of a Job's template; nor is the update denied for a plain
+/// reference (a Job admitted while the webhook was away), which it could never fix.
+#[tokio::test]
+async fn a_suspended_jobs_scheduling_update_keeps_its_references() {
+    let job = |cm: &str, node_selector: Value| {
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": NS, "uid": "uid-train"},
+            "spec": {"suspend": true, "template": {"metadata": {"labels": {"app": "train"}}, "spec": {
+                "restartPolicy": "Never", "nodeSelector": node_selector,
+                "volumes": [{"name": "config", "configMap": {"name": cm}}],
+                "containers": [{"name": "app", "image": "train:1"}]}}}})
+    };
+    let f = Fixture::new().snapshot("pricing-config", A, &[]);
+    let mut src = configmap("pricing-config", B);
+    src["metadata"]["annotations"] =
+        json!({"confighistory.io/head": content(B).hash(), "confighistory.io/changed-at": "2026-12-02T10:00:00Z"});
+    f.cluster.insert(src);
+    for cm in [snap("pricing-config", A), "pricing-config".to_owned()] {
+        let old = job(&cm, json!({"pool": "any"}));
+        let new = job(&cm, json!({"pool": "gpu"}));
+        let m = f.send("/mutate", review("Job", "batch", "v1", "UPDATE", Some(&new), Some(&old))).await;
+        let out = m.patched(&new);
+        assert_eq!(out["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"], json!(cm), "{cm}: {:?}", m.patch());
+        let v = f.send("/validate", review("Job", "batch", "v1", "UPDATE", Some(&out), Some(&old))).await;
+        assert!(v.allowed(), "{cm}: {}", v.message());
+    }
+}
+
 #[tokio::test]
 async fn a_snapshot_named_by_the_request_is_kept_and_held() {
     let old = deployment("pricing:4.12", &snap("pricing-config", B));

@@ -63,7 +63,11 @@ pub fn analyze<'a>(req: &'a Request, kind: Kind, view: &View) -> Option<Analysis
             pinning.names.insert(r.r.name.as_str());
         }
     }
-    let changed = req.operation == Operation::Create || old_template.is_none_or(|old| !pinning.same(template, old, &mut String::new()));
+    // A Job's references cannot change after its creation (Kind::references_fixed): its UPDATE
+    // (a suspended Job's scheduling directives) changes no config, so it keeps its pins as an
+    // unchanged template does, and is neither re-pinned (the API server refuses that) nor denied.
+    let changed = req.operation == Operation::Create
+        || (!kind.references_fixed() && old_template.is_none_or(|old| !pinning.same(template, old, &mut String::new())));
     Some(Analysis { kind, namespace: ns, template, old_template, refs, old_pins, changed })
 }
 
@@ -323,7 +327,8 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
 
     // In every mode that acts (SPEC 6.2): enforce and audit never rewrite a changed template, but
     // an unchanged one keeps its pins, or a re-applied manifest would un-pin (and restart) it.
-    if !a.changed && (trigger.is_none() || mode != Mode::Rewrite) {
+    // (A Job is never re-pinned, by a trigger neither: Kind::references_fixed.)
+    if !a.changed && (trigger.is_none() || mode != Mode::Rewrite || a.kind.references_fixed()) {
         return Outcome::Done(keep_pins(obj, &a, old_holds));
     }
     if mode != Mode::Rewrite {

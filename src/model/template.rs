@@ -64,6 +64,14 @@ impl Kind {
     pub fn propagates(self) -> bool {
         matches!(self, Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet | Kind::CronJob)
     }
+
+    /// Kinds whose pod template's references are fixed once created: a Job's template is
+    /// immutable, except the scheduling directives of a suspended Job (nodeSelector,
+    /// tolerations, ...), which a batch scheduler updates. Re-pinning one is refused by the API
+    /// server, so such an update keeps every reference as it is.
+    pub fn references_fixed(self) -> bool {
+        self == Kind::Job
+    }
 }
 
 /// One ConfigMap reference inside a pod template.
