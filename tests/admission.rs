@@ -1152,6 +1152,36 @@ fn cronjob_and_job(cm: &str) -> (Value, Value) {
 
 // ---------- §9a trust: enforce mode cannot be bypassed ----------
 
+/// Issue 27.13: a reference to a source that is not versioned is allowed in every mode, with a
+/// short warning: once per source, however many references name it, and a few per
+/// response at most.
+#[tokio::test]
+async fn a_reference_to_an_unversioned_source_is_allowed_with_one_warning_per_source() {
+    for mode in ["rewrite", "enforce", "audit"] {
+        let f = Fixture::new().namespace_mode(mode);
+        let mut d = deployment("x:1", "flags"); // names it twice: a volume and an env var
+        let mut volumes = vec![d["spec"]["template"]["spec"]["volumes"][0].clone()];
+        for i in 0..6 {
+            let name = format!("flags-{i}");
+            let cm = with_annotations(configmap(&name, A), &[("confighistory.io/versioned", "false")]);
+            f.cluster.insert(cm);
+            volumes.push(json!({"name": format!("v{i}"), "configMap": {"name": name}}));
+        }
+        d["spec"]["template"]["spec"]["volumes"] = json!(volumes);
+        f.cluster.insert(with_annotations(configmap("flags", A), &[("confighistory.io/versioned", "false")]));
+        let a = f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
+        assert!(a.allowed(), "{mode}: {}", a.message());
+        let warnings = a.warnings();
+        assert_eq!(warnings.iter().filter(|w| w.contains("flags:") || w.contains(" flags ")).count(), 1, "{mode}: {warnings:?}");
+        assert!(warnings[0].contains("not versioned"), "{mode}: {warnings:?}");
+        assert!(warnings.len() <= 4, "a few per response: {warnings:?}");
+        assert!(warnings.iter().all(|w| w.len() <= 120), "{warnings:?}");
+        // An unchanged template (a re-applied manifest) is not warned again.
+        let again = f.send("/validate", review("Deployment", "apps", "v1", "UPDATE", Some(&d), Some(&d))).await;
+        assert!(again.warnings().is_empty(), "{mode}: {:?}", again.warnings());
+    }
+}
+
 #[tokio::test]
 async fn a_forged_replicaset_does_not_make_a_mutable_template_an_undo() {
     let rev1 = deployment("pricing:4.11", &snap("pricing-config", A));

@@ -122,8 +122,30 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         for f in failures {
             d.response.warn(format!("{kind_name}: not checked: could not {} ({})", f.what, f.cause));
         }
+        unversioned_warnings(&a.refs, view, &mut d);
     }
     Outcome::Done(d)
+}
+
+/// Named ConfigMaps at most in the warnings about unversioned sources; the rest are counted.
+const UNVERSIONED_NAMED: usize = 3;
+
+/// A reference to a source that is not versioned (its `versioned: "false"`
+/// annotation, the admin's selector) is allowed in every mode, with a short warning
+/// (docs/how-it-works.md, modes and opt-outs): once per
+/// source, however many references name it, a few per response.
+fn unversioned_warnings(refs: &[SourcedRef], view: &View, d: &mut Decision) {
+    let names: BTreeSet<&str> = refs
+        .iter()
+        .map(|r| r.r.name.as_str())
+        .filter(|n| matches!(view.fresh.get(*n), Some(Some(cm)) if !cm.immutable() && !view.policy.versioned(cm)))
+        .collect();
+    for name in names.iter().take(UNVERSIONED_NAMED) {
+        d.response.warn(format!("ConfigMap {name} is not versioned: a rollback keeps its current content"));
+    }
+    if names.len() > UNVERSIONED_NAMED {
+        d.response.warn(format!("{} more ConfigMaps are not versioned", names.len() - UNVERSIONED_NAMED));
+    }
 }
 
 /// The answer for a choice: its reason, and the warnings or the denial naming each reference
@@ -281,8 +303,8 @@ mod tests {
                 Reason::Audit, true, mutable_config),
             ("an immutable source is valid", "enforce", &create, cfg(long_ago, json!({"immutable": true})),
                 Reason::Valid, true, ""),
-            ("an unversioned source is valid", "enforce", &create, cfg(long_ago, json!({"metadata": {"annotations": {names::VERSIONED: "false"}}})),
-                Reason::Valid, true, ""),
+            ("an unversioned source is valid, with a warning", "enforce", &create, cfg(long_ago, json!({"metadata": {"annotations": {names::VERSIONED: "false"}}})),
+                Reason::Valid, true, "ConfigMap cfg is not versioned"),
         ];
         for (rule, mode, req, cm, reason, allowed, text) in rows {
             let d = decide_in(mode, req, cm);
