@@ -12,6 +12,7 @@ use serde_json::Value;
 use crate::model::json::At;
 use crate::model::meta::Meta;
 use crate::model::names;
+use crate::model::policy;
 use crate::model::snapshot;
 use crate::model::source;
 use crate::model::template::{self, Kind};
@@ -286,12 +287,14 @@ impl State {
             .map(|(_, name, hash)| (name, hash))
     }
 
-    /// Workloads in a namespace that reference `name` plainly, with their template hashes.
+    /// Workloads in a namespace that reference `name` plainly, with their template hashes. An
+    /// ignored workload is none (only rewrite mode keeps content for plain users, and there it is
+    /// left alone): no snapshot or adoption record is kept for it.
     pub fn plain_users(&self, ns: &str, name: &str) -> Vec<String> {
         let mut v: Vec<String> = self
             .workloads
             .iter()
-            .filter(|((_, n, _), w)| n == ns && !w.deleting && w.refs.iter().any(|r| r == name))
+            .filter(|((_, n, _), w)| n == ns && !w.deleting && !policy::ignored(*w) && w.refs.iter().any(|r| r == name))
             .map(|(_, w)| w.template_hash.clone())
             .collect();
         v.sort();
@@ -299,12 +302,14 @@ impl State {
         v
     }
 
-    /// Workloads in a namespace whose template names `name`, as `Kind/name`, at most three.
-    pub fn user_names(&self, ns: &str, name: &str) -> Vec<String> {
+    /// Workloads in a namespace whose template names `name`, as `Kind/name`, at most three;
+    /// ignored ones only `with_ignored` (they still use what they name, but only enforce mode
+    /// checks them).
+    pub fn user_names(&self, ns: &str, name: &str, with_ignored: bool) -> Vec<String> {
         let mut v: Vec<String> = self
             .workloads
             .iter()
-            .filter(|((_, n, _), w)| n == ns && w.refs.iter().any(|r| r == name))
+            .filter(|((_, n, _), w)| n == ns && (with_ignored || !policy::ignored(*w)) && w.refs.iter().any(|r| r == name))
             .map(|((k, _, w), _)| format!("{}/{w}", k.as_str()))
             .collect();
         v.sort();

@@ -922,6 +922,31 @@ async fn source_update_tracks_head_warns_keys_and_adopts_outgoing_content() {
     assert!(f.calls().is_empty());
 }
 
+/// Issue 27.9: a workload annotated `confighistory.io/ignore` is left alone in rewrite mode, so it
+/// is no plain-name user of its ConfigMap: an edit keeps no outgoing content for it (a snapshot
+/// whose adoption record GC would keep while it lives), and a full quota does not deny the edit.
+#[tokio::test]
+async fn an_ignored_workload_is_not_a_user_whose_outgoing_content_is_kept() {
+    let ignored = with_annotations(deployment("pricing:4.11", "pricing-config"), &[("confighistory.io/ignore", "true")]);
+    let f = Fixture::new().source("pricing-config", A).workload(&ignored);
+    *f.cluster.fail.lock().unwrap() = Some((
+        "create",
+        ApiError { code: Some(403), reason: "Forbidden".into(), message: "exceeded quota: cm, requested: configmaps=1".into() },
+    ));
+    let (old, new) = (configmap("pricing-config", A), configmap("pricing-config", B));
+    let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old))).await;
+    assert!(a.allowed(), "{}", a.message());
+    assert_eq!(annotation(&a.patched(&new), "confighistory.io/head"), Some(content(B).hash()), "still tracked");
+    assert!(f.calls().is_empty(), "nothing read or written for it: {:?}", f.calls());
+
+    // Creating the ConfigMap it reads: no user in audit mode; enforce mode does not exempt it.
+    for (mode, allowed, warned) in [("audit", true, false), ("enforce", false, false)] {
+        let f = Fixture::new().workload(&ignored).namespace_mode(mode);
+        let a = f.send("/mutate", review("ConfigMap", "", "v1", "CREATE", Some(&new), None)).await;
+        assert_eq!((a.allowed(), !a.warnings().is_empty()), (allowed, warned), "{mode}: {} {:?}", a.message(), a.warnings());
+    }
+}
+
 /// `changed-at` is the API server's time, not the admitting replica's (issue 14): the leader
 /// counts the settle window from it on the API server's clock too, so a replica whose clock is off
 /// neither shortens nor stretches the window. Failed before: the replica's own clock was written.

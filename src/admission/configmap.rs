@@ -64,7 +64,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     // ConfigMap created mutable: the same mutable reference validation refuses, reached the other
     // way round (SPEC §9a). Refused in enforce mode, flagged in audit mode.
     if req.operation == Operation::Create && matches!(mode, Mode::Enforce | Mode::Audit) {
-        let users = view.state.user_names(&req.namespace, name);
+        let users = view.state.user_names(&req.namespace, name, mode == Mode::Enforce);
         if !users.is_empty() {
             let message = format!(
                 "ConfigMap {name} is mutable and {} use it by name: a rollback could not restore its content. \

@@ -79,7 +79,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
             if view.state.configmap(ns, source).and_then(|c| c.annotation(names::HEAD)) == Some(hash) {
                 reasons.push(format!("it is the current content of {source}"));
             }
-            let users = view.state.user_names(ns, name);
+            let users = view.state.user_names(ns, name, true);
             if !users.is_empty() {
                 reasons.push(format!("{} use it", users.join(", ")));
             } else if view.state.ref_count(ns, name).revisions > 0 {

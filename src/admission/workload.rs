@@ -184,7 +184,7 @@ pub fn admissible<'a>(req: &'a Request, view: &View) -> Result<(Mode, Analysis<'
     }
     let mode = view.policy.namespace_mode(&req.namespace, view.state.namespace(&req.namespace)).0;
     // The ignore annotation is honoured in rewrite and audit mode, never in enforce mode.
-    if mode == Mode::Off || (mode != Mode::Enforce && annotation(obj, names::IGNORE) == Some("true")) {
+    if mode == Mode::Off || (mode != Mode::Enforce && crate::model::policy::ignored(obj)) {
         return Err(Reason::Mode);
     }
     let analysis = analyze(req, kind, view).ok_or(Reason::NoTemplate)?;

@@ -28,7 +28,7 @@ use super::propagate::{self, Plan};
 use crate::cache::State;
 use crate::model::meta::Meta;
 use crate::model::names;
-use crate::model::policy::{Policy, Selector};
+use crate::model::policy::{self, Policy, Selector};
 use crate::model::source;
 use crate::model::template::Kind;
 
@@ -103,7 +103,7 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
     let mut workloads: Vec<_> = state.workloads.iter().collect();
     workloads.sort_by(|a, b| a.0.cmp(b.0));
     for ((kind, ns, name), w) in workloads {
-        if !kind.is_workload() || *kind == Kind::Job || w.deleting || w.annotations.get(names::IGNORE).map(String::as_str) == Some("true") {
+        if !kind.is_workload() || *kind == Kind::Job || w.deleting || policy::ignored(w) {
             continue;
         }
         if !propagate::namespace_active(state, policy, selector, ns) {

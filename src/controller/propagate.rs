@@ -165,7 +165,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
     let mut workloads: Vec<_> = state.workloads.iter().collect();
     workloads.sort_by(|a, b| a.0.cmp(b.0));
     for ((kind, ns, name), w) in workloads {
-        if !kind.propagates() || w.deleting || w.annotations.get(names::IGNORE).map(String::as_str) == Some("true") {
+        if !kind.propagates() || w.deleting || policy::ignored(w) {
             continue;
         }
         if !namespace_active(state, policy, selector, ns) {

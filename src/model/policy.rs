@@ -211,6 +211,12 @@ impl Policy {
     }
 }
 
+/// A workload annotated `confighistory.io/ignore: "true"`: left alone in rewrite and audit mode,
+/// and no user of its ConfigMaps there; enforce mode does not exempt it.
+pub fn ignored(obj: &impl Meta) -> bool {
+    obj.annotation(names::IGNORE) == Some("true")
+}
+
 /// Parses `10`, `10s`, `2m`, `1h` into a duration.
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
