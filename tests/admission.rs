@@ -1102,6 +1102,31 @@ async fn enforce_rejects_mutable_config_with_path_and_fix() {
     assert!(!f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&ignored), None)).await.allowed());
 }
 
+/// Issue 27.12: enforce mode checks workloads; a ConfigMap an enforce-mode Deployment reads by name
+/// that drops its opt-out (its annotation, or its labels stop matching the admin's selector)
+/// becomes mutable, versioned config under it. The update is allowed (enforce never blocks
+/// config edits) with a short warning naming a user.
+#[tokio::test]
+async fn a_configmap_read_by_name_that_becomes_versioned_is_warned_in_enforce_mode() {
+    let mut f = Fixture::new().workload(&deployment("x:1", "pricing-config")).namespace_mode("enforce");
+    f.policy.excluded_sources = "live=true".parse().unwrap();
+    let opted_out = with_annotations(configmap("pricing-config", A), &[("confighistory.io/versioned", "false")]);
+    let mut labelled = configmap("pricing-config", A);
+    labelled["metadata"]["labels"] = json!({"live": "true"});
+    for old in [opted_out, labelled] {
+        let new = configmap("pricing-config", A);
+        let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old))).await;
+        assert!(a.allowed(), "{}", a.message());
+        let warnings = a.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("pricing-config") && warnings[0].contains("Deployment/pricing"), "{warnings:?}");
+        assert!(warnings[0].len() <= 120, "{}", warnings[0].len());
+        // Still opted out: nothing to say.
+        let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&old), Some(&old))).await;
+        assert!(a.warnings().is_empty(), "{:?}", a.warnings());
+    }
+}
+
 #[tokio::test]
 async fn audit_warns_and_never_rejects() {
     let f = Fixture::new().source("pricing-config", A).namespace_mode("audit");

@@ -78,6 +78,15 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             d.response.warn(message);
         }
     }
+    // Enforce mode checks workloads, not ConfigMaps: one its workloads read by name that leaves
+    // its opt-out (annotation, or labels the admin's selector stops matching) is mutable,
+    // versioned config under them from now on. Allowed (enforce never blocks a config edit),
+    // and said (docs/how-it-works.md says what enforce guarantees).
+    if req.operation == Operation::Update && matches!(mode, Mode::Enforce | Mode::Audit) && versioning_changed && versioned(obj) {
+        if let Some(first) = view.state.user_names(&req.namespace, name, mode == Mode::Enforce).first() {
+            d.response.warn(format!("{name}: now versioned and mutable, read by name by {first} (enforce checks workloads only)"));
+        }
+    }
     if mode != Mode::Rewrite {
         return Outcome::Done(d);
     }
