@@ -548,6 +548,26 @@ async fn the_propagation_trigger_is_honoured_only_from_confighistory() {
     assert_eq!(pin_of(&a.patched(&held)).0, snap("pricing-config", A), "propagation skips held pins");
 }
 
+/// Issue 27.11: a source that stops being versioned is propagated once more, to the plain name
+/// (docs/how-it-works.md), held workloads included: a hold keeps a snapshot against later changes of a
+/// versioned source, and there are none any more; held on its old snapshot for good, later edits
+/// of the ConfigMap would never reach it. The hold goes with the pin.
+#[tokio::test]
+async fn a_held_workload_goes_back_to_the_plain_name_when_its_source_stops_being_versioned() {
+    let old = deployment("pricing:4.11", &snap("pricing-config", A));
+    let opted_out = with_annotations(configmap("pricing-config", B), &[("confighistory.io/versioned", "false")]);
+    let f = Fixture::new().snapshot("pricing-config", A, &[]).workload(&old);
+    f.cluster.insert(opted_out);
+    let heads = format!("{{\"pricing-config\":\"{}\"}}", content(B).hash());
+    let held_old = with_annotations(old.clone(), &[("confighistory.io/held", "pricing-config"), ("confighistory.io/held-heads", &heads)]);
+    let trigger = format!("pricing-config={}", content(B).hash());
+    let new = with_annotations(held_old.clone(), &[("confighistory.io/propagate", &trigger)]);
+    let a = f.as_user("/mutate", ME, review("Deployment", "apps", "v1", "UPDATE", Some(&new), Some(&held_old))).await;
+    let out = a.patched(&new);
+    assert_eq!(pin_of(&out), ("pricing-config".to_owned(), "pricing-config".to_owned()), "{:?}", a.warnings());
+    assert_eq!(annotation(&out, "confighistory.io/held"), None, "the hold goes with the pin");
+}
+
 #[tokio::test]
 async fn mutation_is_idempotent_under_reinvocation() {
     let f = Fixture::new().source("pricing-config", A);

@@ -466,10 +466,10 @@ impl Builder<'_> {
         }
         if !view.policy.versioned(cm) {
             // Meant to change under running pods. Its owner opted out after workloads were
-            // pinned: propagation moves the unheld ones back to the plain name, once (SPEC §7).
-            let head = Content::from_object(cm).hash();
-            let held = old_holds.get(source).is_some_and(|at| hold_stands(at.as_deref(), &head));
-            if trigger.is_some_and(|t| t.contains_key(source)) && !held {
+            // pinned: propagation moves them back to the plain name, once (docs/how-it-works.md), held ones
+            // too: a hold stands against changes of a versioned source, and on a snapshot of
+            // this one no later edit would reach the workload. The hold goes with the pin.
+            if trigger.is_some_and(|t| t.contains_key(source)) {
                 for r in refs.iter().filter(|r| r.hash.is_some()) {
                     self.rewrite(r, Target::Name(source.to_owned()));
                 }

@@ -128,10 +128,12 @@ pub fn sources_of(state: &State, ns: &str, refs: &[String]) -> BTreeMap<String, 
 }
 
 /// Whether a workload on `pins` (hashes, `None` = plain) is behind the change and may be moved:
-/// to `head`, or, for a source no longer versioned, to the plain name.
+/// to `head`, or, for a source no longer versioned, to the plain name, held or not (a hold
+/// stands against changes of a versioned source; on a snapshot of an unversioned one, later
+/// edits would never reach the workload).
 pub fn is_stale(pins: &BTreeSet<Option<String>>, change: &Change, held: bool) -> bool {
     if !change.versioned {
-        return !held && pins.iter().any(Option::is_some);
+        return pins.iter().any(Option::is_some);
     }
     pins.contains(&None) || (!held && pins.iter().flatten().any(|h| *h != change.head))
 }
@@ -246,22 +248,21 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
 /// Sources whose versioning changed with no write of theirs: the admin's selector of excluded
 /// sources comes from the server's flags, so a restart with another selector changes it silently
 /// (SPEC §7: a source that stops being versioned is propagated once more). A source the selector
-/// now excludes, not yet recorded so, while unheld workloads are pinned to its snapshots (with
+/// now excludes, not yet recorded so, while workloads are pinned to its snapshots (with
 /// none, its next write records it); or one recorded as excluded that the selector lets go
 /// again. A no-op write of each lets the webhook record the change, which propagation then
 /// carries as any other. Returns those sources, and those whose immutability a read must tell
 /// first (never written before it does).
 pub fn versioning_touches(state: &State, policy: &Policy, selector: &policy::Selector) -> (Vec<Key>, Vec<Key>) {
-    // (namespace, source) with an unheld workload pinned to one of its snapshots.
+    // (namespace, source) with a workload pinned to one of its snapshots, held or not: leaving
+    // versioning moves held pins too (is_stale).
     let mut pinned: HashSet<(&str, String)> = HashSet::new();
     for ((kind, ns, _), w) in &state.workloads {
-        if !kind.propagates() || w.deleting || w.annotations.get(names::IGNORE).map(String::as_str) == Some("true") {
+        if !kind.propagates() || w.deleting || policy::ignored(w) {
             continue;
         }
-        let holds = source::holds(w);
         for (src, pins) in sources_of(state, ns, &w.refs) {
-            let head = state.configmap(ns, &src).and_then(|c| c.annotation(names::HEAD)).unwrap_or_default();
-            if pins.iter().any(Option::is_some) && !holds.get(&src).is_some_and(|at| hold_stands(at.as_deref(), head)) {
+            if pins.iter().any(Option::is_some) {
                 pinned.insert((ns.as_str(), src));
             }
         }
@@ -496,8 +497,12 @@ pub(crate) mod tests {
         s.apply_workload(Kind::Deployment, &workload("ns", "held", &[&old], &[(names::HELD, "cfg"), (names::HELD_HEADS, &heads)]));
         let due = run(&s, ms(T0) + 10_000);
         let names: Vec<&str> = due.plans.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["pinned"], "plain already, and held, stay");
+        // Issue 27.11: a hold stands against changes of a versioned source; there are none any
+        // more, and the plain name is where later edits reach it.
+        assert_eq!(names, ["held", "pinned"], "plain already stays; held moves too");
+        assert_eq!(due.plans[0].released, ["cfg"], "its owner is told the hold went");
         s.apply_workload(Kind::Deployment, &workload("ns", "pinned", &["cfg"], &[]));
+        s.apply_workload(Kind::Deployment, &workload("ns", "held", &["cfg"], &[]));
         let after = run(&s, ms(T0) + 11_000);
         assert!(after.plans.is_empty());
         assert_eq!(after.done, [("ns".into(), "cfg".into(), h('b'))], "recorded, so never again");
