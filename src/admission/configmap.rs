@@ -29,12 +29,19 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         || annotation(obj, names::HEAD).is_some()
         || old.is_some_and(|o| annotation(o, names::HEAD).is_some());
     let versioned = |o: &Value| view.policy.versioned(o);
+    let own = req.user_info.username == view.policy.identity;
+    // confighistory's own touch of a source that never had a head (no write of it passed here
+    // while a workload named it) names the head its workloads are pinned to: what the stored
+    // object would say had a write recorded it (missed changes, versioning changes). Taken from
+    // no one else: confighistory's annotations in a request are never trusted.
+    let claimed_head = old.filter(|o| own && annotation(o, names::HEAD).is_none()).and_then(|_| annotation(obj, names::HEAD));
     // A source that stops (or starts again) being versioned is a change of its own: propagated
     // once, it moves its workloads to the plain name (back to snapshots), SPEC §7. By its
     // annotation, its labels, or the admin's selector changed by a restart (recorded on the
     // source; the controller touches the sources it finds unrecorded).
     let excluded = &view.policy.excluded_sources;
-    let versioning_changed = old.is_some_and(|o| source::was_versioned(o, excluded) != versioned(obj));
+    let was_versioned = |o: &Value| source::was_versioned(o, excluded) || claimed_head.is_some(); // workloads were pinned to it
+    let versioning_changed = old.is_some_and(|o| was_versioned(o) != versioned(obj));
     // The hot path: every ConfigMap write in the cluster passes here.
     if !is_source || (!versioned(obj) && !versioning_changed) {
         return Outcome::Done(Decision::allow(Reason::NotASource));
@@ -45,7 +52,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let old_content = old.map(Content::from_object);
     // A stored head that no longer matches the content means the content changed while the
     // webhook was down: that change counts as first seen now (SPEC §7, missed changes).
-    let stale_head = old.and_then(|o| annotation(o, names::HEAD)).is_some_and(|h| h != head);
+    let stale_head = old.and_then(|o| annotation(o, names::HEAD)).or(claimed_head).is_some_and(|h| h != head);
     // Equal contents have equal hashes: compare the bytes rather than hash the old content too
     // (a 1 MiB source costs a millisecond per SHA-256 pass).
     let content_changed = old_content.as_ref().is_none_or(|o| *o != content);
@@ -91,7 +98,6 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         return Outcome::Done(d);
     }
 
-    let own = req.user_info.username == view.policy.identity;
     let changed_at = if changed {
         // A second pass over our own output (reinvocation) finds the time the first pass set, for
         // this very content: keep it, or the second pass would not be a no-op, even on another

@@ -535,25 +535,15 @@ fn repair_note(ctx: &Ctx, p: &Plan) -> String {
 
 /// Re-hashes every referenced source (rate-limited GETs). A stored head that does not match the
 /// content means a change the webhook missed: touching the source lets the webhook record it as a
-/// change first seen now (SPEC §7, missed changes).
+/// change first seen now (missed changes, docs/how-it-works.md). A source without a head is compared with the
+/// snapshots its workloads are pinned to ([`propagate::rehash_sources`]); its touch names one of
+/// them as the head, which the webhook takes from confighistory alone.
 async fn rehash(ctx: &Ctx) {
-    let sources: Vec<(String, String, String)> = {
+    let sources = {
         let state = ctx.shared.state.read().expect("state lock");
-        let mut v: Vec<_> = state
-            .configmaps
-            .iter()
-            .filter(|((ns, name), cm)| {
-                cm.annotation(names::HEAD).is_some()
-                    && crate::model::source::is_versioned_source(name, cm, &ctx.shared.policy.excluded_sources)
-                    && state.is_referenced_source(ns, name)
-                    && propagate::namespace_active(&state, &ctx.shared.policy, &ctx.selector, ns)
-            })
-            .map(|((ns, name), cm)| (ns.clone(), name.clone(), cm.annotation(names::HEAD).unwrap_or_default().to_owned()))
-            .collect();
-        v.sort();
-        v
+        propagate::rehash_sources(&state, &ctx.shared.policy, &ctx.selector)
     };
-    for (ns, name, _) in sources {
+    for ((ns, name), pins) in sources {
         if !ctx.leadership.is_leader() {
             return;
         }
@@ -570,13 +560,15 @@ async fn rehash(ctx: &Ctx) {
         if obj.immutable() {
             continue; // made immutable after it was a source: never touched (SPEC §3)
         }
-        let Some(stored) = crate::admission::annotation(&obj, names::HEAD).map(str::to_owned) else { continue };
         let actual = Content::from_object(&obj).hash();
-        if stored == actual {
-            continue;
-        }
+        let stored = match crate::admission::annotation(&obj, names::HEAD) {
+            Some(head) => (head != actual).then(|| head.to_owned()),
+            None => propagate::missed_change(&pins, &actual).map(str::to_owned),
+        };
+        let Some(stored) = stored else { continue };
         tracing::info!(namespace = %ns, source = %name, stored = %stored, actual = %actual, "source changed while the webhook was away; recording the change now");
-        // A no-op write: the webhook sees a stale head and records the change as first seen now.
+        // A no-op write (or, without a head, one naming the pin): the webhook sees a stale head
+        // and records the change as first seen now.
         let patch = json!({"metadata": {"annotations": {names::HEAD: stored}}});
         if let Err(e) = ctx.shared.cluster.patch_configmap(&ns, &name, &patch).await {
             tracing::warn!(namespace = %ns, source = %name, error = %e, "could not touch the source");
@@ -601,11 +593,14 @@ async fn touch_versioning(ctx: &Ctx) {
         if !ctx.leadership.is_leader() {
             return;
         }
-        let Some(head) =
-            ctx.shared.state.read().expect("state lock").configmap(&ns, &name).and_then(|c| c.annotation(names::HEAD)).map(str::to_owned)
-        else {
-            continue;
+        // Without a head (never written while a workload named it), the touch names a pin as
+        // the head confighistory last knew, which the webhook takes from it alone.
+        let head = {
+            let state = ctx.shared.state.read().expect("state lock");
+            let head = state.configmap(&ns, &name).and_then(|c| c.annotation(names::HEAD)).map(str::to_owned);
+            head.or_else(|| propagate::pinned_hash(&state, &ns, &name))
         };
+        let Some(head) = head else { continue };
         Limiter::acquire(&ctx.reads, &ns).await;
         tracing::info!(namespace = %ns, source = %name, "the excluded-sources selector changed this source's versioning; recording the change now");
         // A no-op write: the webhook sees the versioning the source was recorded with differ.

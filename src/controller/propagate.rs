@@ -269,17 +269,15 @@ pub fn versioning_touches(state: &State, policy: &Policy, selector: &policy::Sel
     }
     let (mut touches, mut unknown) = (Vec::new(), Vec::new());
     for ((ns, name), cm) in &state.configmaps {
-        if !source::is_tracked(name, cm)
-            || cm.annotation(names::HEAD).is_none()
-            || !state.is_referenced_source(ns, name)
-            || !namespace_active(state, policy, selector, ns)
-        {
+        if !source::is_tracked(name, cm) || !state.is_referenced_source(ns, name) || !namespace_active(state, policy, selector, ns) {
             continue;
         }
         let versioned = policy.versioned(cm);
-        if source::was_versioned(cm, &policy.excluded_sources) == versioned
-            || (!versioned && !pinned.contains(&(ns.as_str(), name.clone())))
-        {
+        let is_pinned = pinned.contains(&(ns.as_str(), name.clone()));
+        // A source without a head (never written while a workload named it) was versioned when
+        // workloads were pinned to it.
+        let was_versioned = source::was_versioned(cm, &policy.excluded_sources) || (cm.annotation(names::HEAD).is_none() && is_pinned);
+        if was_versioned == versioned || (!versioned && !is_pinned) {
             continue;
         }
         let key = (ns.clone(), name.clone());
@@ -292,6 +290,74 @@ pub fn versioning_touches(state: &State, policy: &Policy, selector: &policy::Sel
     touches.sort();
     unknown.sort();
     (touches, unknown)
+}
+
+/// A snapshot a workload is pinned to, with the hold it is kept under (`None`: not held; else
+/// the head the hold was taken at, as [`source::holds`] records it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinnedTo {
+    pub hash: String,
+    pub held: Option<Option<String>>,
+}
+
+/// Snapshots of each source the workloads propagation moves are pinned to, per (namespace,
+/// source).
+fn pins_by_source(state: &State) -> HashMap<(String, String), Vec<PinnedTo>> {
+    let mut out: HashMap<(String, String), Vec<PinnedTo>> = HashMap::new();
+    for ((kind, ns, _), w) in &state.workloads {
+        if !kind.propagates() || w.deleting || policy::ignored(w) {
+            continue;
+        }
+        let holds = source::holds(w);
+        for (src, pins) in sources_of(state, ns, &w.refs) {
+            let held = holds.get(&src).cloned();
+            let entry = out.entry((ns.clone(), src)).or_default();
+            entry.extend(pins.into_iter().flatten().map(|hash| PinnedTo { hash, held: held.clone() }));
+        }
+    }
+    out
+}
+
+/// The sources the resync re-hashes (missed changes, docs/how-it-works.md): referenced, versioned sources of
+/// the namespaces the loops act in. One with a `head` is compared with it. One without (no write
+/// of it ever passed the webhook while a workload named it: it existed before, and an edit while
+/// the webhook was away is the first) is compared with the snapshots workloads are pinned to,
+/// given here; one only plain-name workloads use has nothing to compare with and is not read
+/// (installing confighistory restarts nothing).
+pub fn rehash_sources(state: &State, policy: &Policy, selector: &policy::Selector) -> Vec<(Key, Vec<PinnedTo>)> {
+    let mut pins = pins_by_source(state);
+    let mut out: Vec<(Key, Vec<PinnedTo>)> = state
+        .configmaps
+        .iter()
+        .filter(|((ns, name), cm)| {
+            source::is_versioned_source(name, *cm, &policy.excluded_sources)
+                && state.is_referenced_source(ns, name)
+                && namespace_active(state, policy, selector, ns)
+        })
+        .filter_map(|(key, cm)| {
+            if cm.annotation(names::HEAD).is_some() {
+                return Some((key.clone(), Vec::new()));
+            }
+            let pinned = pins.remove(key).filter(|p| !p.is_empty())?;
+            Some((key.clone(), pinned))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// For a source without a `head` whose content hashes to `actual`: a snapshot a workload is
+/// pinned to that is not that content, unless a hold taken at that content keeps it. That
+/// workload is behind a change nobody recorded (a missed change); none means nothing
+/// changed since the workloads were pinned.
+pub fn missed_change<'a>(pins: &'a [PinnedTo], actual: &str) -> Option<&'a str> {
+    pins.iter().find(|p| p.hash != actual && !p.held.as_ref().is_some_and(|at| hold_stands(at.as_deref(), actual))).map(|p| p.hash.as_str())
+}
+
+/// A snapshot hash some workload moved by propagation is pinned to, for a source without a
+/// `head`: what confighistory's touch names as the head it last knew.
+pub fn pinned_hash(state: &State, ns: &str, src: &str) -> Option<String> {
+    pins_by_source(state).remove(&(ns.to_owned(), src.to_owned()))?.into_iter().map(|p| p.hash).min()
 }
 
 /// Orders plans round-robin over namespaces, so one busy namespace does not hold up the others.
@@ -506,6 +572,38 @@ pub(crate) mod tests {
         let after = run(&s, ms(T0) + 11_000);
         assert!(after.plans.is_empty());
         assert_eq!(after.done, [("ns".into(), "cfg".into(), h('b'))], "recorded, so never again");
+    }
+
+    /// Issue 27.11, the admin's selector: a source it newly excludes whose only pinned workload
+    /// is held is still touched, so its change is recorded and propagated to the plain name.
+    #[test]
+    fn a_source_the_selector_newly_excludes_is_touched_for_a_held_workload_too() {
+        let mut s = setup();
+        let mut cfg = source("ns", "cfg", &h('b'), &[(names::CHANGED_AT, T0)]);
+        cfg["metadata"]["labels"] = json!({"ca-bundle": "true"});
+        s.apply_configmap(&cfg);
+        let heads = format!("{{\"cfg\":\"{}\"}}", h('b'));
+        let old = snapshot::name("cfg", &h('a'), 0);
+        s.apply_workload(Kind::Deployment, &workload("ns", "held", &[&old], &[(names::HELD, "cfg"), (names::HELD_HEADS, &heads)]));
+        let policy = Policy { excluded_sources: "ca-bundle=true".parse().unwrap(), ..Policy::default() };
+        let (touches, unknown) = versioning_touches(&s, &policy, &policy::Selector::default());
+        assert_eq!((touches, unknown), (vec![("ns".to_owned(), "cfg".to_owned())], vec![]));
+    }
+
+    /// Issue 27.8, the admin's selector: a source that never had a head (no write of it passed
+    /// the webhook while a workload named it) and that the selector newly excludes is touched
+    /// when workloads are pinned to it; with plain-name users only, it is not.
+    #[test]
+    fn a_source_without_a_head_the_selector_newly_excludes_is_touched_when_pinned() {
+        let mut s = setup();
+        for name in ["cfg", "idle"] {
+            s.apply_configmap(&json!({"metadata": {"namespace": "ns", "name": name, "labels": {"ca-bundle": "true"}}, "data": {"k": "v"}}));
+        }
+        s.apply_workload(Kind::Deployment, &workload("ns", "pinned", &[&snapshot::name("cfg", &h('a'), 0)], &[]));
+        s.apply_workload(Kind::Deployment, &workload("ns", "plain", &["idle"], &[]));
+        let policy = Policy { excluded_sources: "ca-bundle=true".parse().unwrap(), ..Policy::default() };
+        let (touches, unknown) = versioning_touches(&s, &policy, &policy::Selector::default());
+        assert_eq!((touches, unknown), (vec![("ns".to_owned(), "cfg".to_owned())], vec![]));
     }
 
     #[test]

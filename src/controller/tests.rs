@@ -357,6 +357,65 @@ async fn a_resync_pass_touches_a_source_changed_while_the_webhook_was_away_and_t
     assert_eq!(set(names::CHANGED_AT), Some(json!(now)));
 }
 
+/// Issue 27.8: a source no write through the webhook ever gave a `head` (it existed before any
+/// workload named it, then a workload was pinned to it) and that was edited while the webhook was
+/// away: its pinned workloads are behind a change nobody recorded. The re-hash covers it: it
+/// compares the content with what workloads are pinned to, and touches it naming that pin, which
+/// the webhook (from confighistory only) takes as the head it missed. A source only plain-name
+/// workloads use (installing confighistory) and one whose content is what its workloads are pinned
+/// to are not written: nothing is restarted that did not change.
+#[tokio::test]
+async fn a_resync_pass_touches_a_source_edited_while_away_before_it_ever_had_a_head() {
+    let unheaded = |name: &str, k: &str| json!({"metadata": {"namespace": "ns", "name": name, "uid": format!("uid-{name}"), "resourceVersion": "1"}, "data": {"k": k}});
+    let pin = |name: &str, k: &str| snapshot::name(name, &content_hash(k), 0);
+    let (missed, kept) = (pin("missed", "1"), pin("kept", "1"));
+    let sources = [unheaded("missed", "2"), unheaded("kept", "1"), unheaded("plain", "2")];
+    let (cluster, mut state) = resync_world(&sources, &[("app", &[&missed, &kept]), ("old", &["plain"])]);
+    for (src, k) in [("missed", "1"), ("kept", "1")] {
+        let snap = snapshot::object("ns", src, &pin(src, k), &snapshot::Content::from_object(&json!({"data": {"k": k}})), &[]);
+        state.apply_configmap(&snap);
+        cluster.insert(snap);
+    }
+    let seen = adopt::current_templates(&state);
+    let ctx = ctx(&cluster, state, args(&[]));
+
+    resync_pass(&ctx, &seen, &mut ResyncState::default()).await;
+    let touched: Vec<String> = cluster.calls.lock().unwrap().iter().filter(|c| c.starts_with("patch ns/")).cloned().collect();
+    assert_eq!(touched, ["patch ns/missed"]);
+    let after = cluster.get("ns", "missed").unwrap();
+    assert_eq!(crate::admission::annotation(&after, names::HEAD), Some(content_hash("1").as_str()), "names the pin");
+
+    // The webhook admitting that write from confighistory: a change first seen now. From anyone
+    // else, the same head in the request is not taken: no change, no changed-at.
+    let now = "2026-12-03T12:00:00Z";
+    let decide = |user: &str| {
+        let req = crate::admission::Request {
+            kind: crate::admission::review::GroupVersionKind { group: "".into(), version: "v1".into(), kind: "ConfigMap".into() },
+            operation: crate::admission::review::Operation::Update,
+            namespace: "ns".into(),
+            name: "missed".into(),
+            object: Some(after.clone()),
+            old_object: Some(sources[0].clone()),
+            user_info: crate::admission::review::UserInfo { username: user.into(), ..Default::default() },
+            ..Default::default()
+        };
+        let state = ctx.shared.state.read().unwrap();
+        let (fresh, failed) = (crate::admission::Fresh::new(), crate::admission::Failed::new());
+        let view = crate::admission::View { policy: &ctx.shared.policy, state: &state, fresh: &fresh, failed: &failed, now };
+        let crate::admission::Outcome::Done(d) = crate::admission::configmap::decide(&req, &view) else { panic!("no read expected") };
+        let mut stored = after.clone();
+        json_patch::patch(&mut stored, &serde_json::from_value::<json_patch::Patch>(json!(d.response.patch)).unwrap()).unwrap();
+        (d.reason, stored)
+    };
+    let (reason, stored) = decide(&ctx.shared.policy.identity.clone());
+    assert_eq!(reason, crate::admission::Reason::SourceChanged);
+    assert_eq!(crate::admission::annotation(&stored, names::HEAD), Some(content_hash("2").as_str()));
+    assert_eq!(crate::admission::annotation(&stored, names::CHANGED_AT), Some(now));
+    let (reason, stored) = decide("alice");
+    assert_eq!(reason, crate::admission::Reason::Source);
+    assert_eq!(crate::admission::annotation(&stored, names::CHANGED_AT), None);
+}
+
 /// SPEC §9, repair: a workload admitted while the webhook was away names a source edited since
 /// (its stored head is stale), so the content that revision ran with is unknown: no adoption
 /// record is written for it, the workload gets a ConfigUnknown warning Event, and it is still
