@@ -1094,6 +1094,31 @@ async fn the_admins_selector_changing_a_sources_versioning_is_a_change_on_its_ne
     assert!(r.patch().is_empty(), "{:?}", r.patch());
 }
 
+/// Issue 27.12: enforce mode checks workloads; a ConfigMap an enforce-mode Deployment reads by name
+/// that drops its opt-out (its annotation, or its labels stop matching the admin's selector)
+/// becomes mutable, versioned config under it. The update is allowed (enforce never blocks
+/// config edits) with a short warning naming a user.
+#[tokio::test]
+async fn a_configmap_read_by_name_that_becomes_versioned_is_warned_in_enforce_mode() {
+    let mut f = Fixture::new().workload(&deployment("x:1", "pricing-config")).namespace_mode("enforce");
+    f.policy.excluded_sources = "live=true".parse().unwrap();
+    let opted_out = with_annotations(configmap("pricing-config", A), &[("confighistory.io/versioned", "false")]);
+    let mut labelled = configmap("pricing-config", A);
+    labelled["metadata"]["labels"] = json!({"live": "true"});
+    for old in [opted_out, labelled] {
+        let new = configmap("pricing-config", A);
+        let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old))).await;
+        assert!(a.allowed(), "{}", a.message());
+        let warnings = a.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("pricing-config") && warnings[0].contains("Deployment/pricing"), "{warnings:?}");
+        assert!(warnings[0].len() <= 120, "{}", warnings[0].len());
+        // Still opted out: nothing to say.
+        let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&old), Some(&old))).await;
+        assert!(a.warnings().is_empty(), "{:?}", a.warnings());
+    }
+}
+
 #[tokio::test]
 async fn installing_sets_no_changed_at_on_existing_sources() {
     let f = Fixture::new().source("pricing-config", A).workload(&deployment("x:1", "pricing-config"));
@@ -1122,28 +1147,33 @@ async fn enforce_rejects_mutable_config_with_path_and_fix() {
     assert!(!f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&ignored), None)).await.allowed());
 }
 
-/// Issue 27.12: enforce mode checks workloads; a ConfigMap an enforce-mode Deployment reads by name
-/// that drops its opt-out (its annotation, or its labels stop matching the admin's selector)
-/// becomes mutable, versioned config under it. The update is allowed (enforce never blocks
-/// config edits) with a short warning naming a user.
+/// Issue 27.13: a reference to a source that is not versioned is allowed in every mode, with a
+/// short warning: once per source, however many references name it, and a few per
+/// response at most.
 #[tokio::test]
-async fn a_configmap_read_by_name_that_becomes_versioned_is_warned_in_enforce_mode() {
-    let mut f = Fixture::new().workload(&deployment("x:1", "pricing-config")).namespace_mode("enforce");
-    f.policy.excluded_sources = "live=true".parse().unwrap();
-    let opted_out = with_annotations(configmap("pricing-config", A), &[("confighistory.io/versioned", "false")]);
-    let mut labelled = configmap("pricing-config", A);
-    labelled["metadata"]["labels"] = json!({"live": "true"});
-    for old in [opted_out, labelled] {
-        let new = configmap("pricing-config", A);
-        let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old))).await;
-        assert!(a.allowed(), "{}", a.message());
+async fn a_reference_to_an_unversioned_source_is_allowed_with_one_warning_per_source() {
+    for mode in ["rewrite", "enforce", "audit"] {
+        let f = Fixture::new().namespace_mode(mode);
+        let mut d = deployment("x:1", "flags"); // names it twice: a volume and an env var
+        let mut volumes = vec![d["spec"]["template"]["spec"]["volumes"][0].clone()];
+        for i in 0..6 {
+            let name = format!("flags-{i}");
+            let cm = with_annotations(configmap(&name, A), &[("confighistory.io/versioned", "false")]);
+            f.cluster.insert(cm);
+            volumes.push(json!({"name": format!("v{i}"), "configMap": {"name": name}}));
+        }
+        d["spec"]["template"]["spec"]["volumes"] = json!(volumes);
+        f.cluster.insert(with_annotations(configmap("flags", A), &[("confighistory.io/versioned", "false")]));
+        let a = f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
+        assert!(a.allowed(), "{mode}: {}", a.message());
         let warnings = a.warnings();
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(warnings[0].contains("pricing-config") && warnings[0].contains("Deployment/pricing"), "{warnings:?}");
-        assert!(warnings[0].len() <= 120, "{}", warnings[0].len());
-        // Still opted out: nothing to say.
-        let a = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&old), Some(&old))).await;
-        assert!(a.warnings().is_empty(), "{:?}", a.warnings());
+        assert_eq!(warnings.iter().filter(|w| w.contains("flags:") || w.contains(" flags ")).count(), 1, "{mode}: {warnings:?}");
+        assert!(warnings[0].contains("not versioned"), "{mode}: {warnings:?}");
+        assert!(warnings.len() <= 4, "a few per response: {warnings:?}");
+        assert!(warnings.iter().all(|w| w.len() <= 120), "{warnings:?}");
+        // An unchanged template (a re-applied manifest) is not warned again.
+        let again = f.send("/validate", review("Deployment", "apps", "v1", "UPDATE", Some(&d), Some(&d))).await;
+        assert!(again.warnings().is_empty(), "{mode}: {:?}", again.warnings());
     }
 }
 
@@ -1221,36 +1251,6 @@ fn cronjob_and_job(cm: &str) -> (Value, Value) {
 }
 
 // ---------- §9a trust: enforce mode cannot be bypassed ----------
-
-/// Issue 27.13: a reference to a source that is not versioned is allowed in every mode, with a
-/// short warning: once per source, however many references name it, and a few per
-/// response at most.
-#[tokio::test]
-async fn a_reference_to_an_unversioned_source_is_allowed_with_one_warning_per_source() {
-    for mode in ["rewrite", "enforce", "audit"] {
-        let f = Fixture::new().namespace_mode(mode);
-        let mut d = deployment("x:1", "flags"); // names it twice: a volume and an env var
-        let mut volumes = vec![d["spec"]["template"]["spec"]["volumes"][0].clone()];
-        for i in 0..6 {
-            let name = format!("flags-{i}");
-            let cm = with_annotations(configmap(&name, A), &[("confighistory.io/versioned", "false")]);
-            f.cluster.insert(cm);
-            volumes.push(json!({"name": format!("v{i}"), "configMap": {"name": name}}));
-        }
-        d["spec"]["template"]["spec"]["volumes"] = json!(volumes);
-        f.cluster.insert(with_annotations(configmap("flags", A), &[("confighistory.io/versioned", "false")]));
-        let a = f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
-        assert!(a.allowed(), "{mode}: {}", a.message());
-        let warnings = a.warnings();
-        assert_eq!(warnings.iter().filter(|w| w.contains("flags:") || w.contains(" flags ")).count(), 1, "{mode}: {warnings:?}");
-        assert!(warnings[0].contains("not versioned"), "{mode}: {warnings:?}");
-        assert!(warnings.len() <= 4, "a few per response: {warnings:?}");
-        assert!(warnings.iter().all(|w| w.len() <= 120), "{warnings:?}");
-        // An unchanged template (a re-applied manifest) is not warned again.
-        let again = f.send("/validate", review("Deployment", "apps", "v1", "UPDATE", Some(&d), Some(&d))).await;
-        assert!(again.warnings().is_empty(), "{mode}: {:?}", again.warnings());
-    }
-}
 
 #[tokio::test]
 async fn a_forged_replicaset_does_not_make_a_mutable_template_an_undo() {
