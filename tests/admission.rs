@@ -1401,6 +1401,37 @@ async fn a_head_or_adopted_snapshot_cannot_be_deleted() {
     assert_eq!(a.body["response"]["status"]["reason"], "SnapshotInUse", "{}", a.body);
 }
 
+/// `kubectl delete cm --all` (a DELETECOLLECTION): the API server admits each item as a DELETE
+/// whose request name is empty, the item itself in oldObject. Each is judged by its own name.
+#[tokio::test]
+async fn a_delete_collection_judges_each_snapshot_by_its_own_name() {
+    let name = snap("pricing-config", A);
+    let d = deployment("pricing:4.11", &name);
+    let f = Fixture::new().snapshot("pricing-config", A, &[]).workload(&d);
+    let obj = f.cluster.get(NS, &name).unwrap();
+    let item = |obj: &Value| {
+        let mut r = review("ConfigMap", "", "v1", "DELETE", None, Some(obj));
+        r["request"]["name"] = json!("");
+        r["request"]["options"] = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": "Background"});
+        r
+    };
+    let a = f.send("/protect", item(&obj)).await;
+    assert!(!a.allowed(), "a referenced snapshot deleted in bulk: {}", a.body);
+    assert!(a.message().contains(&name) && a.message().contains("Deployment/pricing"), "{}", a.message());
+
+    // The head of its source, unreferenced otherwise: kept too.
+    let f = Fixture::new().snapshot("pricing-config", A, &[]);
+    f.state
+        .write()
+        .unwrap()
+        .apply_configmap(&with_annotations(configmap("pricing-config", A), &[("confighistory.io/head", &content(A).hash())]));
+    assert!(f.send("/protect", item(&obj)).await.message().contains("current content"));
+
+    // An unused snapshot goes with the rest.
+    let unused = Fixture::new().snapshot("pricing-config", A, &[]);
+    assert!(unused.send("/protect", item(&obj)).await.allowed());
+}
+
 // ---------- bad input ----------
 
 #[tokio::test]

@@ -15,7 +15,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
     if req.kind.kind != "ConfigMap" || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
         return Decision::allow(Reason::UnhandledKind);
     }
-    let name = &req.name;
+    let name = subject_name(req);
     if view.policy.excludes(&req.namespace) {
         return Decision::allow(Reason::ExcludedNamespace);
     }
@@ -105,6 +105,22 @@ pub fn decide(req: &Request, view: &View) -> Decision {
             decision
         }
         Operation::Connect => Decision::allow(Reason::NotIntercepted),
+    }
+}
+
+/// The name of the object a request is about. A DELETECOLLECTION (`kubectl delete --raw` of a
+/// collection, a namespace's cleanup, an operator's bulk delete) reaches admission as one DELETE
+/// per item with an empty request name and the item in `oldObject`: each item is judged by its
+/// own name, so a collection delete is refused per snapshot exactly where a DELETE would be. A
+/// CREATE with generateName may also arrive without a request name.
+fn subject_name(req: &Request) -> &str {
+    let obj = match req.operation {
+        Operation::Delete => req.old_object(),
+        _ => req.object(),
+    };
+    match obj.at("/metadata/name").and_then(Value::as_str) {
+        Some(n) if req.name.is_empty() || req.operation == Operation::Delete => n,
+        _ => &req.name,
     }
 }
 

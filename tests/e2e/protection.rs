@@ -143,6 +143,26 @@ fn a_referenced_snapshot_is_not_deleted_but_its_namespace_is() {
     });
 }
 
+/// Issue 27: a DELETECOLLECTION reaches admission as one DELETE per item with an empty request
+/// name and the item in oldObject; the in-use checks looked the snapshot up by that empty name
+/// and let a referenced snapshot go. (`kubectl delete -l` deletes one by one by name; collection
+/// deletes are what operators and API clients send.) Each item is judged by its own name.
+#[test]
+fn a_collection_delete_leaves_a_referenced_snapshot() {
+    let Some((ns, pinned)) = released("deletecollection") else { return };
+    wait_for("the server to know the snapshot's users", Duration::from_secs(20), || {
+        let dry = ns.kubectl(&["delete", "configmap", &pinned, "--dry-run=server"]);
+        !dry.success && dry.stderr.contains("Deployment/pricing")
+    });
+    let out = ns.kubectl(&["delete", "--raw", &format!("/api/v1/namespaces/{}/configmaps?labelSelector={HASH_LABEL}", ns.name)]);
+    assert!(!out.success, "the collection delete removed a referenced snapshot:\n{}", out.describe());
+    assert!(out.stderr.contains("is still part of rollout history") && out.stderr.contains(&pinned), "{}", out.describe());
+    assert!(ns.get_json("configmap", &pinned).is_some(), "the referenced snapshot survives");
+    // kubectl's own bulk delete (one DELETE by name per item) too.
+    refused(ns.kubectl(&["delete", "configmap", "--all"]), "is still part of rollout history");
+    assert!(ns.get_json("configmap", &pinned).is_some());
+}
+
 /// SPEC §5 collisions: a mutable ConfigMap created in advance under the exact name the new
 /// content's snapshot would get is never overwritten or reused; the release lands on `<name>-1`,
 /// with a warning, and every later pin of that content finds the same name.
