@@ -210,6 +210,12 @@ impl State {
         self.namespaces.get(ns)
     }
 
+    /// A namespace the namespace watch has listed and does not know: it does not exist (or was
+    /// created a moment ago). `false` before the first list (and for states filled by hand).
+    pub fn namespace_unlisted(&self, ns: &str) -> bool {
+        self.synced.0.contains(Watched::Namespaces.name()) && !self.namespaces.contains_key(ns)
+    }
+
     pub fn configmap(&self, ns: &str, name: &str) -> Option<&ConfigMapInfo> {
         self.configmaps.get(&(ns.to_owned(), name.to_owned()))
     }

@@ -1594,6 +1594,40 @@ async fn requests_the_webhooks_never_send_are_refused_without_state() {
     assert!(!metrics.contains("Deployment-x1"), "no metric label from a refused request");
 }
 
+/// Issue 27: forged reviews naming missing ConfigMaps in namespaces that do not exist made one
+/// GET each with confighistory's cluster-wide identity (and each invented namespace got its own
+/// fair share of places). Once the namespace watch has listed, a namespace it does not know is
+/// answered "allowed, no patch" without any read; one it knows is read from as before.
+#[tokio::test]
+async fn a_namespace_that_does_not_exist_gets_no_reads() {
+    let f = Fixture::new();
+    {
+        let mut state = f.state.write().unwrap();
+        state.apply_namespace(&json!({"metadata": {"name": NS}}));
+        state.synced.0.insert("namespaces");
+    }
+    let mut d = deployment("pricing:4.11", "missing-0");
+    d["spec"]["template"]["spec"]["volumes"] =
+        json!((0..20).map(|i| json!({"name": format!("v{i}"), "configMap": {"name": format!("missing-{i}")}})).collect::<Vec<_>>());
+    let old = with_annotations(configmap("pricing-config", A), &[("confighistory.io/head", &content(A).hash())]);
+    let new = with_annotations(configmap("pricing-config", B), &[("confighistory.io/head", &content(A).hash())]);
+    for i in 0..10 {
+        let ns = format!("invented-{i}");
+        for (path, r) in [
+            ("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)),
+            ("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)),
+            ("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old))),
+        ] {
+            let a = f.send(path, in_namespace(r, &ns)).await;
+            assert!(a.allowed() && a.patch().is_empty(), "{path} in {ns}: {}", a.body);
+        }
+    }
+    assert!(f.calls().is_empty(), "no read for a namespace that does not exist: {:?}", f.calls());
+    // The namespace that exists is read from, as before.
+    f.mutate_deployment("CREATE", &d, None).await;
+    assert!(f.calls().iter().any(|c| c.contains("missing-3")), "{:?}", f.calls());
+}
+
 #[tokio::test]
 async fn a_reference_that_is_not_a_configmap_name_is_never_read() {
     let f = Fixture::new().source("pricing-config", A);

@@ -20,10 +20,10 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     if !source::is_tracked(name, obj) {
         return Outcome::Done(Decision::allow(Reason::NotASource));
     }
-    let mode = view.policy.namespace_mode(&req.namespace, view.state.namespace(&req.namespace)).0;
-    if mode == Mode::Off {
-        return Outcome::Done(Decision::allow(Reason::Mode));
-    }
+    let mode = match super::acting_mode(req, view) {
+        Ok(mode) => mode,
+        Err(reason) => return Outcome::Done(Decision::allow(reason)),
+    };
     let old = req.old_object.as_ref().filter(|_| req.operation == Operation::Update);
     let is_source = view.state.is_referenced_source(&req.namespace, name)
         || annotation(obj, names::HEAD).is_some()

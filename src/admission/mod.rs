@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::cache::State;
 use crate::model::json::At;
 use crate::model::meta::Meta;
-use crate::model::policy::Policy;
+use crate::model::policy::{Mode, Policy};
 use crate::model::snapshot::{self, Content};
 
 pub mod configmap;
@@ -80,6 +80,7 @@ pub enum Reason {
     Mode,
     NoTemplate,
     ExcludedNamespace,
+    UnknownNamespace,
     // Workloads (SPEC 6.2, 6.3).
     Unchanged,
     Undo,
@@ -112,13 +113,14 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for tests and documentation.
-    pub const ALL: [Reason; 29] = [
+    pub const ALL: [Reason; 30] = [
         Reason::UnhandledKind,
         Reason::NotIntercepted,
         Reason::Deleting,
         Reason::Mode,
         Reason::NoTemplate,
         Reason::ExcludedNamespace,
+        Reason::UnknownNamespace,
         Reason::Unchanged,
         Reason::Undo,
         Reason::Propagation,
@@ -152,6 +154,7 @@ impl Reason {
             Reason::Mode => "mode",
             Reason::NoTemplate => "no-template",
             Reason::ExcludedNamespace => "excluded-namespace",
+            Reason::UnknownNamespace => "unknown-namespace",
             Reason::Unchanged => "unchanged",
             Reason::Undo => "undo",
             Reason::Propagation => "propagation",
@@ -182,6 +185,21 @@ impl Reason {
 impl std::fmt::Display for Reason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// The mode a request's namespace is admitted in (SPEC §3), or why nothing is done there (mode
+/// off; or a namespace the namespace watch has listed and does not know). The API server admits
+/// nothing into a namespace that does not exist, so a review naming one is forged (or the watch
+/// lags a namespace created a moment ago: repair pins its workloads); either way it is answered
+/// without any read (SPEC §9a), and never takes a fair share of its own.
+pub fn acting_mode(req: &Request, view: &View) -> Result<Mode, Reason> {
+    if view.state.namespace_unlisted(&req.namespace) {
+        return Err(Reason::UnknownNamespace);
+    }
+    match view.policy.namespace_mode(&req.namespace, view.state.namespace(&req.namespace)).0 {
+        Mode::Off => Err(Reason::Mode),
+        mode => Ok(mode),
     }
 }
 

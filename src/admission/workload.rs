@@ -182,9 +182,9 @@ pub fn admissible<'a>(req: &'a Request, view: &View) -> Result<(Mode, Analysis<'
     if obj.deleting() {
         return Err(Reason::Deleting);
     }
-    let mode = view.policy.namespace_mode(&req.namespace, view.state.namespace(&req.namespace)).0;
+    let mode = super::acting_mode(req, view)?;
     // The ignore annotation is honoured in rewrite and audit mode, never in enforce mode.
-    if mode == Mode::Off || (mode != Mode::Enforce && crate::model::policy::ignored(obj)) {
+    if mode != Mode::Enforce && crate::model::policy::ignored(obj) {
         return Err(Reason::Mode);
     }
     let analysis = analyze(req, kind, view).ok_or(Reason::NoTemplate)?;

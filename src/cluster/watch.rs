@@ -107,7 +107,11 @@ impl Feed {
                         state.write().expect("state lock").apply(what, &v);
                     }
                     Event::InitDone => {
-                        state.write().expect("state lock").retain_seen(what, &seen);
+                        {
+                            let mut state = state.write().expect("state lock");
+                            state.retain_seen(what, &seen);
+                            state.synced.0.insert(what.name());
+                        }
                         seen.clear();
                         let mut p = pending.lock().expect("lock");
                         p.remove(what.name());
