@@ -469,3 +469,104 @@ fn snapshots_created_in_the_same_second_keep_the_order_they_were_written_in() {
     let order: Vec<String> = inv.snaps_of(SOURCE).into_iter().map(|s| s.name).collect();
     assert_eq!(order, vec![first.1, second.1]);
 }
+
+// ---------- issue 27: cluster-controlled text and names ----------
+
+/// A source whose newest value hides a line from the terminal: ESC [2K erases the line, a
+/// carriage return rewinds it, U+202E reverses what follows. Every human format shows escapes.
+fn hostile_inventory() -> (Inventory, String) {
+    let source = "evil-config";
+    let hostile = "ok\x1b[2K\rhidden \u{202e}txet\u{9b}2J\u{7f}";
+    let (old, new) = (content(&[("k", "safe")]), content(&[("k", hostile)]));
+    let cm =
+        json!({"kind": "ConfigMap", "metadata": {"name": source, "annotations": {"confighistory.io/head": new.hash()}}, "data": new.data});
+    let inv = Inventory {
+        namespace: NS.into(),
+        namespace_object: json!({"metadata": {"name": NS}}),
+        sources: BTreeMap::from([(source.to_owned(), cm)]),
+        snapshots: vec![
+            snapshot_object(source, &old, "2024-05-01T10:00:00Z", &[]),
+            snapshot_object(source, &new, "2024-05-01T11:00:00Z", &[]),
+        ],
+        ..Inventory::default()
+    };
+    (inv, source.to_owned())
+}
+
+#[track_caller]
+fn assert_escaped(out: &str, style: Style) {
+    for c in ['\r', '\u{202e}', '\u{9b}', '\u{7f}'] {
+        assert!(!out.contains(c), "{c:?} printed raw:\n{out:?}");
+    }
+    // The only escape sequences are the plugin's own colours.
+    let own = ["\x1b[0m", "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[36m"];
+    let mut rest = out.to_owned();
+    for o in own {
+        rest = rest.replace(o, "");
+    }
+    assert!(!rest.contains('\x1b'), "{style:?}: a raw ESC:\n{out:?}");
+    assert!(out.contains("\\x1b[2K") && out.contains("\\r") && out.contains("\\u{202e}"), "escapes shown:\n{out}");
+}
+
+#[test]
+fn cluster_text_is_escaped_in_human_output() {
+    let (inv, source) = hostile_inventory();
+    let d = build::diff(&inv, &source, None, None).unwrap();
+    for style in [Style::PLAIN, Style::COLOR] {
+        assert_escaped(&render::diff(&d, now(), style), style);
+    }
+    // JSON keeps the value as it is (JSON escapes it).
+    let json: Value = serde_json::from_str(&machine("Diff", &d, Output::Json)).unwrap();
+    assert!(json.to_string().contains("\\u001b[2K"), "{json}");
+
+    // `list -A`: a snapshot's source-name annotation is the tenant's text.
+    let hostile = "x\x1b]0;owned\x07\u{202e}";
+    let snap = json!({"metadata": {"namespace": "other", "name": "x-aaaa", "labels": {"confighistory.io/hash": "aaaa"},
+        "annotations": {"confighistory.io/source-name": hostile}}});
+    let sources = BTreeMap::from([(("other".to_owned(), hostile.to_owned()), None)]);
+    let out = render::sources(&build::sources(None, &[snap], &sources, &[]), Style::PLAIN);
+    assert!(!out.contains('\x1b') && !out.contains('\x07') && !out.contains('\u{202e}'), "{out:?}");
+    assert!(out.contains("x\\x1b]0;owned\\x07\\u{202e}"), "{out}");
+
+    // Errors quote names from the cluster and the command line.
+    let e = anyhow::anyhow!("no ConfigMap named \"a\x1b[2Kb\u{2066}\" here");
+    let text = confighistory::plugin::describe(&e);
+    assert!(!text.contains('\x1b') && !text.contains('\u{2066}') && text.contains("\\x1b[2Kb\\u{2066}"), "{text:?}");
+}
+
+/// Names go into request paths: anything that is not a Kubernetes name is refused before any
+/// connection (a source named `../secrets/x` would read another resource).
+#[test]
+fn names_are_validated_before_they_reach_a_request_path() {
+    for args in [
+        &["history", "../secrets/db"][..],
+        &["diff", "a%2Fb"],
+        &["history", "Pricing"],
+        &["status", "deployment/web\x1b[2K"],
+        &["undo", "web..x", "--dry-run"],
+        &["history", "x", "-n", "kube-system/../x"],
+    ] {
+        let out = offline(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("is not a valid"), "{args:?}: {err}");
+        assert!(!err.contains('\x1b'), "{err:?}");
+    }
+}
+
+/// `undo` follows the controller's owner reference only: a ReplicaSet anyone may create with a
+/// non-controller reference to the Deployment is not one of its revisions.
+#[test]
+fn undo_follows_the_controller_owner_reference_only() {
+    let mut inv = inventory();
+    let mut forged = replicaset(9, &pod_template("evil.example/miner:1", &[SOURCE]));
+    forged["metadata"]["ownerReferences"][0]["controller"] = json!(false);
+    inv.revisions.push(forged.clone());
+    forged["metadata"]["ownerReferences"][0].as_object_mut().unwrap().remove("controller");
+    forged["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = json!("8");
+    inv.revisions.push(forged);
+    let w = inv.workload(&pricing()).unwrap();
+    let revs: Vec<i64> = w.revisions.iter().map(|(r, _)| *r).collect();
+    assert_eq!(revs, [1, 2, 4], "only the controller's revisions");
+    assert!(build::undo_target(&w, 9).is_err() && build::undo_target(&w, 8).is_err());
+    assert_eq!(build::undo_target(&w, 0).unwrap().0, 2);
+}

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{anyhow, bail, Result};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::model::*;
 use crate::model::meta::Meta;
@@ -130,7 +130,9 @@ impl Inventory {
         self.snaps().into_iter().filter(|s| s.source == source).collect()
     }
 
-    /// Workloads with their revisions (linked by controller ownerReference uid).
+    /// Workloads with their revisions, linked by their controller's ownerReference (uid, and
+    /// `controller: true`: anyone who may create a ReplicaSet may add another owner reference, and
+    /// an undo must not take a template from it).
     pub fn workloads(&self) -> Vec<Workload> {
         let mut out: Vec<Workload> = self
             .workloads
@@ -144,7 +146,7 @@ impl Inventory {
                     .filter(|r| {
                         r.pointer("/metadata/ownerReferences")
                             .and_then(Value::as_array)
-                            .is_some_and(|refs| refs.iter().any(|x| x["uid"].as_str() == Some(uid) && !uid.is_empty()))
+                            .is_some_and(|refs| refs.iter().any(|x| is_controller_ref(x, uid)))
                     })
                     .filter_map(|r| Some((revision_number(r)?, revision_template(r)?.clone())))
                     .collect();
@@ -458,8 +460,9 @@ pub fn parse_workload(s: &str) -> Result<WorkloadRef> {
         "cronjob" | "cronjobs" | "cj" => "CronJob",
         other => bail!("unsupported workload kind {other:?}: use deployment/NAME, statefulset/NAME, daemonset/NAME, cronjob/NAME or NAME"),
     };
-    if name.is_empty() || name.contains('/') {
-        bail!("{s:?} is not a workload name: use KIND/NAME or NAME");
+    // The name goes into a request path.
+    if !names::is_dns_subdomain(name) {
+        bail!("{s:?} is not a valid workload name: use KIND/NAME or NAME");
     }
     Ok(WorkloadRef { kind: kind.into(), name: name.into() })
 }
@@ -529,6 +532,33 @@ pub fn config_uses(inv: &Inventory, template: &Value) -> Vec<ConfigUse> {
 
 pub fn revision_config(inv: &Inventory, revision: Option<i64>, template: &Value) -> RevisionConfig {
     RevisionConfig { revision, images: images(template), config: config_uses(inv, template) }
+}
+
+/// Whether an ownerReference names `uid` as the object's controller.
+pub fn is_controller_ref(r: &Value, uid: &str) -> bool {
+    !uid.is_empty() && r["uid"].as_str() == Some(uid) && r["controller"] == json!(true)
+}
+
+/// The patch an undo applies: the target revision's pod template and nothing else (a revision's
+/// other fields and annotations are not the rollback's to copy). A Deployment gets a JSON patch
+/// of `/spec/template` (the ReplicaSet's template without its pod-template-hash label); a
+/// StatefulSet or DaemonSet the template of its ControllerRevision's data, replacing the current
+/// one as that data says.
+pub fn rollback_patch(kind: Kind, target: &Value) -> Result<Value> {
+    match kind {
+        Kind::Deployment => {
+            let mut tpl = target.pointer("/spec/template").cloned().ok_or_else(|| anyhow!("the revision has no pod template"))?;
+            if let Some(labels) = tpl.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
+                labels.remove(names::POD_TEMPLATE_HASH);
+            }
+            Ok(json!([{"op": "replace", "path": "/spec/template", "value": tpl}]))
+        }
+        Kind::StatefulSet | Kind::DaemonSet => {
+            let tpl = target.pointer("/data/spec/template").cloned().ok_or_else(|| anyhow!("the revision has no pod template"))?;
+            Ok(json!({"spec": {"template": tpl}}))
+        }
+        _ => bail!("a {} has no rollout history", kind.as_str()),
+    }
 }
 
 /// The revision an undo goes to, as kubectl picks it: `to` when non-zero, else the newest

@@ -16,17 +16,6 @@ use crate::model::template::{self, Kind};
 /// Field manager of the plugin's writes.
 pub const FIELD_MANAGER: &str = "kubectl-confighistory";
 
-/// Annotations `kubectl rollout undo` keeps from the Deployment instead of taking the
-/// ReplicaSet's.
-const ANNOTATIONS_TO_SKIP: [&str; 6] = [
-    "kubectl.kubernetes.io/last-applied-configuration",
-    "deployment.kubernetes.io/revision",
-    "deployment.kubernetes.io/revision-history",
-    "deployment.kubernetes.io/desired-replicas",
-    "deployment.kubernetes.io/max-replicas",
-    "deprecated.deployment.rollback.to",
-];
-
 pub struct Ctx {
     pub client: kube::Client,
     pub namespace: String,
@@ -147,7 +136,8 @@ pub async fn inventory(ctx: &Ctx, sources: &[&str]) -> Result<Inventory> {
         }
     }
     let cms: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &ApiResource::erase::<ConfigMap>(&()));
-    for name in wanted {
+    // Names from templates: only Kubernetes names go into a request path (any other cannot exist).
+    for name in wanted.into_iter().filter(|n| names::is_dns_subdomain(n)) {
         if let Some(cm) = cms.get_opt(&name).await.map_err(|e| api_err(e, &format!("get configmap {name}")))? {
             let mut v = serde_json::to_value(cm)?;
             v["kind"] = json!("ConfigMap");
@@ -161,8 +151,10 @@ pub async fn inventory(ctx: &Ctx, sources: &[&str]) -> Result<Inventory> {
 pub fn revision_object<'a>(inv: &'a Inventory, w: &Workload, n: i64) -> Option<&'a Value> {
     let uid = w.object.pointer("/metadata/uid").and_then(Value::as_str)?;
     inv.revisions.iter().find(|r| {
-        let owned =
-            r.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| refs.iter().any(|x| x["uid"] == uid));
+        let owned = r
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .is_some_and(|refs| refs.iter().any(|x| build::is_controller_ref(x, uid)));
         let number = match r["kind"].as_str() {
             Some("ControllerRevision") => r["revision"].as_i64(),
             _ => build::annotation(r, build::REVISION_ANNOTATION).and_then(|v| v.parse().ok()),
@@ -174,6 +166,7 @@ pub fn revision_object<'a>(inv: &'a Inventory, w: &Workload, n: i64) -> Option<&
 /// Applies the rollback the way `kubectl rollout undo` does and returns the stored object.
 pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, dry_run: bool) -> Result<Value> {
     let target = revision_object(inv, w, revision).ok_or_else(|| anyhow!("revision {revision} of {} not found", w.reference()))?;
+    let patch = build::rollback_patch(w.kind, target).map_err(|e| anyhow!("revision {revision} of {}: {e}", w.reference()))?;
     match w.kind {
         Kind::Deployment => {
             if w.object.pointer("/spec/paused").and_then(Value::as_bool) == Some(true) {
@@ -182,27 +175,6 @@ pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, d
                     w.reference()
                 );
             }
-            let mut tpl = target.pointer("/spec/template").cloned().unwrap_or_default();
-            if let Some(labels) = tpl.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
-                labels.remove(names::POD_TEMPLATE_HASH);
-            }
-            let mut annotations = serde_json::Map::new();
-            for k in ANNOTATIONS_TO_SKIP {
-                if let Some(v) = w.object.pointer("/metadata/annotations").and_then(|a| a.get(k)) {
-                    annotations.insert(k.into(), v.clone());
-                }
-            }
-            if let Some(a) = target.pointer("/metadata/annotations").and_then(Value::as_object) {
-                for (k, v) in a {
-                    if !ANNOTATIONS_TO_SKIP.contains(&k.as_str()) {
-                        annotations.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-            let patch = json!([
-                {"op": "replace", "path": "/spec/template", "value": tpl},
-                {"op": "replace", "path": "/metadata/annotations", "value": annotations},
-            ]);
             let mut uri = format!("/apis/apps/v1/namespaces/{}/deployments/{}?fieldManager={FIELD_MANAGER}", ctx.namespace, w.name);
             if dry_run {
                 uri.push_str("&dryRun=All");
@@ -214,15 +186,15 @@ pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, d
             let out: Value = ctx.client.request(request).await.map_err(|e| api_err(e, &format!("roll back {}", w.reference())))?;
             Ok(out)
         }
-        Kind::StatefulSet | Kind::DaemonSet => {
-            let data = target.get("data").cloned().ok_or_else(|| anyhow!("revision {revision} of {} has no data", w.reference()))?;
+        _ => {
             let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource(w.kind));
             let pp = PatchParams { dry_run, field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-            let out =
-                api.patch(&w.name, &pp, &Patch::Strategic(&data)).await.map_err(|e| api_err(e, &format!("roll back {}", w.reference())))?;
+            let out = api
+                .patch(&w.name, &pp, &Patch::Strategic(&patch))
+                .await
+                .map_err(|e| api_err(e, &format!("roll back {}", w.reference())))?;
             Ok(serde_json::to_value(out)?)
         }
-        _ => bail!("{} has no rollout history", w.reference()),
     }
 }
 
@@ -251,6 +223,12 @@ pub async fn sources(ctx: &Ctx, all: bool) -> Result<super::model::Sources> {
     let mut sources = std::collections::BTreeMap::new();
     for key in snapshots.iter().filter_map(build::snapshot_source) {
         if sources.contains_key(&key) {
+            continue;
+        }
+        // A source name from a snapshot's annotation (the tenant's text): not a Kubernetes name,
+        // no source of that name exists, and it never goes into a request path.
+        if !names::is_dns_subdomain(&key.1) {
+            sources.insert(key, None);
             continue;
         }
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &key.0, &cm);

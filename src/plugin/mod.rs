@@ -214,6 +214,28 @@ fn workload_name(w: &model::WorkloadRef) -> String {
     format!("{}.{group}/{}", w.kind.to_lowercase(), w.name)
 }
 
+/// Names go into request paths: anything that is not a Kubernetes name (`../secrets/x`,
+/// `a%2Fb`, a control character) is refused before any connection.
+fn check_names(cli: &Cli) -> Result<()> {
+    if let Some(ns) = &cli.namespace {
+        check_namespace(ns)?;
+    }
+    match &cli.command {
+        Command::History { source } | Command::Diff { source, .. } if !crate::model::names::is_dns_subdomain(source) => {
+            anyhow::bail!("{source:?} is not a valid ConfigMap name")
+        }
+        Command::Status { workload } | Command::Undo { workload, .. } => build::parse_workload(workload).map(drop),
+        _ => Ok(()),
+    }
+}
+
+fn check_namespace(ns: &str) -> Result<()> {
+    if !crate::model::names::is_dns_label(ns) {
+        anyhow::bail!("{ns:?} is not a valid namespace name");
+    }
+    Ok(())
+}
+
 /// (client, namespace, API server URL).
 async fn client(cli: &Cli) -> Result<(kube::Client, String, String)> {
     let options = KubeConfigOptions { context: cli.context.clone(), ..Default::default() };
@@ -230,6 +252,7 @@ async fn client(cli: &Cli) -> Result<(kube::Client, String, String)> {
         (config.connect_timeout, config.read_timeout, config.write_timeout) = (t, t, t);
     }
     let namespace = cli.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
+    check_namespace(&namespace).context("the kubeconfig's namespace")?;
     let url = config.cluster_url.to_string();
     Ok((kube::Client::try_from(config).context("create a Kubernetes client")?, namespace, url))
 }
@@ -249,6 +272,7 @@ pub async fn run(cli: Cli) -> Result<Done> {
         ),
         _ => {}
     }
+    check_names(&cli)?;
     let (client, namespace, url) = client(&cli).await?;
     // The first call tells whether the kubeconfig leads anywhere: say where it led.
     gather::check_installed(&client).await.with_context(|| format!("cluster at {url}"))?;
@@ -404,7 +428,8 @@ pub fn describe(e: &anyhow::Error) -> String {
         }
         out.push_str(&text);
     }
-    out
+    // Errors quote names and messages from the cluster and the command line.
+    render::escape(&out).into_owned()
 }
 
 #[cfg(test)]

@@ -1,9 +1,73 @@
 //! Human output: pure functions from [`super::model`] data (and the current time) to text.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
 use k8s_openapi::jiff::Timestamp;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use super::build::timestamp;
 use super::model::*;
+
+/// Text from the cluster (or the command line) as it may reach a terminal: control characters
+/// (C0 but tab, DEL, C1) and Unicode's bidirectional and line-separating controls are shown as
+/// escapes (`\x1b`, `\r`, `\u{202e}`), so no value or name can move the cursor, erase or
+/// rewrite a line, recolour what follows or reorder it on screen. Every human output goes through
+/// it: the renderers take their model through [`clean`], errors through `plugin::describe`.
+pub fn escape(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(hostile) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        match c {
+            c if !hostile(c) => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_ascii() => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Characters [`escape`] shows as escapes.
+fn hostile(c: char) -> bool {
+    (c.is_control() && c != '\t')
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
+}
+
+/// `model` with every string in it, keys included, [`escape`]d: what the human renderers draw
+/// from, so no field can be printed raw, whichever renderer or cell shows it. JSON and YAML
+/// output print the model itself (their own escaping applies).
+pub fn clean<T: Serialize + DeserializeOwned>(model: &T) -> T {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::String(s) => {
+                if let Cow::Owned(e) = escape(s) {
+                    *s = e;
+                }
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
+            serde_json::Value::Object(m) => {
+                let entries = std::mem::take(m);
+                for (k, mut v) in entries {
+                    walk(&mut v);
+                    m.insert(escape(&k).into_owned(), v);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut v = serde_json::to_value(model).expect("a model is plain data");
+    walk(&mut v);
+    serde_json::from_value(v).expect("escaping changes strings only, never the shape")
+}
 
 /// ANSI styling, or none (piped output, `NO_COLOR`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -156,6 +220,7 @@ fn usage(u: &Usage) -> String {
 }
 
 pub fn history(h: &History, now: Timestamp, style: Style) -> String {
+    let h = &clean(h);
     let mut out = String::new();
     let head = match (&h.head, h.source_exists) {
         (_, false) => "source deleted".to_owned(),
@@ -231,6 +296,7 @@ fn side(s: &DiffSide, now: Timestamp) -> String {
 }
 
 pub fn diff(d: &Diff, now: Timestamp, style: Style) -> String {
+    let d = &clean(d);
     let mut out = String::new();
     out.push_str(&style.bold(&format!("{} in namespace {}\n", d.source, d.namespace)));
     out.push_str(&style.red(&format!("--- {}", side(&d.from, now))));
@@ -287,6 +353,7 @@ fn config_use(c: &ConfigUse) -> String {
 }
 
 pub fn status(s: &Status, now: Timestamp, style: Style) -> String {
+    let s = &clean(s);
     let mut out = String::new();
     out.push_str(&format!("{} in namespace {}\n", style.bold(&s.workload.to_string()), s.namespace));
     let mode_from = if s.mode_from_label { "namespace label" } else { "default" };
@@ -355,6 +422,7 @@ pub fn status(s: &Status, now: Timestamp, style: Style) -> String {
 }
 
 pub fn undo(u: &Undo, style: Style) -> String {
+    let u = &clean(u);
     let mut out = String::new();
     let rev = u.target.revision.map(|r| format!(" to revision {r}")).unwrap_or_default();
     let dry = if u.dry_run { " (server dry run)" } else { "" };
@@ -390,6 +458,7 @@ pub fn undo(u: &Undo, style: Style) -> String {
 
 /// `list`: one row per versioned source, kubectl-style columns.
 pub fn sources(s: &Sources, style: Style) -> String {
+    let s = &clean(s);
     if s.sources.is_empty() {
         return match &s.namespace {
             Some(ns) => format!("No versioned ConfigMaps found in {ns} namespace.\n"),
@@ -422,4 +491,38 @@ pub fn sources(s: &Sources, style: Style) -> String {
         .collect();
     let behind_col = header.len() - 2;
     table(&header, &rows, style, |_, col, cell| if col == behind_col && cell != "0" { style.yellow(cell) } else { cell.to_owned() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_and_bidi_characters_are_escaped() {
+        assert!(matches!(escape("pricing-config v2\tok é ü 中"), Cow::Borrowed(_)), "printable text and tabs as they are");
+        let cases = [
+            ("a\x1b[2Kb", "a\\x1b[2Kb"),
+            ("line\rover", "line\\rover"),
+            ("two\nlines", "two\\nlines"),
+            ("\x00\x07\x7f", "\\x00\\x07\\x7f"),
+            ("\u{9b}2J\u{85}", "\\u{9b}2J\\u{85}"),
+            ("abc\u{202e}fed", "abc\\u{202e}fed"),
+            ("\u{202a}\u{202b}\u{202c}\u{202d}", "\\u{202a}\\u{202b}\\u{202c}\\u{202d}"),
+            ("\u{2066}\u{2067}\u{2068}\u{2069}", "\\u{2066}\\u{2067}\\u{2068}\\u{2069}"),
+            ("\u{200e}\u{200f}\u{061c}\u{2028}", "\\u{200e}\\u{200f}\\u{61c}\\u{2028}"),
+        ];
+        for (raw, shown) in cases {
+            assert_eq!(escape(raw), shown, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn clean_escapes_every_string_of_a_model_keys_included() {
+        let w = WorkloadRef { kind: "Deployment".into(), name: "a\x1bb".into() };
+        assert_eq!(clean(&w).name, "a\\x1bb");
+        let mut m = std::collections::BTreeMap::new();
+        m.insert("k\u{202e}".to_owned(), vec!["v\r".to_owned()]);
+        let cleaned = clean(&m);
+        assert_eq!(cleaned.get("k\\u{202e}").map(Vec::as_slice), Some(&["v\\r".to_owned()][..]));
+    }
 }
