@@ -569,4 +569,18 @@ fn undo_follows_the_controller_owner_reference_only() {
     assert_eq!(revs, [1, 2, 4], "only the controller's revisions");
     assert!(build::undo_target(&w, 9).is_err() && build::undo_target(&w, 8).is_err());
     assert_eq!(build::undo_target(&w, 0).unwrap().0, 2);
+
+    // The patch is the pod template and nothing else: a revision's annotations, replicas or
+    // owners are not the undo's to copy.
+    let mut rs = replicaset(2, &pod_template("registry.example/pricing:4.11", &[SOURCE]));
+    rs["metadata"]["annotations"]["evil.example/x"] = json!("y");
+    rs["spec"]["replicas"] = json!(100);
+    let patch = build::rollback_patch(template::Kind::Deployment, &rs).unwrap();
+    let ops = patch.as_array().unwrap();
+    assert_eq!(ops.len(), 1, "{patch}");
+    assert_eq!((&ops[0]["op"], &ops[0]["path"]), (&json!("replace"), &json!("/spec/template")));
+    assert!(ops[0]["value"]["metadata"]["labels"].get("pod-template-hash").is_none(), "{patch}");
+    let cr = json!({"data": {"spec": {"template": {"spec": {"containers": []}, "$patch": "replace"}, "replicas": 100}}});
+    let patch = build::rollback_patch(template::Kind::StatefulSet, &cr).unwrap();
+    assert_eq!(patch, json!({"spec": {"template": {"spec": {"containers": []}, "$patch": "replace"}}}));
 }
