@@ -743,7 +743,7 @@ async fn until_closed(s: &mut tokio_rustls::client::TlsStream<TcpStream>, within
     Some(String::from_utf8_lossy(&got).into_owned())
 }
 
-/// Issue 27 (SPEC §9a): the body budget was taken by declared Content-Length when a request
+/// Issue 27 (docs/behaviour.md §9a): the body budget was taken by declared Content-Length when a request
 /// started, so a few connections declaring the largest body and sending nothing held all of it
 /// for the body timeout, and real reviews queued behind them (answered 503 after 10 s). Bytes are
 /// charged as they arrive: a real review is answered at once, and a body that does not start is
@@ -776,7 +776,7 @@ async fn declared_bodies_that_never_arrive_hold_no_budget() {
     }
 }
 
-/// Issue 27 (SPEC §9a): one peer cannot hold the whole body budget, even by sending. Four bodies
+/// Issue 27 (docs/behaviour.md §9a): one peer cannot hold the whole body budget, even by sending. Four bodies
 /// of the largest size from one address, sent all but their last bytes, leave another address
 /// room for its review.
 #[tokio::test]

@@ -188,11 +188,11 @@ impl std::fmt::Display for Reason {
     }
 }
 
-/// The mode a request's namespace is admitted in (SPEC §3), or why nothing is done there (mode
+/// The mode a request's namespace is admitted in (docs/behaviour.md §3), or why nothing is done there (mode
 /// off; or a namespace the namespace watch has listed and does not know). The API server admits
 /// nothing into a namespace that does not exist, so a review naming one is forged (or the watch
 /// lags a namespace created a moment ago: repair pins its workloads); either way it is answered
-/// without any read (SPEC §9a), and never takes a fair share of its own.
+/// without any read (docs/behaviour.md §9a), and never takes a fair share of its own.
 pub fn acting_mode(req: &Request, view: &View) -> Result<Mode, Reason> {
     if view.state.namespace_unlisted(&req.namespace) {
         return Err(Reason::UnknownNamespace);
