@@ -1020,6 +1020,22 @@ async fn changed_at_is_the_api_servers_time() {
     assert!((local + 29_000..=local + 31_000).contains(&at), "{changed_at}: the API server's time, within its uncertainty");
 }
 
+/// Metrics name namespaces: the admission port, which the API server (and, without
+/// `networkPolicy.apiServerCIDRs`, any pod) reaches, does not serve them; the health port does,
+/// and the chart's NetworkPolicy opens it to the scraper's namespaces only (issue 27.7b).
+#[tokio::test]
+async fn the_admission_port_serves_no_metrics() {
+    let f = Fixture::new();
+    for path in ["/metrics", "/readyz", "/livez"] {
+        let req = HttpRequest::get(path).body(Body::empty()).unwrap();
+        let resp = webhook::router(f.app()).oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path} on the admission port");
+        let req = HttpRequest::get(path).body(Body::empty()).unwrap();
+        let resp = webhook::health_router(f.app()).oneshot(req).await.unwrap();
+        assert_ne!(resp.status(), StatusCode::NOT_FOUND, "{path} on the health port");
+    }
+}
+
 /// SPEC §7: a change is an edit, not a content. A → B, then back to A before B was propagated:
 /// the marker that says "A was propagated" belongs to the first change to A, not to this one.
 #[tokio::test]
