@@ -107,6 +107,13 @@ impl Selector {
         self.0.is_empty()
     }
 
+    /// The label keys the selector reads.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|r| match r {
+            Requirement::Exists(k) | Requirement::NotExists(k) | Requirement::In(k, _) | Requirement::NotIn(k, _) => k.as_str(),
+        })
+    }
+
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.matches_with(|k| labels.get(k).map(String::as_str))
     }
