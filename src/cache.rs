@@ -5,12 +5,12 @@
 //! Watchers feed it objects; it keeps a small record per object plus the indexes that let an
 //! unrelated ConfigMap write be answered in microseconds.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde_json::Value;
 
 use crate::model::json::At;
-use crate::model::meta::Meta;
+use crate::model::meta::{self, Meta};
 use crate::model::names;
 use crate::model::policy;
 use crate::model::snapshot;
@@ -57,10 +57,44 @@ pub struct ConfigMapInfo {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// The annotations a ConfigMap's record keeps: the ones the rules read on sources and snapshots.
+const CONFIGMAP_ANNOTATIONS: [&str; 11] = [
+    names::VERSIONED,
+    names::ROLLOUT,
+    names::SETTLE,
+    names::HEAD,
+    names::CHANGED_AT,
+    names::PROPAGATED,
+    names::EXCLUDED,
+    names::SOURCE_NAME,
+    names::ADOPTED,
+    names::LAST_USED,
+    names::KEEP,
+];
+/// The labels every ConfigMap record keeps (snapshots are told by them); the admin's selector of
+/// excluded sources adds its own keys ([`State::keeping_labels`]).
+const CONFIGMAP_LABELS: [&str; 2] = [names::HASH_LABEL, names::MANAGED_BY];
+/// The annotations a workload's record keeps.
+const WORKLOAD_ANNOTATIONS: [&str; 4] = [names::IGNORE, names::PINS, names::HELD, names::HELD_HEADS];
+
+/// The annotations in `keys`, each bounded ([`meta::bounded`]): a tenant's object costs the cache
+/// a bounded number of bytes, however many or large its annotations.
+fn kept_annotations(v: &Value, keys: &[&str]) -> BTreeMap<String, String> {
+    let Some(m) = v.as_object() else { return BTreeMap::new() };
+    keys.iter().filter_map(|k| m.get(*k).map(|v| (k.to_string(), meta::bounded(k, v.as_str().unwrap_or_default()).to_owned()))).collect()
+}
+
 impl ConfigMapInfo {
     /// The record of a ConfigMap: a whole object, or its metadata as the API server lists and
-    /// watches it (`PartialObjectMetadata`, which does not say whether it is immutable).
+    /// watches it (`PartialObjectMetadata`, which does not say whether it is immutable). Labels:
+    /// see [`Self::from_object_keeping`]; this keeps every label (tests, one-off reads).
     pub fn from_object(obj: &Value) -> ConfigMapInfo {
+        Self::from_object_keeping(obj, None)
+    }
+
+    /// As [`Self::from_object`], keeping the labels the rules read and those in `labels` (the
+    /// keys the admin's selector mentions); `None`: every label.
+    pub fn from_object_keeping(obj: &Value, labels: Option<&BTreeSet<String>>) -> ConfigMapInfo {
         let meta = &obj["metadata"];
         let metadata_only = obj.get("kind").and_then(Value::as_str) == Some(PARTIAL_OBJECT_METADATA);
         ConfigMapInfo {
@@ -68,9 +102,22 @@ impl ConfigMapInfo {
             resource_version: str_at(meta, "resourceVersion"),
             created: str_at(meta, "creationTimestamp"),
             immutable: (!metadata_only).then(|| obj.immutable()),
-            labels: string_map(&meta["labels"], |_| true),
-            annotations: string_map(&meta["annotations"], |k| k.starts_with(names::PREFIX)),
+            labels: string_map(&meta["labels"], |k| labels.is_none_or(|keep| CONFIGMAP_LABELS.contains(&k) || keep.contains(k))),
+            annotations: kept_annotations(&meta["annotations"], &CONFIGMAP_ANNOTATIONS),
         }
+    }
+
+    /// Bytes the record takes, about: its strings and, per map entry, two `String`s and a share
+    /// of a B-tree node. For tests and measurements of what a tenant's object costs.
+    pub fn approx_bytes(&self) -> usize {
+        let entry = 2 * std::mem::size_of::<String>() + 16;
+        let map = |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| entry + k.capacity() + v.capacity()).sum::<usize>();
+        std::mem::size_of::<Self>()
+            + self.uid.capacity()
+            + self.resource_version.capacity()
+            + self.created.capacity()
+            + map(&self.labels)
+            + map(&self.annotations)
     }
 
     /// (source name, hash) when this ConfigMap is labelled as a snapshot.
@@ -180,6 +227,9 @@ pub struct State {
     /// process and trusted as they are; `None` trusts every revision (tests of other rules).
     pub revisions_trusted_before: Option<String>,
     pub synced: Synced,
+    /// ConfigMap labels kept besides the rules' own: the keys the admin's selector of excluded
+    /// sources mentions. `None` keeps every label (tests that change the selector on the fly).
+    pub configmap_labels: Option<BTreeSet<String>>,
 }
 
 fn str_at(v: &Value, k: &str) -> String {
@@ -206,6 +256,12 @@ fn key_of(obj: &Value) -> Key {
 }
 
 impl State {
+    /// A cache whose ConfigMap records keep, of all labels, only those the rules and `selector`
+    /// read: a tenant's ConfigMap with thousands of labels costs what one with a few does.
+    pub fn keeping_labels(selector: &crate::model::policy::Selector) -> State {
+        State { configmap_labels: Some(selector.keys().map(str::to_owned).collect()), ..State::default() }
+    }
+
     pub fn namespace(&self, ns: &str) -> Option<&NamespaceInfo> {
         self.namespaces.get(ns)
     }
@@ -348,7 +404,7 @@ impl State {
 
     pub fn apply_configmap(&mut self, obj: &Value) {
         let key = key_of(obj);
-        let mut info = ConfigMapInfo::from_object(obj);
+        let mut info = ConfigMapInfo::from_object_keeping(obj, self.configmap_labels.as_ref());
         if let (None, Some(old)) = (info.immutable, self.configmaps.get(&key)) {
             info.immutable = known_still(old, &info.uid, &info.resource_version);
         }
@@ -359,7 +415,7 @@ impl State {
     /// the ConfigMap the cache holds: immutable for good, or mutable at the cached version.
     pub fn learn_configmap(&mut self, ns: &str, name: &str, obj: &Value) {
         let Some(cm) = self.configmaps.get_mut(&(ns.to_owned(), name.to_owned())) else { return };
-        let fresh = ConfigMapInfo::from_object(obj);
+        let fresh = ConfigMapInfo::from_object_keeping(obj, Some(&BTreeSet::new()));
         if fresh.uid == cm.uid && (fresh.immutable == Some(true) || fresh.resource_version == cm.resource_version) {
             cm.immutable = fresh.immutable;
         }
@@ -377,7 +433,7 @@ impl State {
             uid: str_at(meta, "uid"),
             template_hash: template::template_hash(&tpl),
             refs: template::ref_names(&tpl).into_iter().collect(),
-            annotations: string_map(&meta["annotations"], |k| k.starts_with(names::PREFIX)),
+            annotations: kept_annotations(&meta["annotations"], &WORKLOAD_ANNOTATIONS),
             owner_kind: controller_owner(meta).map(|(k, _)| k),
             deleting: obj.deleting(),
         };
@@ -741,10 +797,75 @@ mod tests {
         assert_eq!(source::adopted(&info).collect::<Vec<_>>(), ["t1", "t2"]);
     }
 
+    /// What a tenant's ConfigMap costs the cache (issue 27.2): 10,000 labels and 200 KiB
+    /// confighistory annotations cost about 440 KiB before, all kept; now the labels no rule reads
+    /// and the annotations no rule reads are dropped, and an over-long value is kept as malformed.
+    #[test]
+    fn a_tenants_labels_and_annotations_cost_the_cache_a_bounded_number_of_bytes() {
+        let labels: serde_json::Map<String, Value> =
+            (0..10_000).map(|i| (format!("l{i}"), json!("v"))).chain([("ca-bundle".to_owned(), json!("true"))]).collect();
+        let big = "h".repeat(200 * 1024);
+        let annotations = json!({names::HEAD: big, "confighistory.io/anything": big, names::ADOPTED: big});
+        let obj = configmap(Value::Object(labels), annotations, false);
+        let mut s = State::keeping_labels(&"ca-bundle=true".parse().unwrap());
+        s.apply_configmap(&obj);
+        let cm = s.configmap("ns", "cfg").unwrap();
+        assert!(cm.approx_bytes() < 4 * 1024, "{} bytes", cm.approx_bytes());
+        assert_eq!(cm.labels.keys().collect::<Vec<_>>(), ["ca-bundle"], "only what the selector reads");
+        // Malformed, not shortened, on the raw object and in the record alike.
+        for key in [names::HEAD, names::ADOPTED] {
+            assert_eq!((obj.annotation(key), cm.annotation(key)), (Some(meta::TOO_LONG), Some(meta::TOO_LONG)), "{key}");
+        }
+        assert_eq!(source::adopted(cm).collect::<Vec<_>>(), [meta::TOO_LONG]);
+        let excluded: crate::model::policy::Selector = "ca-bundle=true".parse().unwrap();
+        assert_eq!(source::is_versioned(&obj, &excluded), source::is_versioned(cm, &excluded));
+        // At the bounds: the longest value kept whole is kept whole.
+        let at = |key: &str| json!({key: "a".repeat(meta::max_len(key))});
+        for key in [names::HEAD, names::SOURCE_NAME, names::ADOPTED] {
+            let info = ConfigMapInfo::from_object(&configmap(json!({}), at(key), false));
+            assert_eq!(info.annotation(key).map(str::len), Some(meta::max_len(key)), "{key}");
+        }
+        // A workload's record keeps its holds (bounded) and nothing else.
+        let mut w = deployment("a", "cfg");
+        w["metadata"]["annotations"] = json!({names::HELD: big, "confighistory.io/other": big, names::IGNORE: "true"});
+        s.apply_workload(Kind::Deployment, &w);
+        let info = &s.workloads[&(Kind::Deployment, "ns".to_owned(), "a".to_owned())];
+        assert_eq!(info.annotations.len(), 2);
+        assert_eq!((source::holds(&w), source::holds(info)), (source::holds(info), [(meta::TOO_LONG.to_owned(), None)].into()));
+    }
+
+    /// The worst a tenant's ConfigMap can cost a record, with the API server's own limits: a
+    /// request of at most 3 MiB (etcd's 1.5 MiB object limit is the tighter one for a create),
+    /// annotations at most 256 KiB in all. `cargo test --lib worst_configmap_record -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "measurement"]
+    fn worst_configmap_record() {
+        // Short unique label keys: about 12 bytes of JSON each within 1.5 MiB.
+        let n = 1_500 * 1024 / 12;
+        let labels: serde_json::Map<String, Value> = (0..n).map(|i| (format!("{i:x}"), json!(""))).collect();
+        let annotations: serde_json::Map<String, Value> =
+            CONFIGMAP_ANNOTATIONS.iter().map(|k| (k.to_string(), json!("a".repeat(250 * 1024 / CONFIGMAP_ANNOTATIONS.len())))).collect();
+        let obj = configmap(Value::Object(labels), Value::Object(annotations), false);
+        println!("object: {} bytes of JSON, {n} labels", serde_json::to_vec(&obj).unwrap().len());
+        let before = ConfigMapInfo::from_object(&obj).approx_bytes();
+        let mut s = State::keeping_labels(&"ca-bundle=true".parse().unwrap());
+        s.apply_configmap(&obj);
+        println!(
+            "record keeping every label: {before} bytes; keeping what the rules read: {}",
+            s.configmap("ns", "cfg").unwrap().approx_bytes()
+        );
+        let at: serde_json::Map<String, Value> =
+            CONFIGMAP_ANNOTATIONS.iter().map(|k| (k.to_string(), json!("a".repeat(meta::max_len(k))))).collect();
+        let labels = json!({names::HASH_LABEL: "h".repeat(63), names::MANAGED_BY: "m".repeat(63), "ca-bundle": "c".repeat(63)});
+        let worst =
+            ConfigMapInfo::from_object_keeping(&configmap(labels, Value::Object(at), false), Some(&["ca-bundle".to_owned()].into()));
+        println!("worst record now: {} bytes", worst.approx_bytes());
+    }
+
     #[test]
     fn snapshot_source_agrees_on_raw_objects_and_cache_records() {
         let name = snapshot::name("cfg", "0123456789ab", 0);
-        let long = "a".repeat(300);
+        let long = "a".repeat(253);
         // (annotations, source)
         let cases = [(json!({}), "cfg"), (json!({names::SOURCE_NAME: long}), long.as_str())];
         for (i, (annotations, want)) in cases.into_iter().enumerate() {

@@ -68,7 +68,7 @@ async fn start(policy: &PolicyArgs, trust_revisions_before_now: bool) -> Result<
     // The probe is a first response: from here the clock knows the API server's time.
     let cronjob_version = watch::cronjob_version(&client).await;
     let cluster = Arc::new(KubeCluster::new(client.clone(), FIELD_MANAGER, cronjob_version));
-    let mut state = State::default();
+    let mut state = State::keeping_labels(&policy.excluded_sources);
     if trust_revisions_before_now {
         // Compared with revisions' creationTimestamps: the API server's time.
         let now = k8s_openapi::jiff::Timestamp::from_millisecond(clock.now_ms()).unwrap_or_default();

@@ -120,8 +120,12 @@ pub async fn ensure(
                 Err(e) => return Err(Error::Api { what: format!("create snapshot {ns}/{name}"), source: e }),
             }
         };
+        // A valid snapshot of this content is reused only when it is this source's: two sources
+        // whose names share their first `MAX_SOURCE_PART` characters give one name for one
+        // content, and the second would otherwise be pinned to the first's snapshot.
+        let owner = crate::model::source::snapshot_source(&name, &existing);
         match snapshot::validate(&existing) {
-            Ok(h) if h == hash => {
+            Ok(h) if h == hash && owner == Some(source) => {
                 let have: Vec<&str> = crate::model::source::adopted(&existing).collect();
                 let missing: Vec<&String> = adopted.iter().filter(|a| !have.contains(&a.as_str())).collect();
                 let mut annotations = serde_json::Map::new();
@@ -160,6 +164,7 @@ pub async fn ensure(
             }
             other => {
                 let why = match other {
+                    Ok(h) if h == hash => "it is a snapshot of this content for another source".to_owned(),
                     Ok(h) => format!("it is a snapshot of other content ({h})"),
                     Err(e) => e.to_string(),
                 };
@@ -225,4 +230,49 @@ pub async fn keep(cluster: &dyn Cluster, ns: &str, name: &str, read: Option<&Val
 /// The API error a lost race reads as, for callers that explain failures as API errors.
 pub fn race_error(name: &str) -> ApiError {
     ApiError { code: Some(409), reason: "Conflict".into(), message: format!("{name} kept changing while being read") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::MemoryCluster;
+    use crate::model::source::snapshot_source;
+
+    /// Names at the length limits (issue 27.7): two 253-character sources sharing the first
+    /// `MAX_SOURCE_PART` (236) characters give one snapshot name for one content. Before, the
+    /// second source was pinned to the first's snapshot on the hash alone.
+    #[tokio::test]
+    async fn sources_sharing_a_shortened_name_get_snapshots_of_their_own() {
+        let cluster = MemoryCluster::default();
+        let content = snapshot::Content { data: [("k".to_owned(), "v".to_owned())].into(), ..Default::default() };
+        let hash = content.hash();
+        let prefix = "a".repeat(snapshot::MAX_SOURCE_PART);
+        let (one, two) = (format!("{prefix}{}", "b".repeat(17)), format!("{prefix}{}", "c".repeat(17)));
+        assert_eq!((one.len(), two.len()), (253, 253));
+        assert_eq!(snapshot::name(&one, &hash, 0), snapshot::name(&two, &hash, 0), "the shortened names agree");
+
+        let (first, none) = ensure(&cluster, "ns", &one, &content, &[], false).await.unwrap();
+        assert!(none.is_empty());
+        let (second, collisions) = ensure(&cluster, "ns", &two, &content, &[], false).await.unwrap();
+        assert_eq!(second, snapshot::name(&two, &hash, 1), "the next name of the sequence");
+        assert_eq!(collisions.len(), 1);
+        assert!(collisions[0].why.contains("another source"), "{}", collisions[0].why);
+        for (name, source) in [(&first, &one), (&second, &two)] {
+            let obj = cluster.get("ns", name).expect("written");
+            assert!(name.len() <= 253, "{name}");
+            assert_eq!(snapshot_source(name, &obj), Some(source.as_str()), "{name}");
+            assert_eq!(snapshot::validate(&obj), Ok(hash.clone()));
+            let label = obj["metadata"]["labels"][names::SOURCE_LABEL].as_str().unwrap();
+            assert!(label.len() <= 63, "{label}");
+        }
+        assert_ne!(snapshot::source_label(&one), snapshot::source_label(&two), "labels keep the full names apart");
+        // Each source finds its own snapshot again.
+        assert_eq!(ensure(&cluster, "ns", &one, &content, &[], false).await.unwrap(), (first.clone(), vec![]));
+        assert_eq!(ensure(&cluster, "ns", &two, &content, &[], false).await.unwrap().0, second);
+        // A source of exactly `MAX_SOURCE_PART` characters is not shortened, and one more is.
+        let (at, over) = (prefix.clone(), format!("{prefix}d"));
+        assert_eq!(snapshot::parse_name(&snapshot::name(&at, &hash, 0)), Some((at.as_str(), hash.as_str(), 0)));
+        let (reused, _) = ensure(&cluster, "ns", &over, &content, &[], false).await.unwrap();
+        assert_eq!(reused, snapshot::name(&over, &hash, 2), "past both others' names");
+    }
 }

@@ -919,6 +919,33 @@ async fn source_update_warns_about_settings_renamed_inside_a_value() {
     assert_eq!(a.warnings(), vec!["pricing-config: values changed, same keys"]);
 }
 
+/// YAML aliases replaying an 8 KiB scalar as a key 7,380 times: about 60 MB of keys and paths
+/// produced from 8 KiB read before the parse was bounded in bytes produced (issue 27). The
+/// settings are not compared; the key warning stays.
+#[tokio::test]
+async fn a_yaml_alias_amplifier_in_a_source_update_is_not_compared() {
+    let nine = |a: &str| vec![format!("*{a}"); 9].join(", ");
+    let doc = |m: &str| {
+        format!(
+            "s: &s \"\\t{}\"\n{m}: &m {{*s : 1}}\nl1: &l1 [{}]\nl2: &l2 [{}]\nl3: &l3 [{}]\nl4: [{}]\n",
+            "x".repeat(8 * 1024),
+            nine("m"),
+            nine("l1"),
+            nine("l2"),
+            nine("l3")
+        )
+    };
+    let (a, b) = (doc("m"), doc("n"));
+    let plain = deployment("pricing:4.11", "pricing-config");
+    let f = Fixture::new().source("pricing-config", &[("config.yaml", &a)]).workload(&plain);
+    let (old, new) = (configmap("pricing-config", &[("config.yaml", &a)]), configmap("pricing-config", &[("config.yaml", &b)]));
+    let started = std::time::Instant::now();
+    let answer = f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old))).await;
+    assert!(answer.allowed());
+    assert_eq!(answer.warnings(), vec!["pricing-config: values changed, same keys"]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+}
+
 #[tokio::test]
 async fn source_update_tracks_head_warns_keys_and_adopts_outgoing_content() {
     let plain = deployment("pricing:4.11", "pricing-config");
@@ -991,6 +1018,22 @@ async fn changed_at_is_the_api_servers_time() {
     let changed_at = annotation(&a.patched(&new), "confighistory.io/changed-at").expect("changed-at");
     let at = parse_time_ms(&changed_at).unwrap();
     assert!((local + 29_000..=local + 31_000).contains(&at), "{changed_at}: the API server's time, within its uncertainty");
+}
+
+/// Metrics name namespaces: the admission port, which the API server (and, without
+/// `networkPolicy.apiServerCIDRs`, any pod) reaches, does not serve them; the health port does,
+/// and the chart's NetworkPolicy opens it to the scraper's namespaces only (issue 27.7b).
+#[tokio::test]
+async fn the_admission_port_serves_no_metrics() {
+    let f = Fixture::new();
+    for path in ["/metrics", "/readyz", "/livez"] {
+        let req = HttpRequest::get(path).body(Body::empty()).unwrap();
+        let resp = webhook::router(f.app()).oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path} on the admission port");
+        let req = HttpRequest::get(path).body(Body::empty()).unwrap();
+        let resp = webhook::health_router(f.app()).oneshot(req).await.unwrap();
+        assert_ne!(resp.status(), StatusCode::NOT_FOUND, "{path} on the health port");
+    }
 }
 
 /// SPEC §7: a change is an edit, not a content. A → B, then back to A before B was propagated:

@@ -62,7 +62,7 @@ impl View<'_> {
     pub fn snapshot_of(&self, ns: &str, name: &str) -> Option<(String, String)> {
         if self.state.configmap(ns, name).is_none() {
             if let Some(Some(obj)) = self.fresh.get(name) {
-                return crate::cache::ConfigMapInfo::from_object(obj).snapshot_of(name);
+                return crate::cache::ConfigMapInfo::from_object_keeping(obj, Some(&Default::default())).snapshot_of(name);
             }
         }
         self.state.snapshot_of(ns, name)

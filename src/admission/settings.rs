@@ -2,9 +2,11 @@
 //!
 //! The incident's ConfigMap had one key, `config.yaml`; what broke the rollback was a setting
 //! renamed inside it. Where a value parses as YAML, JSON, TOML or Java properties (by the key's
-//! suffix, else by sniffing), the settings it holds are compared by dotted path. Bounded: values
-//! over [`MAX_VALUE_BYTES`], documents over [`MAX_PATHS`] settings and keys past [`MAX_KEYS`] are
-//! not compared, and the warnings fit the API server's limits.
+//! suffix, else by sniffing), the settings it holds are compared by dotted path. Bounded in what
+//! is read and in what a parse produces: values over [`MAX_VALUE_BYTES`], documents that produce
+//! more than [`MAX_PRODUCED_BYTES`] of text (YAML aliases replay it) or [`MAX_PATH_BYTES`] of
+//! paths or more than [`MAX_PATHS`] settings, and keys past [`MAX_KEYS`] are not compared (no
+//! warning, as for a value that does not parse), and the warnings fit the API server's limits.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -21,6 +23,12 @@ pub const MAX_VALUE_BYTES: usize = 32 * 1024;
 pub const MAX_TOTAL_BYTES: usize = 2 * MAX_VALUE_BYTES;
 /// A document with more settings than this is not compared (bounds memory and output work).
 pub const MAX_PATHS: usize = 10_000;
+/// Bytes of keys and scalars one parse may produce, aliases replayed included; more and the value
+/// is not compared. YAML aliases let a few KiB of text replay a long scalar thousands of times.
+pub const MAX_PRODUCED_BYTES: usize = 4 * MAX_VALUE_BYTES;
+/// Bytes of setting paths one document may have; more and it is not compared. Each path repeats
+/// the keys above it, so one long key over many settings multiplies the text.
+pub const MAX_PATH_BYTES: usize = 8 * MAX_VALUE_BYTES;
 /// At most this many changed keys of one ConfigMap are parsed.
 pub const MAX_KEYS: usize = 8;
 /// At most this many keys get a warning of their own; the rest are counted in one more line.
@@ -66,32 +74,44 @@ pub fn format_by_name(key: &str) -> Option<Format> {
 
 /// The settings of `text` by path, when it parses as `format` into a mapping at the top.
 fn settings(format: Format, text: &str) -> Option<BTreeSet<String>> {
-    if text.len() > MAX_VALUE_BYTES {
-        return None;
-    }
-    let tree = match format {
-        Format::Json => serde_json::from_str::<Tree>(text).ok()?,
-        Format::Yaml => serde_saphyr::from_str_with_options::<Tree>(text, yaml_options()).ok()?,
-        Format::Toml => toml::from_str::<Tree>(text).ok()?,
-        Format::Properties => Tree::Map(properties_keys(text)?.into_iter().map(|k| (k, Tree::Leaf)).collect()),
-    };
+    let tree = parse(format, text)?;
     let Tree::Map(entries) = &tree else { return None };
     if entries.is_empty() {
         return None;
     }
     let mut out = BTreeSet::new();
-    paths(&tree, "", 0, &mut out);
+    let mut room = MAX_PATH_BYTES;
+    paths(&tree, "", 0, &mut room, &mut out)?;
     (out.len() <= MAX_PATHS).then_some(out)
 }
 
-/// The YAML parser's budget, tighter than its defaults: aliases may not multiply a document past
-/// what [`MAX_PATHS`] could use anyway (an alias bomb stops after a few thousand events).
+/// `text` as a tree, when it parses as `format` within the bounds.
+fn parse(format: Format, text: &str) -> Option<Tree> {
+    if text.len() > MAX_VALUE_BYTES {
+        return None;
+    }
+    Some(match format {
+        Format::Json => serde_json::from_str::<Tree>(text).ok()?,
+        Format::Yaml => serde_saphyr::from_str_with_options::<Tree>(text, yaml_options()).ok()?,
+        Format::Toml => toml::from_str::<Tree>(text).ok()?,
+        Format::Properties => Tree::Map(properties_keys(text)?.into_iter().map(|k| (k, Tree::Leaf)).collect()),
+    })
+}
+
+/// The YAML parser's budget, tighter than its defaults (64 MiB of scalars, a million events):
+/// aliases may not multiply a document past what [`MAX_PATHS`] could use anyway, and what a parse
+/// produces, replayed aliases included, stays within [`MAX_PRODUCED_BYTES`] (the parser charges
+/// replayed scalars to the same budget as read ones, and stops at the first byte over it).
 fn yaml_options() -> serde_saphyr::Options {
     let mut options = serde_saphyr::Options::default();
     options.alias_limits.max_total_replayed_events = 4 * MAX_PATHS;
     if let Some(budget) = options.budget.as_mut() {
         budget.max_nodes = 20 * MAX_PATHS;
         budget.max_depth = MAX_DEPTH;
+        budget.max_total_scalar_bytes = MAX_PRODUCED_BYTES;
+        // What the parser keeps to replay anchors: copies of events and of owned scalars.
+        budget.max_recorded_anchor_events = 4 * MAX_PATHS;
+        budget.max_recorded_anchor_bytes = MAX_PRODUCED_BYTES;
     }
     options
 }
@@ -106,27 +126,32 @@ fn sniff(text: &str) -> Option<(Format, BTreeSet<String>)> {
 }
 
 /// Leaf paths of `tree` into `out`: mapping keys joined by `.`, sequence elements merged under
-/// `[]` (a renamed field inside a list of objects shows once).
-fn paths(tree: &Tree, prefix: &str, depth: usize, out: &mut BTreeSet<String>) {
+/// `[]` (a renamed field inside a list of objects shows once). `None` once they would take more
+/// than [`MAX_PATH_BYTES`] (`room`: what is left) or number more than [`MAX_PATHS`].
+fn paths(tree: &Tree, prefix: &str, depth: usize, room: &mut usize, out: &mut BTreeSet<String>) -> Option<()> {
     if out.len() > MAX_PATHS {
-        return;
+        return None;
     }
     match tree {
         Tree::Map(entries) if !entries.is_empty() && depth < MAX_DEPTH => {
             for (k, v) in entries {
                 let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
-                paths(v, &p, depth + 1, out);
+                paths(v, &p, depth + 1, room, out)?;
             }
         }
         Tree::Seq(items) if items.iter().any(|i| matches!(i, Tree::Map(_))) && depth < MAX_DEPTH => {
+            let p = format!("{prefix}[]");
             for item in items {
-                paths(item, &format!("{prefix}[]"), depth + 1, out);
+                paths(item, &p, depth + 1, room, out)?;
             }
         }
         _ => {
+            // Charged before it is kept, so a path set never holds more than the bound.
+            *room = room.checked_sub(prefix.len())?;
             out.insert(prefix.to_owned());
         }
     }
+    Some(())
 }
 
 /// Keys of a Java properties file, or `None` when some line is not `key=value` / `key: value`
@@ -478,6 +503,51 @@ mod tests {
         let t = std::time::Instant::now();
         let _ = changes(&content(&[("c.yaml", bomb)]), &content(&[("c.yaml", "b: 1\n")]));
         assert!(t.elapsed() < std::time::Duration::from_secs(2));
+    }
+
+    /// Bytes of text a tree holds (its keys).
+    fn held(tree: &Tree) -> usize {
+        match tree {
+            Tree::Leaf => 0,
+            Tree::Seq(items) => items.iter().map(held).sum(),
+            Tree::Map(entries) => entries.iter().map(|(k, v)| k.len() + held(v)).sum(),
+        }
+    }
+
+    /// A few KiB of YAML whose one long scalar, escaped so the parser owns a copy, is replayed
+    /// as a key through four levels of aliases: 7,380 copies, within the parser's limits on
+    /// replayed events and nodes.
+    fn alias_amplifier(scalar_bytes: usize) -> String {
+        let mut doc = format!("s: &s \"\\t{}\"\nm: &m {{*s : 1}}\n", "x".repeat(scalar_bytes));
+        let nine = |a: &str| vec![format!("*{a}"); 9].join(", ");
+        doc += &format!("l1: &l1 [{}]\nl2: &l2 [{}]\nl3: &l3 [{}]\nl4: [{}]\n", nine("m"), nine("l1"), nine("l2"), nine("l3"));
+        doc
+    }
+
+    #[test]
+    fn aliases_cannot_multiply_what_a_parse_produces() {
+        let doc = alias_amplifier(8 * 1024);
+        assert!(doc.len() < 9 * 1024, "{}", doc.len());
+        let t = std::time::Instant::now();
+        let produced = parse(Format::Yaml, &doc).map_or(0, |t| held(&t));
+        assert!(produced <= MAX_PRODUCED_BYTES, "{} bytes of keys from {} of YAML ({:?})", produced, doc.len(), t.elapsed());
+        // Nothing to compare: the update says nothing, quickly.
+        let (old, new) = (content(&[("c.yaml", &doc)]), content(&[("c.yaml", &doc.replace("m: &m", "n: &m"))]));
+        assert!(warnings("cm", &old, &new).is_empty());
+        // A document with a few aliases, as people write them, is still compared.
+        let defaults = "defaults: &d {timeout: 5, retries: 3}\nprod: *d\nstaging: *d\n";
+        let c = changes(&content(&[("c.yaml", defaults)]), &content(&[("c.yaml", &defaults.replace("retries", "attempts"))]));
+        assert_eq!(c[0].removed, vec!["defaults.retries", "prod.retries", "staging.retries"]);
+    }
+
+    #[test]
+    fn long_keys_cannot_multiply_the_paths_a_document_has() {
+        // One 16 KiB key over 4,000 short ones: each setting's path repeats the long key.
+        let inner = (0..2000).map(|i| format!("\"{i}\":1")).collect::<Vec<_>>().join(",");
+        let doc = format!("{{\"{}\": {{{inner}}}}}", "k".repeat(12 * 1024));
+        assert!(doc.len() <= MAX_VALUE_BYTES, "{}", doc.len());
+        let bytes = settings(Format::Json, &doc).map_or(0, |s| s.iter().map(String::len).sum::<usize>());
+        assert!(bytes <= MAX_PATH_BYTES, "{bytes} bytes of paths from {} of JSON", doc.len());
     }
 
     /// Cost of the worst case the bounds allow: `cargo test --release --lib settings::tests::measure -- --ignored --nocapture`.

@@ -90,8 +90,8 @@ pub fn parse_time_ms(s: &str) -> Option<i64> {
 pub fn settle_ms(state: &State, policy: &Policy, ns: &str, cm: &ConfigMapInfo) -> i64 {
     let d = cm
         .annotation(names::SETTLE)
-        .and_then(policy::parse_duration)
-        .or_else(|| state.namespace(ns).and_then(|n| n.settle.as_deref()).and_then(policy::parse_duration))
+        .and_then(|s| policy::parse_duration(s).ok())
+        .or_else(|| state.namespace(ns).and_then(|n| n.settle.as_deref()).and_then(|s| policy::parse_duration(s).ok()))
         .unwrap_or(policy.settle);
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
 }

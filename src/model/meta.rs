@@ -6,9 +6,38 @@
 use serde_json::Value;
 
 use super::json::At;
+use super::names;
+
+/// What an annotation confighistory reads reads as when its value is longer than [`max_len`]
+/// allows, on a raw object and in a cache record alike: malformed, never a shortened value. No
+/// rule takes it for anything valid: not a hash, name, time, number, JSON, `true`, `false` or
+/// `manual`, and as a list it is one item that names nothing.
+pub const TOO_LONG: &str = "<too long>";
+
+/// The longest value of annotation `key` that confighistory reads whole. Lists (adoption records,
+/// holds, pins, triggers) hold at least 60 entries of 253-character names; every other
+/// confighistory annotation is a word, a hash, a time, a number or a name. Other keys: no bound.
+pub fn max_len(key: &str) -> usize {
+    match key {
+        names::ADOPTED | names::HELD | names::HELD_HEADS | names::PINS | names::PROPAGATE => 16 * 1024,
+        names::SOURCE_NAME => 253,
+        k if k.starts_with(names::PREFIX) => 64,
+        _ => usize::MAX,
+    }
+}
+
+/// `value` of annotation `key`, or [`TOO_LONG`] when it is longer than [`max_len`].
+pub fn bounded<'a>(key: &str, value: &'a str) -> &'a str {
+    if value.len() > max_len(key) {
+        TOO_LONG
+    } else {
+        value
+    }
+}
 
 pub trait Meta {
-    /// An annotation's value. Cache records keep only confighistory's own annotations.
+    /// An annotation's value ([`TOO_LONG`] when over [`max_len`]). Cache records keep only the
+    /// confighistory annotations the rules read.
     fn annotation(&self, key: &str) -> Option<&str>;
     /// A label's value.
     fn label(&self, key: &str) -> Option<&str>;
@@ -28,7 +57,7 @@ fn string_at<'a>(obj: &'a Value, map: &str, key: &str) -> Option<&'a str> {
 
 impl Meta for Value {
     fn annotation(&self, key: &str) -> Option<&str> {
-        string_at(self, "/metadata/annotations", key)
+        string_at(self, "/metadata/annotations", key).map(|v| bounded(key, v))
     }
     fn label(&self, key: &str) -> Option<&str> {
         string_at(self, "/metadata/labels", key)

@@ -107,6 +107,13 @@ impl Selector {
         self.0.is_empty()
     }
 
+    /// The label keys the selector reads.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|r| match r {
+            Requirement::Exists(k) | Requirement::NotExists(k) | Requirement::In(k, _) | Requirement::NotIn(k, _) => k.as_str(),
+        })
+    }
+
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.matches_with(|k| labels.get(k).map(String::as_str))
     }
@@ -217,16 +224,19 @@ pub fn ignored(obj: &impl Meta) -> bool {
     obj.annotation(names::IGNORE) == Some("true")
 }
 
-/// Parses `10`, `10s`, `2m`, `1h` into a duration.
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last()? {
-        (i, 's') => (&s[..i], 1),
-        (i, 'm') => (&s[..i], 60),
-        (i, 'h') => (&s[..i], 3600),
-        _ => (s, 1),
+/// Parses `10`, `10s`, `2m`, `1h` into a duration; an error says why not. The number is a
+/// tenant's annotation: one whose seconds do not fit in 64 bits is refused, never wrapped into a
+/// short window (or a panic).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 's')) => (&t[..i], 1),
+        Some((i, 'm')) => (&t[..i], 60),
+        Some((i, 'h')) => (&t[..i], 3600),
+        _ => (t, 1),
     };
-    num.trim().parse::<u64>().ok().map(|n| Duration::from_secs(n * mult))
+    let n: u64 = num.trim().parse().map_err(|_| format!("{s:?} is not a duration: expected seconds, or a number followed by s, m or h"))?;
+    n.checked_mul(mult).map(Duration::from_secs).ok_or_else(|| format!("{s:?} is too long a duration: at most {} seconds", u64::MAX))
 }
 
 #[cfg(test)]
@@ -273,8 +283,20 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("10"), Some(Duration::from_secs(10)));
-        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
-        assert_eq!(parse_duration("x"), None);
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("x").unwrap_err().contains("not a duration"));
+        // At the limits: the largest of each unit, and one more (it overflowed: a panic in debug
+        // builds, a wrapped short window in release).
+        let max = u64::MAX;
+        assert_eq!(parse_duration(&format!("{max}")), Ok(Duration::from_secs(max)));
+        assert_eq!(parse_duration(&format!("{max}s")), Ok(Duration::from_secs(max)));
+        assert_eq!(parse_duration(&format!("{}m", max / 60)), Ok(Duration::from_secs(max / 60 * 60)));
+        assert_eq!(parse_duration(&format!("{}h", max / 3600)), Ok(Duration::from_secs(max / 3600 * 3600)));
+        for over in [format!("{}m", max / 60 + 1), format!("{}h", max / 3600 + 1), format!("{max}h")] {
+            assert!(parse_duration(&over).unwrap_err().contains("too long"), "{over}");
+        }
+        assert!(parse_duration(&format!("{max}0")).unwrap_err().contains("not a duration"), "over u64");
+        assert!(parse_duration("-1m").is_err() && parse_duration("").is_err() && parse_duration("h").is_err());
     }
 }

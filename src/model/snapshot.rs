@@ -288,6 +288,16 @@ mod tests {
         let label = source_label(&long);
         assert!(label.len() <= 63, "{label}");
         assert_ne!(source_label(&"a".repeat(100)), source_label(&"a".repeat(101)));
+        // At the label limit: 63 characters are the label, 64 are shortened with a hash.
+        assert_eq!(source_label(&"a".repeat(63)), "a".repeat(63));
+        let over = source_label(&"a".repeat(64));
+        assert!(over.len() <= 63 && over.ends_with(&short_hash(&"a".repeat(64))), "{over}");
+        // At the name limit: a source of MAX_SOURCE_PART characters is kept whole and parses back,
+        // one more is shortened (its snapshot's source-name annotation says the rest).
+        let at = "a".repeat(MAX_SOURCE_PART);
+        assert_eq!(parse_name(&name(&at, &h, 0)), Some((at.as_str(), h.as_str(), 0)));
+        assert_eq!(parse_name(&name(&long, &h, 100)), Some((at.as_str(), h.as_str(), 100)));
+        assert_eq!(name(&long, &h, 100).len(), 253, "the longest name is a valid one");
     }
 
     #[test]

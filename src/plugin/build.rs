@@ -583,7 +583,7 @@ pub fn undo_target(w: &Workload, to: i64) -> Result<(i64, Value)> {
 fn settle(inv: &Inventory, source: &Value) -> u64 {
     annotation(source, names::SETTLE)
         .or_else(|| annotation(&inv.namespace_object, names::SETTLE))
-        .and_then(crate::model::policy::parse_duration)
+        .and_then(|s| crate::model::policy::parse_duration(s).ok())
         .map(|d| d.as_secs())
         .unwrap_or(DEFAULT_SETTLE_SECONDS)
 }
