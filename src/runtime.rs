@@ -18,6 +18,7 @@ use crate::cli::{ControllerCommandArgs, GcArgs, PolicyArgs, ServeArgs};
 use crate::cluster::clock::{Clock, DateLayer};
 use crate::cluster::{watch, KubeCluster};
 use crate::context::Context;
+use crate::model::published::{self, EffectiveConfig};
 use crate::webhook::{self, serve, tls, App};
 
 /// Why a command could not start. Each says what to check; `main` prints the cause below it.
@@ -119,6 +120,11 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         crate::controller::spawn(client.clone(), shared.clone(), controller, cronjob_version)
     });
 
+    if !args.effective_config.is_empty() {
+        let doc = args.effective_config(&shared.policy);
+        tokio::spawn(publish(client.clone(), args.policy.namespace.clone(), args.effective_config.clone(), doc));
+    }
+
     let health = bind(args.health_listen, "--health-listen").await?;
     spawn_health(health, webhook::health_router(app.clone()));
 
@@ -140,6 +146,45 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         controller.shutdown().await;
     }
     Ok(())
+}
+
+/// How often the published configuration is written again: a ConfigMap re-created (a
+/// reinstall) or reset by a tool gets it back within this time.
+const PUBLISH_EVERY: Duration = Duration::from_secs(60);
+
+/// Keeps the effective configuration published in the annotation of ConfigMap `namespace/name`
+/// (docs/operations.md, "What the server does"). Every replica writes the same document with a
+/// merge patch of that one annotation: the chart's ServiceAccount may patch ConfigMaps, and its
+/// admission policy guard allows it to change `confighistory.io/` annotations only. A direct
+/// kube call, like the Lease's: nothing below the runtime needs it.
+async fn publish(client: kube::Client, namespace: String, name: String, doc: EffectiveConfig) {
+    use kube::api::{Api, Patch, PatchParams};
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, &namespace);
+    let text = serde_json::to_string(&doc).unwrap_or_default();
+    let patch = serde_json::json!({"metadata": {"annotations": {published::ANNOTATION: text}}});
+    let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    // Log changes of outcome only: one line when it works, one when it stops working.
+    let mut last_ok = None;
+    loop {
+        match api.patch(&name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) if last_ok != Some(true) => {
+                tracing::info!(configmap = %format!("{namespace}/{name}"), "published the effective configuration");
+                last_ok = Some(true);
+            }
+            Ok(_) => {}
+            Err(e) if last_ok != Some(false) => {
+                let hint = match &e {
+                    kube::Error::Api(s) if s.code == 404 => "the chart creates it (templates/effective-config.yaml); until it exists, kubectl confighistory cannot show what this server does",
+                    kube::Error::Api(s) if s.code == 403 => "the ServiceAccount needs patch on ConfigMaps (the chart's ClusterRole grants it)",
+                    _ => "will retry",
+                };
+                tracing::warn!(configmap = %format!("{namespace}/{name}"), error = %e, hint, "cannot publish the effective configuration");
+                last_ok = Some(false);
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(PUBLISH_EVERY).await;
+    }
 }
 
 /// `confighistory controller`: the watches and the loops without the admission server.
@@ -193,3 +238,4 @@ where
         Box::new(fmt.finish())
     }
 }
+

@@ -51,6 +51,11 @@ app.kubernetes.io/part-of: confighistory
 {{- default (include "confighistory.fullname" .) .Values.leaderElection.leaseName }}
 {{- end }}
 
+{{- /* The ConfigMap the server publishes its effective configuration in (templates/effective-config.yaml). */}}
+{{- define "confighistory.effectiveConfigName" -}}
+{{- printf "%s-effective-config" (include "confighistory.fullname" .) }}
+{{- end }}
+
 {{- define "confighistory.image" -}}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
