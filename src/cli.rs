@@ -34,6 +34,17 @@ pub enum Command {
     Controller(ControllerCommandArgs),
     /// Sweep snapshots once: print what is deleted and why each kept snapshot is kept.
     Gc(GcArgs),
+    /// Prove that a live install pins (the chart's `helm test`): create a ConfigMap in a
+    /// namespace, ask the API server for a dry run of a Deployment using it, check the answer
+    /// names its snapshot, delete the ConfigMap.
+    Selftest(SelftestArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SelftestArgs {
+    /// Namespace to test in: one confighistory acts in, in rewrite mode.
+    #[arg(long = "in-namespace", env = "CONFIGHISTORY_SELFTEST_NAMESPACE", default_value = "default")]
+    pub namespace: String,
 }
 
 #[derive(Args, Debug, Clone)]

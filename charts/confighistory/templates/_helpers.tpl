@@ -262,6 +262,9 @@ Cross-value checks that values.schema.json cannot express. Rendered from
 every template that depends on them, so they fail early with a clear message.
 */}}
 {{- define "confighistory.validate" -}}
+{{- if eq (int .Values.deployment.port) (int .Values.deployment.healthPort) }}
+{{- fail (printf "deployment.port and deployment.healthPort must differ (both %d)" (int .Values.deployment.port)) }}
+{{- end }}
 {{- if .Values.webhook.url }}
 {{- if not (hasPrefix "https://" .Values.webhook.url) }}
 {{- fail "webhook.url must start with https:// (the API server only calls webhooks over TLS)" }}
