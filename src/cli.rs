@@ -9,6 +9,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::model::policy::Policy;
+use crate::model::published::EffectiveConfig;
+
 /// Default body limit: a 1 MiB ConfigMap UPDATE carries object and oldObject, and kubectl's
 /// last-applied annotation can double each.
 pub const DEFAULT_MAX_BODY: usize = 8 * 1024 * 1024;
@@ -31,6 +34,17 @@ pub enum Command {
     Controller(ControllerCommandArgs),
     /// Sweep snapshots once: print what is deleted and why each kept snapshot is kept.
     Gc(GcArgs),
+    /// Prove that a live install pins (the chart's `helm test`): create a ConfigMap in a
+    /// namespace, ask the API server for a dry run of a Deployment using it, check the answer
+    /// names its snapshot, delete the ConfigMap.
+    Selftest(SelftestArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SelftestArgs {
+    /// Namespace to test in: one confighistory acts in, in rewrite mode.
+    #[arg(long = "in-namespace", env = "CONFIGHISTORY_SELFTEST_NAMESPACE", default_value = "default")]
+    pub namespace: String,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -105,7 +119,7 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl PolicyArgs {
-    pub fn policy(&self) -> Result<crate::model::policy::Policy> {
+    pub fn policy(&self) -> Result<Policy> {
         let excluded: Vec<String> = self.exclude_namespaces.iter().filter(|s| !s.is_empty()).cloned().collect();
         let mut p = crate::model::policy::Policy::new(&self.identity, &self.namespace, &excluded);
         p.default_mode = self.default_mode.parse().map_err(Error::DefaultMode)?;
@@ -152,10 +166,56 @@ pub struct ServeArgs {
     /// Serve admissions only; run no controller loops.
     #[arg(long, env = "CONFIGHISTORY_NO_CONTROLLERS")]
     pub no_controllers: bool,
+    /// ConfigMap in --namespace whose `confighistory.io/effective-config` annotation this server
+    /// keeps set to the configuration it runs with (the chart creates it, readable by every
+    /// authenticated user, for `kubectl confighistory`). Empty: publish nothing.
+    #[arg(long, env = "CONFIGHISTORY_EFFECTIVE_CONFIG", default_value = "confighistory-effective-config")]
+    pub effective_config: String,
     #[command(flatten)]
     pub policy: PolicyArgs,
     #[command(flatten)]
     pub controller: ControllerArgs,
+}
+
+impl ServeArgs {
+    /// The configuration this server runs with, as it publishes it: from the very policy its
+    /// admissions and loops use, and its controller settings (docs/operations.md).
+    pub fn effective_config(&self, policy: &Policy) -> EffectiveConfig {
+        effective_config(policy, &self.controller, !self.no_controllers)
+    }
+}
+
+/// [`ServeArgs::effective_config`], from its parts.
+pub fn effective_config(policy: &Policy, controller: &ControllerArgs, controllers: bool) -> EffectiveConfig {
+    use crate::model::published::{Gc, Propagation};
+    use crate::model::template::Kind;
+    EffectiveConfig {
+        format: crate::model::published::FORMAT,
+        server_version: env!("CARGO_PKG_VERSION").into(),
+        default_mode: policy.default_mode.as_str().into(),
+        allowed_modes: policy.allowed_modes.iter().map(|m| m.as_str().to_owned()).collect(),
+        excluded_namespaces: EffectiveConfig::excluded(policy),
+        excluded_sources_selector: policy.excluded_sources.to_string(),
+        controller_namespace_selector: controller.controller_namespace_selector.clone(),
+        settle_seconds: policy.settle.as_secs(),
+        controllers,
+        gc: Gc {
+            keep: u32::try_from(controller.gc_keep).unwrap_or(u32::MAX),
+            grace_seconds: controller.gc_grace,
+            interval_seconds: controller.gc_interval,
+        },
+        propagation: Propagation {
+            qps: controller.propagation_qps,
+            burst: controller.propagation_burst,
+            namespace_qps: controller.propagation_namespace_qps,
+            namespace_burst: controller.propagation_namespace_burst,
+        },
+        // Secrets are not versioned by this version.
+        secrets: false,
+        workload_kinds: [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::CronJob, Kind::Job]
+            .map(|k| k.as_str().to_owned())
+            .into(),
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -200,13 +260,73 @@ mod tests {
     use super::*;
 
     #[derive(Parser)]
-    struct Policy {
+    struct PolicyOnly {
         #[command(flatten)]
         policy: PolicyArgs,
     }
 
     fn policy(args: &[&str]) -> Result<crate::model::policy::Policy> {
-        Policy::parse_from(std::iter::once("test").chain(args.iter().copied())).policy.policy()
+        PolicyOnly::parse_from(std::iter::once("test").chain(args.iter().copied())).policy.policy()
+    }
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    /// Every field of the published configuration comes from the flags the server was started
+    /// with (each set away from its default here), through the policy it runs with.
+    #[test]
+    fn the_published_configuration_is_the_one_the_server_runs_with() {
+        let args = [
+            "test",
+            "--default-mode=audit",
+            "--allowed-modes=audit,off",
+            "--exclude-namespaces=legacy,tools",
+            "--namespace=ops",
+            "--excluded-sources-selector=ca-bundle=true,tier in (a,b)",
+            "--controller-namespace-selector=team=payments",
+            "--settle=45",
+            "--gc-keep=7",
+            "--gc-grace=70",
+            "--gc-interval=80",
+            "--propagation-qps=1.5",
+            "--propagation-burst=3",
+            "--propagation-namespace-qps=0.25",
+            "--propagation-namespace-burst=2",
+            "--no-controllers",
+        ];
+        let serve = Serve::parse_from(args).serve;
+        let policy = serve.policy.policy().unwrap();
+        let doc = serde_json::to_value(serve.effective_config(&policy)).unwrap();
+        assert_eq!(
+            doc,
+            serde_json::json!({
+                "format": 1,
+                "serverVersion": env!("CARGO_PKG_VERSION"),
+                "defaultMode": "audit",
+                "allowedModes": ["audit", "off"],
+                "excludedNamespaces": ["kube-node-lease", "kube-public", "kube-system", "legacy", "ops", "tools"],
+                "excludedSourcesSelector": "ca-bundle=true,tier in (a,b)",
+                "controllerNamespaceSelector": "team=payments",
+                "settleSeconds": 45,
+                "controllers": false,
+                "gc": {"keep": 7, "graceSeconds": 70, "intervalSeconds": 80},
+                "propagation": {"qps": 1.5, "burst": 3, "namespaceQps": 0.25, "namespaceBurst": 2},
+                "secrets": false,
+                "workloadKinds": ["Deployment", "StatefulSet", "DaemonSet", "CronJob", "Job"],
+            })
+        );
+        // And it is the policy the plugin decides with.
+        let back: EffectiveConfig = serde_json::from_value(doc).unwrap();
+        let p = back.policy().unwrap();
+        assert_eq!(
+            (p.default_mode, &p.allowed_modes, &p.excluded_namespaces),
+            (policy.default_mode, &policy.allowed_modes, &policy.excluded_namespaces)
+        );
+        assert_eq!((p.settle, &p.excluded_sources), (policy.settle, &policy.excluded_sources));
+        assert_eq!(Serve::parse_from(["test"]).serve.effective_config, "confighistory-effective-config");
     }
 
     /// A bad setting names its flag and variable, what is wrong and what it takes.

@@ -15,6 +15,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(args) => confighistory::runtime::serve(args).await?,
         Command::Controller(args) => confighistory::runtime::controller(args).await?,
         Command::Gc(args) => confighistory::runtime::gc(args).await?,
+        Command::Selftest(args) => confighistory::runtime::selftest(args).await?,
     }
     Ok(())
 }

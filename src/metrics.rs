@@ -23,8 +23,10 @@ use prometheus_client::registry::Registry;
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
-/// Latency buckets in seconds: webhook latency is added to every apply, so millisecond scale.
-const BUCKETS: [f64; 12] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+/// Latency buckets in seconds: webhook latency is added to every apply, so millisecond scale, up
+/// to the webhooks' deadline: the chart's default timeoutSeconds (5) and admission deadline (4),
+/// and its largest timeoutSeconds (30), so a slow answer lands in a bucket of its own.
+const BUCKETS: [f64; 16] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 4.0, 5.0, 10.0, 30.0];
 
 /// The `what` label values of `confighistory_errors_total`, each exported from the start (0) so
 /// alerts and dashboards see the series before the first error.
@@ -203,9 +205,15 @@ impl Metrics {
         let gc_deleted = live(&mut registry, "confighistory_gc_deleted", "Snapshots deleted by garbage collection", MetricType::Counter);
         let tls_not_after = live(
             &mut registry,
-            "confighistory_tls_certificate_not_after_seconds",
+            "confighistory_tls_certificate_not_after_timestamp_seconds",
             "Expiry of the serving certificate (Unix time; 0 until one is loaded)",
             MetricType::Gauge,
+        );
+        // The name before Prometheus' `_timestamp_seconds` convention, kept for one release.
+        registry.register(
+            "confighistory_tls_certificate_not_after_seconds",
+            "Deprecated, removed in the next release: confighistory_tls_certificate_not_after_timestamp_seconds",
+            tls_not_after.clone(),
         );
         let leader = Gauge::default();
         registry.register("confighistory_leader", "1 while this replica holds the controller's Lease, else 0", leader.clone());
@@ -368,6 +376,7 @@ mod tests {
             "confighistory_propagations_waiting",
             "confighistory_gc_deleted_total",
             "confighistory_errors_total",
+            "confighistory_tls_certificate_not_after_timestamp_seconds",
             "confighistory_tls_certificate_not_after_seconds",
             "confighistory_held_pins",
             "confighistory_snapshot_bytes",
@@ -394,6 +403,36 @@ mod tests {
             assert!(text.contains(&format!("confighistory_errors_total{{what=\"{what}\"}} 0\n")), "{text}");
         }
         assert_eq!(m.api_calls_total(), 1);
+    }
+
+    /// The expiry is a timestamp, named as Prometheus names them; the old name carries the same
+    /// value for one release, marked deprecated.
+    #[test]
+    fn the_certificate_expiry_is_a_timestamp_and_the_old_name_a_deprecated_copy() {
+        let m = Metrics::new();
+        m.tls_not_after.store(1_900_000_000, Ordering::Relaxed);
+        let text = m.render();
+        assert!(text.contains("\nconfighistory_tls_certificate_not_after_timestamp_seconds 1900000000\n"), "{text}");
+        assert!(text.contains("\nconfighistory_tls_certificate_not_after_seconds 1900000000\n"), "{text}");
+        assert!(text.contains("# HELP confighistory_tls_certificate_not_after_seconds Deprecated"), "{text}");
+    }
+
+    /// Latency buckets reach the webhooks' deadline: an admission answered after 4.5 s (past the
+    /// chart's default admission deadline, before its 5 s timeout) is told from one of 25 s.
+    #[test]
+    fn latency_buckets_reach_the_webhook_deadline() {
+        let m = Metrics::new();
+        m.request("mutate", "Deployment", "CREATE", "denied", "api-error", Duration::from_millis(4500));
+        m.request("mutate", "Deployment", "CREATE", "denied", "api-error", Duration::from_secs(25));
+        let text = m.render();
+        let bucket = |le: &str| {
+            text.lines()
+                .find(|l| l.starts_with("confighistory_admission_duration_seconds_bucket") && l.contains(&format!("le=\"{le}\"")))
+                .and_then(|l| l.rsplit(' ').next())
+                .unwrap_or_else(|| panic!("no bucket le={le}:\n{text}"))
+                .to_owned()
+        };
+        assert_eq!((bucket("4"), bucket("5"), bucket("10"), bucket("30")), ("0".into(), "1".into(), "1".into(), "2".into()));
     }
 
     #[test]

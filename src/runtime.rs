@@ -14,10 +14,11 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::cache::State;
-use crate::cli::{ControllerCommandArgs, GcArgs, PolicyArgs, ServeArgs};
+use crate::cli::{ControllerCommandArgs, GcArgs, PolicyArgs, SelftestArgs, ServeArgs};
 use crate::cluster::clock::{Clock, DateLayer};
 use crate::cluster::{watch, KubeCluster};
 use crate::context::Context;
+use crate::model::published::{self, EffectiveConfig};
 use crate::webhook::{self, serve, tls, App};
 
 /// Why a command could not start. Each says what to check; `main` prints the cause below it.
@@ -119,6 +120,11 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         crate::controller::spawn(client.clone(), shared.clone(), controller, cronjob_version)
     });
 
+    if !args.effective_config.is_empty() {
+        let doc = args.effective_config(&shared.policy);
+        tokio::spawn(publish(client.clone(), args.policy.namespace.clone(), args.effective_config.clone(), doc));
+    }
+
     let health = bind(args.health_listen, "--health-listen").await?;
     spawn_health(health, webhook::health_router(app.clone()));
 
@@ -142,6 +148,45 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
+/// How often the published configuration is written again: a ConfigMap re-created (a
+/// reinstall) or reset by a tool gets it back within this time.
+const PUBLISH_EVERY: Duration = Duration::from_secs(60);
+
+/// Keeps the effective configuration published in the annotation of ConfigMap `namespace/name`
+/// (docs/operations.md, "What the server does"). Every replica writes the same document with a
+/// merge patch of that one annotation: the chart's ServiceAccount may patch ConfigMaps, and its
+/// admission policy guard allows it to change `confighistory.io/` annotations only. A direct
+/// kube call, like the Lease's: nothing below the runtime needs it.
+async fn publish(client: kube::Client, namespace: String, name: String, doc: EffectiveConfig) {
+    use kube::api::{Api, Patch, PatchParams};
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, &namespace);
+    let text = serde_json::to_string(&doc).unwrap_or_default();
+    let patch = serde_json::json!({"metadata": {"annotations": {published::ANNOTATION: text}}});
+    let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    // Log changes of outcome only: one line when it works, one when it stops working.
+    let mut last_ok = None;
+    loop {
+        match api.patch(&name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) if last_ok != Some(true) => {
+                tracing::info!(configmap = %format!("{namespace}/{name}"), "published the effective configuration");
+                last_ok = Some(true);
+            }
+            Ok(_) => {}
+            Err(e) if last_ok != Some(false) => {
+                let hint = match &e {
+                    kube::Error::Api(s) if s.code == 404 => "the chart creates it (templates/effective-config.yaml); until it exists, kubectl confighistory cannot show what this server does",
+                    kube::Error::Api(s) if s.code == 403 => "the ServiceAccount needs patch on ConfigMaps (the chart's ClusterRole grants it)",
+                    _ => "will retry",
+                };
+                tracing::warn!(configmap = %format!("{namespace}/{name}"), error = %e, hint, "cannot publish the effective configuration");
+                last_ok = Some(false);
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(PUBLISH_EVERY).await;
+    }
+}
+
 /// `confighistory controller`: the watches and the loops without the admission server.
 pub async fn controller(args: ControllerCommandArgs) -> Result<()> {
     let (client, shared, cronjob_version) = start(&args.policy, false).await?;
@@ -163,6 +208,82 @@ pub async fn gc(args: GcArgs) -> Result<()> {
     let client = client_with_clock(clock.clone()).await?;
     let cluster = KubeCluster::new(client.clone(), FIELD_MANAGER, watch::cronjob_version(&client).await);
     Ok(crate::controller::run_gc_command(&cluster, &clock, policy, args).await?)
+}
+
+/// `confighistory selftest` (the chart's `helm test`): a ConfigMap created for real (the
+/// webhook pins only content that exists), a server-side dry run of a Deployment that mounts it
+/// (nothing else is written: the webhooks write no snapshot for a dry run), and the answer must
+/// reference the ConfigMap's snapshot. The ConfigMap is deleted whatever the outcome.
+pub async fn selftest(args: SelftestArgs) -> Result<(), anyhow::Error> {
+    use kube::api::{Api, DeleteParams, PostParams};
+    let client = client().await?;
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &args.namespace);
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client, &args.namespace);
+    let (source, deployment) = selftest_objects(&format!("{}", std::process::id()))?;
+    let created = configmaps.create(&PostParams::default(), &source).await.map_err(|e| {
+        anyhow::anyhow!(
+            "create ConfigMap {} in namespace {}: {e} (the test's Role must allow it)",
+            source.metadata.name.as_deref().unwrap_or_default(),
+            args.namespace
+        )
+    })?;
+    let name = created.metadata.name.clone().unwrap_or_default();
+    let dry = PostParams { dry_run: true, field_manager: Some(FIELD_MANAGER.into()) };
+    let answer = deployments.create(&dry, &deployment).await;
+    let deleted = configmaps.delete(&name, &DeleteParams::default()).await;
+    let answer = answer.map_err(|e| anyhow::anyhow!("dry run of a Deployment in namespace {}: {e}", args.namespace))?;
+    let verdict = selftest_verdict(&created, &serde_json::to_value(&answer)?);
+    if let Err(e) = deleted {
+        tracing::warn!(configmap = %name, error = %e, "could not delete the test ConfigMap");
+    }
+    let snapshot = verdict.map_err(|e| anyhow::anyhow!("namespace {}: {e}", args.namespace))?;
+    println!("ok: a Deployment mounting ConfigMap {name} in namespace {} is pinned to its snapshot {snapshot}", args.namespace);
+    Ok(())
+}
+
+/// The ConfigMap and the Deployment of [`selftest`] (`id` makes the ConfigMap's name unique).
+fn selftest_objects(
+    id: &str,
+) -> Result<(k8s_openapi::api::core::v1::ConfigMap, k8s_openapi::api::apps::v1::Deployment), serde_json::Error> {
+    let name = format!("confighistory-selftest-{id}");
+    let labels = serde_json::json!({"app.kubernetes.io/name": "confighistory-selftest"});
+    let source = serde_json::json!({
+        "metadata": {"name": name, "labels": labels},
+        "data": {"selftest": format!("written by confighistory selftest {id}")},
+    });
+    let deployment = serde_json::json!({
+        "metadata": {"name": "confighistory-selftest", "labels": labels},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [{"name": "c", "image": "confighistory-selftest", "volumeMounts": [{"name": "config", "mountPath": "/config"}]}],
+                    "volumes": [{"name": "config", "configMap": {"name": name}}],
+                },
+            },
+        },
+    });
+    Ok((serde_json::from_value(source)?, serde_json::from_value(deployment)?))
+}
+
+/// Whether the dry run's answer references the snapshot of `source`'s content: its name, or why
+/// not.
+fn selftest_verdict(source: &k8s_openapi::api::core::v1::ConfigMap, answer: &serde_json::Value) -> Result<String, String> {
+    use crate::model::snapshot::{self, Content};
+    let source = serde_json::to_value(source).map_err(|e| e.to_string())?;
+    let name = source.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or_default();
+    let hash = Content::from_object(&source).hash();
+    let refs = crate::model::template::ref_names(answer.pointer("/spec/template").unwrap_or(&serde_json::Value::Null));
+    if let Some(pinned) = refs.iter().find(|r| snapshot::parse_name(r).is_some_and(|(s, h, _)| s == name && h == hash)) {
+        return Ok(pinned.clone());
+    }
+    Err(format!(
+        "the Deployment was admitted referencing {} instead of the snapshot of ConfigMap {name}: confighistory's webhook did not pin it \
+         (is the server running and reachable by the API server, is this namespace in rewrite mode and not excluded?)",
+        refs.into_iter().collect::<Vec<_>>().join(", ")
+    ))
 }
 
 /// Installs the process's log subscriber ([`subscriber`]) and the bridge for the `log` crate.
@@ -191,5 +312,28 @@ where
         Box::new(fmt.json().finish())
     } else {
         Box::new(fmt.finish())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The selftest passes only when the answer references the snapshot of the ConfigMap's own
+    /// content, by its snapshot name.
+    #[test]
+    fn the_selftest_passes_only_for_the_snapshot_of_its_configmap() {
+        use crate::model::snapshot::{self, Content};
+        let (source, deployment) = selftest_objects("7").unwrap();
+        let hash = Content::from_object(&serde_json::to_value(&source).unwrap()).hash();
+        let mut answer = serde_json::to_value(&deployment).unwrap();
+        let unpinned = selftest_verdict(&source, &answer).unwrap_err();
+        assert!(unpinned.contains("referencing confighistory-selftest-7 instead of the snapshot"), "{unpinned}");
+        let pinned = snapshot::name("confighistory-selftest-7", &hash, 0);
+        answer["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] = pinned.clone().into();
+        assert_eq!(selftest_verdict(&source, &answer), Ok(pinned));
+        answer["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] =
+            snapshot::name("confighistory-selftest-7", &"a".repeat(hash.len()), 0).into();
+        assert!(selftest_verdict(&source, &answer).is_err(), "another content's snapshot is not a pass");
     }
 }

@@ -4,9 +4,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use confighistory::model::published;
 use confighistory::model::snapshot::{self, Content};
 use confighistory::model::template;
-use confighistory::plugin::build::{self, Inventory};
+use confighistory::plugin::build::{self, Inventory, Server};
 use confighistory::plugin::model::{Undo, WorkloadRef};
 use confighistory::plugin::render::{self, Style};
 use confighistory::plugin::{machine, Output};
@@ -120,7 +121,28 @@ fn inventory() -> Inventory {
         ],
         workloads: vec![deployment],
         revisions: vec![replicaset(1, &rev1), replicaset(2, &rev2), replicaset(4, &rev4)],
+        server: server(json!({})),
     }
+}
+
+/// The server's published configuration, as `kubectl confighistory` reads it from the
+/// ConfigMap: the defaults, with `changes` merged over the JSON document.
+fn server(changes: Value) -> Server {
+    let mut doc = json!({
+        "format": 1, "serverVersion": "0.1.0", "defaultMode": "rewrite", "allowedModes": ["rewrite", "enforce", "audit"],
+        "excludedNamespaces": ["confighistory", "kube-node-lease", "kube-public", "kube-system"],
+        "excludedSourcesSelector": "", "controllerNamespaceSelector": "", "settleSeconds": 10, "controllers": true,
+        "gc": {"keep": 5, "graceSeconds": 600, "intervalSeconds": 300},
+        "propagation": {"qps": 5.0, "burst": 10, "namespaceQps": 2.0, "namespaceBurst": 5},
+        "secrets": false, "workloadKinds": ["Deployment", "StatefulSet", "DaemonSet", "CronJob", "Job"],
+    });
+    for (k, v) in changes.as_object().unwrap() {
+        doc[k] = v.clone();
+    }
+    let cm = json!({"metadata": {"annotations": {published::ANNOTATION: doc.to_string()}}});
+    let s = Server::from_configmap(published::DEFAULT_LOCATION, Some(&cm));
+    assert!(s.config().is_some(), "{s:?}");
+    s
 }
 
 fn pricing() -> WorkloadRef {
@@ -196,7 +218,7 @@ fn status_golden() {
     assert_eq!(s.revision, Some(4));
     let limits = s.pins.iter().find(|p| p.source == "limits").unwrap();
     let pending = limits.pending.as_ref().expect("limits changed 4 s ago and waits for its settle window");
-    assert_eq!(pending.fires_at, "2024-05-01T12:00:06Z");
+    assert_eq!(pending.fires_at.as_deref(), Some("2024-05-01T12:00:06Z"));
     assert!(s.pins.iter().find(|p| p.source == SOURCE).unwrap().is_head);
     assert_eq!(s.undo.as_ref().unwrap().revision, Some(2));
     golden("plugin-status.txt", &render::status(&s, now(), Style::PLAIN));
@@ -234,12 +256,95 @@ fn errors_are_clear() {
     let mut off = inv.clone();
     off.namespace_object["metadata"]["labels"]["confighistory.io/mode"] = json!("off");
     off.sources.insert("plain".into(), json!({"metadata": {"name": "plain"}, "data": {"a": "b"}}));
+    // The label counts only where the admin allows the mode it asks for.
+    let err = build::history(&off, "plain").unwrap_err().to_string();
+    assert!(err.contains("has no snapshots yet"), "off is refused: rewrite is in force: {err}");
+    off.server = server(json!({"allowedModes": ["rewrite", "off"]}));
     let err = build::history(&off, "plain").unwrap_err().to_string();
     assert!(err.contains("mode off"), "{err}");
     assert!(build::parse_workload("job/x").unwrap_err().to_string().contains("unsupported workload kind"));
     assert_eq!(build::parse_workload("sts/db").unwrap().kind, "StatefulSet");
     assert_eq!(build::parse_workload("deployment.apps/web").unwrap(), WorkloadRef { kind: "Deployment".into(), name: "web".into() });
     assert_eq!(build::parse_workload("web").unwrap().kind, "Deployment");
+}
+
+/// `status` and `history` show what the server does: its settle window, its default mode, its
+/// rule for refused labels and excluded namespaces, its keep count and its selector of excluded
+/// sources, all from the configuration it publishes.
+#[test]
+fn the_plugin_shows_what_the_server_does() {
+    let mut inv = inventory();
+    inv.server = server(json!({"settleSeconds": 45}));
+    let s = build::status(&inv, &pricing()).unwrap();
+    let pending = s.pins.iter().find(|p| p.source == "limits").unwrap().pending.clone().unwrap();
+    assert_eq!((pending.settle_seconds, pending.fires_at.as_deref()), (Some(45), Some("2024-05-01T12:00:41Z")));
+    assert!(render::status(&s, now(), Style::PLAIN).contains("in 41s (changed 4s ago, settle 45s)"));
+
+    // A label asking for a mode the admin does not allow: the default is in force.
+    inv.namespace_object["metadata"]["labels"]["confighistory.io/mode"] = json!("off");
+    let s = build::status(&inv, &pricing()).unwrap();
+    assert_eq!((s.mode.as_str(), s.mode_source.as_str(), s.refused_label.as_deref()), ("rewrite", "refused-label", Some("off")));
+    assert!(!s.mode_from_label);
+    let text = render::status(&s, now(), Style::PLAIN);
+    assert!(
+        text.contains("mode:      rewrite (the server's default: the namespace label asks for off, which the admin does not allow)"),
+        "{text}"
+    );
+    assert!(s.pins.iter().any(|p| p.pending.is_some()), "rewrite is in force: the change still propagates");
+
+    // The server's default mode, and a namespace the admin excluded.
+    inv.namespace_object["metadata"]["labels"] = json!({});
+    inv.server = server(json!({"defaultMode": "enforce"}));
+    let s = build::status(&inv, &pricing()).unwrap();
+    assert_eq!((s.mode.as_str(), s.mode_source.as_str()), ("enforce", "default"));
+    assert!(s.pins.iter().all(|p| p.pending.is_none()), "enforce never propagates");
+    assert!(render::status(&s, now(), Style::PLAIN).contains("mode:      enforce (the server's default)"));
+    inv.server = server(json!({"excludedNamespaces": ["kube-system", NS]}));
+    let s = build::status(&inv, &pricing()).unwrap();
+    assert_eq!((s.mode.as_str(), s.mode_source.as_str()), ("off", "excluded"));
+
+    // Keep comes from the server unless the source says; the admin's selector of sources.
+    inv.server = server(json!({"gc": {"keep": 3, "graceSeconds": 1, "intervalSeconds": 1}, "excludedSourcesSelector": "ca=true"}));
+    assert_eq!(build::history(&inv, "limits").unwrap().keep, Some(3));
+    assert_eq!(build::history(&inv, SOURCE).unwrap().keep, Some(2), "the source's confighistory.io/keep");
+    inv.sources.insert("bundle".into(), json!({"metadata": {"name": "bundle", "labels": {"ca": "true"}}, "data": {"a": "b"}}));
+    let err = build::history(&inv, "bundle").unwrap_err().to_string();
+    assert!(err.contains("the admin excludes ConfigMaps matching ca=true"), "{err}");
+}
+
+/// Without the server's configuration nothing is assumed: the plugin says why it does not know,
+/// and shows unknown what depends on it.
+#[test]
+fn without_the_servers_configuration_the_plugin_says_so() {
+    let mut inv = inventory();
+    inv.server = Server::from_configmap("confighistory/confighistory-effective-config", None);
+    let s = build::status(&inv, &pricing()).unwrap();
+    let why = s.server_config_unavailable.clone().expect("a reason");
+    assert!(why.contains("ConfigMap confighistory/confighistory-effective-config not found"), "{why}");
+    assert_eq!((s.mode.as_str(), s.mode_source.as_str()), ("rewrite", "label-unchecked"));
+    let pending = s.pins.iter().find(|p| p.source == "limits").unwrap().pending.clone().unwrap();
+    assert_eq!((pending.settle_seconds, pending.fires_at), (None, None));
+    let text = render::status(&s, now(), Style::PLAIN);
+    assert!(text.contains("note: the server's configuration is unknown: ConfigMap"), "{text}");
+    assert!(text.contains("the server's settle window is unknown"), "{text}");
+    assert!(!text.contains("settle 10s"), "no default of the plugin's own: {text}");
+
+    // A namespace setting still counts; without a label the mode is unknown.
+    inv.namespace_object["metadata"]["annotations"] = json!({"confighistory.io/settle": "20s"});
+    inv.namespace_object["metadata"]["labels"] = json!({});
+    let s = build::status(&inv, &pricing()).unwrap();
+    assert_eq!((s.mode.as_str(), s.mode_source.as_str()), ("unknown", "unknown"));
+    assert!(s.pins.iter().all(|p| p.pending.is_none()), "no propagation is promised in an unknown mode");
+    let h = build::history(&inv, "limits").unwrap();
+    assert_eq!(h.keep, None);
+    assert!(h.snapshots.iter().all(|e| !e.kept_by.contains(&"newest".to_owned())));
+    let text = render::history(&h, now(), Style::PLAIN);
+    assert!(text.contains("how many newest are kept unknown") && text.contains("note: the server's configuration is unknown"), "{text}");
+
+    // A document it cannot use says what is wrong with it.
+    let cm = json!({"metadata": {"annotations": {published::ANNOTATION: "{\"format\": 9}"}}});
+    let why = Server::from_configmap("ops/cfg", Some(&cm)).unavailable().unwrap();
+    assert!(why.contains("ConfigMap ops/cfg") && why.contains("upgrade kubectl-confighistory"), "{why}");
 }
 
 /// Every path of object keys in a JSON value (array items as `[]`).

@@ -4,6 +4,7 @@ pub mod json;
 pub mod meta;
 pub mod names;
 pub mod policy;
+pub mod published;
 pub mod snapshot;
 pub mod source;
 pub mod template;

@@ -102,6 +102,27 @@ impl std::str::FromStr for Selector {
     }
 }
 
+/// The selector in the string form it parses from (`a=b,c!=d,e,!f,g in (x,y),h notin (z)`), so
+/// the server can publish the selector it really uses.
+impl std::fmt::Display for Selector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, r) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            match r {
+                Requirement::Exists(k) => write!(f, "{k}")?,
+                Requirement::NotExists(k) => write!(f, "!{k}")?,
+                Requirement::In(k, vs) if vs.len() == 1 => write!(f, "{k}={}", vs[0])?,
+                Requirement::NotIn(k, vs) if vs.len() == 1 => write!(f, "{k}!={}", vs[0])?,
+                Requirement::In(k, vs) => write!(f, "{k} in ({})", vs.join(","))?,
+                Requirement::NotIn(k, vs) => write!(f, "{k} notin ({})", vs.join(","))?,
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Selector {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
@@ -269,6 +290,11 @@ mod tests {
         let e: Selector = "".parse().unwrap();
         assert!(!e.matches(&labels(&[("a", "b")])), "an empty selector excludes nothing");
         assert!("a in b".parse::<Selector>().is_err());
+        // Written as it parses, so a published selector means what the server's does.
+        for text in ["a=b,c!=d,e,!f,g in (x,y),h notin (y,z)", ""] {
+            assert_eq!(text.parse::<Selector>().unwrap().to_string(), text);
+        }
+        assert_eq!(" a == b , tier in ( x, y ) ".parse::<Selector>().unwrap().to_string(), "a=b,tier in (x,y)");
     }
 
     #[test]

@@ -10,15 +10,12 @@ use serde_json::{json, Value};
 use super::model::*;
 use crate::model::meta::Meta;
 use crate::model::names;
-use crate::model::policy::Selector;
+use crate::model::policy::{Policy, Selector};
+use crate::model::published::{self, EffectiveConfig};
 use crate::model::snapshot::{self, Content};
 use crate::model::source;
 use crate::model::template::{self, Kind};
 
-/// Default of the newest-N rule (SPEC §8).
-pub const DEFAULT_KEEP: u32 = 5;
-/// Default settle window (SPEC §7).
-pub const DEFAULT_SETTLE_SECONDS: u64 = 10;
 /// Deployment revision annotation.
 pub const REVISION_ANNOTATION: &str = "deployment.kubernetes.io/revision";
 
@@ -36,6 +33,74 @@ pub struct Inventory {
     pub workloads: Vec<Value>,
     /// ReplicaSets and ControllerRevisions.
     pub revisions: Vec<Value>,
+    /// What the server runs with, from its published configuration.
+    pub server: Server,
+}
+
+/// The server's published effective configuration (docs/operations.md, "What the server
+/// does"), or why it could not be read: then the plugin says so, and shows what it cannot know
+/// as unknown rather than as a default of its own.
+#[derive(Clone, Debug)]
+pub enum Server {
+    Published(Box<Published>),
+    Unavailable(String),
+}
+
+/// The document and the policy it gives, parsed once.
+#[derive(Clone, Debug)]
+pub struct Published {
+    pub config: EffectiveConfig,
+    pub policy: Policy,
+}
+
+impl Default for Server {
+    fn default() -> Server {
+        Server::Unavailable("not read".into())
+    }
+}
+
+impl Server {
+    /// From the ConfigMap at `location` (`None`: not found), as the server publishes it.
+    pub fn from_configmap(location: &str, cm: Option<&Value>) -> Server {
+        let Some(cm) = cm else {
+            return Server::Unavailable(format!(
+                "ConfigMap {location} not found (confighistory not installed there, or older than 0.2; see --server-config)"
+            ));
+        };
+        match published::parse(cm).and_then(|config| Ok(Server::Published(Box::new(Published { policy: config.policy()?, config })))) {
+            Ok(s) => s,
+            Err(e) => Server::Unavailable(format!("ConfigMap {location}: {e}")),
+        }
+    }
+
+    pub fn config(&self) -> Option<&EffectiveConfig> {
+        match self {
+            Server::Published(p) => Some(&p.config),
+            Server::Unavailable(_) => None,
+        }
+    }
+
+    /// Why the configuration is unknown.
+    pub fn unavailable(&self) -> Option<String> {
+        match self {
+            Server::Published(_) => None,
+            Server::Unavailable(why) => Some(format!("the server's configuration is unknown: {why}")),
+        }
+    }
+}
+
+/// The mode in force in a namespace, and where it comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModeView {
+    /// rewrite, enforce, audit, off, or `unknown` (no label, and the server's default unknown).
+    pub mode: String,
+    /// `label`, `default` (the server's), `refused-label` (the label asks for a mode the admin
+    /// does not allow, or for none: the server's default applies), `excluded` (a namespace the
+    /// server never acts in), `label-unchecked` (the label, not checked against the allowed
+    /// modes, the server's configuration being unknown), `unknown`.
+    pub source: &'static str,
+    /// The label's value when it was refused.
+    pub refused: Option<String>,
 }
 
 /// A snapshot, parsed.
@@ -162,14 +227,37 @@ impl Inventory {
         self.workloads().into_iter().find(|w| w.kind.as_str() == wanted.kind && w.name == wanted.name)
     }
 
-    /// Mode of the namespace and whether it came from its label.
-    pub fn mode(&self) -> (String, bool) {
-        if names::SYSTEM_NAMESPACES.contains(&self.namespace.as_str()) {
-            return ("off".into(), false);
+    /// The namespace's mode, by the server's own rule (excluded namespaces, allowed modes) when
+    /// its configuration is known.
+    pub fn mode(&self) -> ModeView {
+        let view = |mode: &str, source, refused: Option<&str>| ModeView { mode: mode.into(), source, refused: refused.map(String::from) };
+        let label = label(&self.namespace_object, names::MODE_LABEL);
+        match &self.server {
+            Server::Published(p) => {
+                let policy = &p.policy;
+                if policy.excludes(&self.namespace) {
+                    return view("off", "excluded", None);
+                }
+                let (mode, refused) = policy.namespace_mode(&self.namespace, Some(&self.namespace_object));
+                match (label, refused) {
+                    (Some(l), Some(_)) => view(mode.as_str(), "refused-label", Some(l)),
+                    (Some(_), None) => view(mode.as_str(), "label", None),
+                    (None, _) => view(mode.as_str(), "default", None),
+                }
+            }
+            Server::Unavailable(_) if names::SYSTEM_NAMESPACES.contains(&self.namespace.as_str()) => view("off", "excluded", None),
+            Server::Unavailable(_) => match label {
+                Some(l) => view(l, "label-unchecked", None),
+                None => view("unknown", "unknown", None),
+            },
         }
-        match label(&self.namespace_object, names::MODE_LABEL) {
-            Some(m) => (m.to_owned(), true),
-            None => ("rewrite".into(), false),
+    }
+
+    /// The admin's selector of sources that are never versioned (none when unknown).
+    fn excluded_sources(&self) -> Selector {
+        match &self.server {
+            Server::Published(p) => p.policy.excluded_sources.clone(),
+            Server::Unavailable(_) => Selector::default(),
         }
     }
 }
@@ -225,7 +313,11 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
         });
     }
     let head = source_obj.map(head_of);
-    let keep = source_obj.and_then(|s| annotation(s, names::KEEP)).and_then(|k| k.trim().parse().ok()).unwrap_or(DEFAULT_KEEP);
+    // The source's own setting, else the server's; unknown when neither is known.
+    let keep: Option<u32> = source_obj
+        .and_then(|s| annotation(s, names::KEEP))
+        .and_then(|k| k.trim().parse().ok())
+        .or_else(|| inv.server.config().map(|c| c.gc.keep));
     let workloads = inv.workloads();
 
     // Every template that keeps snapshots: live templates (and Jobs), revisions of any owner.
@@ -271,7 +363,7 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
         if s.adopted.iter().any(|h| revision_hashes.contains(h)) {
             kept_by.push("adoption".into());
         }
-        if source_obj.is_some() && i + (keep as usize) >= n {
+        if source_obj.is_some() && keep.is_some_and(|k| i + (k as usize) >= n) {
             kept_by.push("newest".into());
         }
         entries.push(SnapshotEntry {
@@ -298,23 +390,38 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
         head,
         keep,
         snapshots: entries,
+        server_config_unavailable: inv.server.unavailable(),
     })
 }
 
 /// Why a ConfigMap that exists has no snapshots.
 fn no_history(inv: &Inventory, source: &str) -> anyhow::Error {
-    let (mode, _) = inv.mode();
+    let mode = inv.mode();
     let obj = &inv.sources[source];
-    // The plugin cannot see the admin's selector of excluded sources: only the annotation counts.
     if !source::is_versioned(obj, &Selector::default()) {
         return anyhow!("ConfigMap {source} in namespace {} is not versioned (annotation {}: \"false\")", inv.namespace, names::VERSIONED);
+    }
+    if !source::is_versioned(obj, &inv.excluded_sources()) {
+        return anyhow!(
+            "ConfigMap {source} in namespace {} is not versioned: the admin excludes ConfigMaps matching {}",
+            inv.namespace,
+            inv.excluded_sources()
+        );
     }
     if obj.immutable() {
         return anyhow!("ConfigMap {source} in namespace {} is immutable: confighistory leaves it alone", inv.namespace);
     }
-    if mode != "rewrite" {
+    if mode.source == "unknown" {
         return anyhow!(
-            "ConfigMap {source} has no history: confighistory is in mode {mode} in namespace {}, and only rewrite takes snapshots",
+            "ConfigMap {source} in namespace {} has no snapshots; the namespace's mode is unknown ({})",
+            inv.namespace,
+            inv.server.unavailable().unwrap_or_default()
+        );
+    }
+    if mode.mode != "rewrite" {
+        return anyhow!(
+            "ConfigMap {source} has no history: confighistory is in mode {} in namespace {}, and only rewrite takes snapshots",
+            mode.mode,
             inv.namespace
         );
     }
@@ -579,19 +686,21 @@ pub fn undo_target(w: &Workload, to: i64) -> Result<(i64, Value)> {
     Ok(w.revisions[w.revisions.len() - 2].clone())
 }
 
-/// Settle window for a source: its annotation, the namespace's, or the default.
-fn settle(inv: &Inventory, source: &Value) -> u64 {
+/// Settle window for a source: its annotation, the namespace's, or the server's default
+/// (unknown when the server's configuration is).
+fn settle(inv: &Inventory, source: &Value) -> Option<u64> {
     annotation(source, names::SETTLE)
         .or_else(|| annotation(&inv.namespace_object, names::SETTLE))
         .and_then(|s| crate::model::policy::parse_duration(s).ok())
         .map(|d| d.as_secs())
-        .unwrap_or(DEFAULT_SETTLE_SECONDS)
+        .or_else(|| inv.server.config().map(|c| c.settle_seconds))
 }
 
 /// `status WORKLOAD`.
 pub fn status(inv: &Inventory, wanted: &WorkloadRef) -> Result<Status> {
     let w = inv.workload(wanted).ok_or_else(|| anyhow!("{wanted} not found in namespace {}", inv.namespace))?;
-    let (mode, mode_from_label) = inv.mode();
+    let mode = inv.mode();
+    let excluded_sources = inv.excluded_sources();
     let held = w.held();
     let template = w.template();
     let mut pins = Vec::new();
@@ -604,15 +713,15 @@ pub fn status(inv: &Inventory, wanted: &WorkloadRef) -> Result<Status> {
         let mut pending = None;
         // Propagation follows the head annotation the webhook recorded with changed-at.
         if let (Some(src), Some(h)) = (source_obj, source_obj.and_then(|s| annotation(s, names::HEAD))) {
-            let versioned = source::is_versioned(src, &Selector::default());
+            let versioned = source::is_versioned(src, &excluded_sources);
             let stale = used.via != "pin" || used.hash.as_deref() != Some(h);
-            if let (Some(at), true) = (source::pending_change(src, h), mode == "rewrite" && versioned && !is_held && stale) {
+            if let (Some(at), true) = (source::pending_change(src, h), mode.mode == "rewrite" && versioned && !is_held && stale) {
                 let secs = settle(inv, src);
-                let fires_at = timestamp(Some(at)).and_then(|t| t.checked_add(SignedDuration::from_secs(secs as i64)).ok());
+                let fires_at = secs.zip(timestamp(Some(at))).and_then(|(s, t)| t.checked_add(SignedDuration::from_secs(s as i64)).ok());
                 pending = Some(Pending {
                     head: h.to_owned(),
                     changed_at: at.to_owned(),
-                    fires_at: fires_at.map(|t| t.to_string()).unwrap_or_default(),
+                    fires_at: fires_at.map(|t| t.to_string()),
                     settle_seconds: secs,
                 });
             }
@@ -636,8 +745,11 @@ pub fn status(inv: &Inventory, wanted: &WorkloadRef) -> Result<Status> {
     Ok(Status {
         namespace: inv.namespace.clone(),
         workload: w.reference(),
-        mode,
-        mode_from_label,
+        mode_from_label: matches!(mode.source, "label" | "label-unchecked"),
+        mode: mode.mode,
+        mode_source: mode.source.into(),
+        refused_label: mode.refused,
+        server_config_unavailable: inv.server.unavailable(),
         revision: w.current_revision(),
         images: images(template),
         pins,

@@ -19,6 +19,26 @@ pub const FIELD_MANAGER: &str = "kubectl-confighistory";
 pub struct Ctx {
     pub client: kube::Client,
     pub namespace: String,
+    /// `NAMESPACE/NAME` of the ConfigMap the server publishes its configuration in.
+    pub server_config: String,
+}
+
+/// The server's published configuration; what cannot be read is said, never an error.
+pub async fn server(ctx: &Ctx) -> build::Server {
+    let loc = &ctx.server_config;
+    let (namespace, name) = match crate::model::published::parse_location(loc) {
+        Ok(l) => l,
+        Err(e) => return build::Server::Unavailable(e),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ApiResource::erase::<ConfigMap>(&()));
+    match api.get_opt(&name).await {
+        Ok(cm) => build::Server::from_configmap(loc, cm.and_then(|o| serde_json::to_value(o).ok()).as_ref()),
+        Err(kube::Error::Api(s)) if s.code == 403 => build::Server::Unavailable(format!(
+            "you may not read ConfigMap {loc} ({}); the chart lets every authenticated user read it, so the release is older than this plugin or elsewhere (--server-config)",
+            s.message
+        )),
+        Err(e) => build::Server::Unavailable(format!("cannot read ConfigMap {loc}: {e}")),
+    }
 }
 
 /// A readable message for an API error.
@@ -125,6 +145,7 @@ pub async fn inventory(ctx: &Ctx, sources: &[&str]) -> Result<Inventory> {
         snapshots,
         workloads: [deployments, statefulsets, daemonsets, cjs, jobs].concat(),
         revisions: [replicasets, controllerrevisions].concat(),
+        server: server(ctx).await,
         ..Default::default()
     };
     // Sources: the ones asked for, those of snapshots in use, and plain references.

@@ -55,6 +55,11 @@ pub struct Cli {
     /// number of seconds; `0`: no limit).
     #[arg(long, global = true, value_parser = parse_timeout)]
     pub request_timeout: Option<std::time::Duration>,
+    /// NAMESPACE/NAME of the ConfigMap where confighistory publishes the configuration it runs
+    /// with (the chart's `<release>-effective-config` in the release namespace).
+    #[arg(long, global = true, env = "CONFIGHISTORY_SERVER_CONFIG", default_value = crate::model::published::DEFAULT_LOCATION,
+          value_parser = |s: &str| crate::model::published::parse_location(s).map(|_| s.to_owned()))]
+    pub server_config: String,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -276,7 +281,7 @@ pub async fn run(cli: Cli) -> Result<Done> {
     let (client, namespace, url) = client(&cli).await?;
     // The first call tells whether the kubeconfig leads anywhere: say where it led.
     gather::check_installed(&client).await.with_context(|| format!("cluster at {url}"))?;
-    let ctx = gather::Ctx { client, namespace };
+    let ctx = gather::Ctx { client, namespace, server_config: cli.server_config.clone() };
     let now = Timestamp::now();
     let style = stdout_style();
     match &cli.command {

@@ -28,10 +28,14 @@ pub struct History {
     pub source_exists: bool,
     /// Hash of the source's current content (`confighistory.io/head`).
     pub head: Option<String>,
-    /// How many newest snapshots the newest-N rule keeps (`confighistory.io/keep`, default 5).
-    pub keep: u32,
+    /// How many newest snapshots the newest-N rule keeps (`confighistory.io/keep`, else the
+    /// server's setting); `None` when neither is known.
+    pub keep: Option<u32>,
     /// Newest first.
     pub snapshots: Vec<SnapshotEntry>,
+    /// Why the server's published configuration could not be read (what depends on it is then
+    /// unknown).
+    pub server_config_unavailable: Option<String>,
 }
 
 /// One snapshot in `history`.
@@ -135,10 +139,21 @@ pub struct Hunk {
 pub struct Status {
     pub namespace: String,
     pub workload: WorkloadRef,
-    /// rewrite, enforce, audit or off.
+    /// The mode in force: rewrite, enforce, audit or off; `unknown` when the namespace has no
+    /// label and the server's configuration could not be read.
     pub mode: String,
-    /// The mode comes from the namespace label (otherwise: the installation's default).
+    /// The mode comes from the namespace label `confighistory.io/mode`.
     pub mode_from_label: bool,
+    /// Where the mode comes from: `label`, `default` (the server's default mode),
+    /// `refused-label` (the label asks for a mode the admin does not allow: the default applies),
+    /// `excluded` (a namespace the server never acts in), `label-unchecked` (the label, not
+    /// checked against the allowed modes because the server's configuration is unknown), `unknown`.
+    pub mode_source: String,
+    /// The mode the label asks for, when the server refuses it.
+    pub refused_label: Option<String>,
+    /// Why the server's published configuration could not be read (the mode, settle windows and
+    /// keep counts are then only what the namespace and sources say).
+    pub server_config_unavailable: Option<String>,
     /// Current rollout revision, when the kind has revisions.
     pub revision: Option<i64>,
     pub images: Vec<Image>,
@@ -183,9 +198,11 @@ pub struct Pin {
 pub struct Pending {
     pub head: String,
     pub changed_at: String,
-    /// changedAt + settle window.
-    pub fires_at: String,
-    pub settle_seconds: u64,
+    /// changedAt + settle window; `None` when the settle window is unknown.
+    pub fires_at: Option<String>,
+    /// The source's or namespace's `confighistory.io/settle`, else the server's default; `None`
+    /// when neither is known.
+    pub settle_seconds: Option<u64>,
 }
 
 /// Image and config of one rollout revision.

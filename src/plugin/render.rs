@@ -230,14 +230,19 @@ pub fn history(h: &History, now: Timestamp, style: Style) -> String {
         },
         (None, true) => "no head".into(),
     };
+    let newest = h.keep.map_or_else(|| "how many newest are kept unknown".to_owned(), |k| format!("newest {k} kept"));
     out.push_str(&format!(
-        "{} in namespace {}: {} snapshot{}, {head}, newest {} kept\n\n",
+        "{} in namespace {}: {} snapshot{}, {head}, {newest}\n",
         style.bold(&h.source),
         h.namespace,
         h.snapshots.len(),
         if h.snapshots.len() == 1 { "" } else { "s" },
-        h.keep
     ));
+    if let Some(why) = &h.server_config_unavailable {
+        out.push_str(&format!("{}\n", style.yellow(&format!("note: {why}"))));
+    }
+    out.push('\n');
+    let keep = h.keep.map_or_else(|| "?".to_owned(), |k| k.to_string());
     let rows: Vec<Vec<String>> = h
         .snapshots
         .iter()
@@ -249,15 +254,11 @@ pub fn history(h: &History, now: Timestamp, style: Style) -> String {
             };
             let used = if s.used_by.is_empty() { "-".to_owned() } else { s.used_by.iter().map(usage).collect::<Vec<_>>().join("; ") };
             let kept = if s.kept_only_by_newest {
-                format!("newest {} only", h.keep)
+                format!("newest {keep} only")
             } else if s.kept_by.is_empty() {
                 "nothing (expires)".into()
             } else {
-                s.kept_by
-                    .iter()
-                    .map(|k| if k == "newest" { format!("newest {}", h.keep) } else { k.clone() })
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                s.kept_by.iter().map(|k| if k == "newest" { format!("newest {keep}") } else { k.clone() }).collect::<Vec<_>>().join(", ")
             };
             vec![s.revision.to_string(), s.hash.clone(), age(s.created.as_deref(), now), size(s.size), keys, used, kept]
         })
@@ -356,8 +357,18 @@ pub fn status(s: &Status, now: Timestamp, style: Style) -> String {
     let s = &clean(s);
     let mut out = String::new();
     out.push_str(&format!("{} in namespace {}\n", style.bold(&s.workload.to_string()), s.namespace));
-    let mode_from = if s.mode_from_label { "namespace label" } else { "default" };
+    let mode_from = match (s.mode_source.as_str(), &s.refused_label) {
+        ("refused-label", Some(l)) => format!("the server's default: the namespace label asks for {l}, which the admin does not allow"),
+        ("refused-label", None) | ("default", _) => "the server's default".into(),
+        ("label", _) => "namespace label".into(),
+        ("excluded", _) => "confighistory never acts in this namespace".into(),
+        ("label-unchecked", _) => "namespace label, not checked against the modes the admin allows".into(),
+        (other, _) => other.to_owned(),
+    };
     out.push_str(&format!("  mode:      {} ({mode_from})\n", s.mode));
+    if let Some(why) = &s.server_config_unavailable {
+        out.push_str(&format!("  {}\n", style.yellow(&format!("note: {why}"))));
+    }
     if let Some(r) = s.revision {
         out.push_str(&format!("  revision:  {r}\n"));
     }
@@ -388,13 +399,19 @@ pub fn status(s: &Status, now: Timestamp, style: Style) -> String {
                     state.push("rollout: manual".into());
                 }
                 if let Some(pe) = &p.pending {
-                    state.push(format!(
-                        "propagation to {} {} (changed {} ago, settle {}s)",
-                        pe.head,
-                        until(&pe.fires_at, now),
-                        age(Some(&pe.changed_at), now),
-                        pe.settle_seconds
-                    ));
+                    state.push(match (&pe.fires_at, pe.settle_seconds) {
+                        (Some(at), Some(secs)) => format!(
+                            "propagation to {} {} (changed {} ago, settle {secs}s)",
+                            pe.head,
+                            until(at, now),
+                            age(Some(&pe.changed_at), now),
+                        ),
+                        _ => format!(
+                            "propagation to {} after the settle window (changed {} ago; the server's settle window is unknown)",
+                            pe.head,
+                            age(Some(&pe.changed_at), now),
+                        ),
+                    });
                 }
                 vec![format!("    {}", p.source), p.reference.clone(), state.join("; ")]
             })

@@ -7,8 +7,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::confighistory::webhook;
-use crate::support::{cluster, wait_for, Cluster, TestNamespace};
+use confighistory::model::names::MODE_LABEL;
+use confighistory::model::published;
+
+use crate::support::confighistory::{webhook, Webhook, NAMESPACE};
+use crate::support::{cluster, run_id, wait_for, wait_for_value, Cluster, TestNamespace};
 
 struct Run {
     success: bool,
@@ -42,9 +45,11 @@ impl Run {
     }
 }
 
-/// Runs the plugin with the admin kubeconfig in `$KUBECONFIG`, stdout piped (so: no color).
-fn plugin(cluster: &Cluster, args: &[&str]) -> Run {
-    plugin_with(Some(&cluster.kubeconfig), args)
+/// Runs the plugin with the admin kubeconfig in `$KUBECONFIG`, stdout piped (so: no color),
+/// reading the shared server's published configuration.
+fn plugin(cluster: &'static Cluster, args: &[&str]) -> Run {
+    let location = format!("--server-config={}", webhook(cluster).server_config());
+    plugin_with(Some(&cluster.kubeconfig), &[args, &[location.as_str()]].concat())
 }
 
 /// Runs the plugin with `$KUBECONFIG` set to `kubeconfig`, or unset and with a `$HOME` that has no
@@ -363,4 +368,86 @@ spec:
     assert_eq!(s["pins"][0]["isHead"], true, "{s:#}");
     assert!(s["undo"].is_null() && s["undoUnavailable"].as_str().unwrap().contains("no rollout history"), "{s:#}");
     plugin(cluster, &["undo", "cronjob/report", "-n", &ns.name]).fails_with("no rollout history");
+}
+
+/// The plugin shows what the server does (issue 28): a server started with a settle window of
+/// 37 s and default mode audit publishes them, and `status` shows the server's default mode, a
+/// label the admin does not allow as refused (with the mode in force), and a pending propagation
+/// with the server's settle window. Every authenticated user may read the published ConfigMap.
+#[test]
+fn status_shows_the_servers_own_settings() {
+    let Some(cluster) = cluster() else { return };
+    let run = format!("{}-published", run_id());
+    let server = Webhook::start(cluster, &run, &["--settle", "37", "--default-mode", "audit", "--allowed-modes", "audit,rewrite"]);
+    let location = server.server_config();
+    let (_, cm) = location.split_once('/').unwrap();
+    let jsonpath = format!("jsonpath={{.metadata.annotations.{}}}", published::ANNOTATION.replace('.', "\\."));
+    let doc: Value = wait_for_value("the server to publish its configuration", Duration::from_secs(30), || {
+        let out = cluster.kubectl(&["get", "configmap", cm, "-n", NAMESPACE, "-o", &jsonpath]);
+        serde_json::from_str(out.stdout.trim()).ok()
+    });
+    assert_eq!((doc["settleSeconds"].as_u64(), doc["defaultMode"].as_str()), (Some(37), Some("audit")), "{doc:#}");
+    assert_eq!(doc["allowedModes"], serde_json::json!(["audit", "rewrite"]));
+    let anyone = cluster.kubectl(&[
+        "auth",
+        "can-i",
+        "get",
+        &format!("configmap/{cm}"),
+        "-n",
+        NAMESPACE,
+        "--as=someone",
+        "--as-group=system:authenticated",
+    ]);
+    assert_eq!(anyone.stdout.trim(), "yes", "every authenticated user may read it: {}", anyone.describe());
+    let with = |args: &[&str]| plugin_with(Some(&cluster.kubeconfig), &[args, &["--server-config", &location]].concat());
+
+    // No label: the server's default mode.
+    let plain = server.namespace("published-default", &[]);
+    plain.accepts(&config("path"));
+    plain.accepts(&deployment("registry.example/app:1"));
+    let s = with(&["status", "app", "-n", &plain.name, "-o", "json"]).json();
+    assert_eq!((s["mode"].as_str(), s["modeSource"].as_str()), (Some("audit"), Some("default")), "{s:#}");
+    assert!(s["serverConfigUnavailable"].is_null(), "{s:#}");
+    let text = with(&["status", "app", "-n", &plain.name]).ok().stdout;
+    assert!(text.contains("mode:      audit (the server's default)"), "{text}");
+
+    // A label asking for off, which this admin does not allow: refused, audit in force.
+    let off = server.namespace("published-off", &[(MODE_LABEL, "off")]);
+    off.accepts(&config("path"));
+    off.accepts(&deployment("registry.example/app:1"));
+    let s = with(&["status", "app", "-n", &off.name, "-o", "json"]).json();
+    assert_eq!(
+        (s["mode"].as_str(), s["modeSource"].as_str(), s["refusedLabel"].as_str()),
+        (Some("audit"), Some("refused-label"), Some("off"))
+    );
+
+    // rewrite, allowed by label: a config-only change waits for the server's 37 s.
+    let rw = server.namespace("published-rewrite", &[(MODE_LABEL, "rewrite")]);
+    rw.accepts(&config("path"));
+    rw.accepts(&deployment("registry.example/app:1"));
+    rw.wait_observed("deployment", "app");
+    rw.accepts(&config("other_path"));
+    let s = wait_for_value("status to show the pending propagation", Duration::from_secs(20), || {
+        let s = with(&["status", "app", "-n", &rw.name, "-o", "json"]).json();
+        (!s["pins"][0]["pending"].is_null()).then_some(s)
+    });
+    assert_eq!((s["mode"].as_str(), s["modeSource"].as_str()), (Some("rewrite"), Some("label")));
+    let pending = &s["pins"][0]["pending"];
+    assert_eq!(pending["settleSeconds"], 37, "{s:#}");
+    let changed: k8s_openapi::jiff::Timestamp = pending["changedAt"].as_str().unwrap().parse().unwrap();
+    let fires: k8s_openapi::jiff::Timestamp = pending["firesAt"].as_str().unwrap().parse().unwrap();
+    assert_eq!(fires.duration_since(changed).as_secs(), 37, "{s:#}");
+    let text = with(&["status", "app", "-n", &rw.name]).ok().stdout;
+    assert!(text.contains("settle 37s") && !text.contains("note:"), "{text}");
+
+    // Where nothing is published, the plugin says so instead of assuming defaults.
+    let s = plugin_with(
+        Some(&cluster.kubeconfig),
+        &["status", "app", "-n", &rw.name, "-o", "json", "--server-config", "confighistory/nothing-here"],
+    )
+    .json();
+    assert!(s["serverConfigUnavailable"].as_str().is_some_and(|w| w.contains("ConfigMap confighistory/nothing-here not found")), "{s:#}");
+    assert_eq!(s["modeSource"], "label-unchecked");
+    assert!(s["pins"][0]["pending"]["settleSeconds"].is_null(), "{s:#}");
+    drop(server);
 }

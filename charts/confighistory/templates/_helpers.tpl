@@ -51,6 +51,11 @@ app.kubernetes.io/part-of: confighistory
 {{- default (include "confighistory.fullname" .) .Values.leaderElection.leaseName }}
 {{- end }}
 
+{{- /* The ConfigMap the server publishes its effective configuration in (templates/effective-config.yaml). */}}
+{{- define "confighistory.effectiveConfigName" -}}
+{{- printf "%s-effective-config" (include "confighistory.fullname" .) }}
+{{- end }}
+
 {{- define "confighistory.image" -}}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
@@ -257,6 +262,9 @@ Cross-value checks that values.schema.json cannot express. Rendered from
 every template that depends on them, so they fail early with a clear message.
 */}}
 {{- define "confighistory.validate" -}}
+{{- if eq (int .Values.deployment.port) (int .Values.deployment.healthPort) }}
+{{- fail (printf "deployment.port and deployment.healthPort must differ (both %d)" (int .Values.deployment.port)) }}
+{{- end }}
 {{- if .Values.webhook.url }}
 {{- if not (hasPrefix "https://" .Values.webhook.url) }}
 {{- fail "webhook.url must start with https:// (the API server only calls webhooks over TLS)" }}

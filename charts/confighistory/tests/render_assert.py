@@ -22,11 +22,16 @@ KEY=VALUE arguments:
   nslabel             KEY=VALUE expected as the webhooks' namespaceSelector.matchLabels
                       (webhook.namespaceSelector) and as the controller loops' selector
   env.NAME            expected value of one container env variable
+  port, healthport    expected container ports (default 8443, 8080); hostnetwork true | false
+  helmtest            namespace of the `helm test` Pod's Role (default `default`), or `false`
+  job                 expected `job` label the target alerts select on (default: the full name)
 
 Prints one line per check group and exits 1 on the first failed assertion.
 """
 import base64
 import json
+import os
+import re
 import sys
 
 from objects import read_docs
@@ -69,9 +74,13 @@ def main():
     kinds = sorted(by_kind)
     hook = kube < (1, 21, 0) and not url
     expected = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+                "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ConfigMap"}
     if exp.get("sacreate", "true") == "false":
         expected.discard("ServiceAccount")
+    # `helm test`'s Pod and its own ServiceAccount.
+    helmtest = exp.get("helmtest", "default")
+    if helmtest != "false":
+        expected |= {"Pod", "ServiceAccount"}
     if deployment:
         expected |= {"Deployment", "Service"}
         if int(exp.get("replicas", "2")) > 1:
@@ -89,9 +98,40 @@ def main():
         dash = one("ConfigMap", f"{fullname}-dashboard")
         check(dash["metadata"]["labels"].get("grafana_dashboard") == "1", "dashboard ConfigMap has the sidecar label")
         check(json.loads(dash["data"]["confighistory.json"])["uid"] == "confighistory", "dashboard JSON parses")
-        rules = [r["alert"] for g in one("PrometheusRule", fullname)["spec"]["groups"] for r in g["rules"]]
-        check(rules == ["ConfighistoryWorkloadsBehindHead", "ConfighistorySnapshotProtectionDenying",
+        alerts = [r for g in one("PrometheusRule", fullname)["spec"]["groups"] for r in g["rules"]]
+        rules = [r["alert"] for r in alerts]
+        check(rules == ["ConfighistoryWebhookFailingOpen", "ConfighistoryWebhookCallsFailing",
+                        "ConfighistoryWebhookBlockingWrites", "ConfighistoryDown", "ConfighistoryNoLeader",
+                        "ConfighistoryWorkloadsBehindHead", "ConfighistorySnapshotProtectionDenying",
                         "ConfighistoryWebhookErrors", "ConfighistoryCertificateExpiring"], f"alerts {rules}")
+        # Each alert's runbook is a section of docs/operations.md, linked by its anchor.
+        with open(os.path.join(os.path.dirname(__file__), "../../../docs/operations.md")) as f:
+            headings = {line[4:].strip().lower() for line in f if line.startswith("### ")}
+        for r in alerts:
+            anchor = r["alert"].lower()
+            check(anchor in headings, f"docs/operations.md has no runbook section for {r['alert']}")
+            check(r["annotations"]["runbook"] == f"docs/operations.md#{anchor}", f"{r['alert']} runbook {r['annotations']}")
+            if exp.get("runbookbase"):
+                check(r["annotations"].get("runbook_url") == f"{exp['runbookbase']}#{anchor}",
+                      f"{r['alert']} runbook_url {r['annotations'].get('runbook_url')}")
+        by_alert = {r["alert"]: r["expr"] for r in alerts}
+        # The API server's webhook metrics, for exactly the webhook names the configurations register.
+        for alert, metric in (("ConfighistoryWebhookFailingOpen", "apiserver_admission_webhook_fail_open_count"),
+                              ("ConfighistoryWebhookCallsFailing", "apiserver_admission_webhook_request_total"),
+                              ("ConfighistoryWebhookBlockingWrites", "apiserver_admission_webhook_rejection_count")):
+            expr = by_alert[alert]
+            check(metric + "{" in expr, f"{alert} does not query {metric}: {expr}")
+            pattern = re.search(r'name=~"([^"]*)"', expr).group(1).replace("\\\\", "\\")
+            registered = [w["name"] for d in docs if d["kind"].endswith("WebhookConfiguration") for w in d["webhooks"]]
+            check(registered and all(re.fullmatch(pattern, n) for n in registered), f"{alert}: {pattern} misses one of {registered}")
+        check('code!="200"' in by_alert["ConfighistoryWebhookCallsFailing"], "calls failing: by code")
+        job = exp.get("job", fullname)
+        for alert in ("ConfighistoryDown", "ConfighistoryNoLeader"):
+            check(f'job="{job}", namespace="{ns}"' in by_alert[alert], f"{alert} selects {by_alert[alert]}")
+        check("confighistory_leader{" in by_alert["ConfighistoryNoLeader"], "no leader: the leader gauge")
+        check("confighistory_tls_certificate_not_after_timestamp_seconds" in by_alert["ConfighistoryCertificateExpiring"],
+              "expiry alert on the _timestamp_seconds gauge")
+        print(f"    alerts: {len(alerts)}, each with its runbook section; API server webhook metrics match the webhooks")
     if exp.get("guard"):
         expected |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     if hook:
@@ -261,6 +301,39 @@ def main():
     print(f"    rbac: ClusterRole has exactly the {len(want)} expected resource grants, "
           f"Lease Role limited to {lease!r}")
 
+    # --- the published effective configuration --------------------------------------
+    published = f"{fullname}-effective-config"
+    pcm = one("ConfigMap", published)
+    check(pcm["metadata"]["namespace"] == ns and "annotations" not in pcm["metadata"],
+          "the chart renders the effective-config ConfigMap without the server's annotation (no fight over it)")
+    reader = one("Role", f"{published}-reader")
+    check(reader["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [published],
+                               "verbs": ["get"]}], f"reader Role {reader['rules']}")
+    rb = one("RoleBinding", f"{published}-reader")
+    check(rb["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]
+          and rb["roleRef"]["name"] == reader["metadata"]["name"], f"reader binding {rb}")
+    print(f"    effective config: ConfigMap {published}, readable by system:authenticated (get, that name only)")
+
+    # --- helm test ----------------------------------------------------------------
+    if helmtest != "false":
+        test = f"{fullname}-test"
+        pod = one("Pod", test)
+        hooks = [d for d in docs if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"]
+        check(sorted(d["kind"] for d in hooks) == ["Pod", "Role", "RoleBinding", "ServiceAccount"], f"test hooks {hooks}")
+        (tc,) = pod["spec"]["containers"]
+        check(tc["args"] == ["selftest", "--in-namespace", helmtest], f"test args {tc['args']}")
+        check(pod["spec"]["serviceAccountName"] == test and pod["spec"]["restartPolicy"] == "Never", "test pod spec")
+        role = one("Role", test)
+        check(role["metadata"]["namespace"] == helmtest and role["rules"] == [
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "delete"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create"]}], f"test Role {role}")
+        check(one("RoleBinding", test)["metadata"]["namespace"] == helmtest, "test RoleBinding namespace")
+        if deployment:
+            selector = one("Service", fullname)["spec"]["selector"]
+            check(not all(pod["metadata"]["labels"].get(k) == v for k, v in selector.items()),
+                  "the test pod matches the server's Service/PDB selector")
+        print(f"    helm test: selftest in {helmtest}, Role limited to creating/deleting ConfigMaps and creating Deployments")
+
     # --- workload ---------------------------------------------------------------
     if deployment:
         dep = one("Deployment", fullname)
@@ -276,13 +349,25 @@ def main():
               and sc.get("capabilities", {}).get("drop") == ["ALL"], f"container securityContext {sc}")
         check(c["resources"].get("requests") and c["resources"].get("limits"), "requests and limits")
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-        check(ports == {"https": 8443, "health": 8080}, f"ports {ports}")
+        port, health_port = int(exp.get("port", "8443")), int(exp.get("healthport", "8080"))
+        check(ports == {"https": port, "health": health_port}, f"ports {ports}")
+        host = exp.get("hostnetwork", "false") == "true"
+        check(pod.get("hostNetwork", False) == host, f"hostNetwork {pod.get('hostNetwork')}")
+        check(pod.get("dnsPolicy") == ("ClusterFirstWithHostNet" if host else None), f"dnsPolicy {pod.get('dnsPolicy')}")
+        if host:
+            anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            check(anti[0]["topologyKey"] == "kubernetes.io/hostname", f"host network: one replica per node {anti}")
+        checksum = dep["spec"]["template"]["metadata"]["annotations"].get("checksum/client-ca", "")
+        check(re.fullmatch("[0-9a-f]{64}", checksum), f"checksum/client-ca annotation {checksum!r}")
         sleep = c.get("lifecycle", {}).get("preStop", {}).get("sleep")
         check((sleep is not None) == (kube >= (1, 30, 0)),
               f"preStop sleep {sleep} must be rendered exactly on Kubernetes >= 1.30")
         check(c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "health"}, "liveness probe")
         check(c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}, "readiness probe")
         env = {e["name"]: e for e in c["env"]}
+        check(env["CONFIGHISTORY_LISTEN"]["value"] == f"0.0.0.0:{port}"
+              and env["CONFIGHISTORY_HEALTH_LISTEN"]["value"] == f"0.0.0.0:{health_port}", "listen addresses follow the ports")
+        check(env["CONFIGHISTORY_EFFECTIVE_CONFIG"]["value"] == published, "CONFIGHISTORY_EFFECTIVE_CONFIG names the chart's ConfigMap")
         check(env["CONFIGHISTORY_NAMESPACE"].get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
               == "metadata.namespace", "CONFIGHISTORY_NAMESPACE from the downward API")
         check(list(env).index("CONFIGHISTORY_NAMESPACE") < list(env).index("CONFIGHISTORY_IDENTITY"),

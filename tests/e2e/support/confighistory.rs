@@ -139,7 +139,14 @@ impl Webhook {
                     "--cleanup",
                     &format!("-n {NAMESPACE} role/{name}-leader-election rolebinding/{name}-leader-election lease/{name}"),
                 ]);
-                cluster.kubectl_stdin(&["apply", "-f", "-"], &chart.render(&["templates/rbac.yaml"], &[])).expect_success();
+                // The ConfigMap the server publishes its configuration in, readable by everyone.
+                command.args([
+                    "--cleanup",
+                    &format!("-n {NAMESPACE} configmap/{name}-effective-config role/{name}-effective-config-reader rolebinding/{name}-effective-config-reader"),
+                ]);
+                cluster
+                    .kubectl_stdin(&["apply", "-f", "-"], &chart.render(&["templates/rbac.yaml", "templates/effective-config.yaml"], &[]))
+                    .expect_success();
                 let kubeconfig = match std::env::var_os("CONFIGHISTORY_E2E_WEBHOOK_KUBECONFIG").filter(|v| !v.is_empty()) {
                     Some(path) => PathBuf::from(path),
                     None => service_account_kubeconfig(cluster, &run_dir.join("serviceaccount.kubeconfig")),
@@ -152,6 +159,9 @@ impl Webhook {
                 (kubeconfig, configurations)
             }
             Registration::BuiltIn => {
+                command.args(["--cleanup", &format!("-n {NAMESPACE} configmap/{name}-effective-config")]);
+                let cm = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}-effective-config\n  namespace: {NAMESPACE}\n");
+                cluster.kubectl_stdin(&["apply", "-f", "-"], &cm).expect_success();
                 let configurations = run_webhook_configurations(&name, run, &url_base, &ca_pem);
                 (cluster.webhook_kubeconfig.clone(), configurations.iter().map(Value::to_string).collect::<Vec<_>>().join("\n---\n"))
             }
@@ -168,6 +178,7 @@ impl Webhook {
             .arg(run_dir.join("tls.key"))
             .args(["--identity", WEBHOOK_IDENTITY, "--namespace", NAMESPACE])
             .args(["--leader-election-namespace", NAMESPACE, "--lease-name", &name])
+            .arg(format!("--effective-config={name}-effective-config"))
             .args(default_selector)
             .args(extra_args)
             .env("KUBECONFIG", &kubeconfig)
@@ -222,6 +233,12 @@ impl Webhook {
             let out = probe.cluster.kubectl_stdin(&["create", "--dry-run=server", "-n", &probe.name, "-f", "-"], forged);
             !out.success && out.stderr.contains("admission webhook")
         });
+    }
+
+    /// `NAMESPACE/NAME` of the ConfigMap this server publishes its configuration in (the
+    /// plugin's `--server-config`).
+    pub fn server_config(&self) -> String {
+        format!("{NAMESPACE}/{}-effective-config", self.name)
     }
 
     /// A new test namespace of this server's run.
