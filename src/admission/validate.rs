@@ -257,7 +257,7 @@ mod tests {
     fn decide_in(mode: &str, req: &Request, cm: Value) -> Decision {
         let (policy, state) = (Policy::default(), state(mode));
         let fresh: Fresh = [("cfg".to_owned(), Some(cm))].into();
-        let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: NOW };
+        let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: NOW, namespace: None };
         match decide(req, &view) {
             Outcome::Done(d) => d,
             Outcome::Fetch(f) => panic!("asked to read {f:?} with every source read"),
