@@ -147,9 +147,15 @@ pub struct ServeArgs {
     #[arg(long, env = "CONFIGHISTORY_TLS_KEY", default_value = "/etc/confighistory/tls/tls.key")]
     pub tls_key: PathBuf,
     /// CA bundle (PEM) that signed the API server's client certificate: when set, only clients
-    /// with a certificate it signed may connect to the admission port (mutual TLS).
+    /// with a certificate it signed may connect to the admission port (mutual TLS). Reloaded
+    /// when it changes.
     #[arg(long, env = "CONFIGHISTORY_CLIENT_CA")]
     pub client_ca: Option<PathBuf>,
+    /// With --client-ca: the names (subject CN or SAN DNS name, exact) a client certificate must
+    /// carry one of, comma-separated. Empty accepts any certificate the CA signed, which a
+    /// cluster CA also gives kubelets and users.
+    #[arg(long, env = "CONFIGHISTORY_CLIENT_NAMES", value_delimiter = ',', default_value = "")]
+    pub client_names: Vec<String>,
     /// Largest admission request body accepted, in bytes.
     #[arg(long, env = "CONFIGHISTORY_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY)]
     pub max_body_bytes: usize,

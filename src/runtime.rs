@@ -108,13 +108,21 @@ fn spawn_health(listener: TcpListener, router: axum::Router) {
 
 /// `confighistory serve`: the admission webhook, and unless disabled the controller loops.
 pub async fn serve(args: ServeArgs) -> Result<()> {
-    let (tls_config, resolver) = tls::server_config(&args.tls_cert, &args.tls_key, args.client_ca.as_deref()).map_err(Error::Tls)?;
+    let client_auth =
+        args.client_ca.as_deref().map(|ca| tls::ClientAuth::load(ca, args.client_names.clone())).transpose().map_err(Error::Tls)?;
+    if client_auth.is_some() && args.client_names.iter().all(|n| n.trim().is_empty()) {
+        tracing::warn!("--client-ca without --client-names: any certificate the CA signed is accepted, kubelets' and users' too if it is the cluster CA");
+    }
+    let (tls_config, resolver) = tls::server_config(&args.tls_cert, &args.tls_key, client_auth.clone()).map_err(Error::Tls)?;
     let (client, shared, cronjob_version) = start(&args.policy, true).await?;
     let tls_ready = Arc::new(AtomicBool::new(false));
     let app =
         Arc::new(App { ctx: shared.clone(), tls_ready: tls_ready.clone(), max_body: args.max_body_bytes, namespace_reads: Arc::default() });
 
     tokio::spawn(tls::watch(args.tls_cert.clone(), args.tls_key.clone(), resolver, tls_ready, Duration::from_secs(5)));
+    if let Some(auth) = client_auth {
+        tokio::spawn(tls::watch_client_ca(auth, Duration::from_secs(5)));
+    }
     let controller = (!args.no_controllers).then(|| {
         let mut controller = args.controller.clone();
         controller.leader_election_namespace.get_or_insert_with(|| args.policy.namespace.clone());

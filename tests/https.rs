@@ -31,23 +31,32 @@ fn generate(dir: &Path, cn: &str) {
 
 struct Server {
     addr: std::net::SocketAddr,
+    /// The plain-HTTP health and metrics port, as `serve` runs it beside the admission port.
+    health: std::net::SocketAddr,
 }
 
 async fn start(dir: &Path) -> Server {
     start_with(dir, None).await
 }
 
-async fn start_with(dir: &Path, client_ca: Option<&Path>) -> Server {
-    let (config, resolver) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key"), client_ca).unwrap();
+async fn start_with(dir: &Path, client_auth: Option<Arc<tls::ClientAuth>>) -> Server {
+    let (config, resolver) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key"), client_auth.clone()).unwrap();
+    if let Some(auth) = client_auth {
+        tokio::spawn(tls::watch_client_ca(auth, Duration::from_millis(100)));
+    }
     let ready = Arc::new(AtomicBool::new(false));
     tokio::spawn(tls::watch(dir.join("tls.crt"), dir.join("tls.key"), resolver, ready.clone(), Duration::from_millis(100)));
     let mut app = App::ready(Policy::default(), Arc::new(RwLock::new(State::default())), Arc::new(MemoryCluster::default()));
     app.tls_ready = ready;
     let app = Arc::new(app);
+    let health = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let health_addr = health.local_addr().unwrap();
+    let health_app = app.clone();
+    tokio::spawn(async move { axum::serve(health, webhook::health_router(health_app)).await });
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(confighistory::webhook::serve::serve_tls(listener, tokio_rustls::TlsAcceptor::from(config), webhook::router(app)));
-    Server { addr }
+    Server { addr, health: health_addr }
 }
 
 fn client_config(ca: &Path, versions: &[&'static rustls::SupportedProtocolVersion]) -> Arc<rustls::ClientConfig> {
@@ -150,9 +159,11 @@ async fn oversized_headers_are_refused() {
     assert!(text.is_empty() || text.starts_with("HTTP/1.1 431"), "{text}");
 }
 
-/// A client certificate (clientAuth) signed by `dir`'s CA, as the API server's would be.
-fn client_certificate(dir: &Path) -> (Vec<CertificateDer<'static>>, rustls::pki_types::PrivateKeyDer<'static>) {
+/// A client certificate (clientAuth) signed by `dir`'s CA, named `cn`, with `dns` as SAN DNS
+/// names, as the API server's would be.
+fn client_certificate(dir: &Path, cn: &str, dns: &[&str]) -> (Vec<CertificateDer<'static>>, rustls::pki_types::PrivateKeyDer<'static>) {
     let run = |args: &[&str]| assert!(Command::new("openssl").args(args).current_dir(dir).status().expect("openssl").success(), "{args:?}");
+    let subject = format!("/CN={cn}");
     run(&[
         "req",
         "-new",
@@ -164,11 +175,15 @@ fn client_certificate(dir: &Path) -> (Vec<CertificateDer<'static>>, rustls::pki_
         "-keyout",
         "client.key",
         "-subj",
-        "/CN=kube-apiserver",
+        &subject,
         "-out",
         "client.csr",
     ]);
-    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    let mut ext = "extendedKeyUsage=clientAuth\n".to_owned();
+    if !dns.is_empty() {
+        ext += &format!("subjectAltName={}\n", dns.iter().map(|d| format!("DNS:{d}")).collect::<Vec<_>>().join(","));
+    }
+    std::fs::write(dir.join("client.ext"), ext).unwrap();
     run(&[
         "x509",
         "-req",
@@ -190,14 +205,41 @@ fn client_certificate(dir: &Path) -> (Vec<CertificateDer<'static>>, rustls::pki_
     (certs, rustls::pki_types::PrivateKeyDer::from_pem_file(dir.join("client.key")).unwrap())
 }
 
-/// SPEC §9a: with `--client-ca`, only a client holding a certificate that CA signed (the API
-/// server, through its AdmissionConfiguration kubeConfig) gets an answer; any other pod that can
-/// open the port gets nothing, not even a refusal of its forged review.
+/// A TLS 1.3 client trusting `server_ca` and presenting `cert`.
+fn with_cert(
+    server_ca: &Path,
+    (certs, key): (Vec<CertificateDer<'static>>, rustls::pki_types::PrivateKeyDer<'static>),
+) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::pem_file_iter(server_ca).unwrap().next().unwrap().unwrap()).unwrap();
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_client_auth_cert(certs, key)
+            .unwrap(),
+    )
+}
+
+/// The plain-HTTP health port's answer to `path`: probes and scrapers present no certificate.
+async fn health_get(server: &Server, path: &str) -> u16 {
+    let tcp = TcpStream::connect(server.health).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await.unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::get(path).header("host", "127.0.0.1").body(Full::new(Bytes::new())).unwrap();
+    send.send_request(req).await.unwrap().status().as_u16()
+}
+
+/// docs/behaviour.md 9a.3: with `--client-ca`, only a client holding a certificate that CA signed
+/// (the API server, through its AdmissionConfiguration kubeConfig) gets an answer; any other pod
+/// that can open the port gets nothing, not even a refusal of its forged review. The health port
+/// stays open to probes, which present no certificate.
 #[tokio::test]
 async fn with_a_client_ca_only_the_api_servers_certificate_is_answered() {
     let dir = tempdir("mtls");
     generate(&dir, "mtls");
-    let server = start_with(&dir, Some(&dir.join("ca.crt"))).await;
+    let server = start_with(&dir, Some(tls::ClientAuth::load(&dir.join("ca.crt"), vec![]).unwrap())).await;
     let anonymous = post(&server, client_config(&dir.join("ca.crt"), &[&rustls::version::TLS13]), review()).await;
     assert!(anonymous.is_err(), "a client without a certificate was answered: {anonymous:?}");
     let anonymous12 = post(&server, client_config(&dir.join("ca.crt"), &[&rustls::version::TLS12]), review()).await;
@@ -206,24 +248,78 @@ async fn with_a_client_ca_only_the_api_servers_certificate_is_answered() {
     // Signed by another CA: refused too.
     let other = tempdir("mtls-other");
     generate(&other, "other");
-    let (certs, key) = client_certificate(&other);
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::pem_file_iter(dir.join("ca.crt")).unwrap().next().unwrap().unwrap()).unwrap();
-    let with_cert = |certs, key| {
-        Arc::new(
-            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_protocol_versions(&[&rustls::version::TLS13])
-                .unwrap()
-                .with_root_certificates(roots.clone())
-                .with_client_auth_cert(certs, key)
-                .unwrap(),
-        )
-    };
-    assert!(post(&server, with_cert(certs, key), review()).await.is_err());
+    assert!(post(&server, with_cert(&dir.join("ca.crt"), client_certificate(&other, "kube-apiserver", &[])), review()).await.is_err());
 
-    let (certs, key) = client_certificate(&dir);
-    let (status, body) = post(&server, with_cert(certs, key), review()).await.unwrap();
+    let (status, body) =
+        post(&server, with_cert(&dir.join("ca.crt"), client_certificate(&dir, "kube-apiserver", &[])), review()).await.unwrap();
     assert_eq!((status, &body["response"]["uid"]), (200, &json!("tls-1")), "{body}");
+
+    for path in ["/livez", "/readyz", "/metrics"] {
+        assert_eq!(health_get(&server, path).await, 200, "{path} on the health port");
+    }
+}
+
+/// docs/behaviour.md 9a.3: the client certificate's name is pinned. A cluster CA also signs the
+/// kubelets' and users' certificates: one of those, signed by the trusted CA but named otherwise,
+/// is refused during the handshake. The name may be the subject CN or a SAN DNS name.
+#[tokio::test]
+async fn a_client_certificate_the_ca_signed_with_another_name_is_refused() {
+    let dir = tempdir("mtls-names");
+    generate(&dir, "names");
+    let auth =
+        tls::ClientAuth::load(&dir.join("ca.crt"), vec!["kube-apiserver-kubelet-client".into(), "webhook-client.example".into()]).unwrap();
+    let server = start_with(&dir, Some(auth)).await;
+    let ca = dir.join("ca.crt");
+    for (cn, dns) in
+        [("system:node:worker-1", &[][..]), ("alice", &["kube-apiserver.example"][..]), ("kube-apiserver-kubelet-client-x", &[][..])]
+    {
+        let refused = post(&server, with_cert(&ca, client_certificate(&dir, cn, dns)), review()).await;
+        assert!(refused.as_ref().is_err_and(|e| e.contains("handshake") || e.contains("connection")), "{cn} {dns:?}: {refused:?}");
+    }
+    for (cn, dns) in [("kube-apiserver-kubelet-client", &[][..]), ("other", &["x.example", "webhook-client.example"][..])] {
+        let (status, body) = post(&server, with_cert(&ca, client_certificate(&dir, cn, dns)), review()).await.unwrap();
+        assert_eq!((status, &body["response"]["uid"]), (200, &json!("tls-1")), "{cn} {dns:?}: {body}");
+    }
+}
+
+/// docs/behaviour.md 9a.3: the client CA is reloaded without a restart. The file is replaced the
+/// way the kubelet updates a mounted ConfigMap (a new file renamed over the old): a client of the
+/// old CA is then refused and one of the new CA answered, by the same running server.
+#[tokio::test]
+async fn a_replaced_client_ca_is_used_without_a_restart() {
+    let dir = tempdir("mtls-reload");
+    generate(&dir, "reload");
+    let (ca1, ca2) = (tempdir("mtls-reload-ca1"), tempdir("mtls-reload-ca2"));
+    generate(&ca1, "client-ca-1");
+    generate(&ca2, "client-ca-2");
+    let bundle = dir.join("client-ca.crt");
+    std::fs::copy(ca1.join("ca.crt"), &bundle).unwrap();
+    let server = start_with(&dir, Some(tls::ClientAuth::load(&bundle, vec!["kube-apiserver".into()]).unwrap())).await;
+    let server_ca = dir.join("ca.crt");
+    let client1 = with_cert(&server_ca, client_certificate(&ca1, "kube-apiserver", &[]));
+    let client2 = with_cert(&server_ca, client_certificate(&ca2, "kube-apiserver", &[]));
+    assert_eq!(post(&server, client1.clone(), review()).await.unwrap().0, 200);
+    assert!(post(&server, client2.clone(), review()).await.is_err(), "CA2's client before CA2 is trusted");
+
+    let next = dir.join("client-ca.crt.new");
+    std::fs::copy(ca2.join("ca.crt"), &next).unwrap();
+    std::fs::rename(&next, &bundle).unwrap();
+    let mut answered = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if post(&server, client2.clone(), review()).await.is_ok() {
+            answered = true;
+            break;
+        }
+    }
+    assert!(answered, "a client of the new CA is answered once the file is replaced");
+    let refused = post(&server, client1, review()).await;
+    assert!(refused.is_err(), "a client of the replaced CA: {refused:?}");
+
+    // A broken file keeps the bundle in use.
+    std::fs::write(&bundle, "not a certificate").unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(post(&server, client2, review()).await.unwrap().0, 200);
 }
 
 fn tempdir(name: &str) -> std::path::PathBuf {

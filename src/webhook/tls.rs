@@ -2,15 +2,18 @@
 //! (cert-manager and the chart rotate Secrets in place), TLS 1.2 or newer only.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::ring;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert, ServerSessionMemoryCache, StoresServerSessions, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -72,32 +75,222 @@ impl ResolvesServerCert for Reloading {
 }
 
 /// A rustls server configuration whose certificate follows the files, plus the resolver to
-/// swap certificates in. With `client_ca`, every client must present a certificate that CA
-/// signed (the API server's, configured through its AdmissionConfiguration kubeConfig): anyone
-/// else is refused during the handshake, before a byte of a request is read (SPEC §9a).
-pub fn server_config(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<(Arc<rustls::ServerConfig>, Arc<Reloading>)> {
+/// swap certificates in. With `client_auth`, every client must present a certificate that its CA
+/// signed and that carries one of its names (the API server's, configured through its
+/// AdmissionConfiguration kubeConfig): anyone else is refused during the handshake, before a
+/// byte of a request is read (docs/behaviour.md 9a.3).
+pub fn server_config(cert: &Path, key: &Path, client_auth: Option<Arc<ClientAuth>>) -> Result<(Arc<rustls::ServerConfig>, Arc<Reloading>)> {
     let resolver = Arc::new(Reloading { current: RwLock::new(Arc::new(load(cert, key)?)) });
     let provider = Arc::new(ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
-    let builder = match client_ca {
-        None => builder.with_no_client_auth(),
-        Some(path) => {
-            let pem = std::fs::read(path).map_err(|source| Error::Read { path: path.to_owned(), source })?;
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_slice_iter(&pem).filter_map(|c| c.ok()) {
-                roots.add(c).map_err(|_| Error::ClientCa { path: path.to_owned() })?;
-            }
-            if roots.is_empty() {
-                return Err(Error::ClientCa { path: path.to_owned() });
-            }
-            builder
-                .with_client_cert_verifier(rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build()?)
+    let (builder, sessions) = match client_auth {
+        None => (builder.with_no_client_auth(), None),
+        Some(auth) => {
+            let sessions = auth.sessions.clone();
+            (builder.with_client_cert_verifier(auth), Some(sessions))
         }
     };
     let mut config = builder.with_cert_resolver(resolver.clone());
+    if let Some(sessions) = sessions {
+        config.session_storage = sessions;
+    }
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok((Arc::new(config), resolver))
+}
+
+/// Mutual TLS: the CA bundle that signs the API server's client certificate, reloaded when its
+/// file changes, and the names such a certificate may carry. The CA alone is not enough: a
+/// cluster CA also signs kubelets' and users' certificates, so the name is pinned too.
+pub struct ClientAuth {
+    ca: PathBuf,
+    /// Accepted subject CNs and SAN DNS names, matched exactly; empty accepts any name.
+    names: Vec<String>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    /// The chain verifier for the CA bundle loaded last, and that bundle's bytes.
+    current: RwLock<(Arc<dyn ClientCertVerifier>, Vec<u8>)>,
+    /// When a refusal was last logged (seconds since the epoch), to log at most one a minute.
+    last_logged: AtomicU64,
+    /// The TLS sessions clients may resume, emptied when the bundle changes: a resumed session
+    /// skips the certificate check, so it must not outlive the CA that vouched for it.
+    sessions: Arc<Sessions>,
+}
+
+/// rustls' in-memory session cache, which [`ClientAuth::reload`] replaces with an empty one.
+#[derive(Debug)]
+struct Sessions(RwLock<Arc<dyn StoresServerSessions>>);
+
+impl Sessions {
+    fn fresh() -> Arc<dyn StoresServerSessions> {
+        ServerSessionMemoryCache::new(256)
+    }
+
+    fn current(&self) -> Arc<dyn StoresServerSessions> {
+        self.0.read().expect("session lock").clone()
+    }
+}
+
+impl StoresServerSessions for Sessions {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        self.current().put(key, value)
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.current().get(key)
+    }
+
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.current().take(key)
+    }
+
+    fn can_cache(&self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for ClientAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientAuth").field("ca", &self.ca).field("names", &self.names).finish_non_exhaustive()
+    }
+}
+
+impl ClientAuth {
+    /// Loads the CA bundle at `ca`; fails when it holds no usable certificate.
+    pub fn load(ca: &Path, names: Vec<String>) -> Result<Arc<Self>> {
+        let provider = Arc::new(ring::default_provider());
+        let pem = std::fs::read(ca).map_err(|source| Error::Read { path: ca.to_owned(), source })?;
+        let verifier = Self::verifier(ca, &pem, &provider)?;
+        let names = names.into_iter().map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect();
+        Ok(Arc::new(ClientAuth {
+            ca: ca.to_owned(),
+            names,
+            provider,
+            current: RwLock::new((verifier, pem)),
+            last_logged: AtomicU64::new(0),
+            sessions: Arc::new(Sessions(RwLock::new(Sessions::fresh()))),
+        }))
+    }
+
+    fn verifier(path: &Path, pem: &[u8], provider: &Arc<rustls::crypto::CryptoProvider>) -> Result<Arc<dyn ClientCertVerifier>> {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(pem).filter_map(|c| c.ok()) {
+            roots.add(c).map_err(|_| Error::ClientCa { path: path.to_owned() })?;
+        }
+        if roots.is_empty() {
+            return Err(Error::ClientCa { path: path.to_owned() });
+        }
+        Ok(WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build()?)
+    }
+
+    /// Reads the CA file again; returns whether a new bundle is now in use. A file that does not
+    /// load leaves the previous bundle in use.
+    pub fn reload(&self) -> Result<bool> {
+        let pem = std::fs::read(&self.ca).map_err(|source| Error::Read { path: self.ca.clone(), source })?;
+        if self.current.read().expect("client CA lock").1 == pem {
+            return Ok(false);
+        }
+        let verifier = Self::verifier(&self.ca, &pem, &self.provider)?;
+        *self.current.write().expect("client CA lock") = (verifier, pem);
+        *self.sessions.0.write().expect("session lock") = Sessions::fresh();
+        Ok(true)
+    }
+
+    /// Whether `der` (a certificate the CA verifier accepted) carries one of the pinned names.
+    fn name_allowed(&self, der: &[u8]) -> std::result::Result<(), String> {
+        if self.names.is_empty() {
+            return Ok(());
+        }
+        let Some(names) = cert_names(der) else {
+            return Err("a client certificate whose names cannot be read".into());
+        };
+        if names.iter().any(|n| self.names.iter().any(|a| a == n)) {
+            return Ok(());
+        }
+        // The presented names, bounded: they come from whoever holds a certificate the CA signed.
+        let shown: Vec<String> = names.iter().take(4).map(|n| n.chars().take(64).filter(|c| !c.is_control()).collect()).collect();
+        Err(format!("a client certificate named {shown:?}, not one of {:?}", self.names))
+    }
+
+    fn log_refusal(&self, why: &str) {
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let last = self.last_logged.load(Ordering::Relaxed);
+        if now >= last + 60 && self.last_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            tracing::warn!(
+                ca = %self.ca.display(),
+                "refused {why} on the admission port (mutual TLS; at most one such message a minute). If it is the API server's, add its name to clientAuth.allowedNames or check that the CA bundle signed it"
+            );
+        }
+    }
+}
+
+impl ClientCertVerifier for ClientAuth {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        true
+    }
+
+    /// No CA names are hinted: a client then sends the certificate it has. Hinting the bundle
+    /// would make a Go client (the API server) withhold a certificate from a CA not hinted, which
+    /// turns a CA rotation in the wrong order into failures nobody can see in its logs.
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> std::result::Result<ClientCertVerified, rustls::Error> {
+        let verifier = self.current.read().expect("client CA lock").0.clone();
+        if let Err(e) = verifier.verify_client_cert(end_entity, intermediates, now) {
+            self.log_refusal(&format!("a client certificate ({e})"));
+            return Err(e);
+        }
+        self.name_allowed(end_entity).map_err(|why| {
+            self.log_refusal(&why);
+            rustls::Error::InvalidCertificate(rustls::CertificateError::ApplicationVerificationFailure)
+        })?;
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// Polls the client CA file and swaps a changed bundle in; one that does not load is logged and
+/// the previous bundle kept.
+pub async fn watch_client_ca(auth: Arc<ClientAuth>, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        match auth.reload() {
+            Ok(false) => {}
+            Ok(true) => tracing::info!(ca = %auth.ca.display(), "reloaded the client CA bundle"),
+            Err(e) => tracing::warn!(error = %e, "client CA file changed or unreadable; keeping the previous bundle"),
+        }
+    }
 }
 
 fn mtime(p: &Path) -> Option<SystemTime> {
@@ -180,4 +373,69 @@ pub fn not_after(der: &[u8]) -> Option<i64> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     Some(days * 86_400 + hour * 3600 + minute * 60 + second)
+}
+
+/// The subject's common names and the SAN extension's DNS names of an X.509 certificate
+/// (RFC 5280 §4.1.2.6, §4.2.1.6); None when the structure does not parse.
+pub fn cert_names(der: &[u8]) -> Option<Vec<String>> {
+    const CN: &[u8] = &[0x55, 0x04, 0x03];
+    const SAN: &[u8] = &[0x55, 0x1d, 0x11];
+    let (_, cert, _) = tlv(der)?;
+    let (_, tbs, _) = tlv(cert)?;
+    let mut rest = tbs;
+    if rest.first() == Some(&0xa0) {
+        rest = tlv(rest)?.2;
+    }
+    // serial, signature algorithm, issuer, validity; then the subject.
+    for _ in 0..4 {
+        rest = tlv(rest)?.2;
+    }
+    let (_, mut subject, mut rest) = tlv(rest)?;
+    let mut names = Vec::new();
+    // Subject: SEQUENCE OF SET OF SEQUENCE { type OID, value }.
+    while !subject.is_empty() {
+        let (_, mut set, after) = tlv(subject)?;
+        subject = after;
+        while !set.is_empty() {
+            let (_, attr, after) = tlv(set)?;
+            set = after;
+            let (tag, oid, value) = tlv(attr)?;
+            if tag == 0x06 && oid == CN {
+                // A name that is not UTF-8 (BMPString) matches no pinned name: skipped.
+                let (_, text, _) = tlv(value)?;
+                names.extend(std::str::from_utf8(text).ok().map(str::to_owned));
+            }
+        }
+    }
+    rest = tlv(rest)?.2; // subjectPublicKeyInfo
+                         // Optional [1] issuerUniqueID, [2] subjectUniqueID, then [3] extensions.
+    while let Some((tag, body, after)) = tlv(rest) {
+        rest = after;
+        if tag != 0xa3 {
+            continue;
+        }
+        let (_, mut exts, _) = tlv(body)?;
+        while !exts.is_empty() {
+            let (_, ext, after) = tlv(exts)?;
+            exts = after;
+            let (tag, oid, mut value) = tlv(ext)?;
+            if tag != 0x06 || oid != SAN {
+                continue;
+            }
+            if value.first() == Some(&0x01) {
+                value = tlv(value)?.2; // critical
+            }
+            let (_, octets, _) = tlv(value)?;
+            let (_, mut general, _) = tlv(octets)?;
+            while !general.is_empty() {
+                let (tag, name, after) = tlv(general)?;
+                general = after;
+                // dNSName [2] IA5String.
+                if tag == 0x82 {
+                    names.extend(std::str::from_utf8(name).ok().map(str::to_owned));
+                }
+            }
+        }
+    }
+    Some(names)
 }

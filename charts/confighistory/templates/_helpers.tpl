@@ -286,6 +286,18 @@ every template that depends on them, so they fail early with a clear message.
 {{- if gt $stopping 25 }}
 {{- fail (printf "deployment.preStopSleepSeconds + server.shutdownDelaySeconds (%d) must be at most 25: Kubernetes kills a stopping pod after 30 s, before it has answered the admissions in flight" $stopping) }}
 {{- end }}
+{{- if include "confighistory.clientAuth" . }}
+{{- if not .Values.deployment.enabled }}
+{{- fail "clientAuth needs deployment.enabled: for a server run outside the cluster pass --client-ca and --client-names to it" }}
+{{- end }}
+{{- $sources := 0 }}
+{{- range (list (or .Values.clientAuth.caBundle .Values.tls.clientCA) .Values.clientAuth.existingConfigMap .Values.clientAuth.existingSecret) }}
+{{- if . }}{{ $sources = add1 $sources }}{{ end }}
+{{- end }}
+{{- if ne $sources 1 }}
+{{- fail "clientAuth.enabled needs exactly one of clientAuth.caBundle, clientAuth.existingConfigMap, clientAuth.existingSecret: the CA bundle that signs the API server's client certificate" }}
+{{- end }}
+{{- end }}
 {{- if eq .Values.tls.mode "secret" }}
 {{- if and .Values.deployment.enabled (not .Values.tls.existingSecret) }}
 {{- fail "tls.mode=secret needs tls.existingSecret: the name of a kubernetes.io/tls Secret in the release namespace" }}
@@ -304,4 +316,12 @@ reaches the API server before the API server stops waiting.
 {{- define "confighistory.admissionDeadline" -}}
 {{- $t := int .Values.webhook.timeoutSeconds -}}
 {{- if gt $t 1 -}}{{ sub $t 1 }}{{- else -}}0.5{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when the admission port requires the API server's client certificate
+(clientAuth.enabled, or the deprecated tls.clientCA), else empty.
+*/}}
+{{- define "confighistory.clientAuth" -}}
+{{- if or .Values.clientAuth.enabled .Values.tls.clientCA }}true{{ end -}}
 {{- end -}}

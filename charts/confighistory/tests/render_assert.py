@@ -394,20 +394,42 @@ def main():
                      "CONFIGHISTORY_LOG_FORMAT", "RUST_LOG", "CONFIGHISTORY_SNAPSHOT_CREATORS"):
             check(name in env, f"env {name} missing")
         client_ca = exp.get("clientca", "")
+        client_ca_from = exp.get("clientcafrom", "")
         mounts = {m["name"]: m for m in c["volumeMounts"]}
-        check(set(mounts) == ({"tls", "client-ca"} if client_ca else {"tls"}), f"volume mounts {list(mounts)}")
+        check(set(mounts) == ({"tls", "client-ca"} if client_ca or client_ca_from else {"tls"}), f"volume mounts {list(mounts)}")
         mount = mounts["tls"]
         check(mount["mountPath"] == "/etc/confighistory/tls" and "subPath" not in mount,
               "TLS Secret must be mounted as a directory (no subPath) so rotation reaches the server")
-        if client_ca:
-            # mTLS (SPEC §9a): the API server's client CA, mounted where the server reads it.
-            cm = one("ConfigMap", f"{fullname}-client-ca")
-            check(cm["data"]["ca.crt"].strip() == base64.b64decode(client_ca).decode().strip(), "client CA content")
+        if client_ca or client_ca_from:
+            # mTLS (docs/behaviour.md 9a.3): the API server's client CA, mounted as a directory
+            # (the kubelet updates it in place, the server reloads it), and the names pinned.
+            ca_vol = next(v for v in pod["volumes"] if v["name"] == "client-ca")
+            if client_ca:
+                cm = one("ConfigMap", f"{fullname}-client-ca")
+                check(cm["data"]["ca.crt"].strip() == base64.b64decode(client_ca).decode().strip(), "client CA content")
+                check(ca_vol.get("configMap", {}).get("name") == f"{fullname}-client-ca", f"client CA volume {ca_vol}")
+            else:
+                kind, name, key = client_ca_from.split(":")
+                src = ca_vol.get(kind, {})
+                check(src.get("name" if kind == "configMap" else "secretName") == name
+                      and src.get("items") == [{"key": key, "path": "ca.crt"}], f"client CA volume {ca_vol}")
+                check(not any(o["metadata"]["name"] == f"{fullname}-client-ca" for o in by_kind.get("ConfigMap", [])),
+                      "no chart ConfigMap for an existing CA source")
+            check("subPath" not in mounts["client-ca"], "client CA mounted as a directory (no subPath) so updates reach the server")
             check(env["CONFIGHISTORY_CLIENT_CA"]["value"] == mounts["client-ca"]["mountPath"] + "/ca.crt",
                   "CONFIGHISTORY_CLIENT_CA points into the client-ca mount")
-            print("    mtls: client CA mounted, CONFIGHISTORY_CLIENT_CA set")
+            check(env.get("CONFIGHISTORY_CLIENT_NAMES", {}).get("value") == exp.get("clientnames"),
+                  f"CONFIGHISTORY_CLIENT_NAMES={env.get('CONFIGHISTORY_CLIENT_NAMES')}, want {exp.get('clientnames')!r}")
+            # Probes go to the plain-HTTP health port, which asks for no certificate.
+            ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+            for probe in ("livenessProbe", "readinessProbe"):
+                get = c[probe].get("httpGet", {})
+                check(get.get("port") in ("health", ports["health"]) and get.get("scheme", "HTTP") == "HTTP",
+                      f"{probe} uses the plain health port: {c[probe]}")
+            print(f"    mtls: client CA mounted, names pinned to {exp.get('clientnames')}, probes on the health port")
         else:
-            check("CONFIGHISTORY_CLIENT_CA" not in env, "no client CA unless tls.clientCA")
+            check("CONFIGHISTORY_CLIENT_CA" not in env and "CONFIGHISTORY_CLIENT_NAMES" not in env,
+                  "no client CA unless clientAuth")
         vol = next(v for v in pod["volumes"] if v["name"] == "tls")
         secret = exp.get("secret", f"{fullname}-tls")
         check(vol["secret"]["secretName"] == secret, f"TLS volume secret {vol['secret']}")
