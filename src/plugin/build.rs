@@ -8,6 +8,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
 use super::model::*;
+use crate::model::kinds::{self, Registry};
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Selector;
@@ -20,7 +21,17 @@ pub const DEFAULT_KEEP: u32 = 5;
 /// Default settle window (SPEC §7).
 pub const DEFAULT_SETTLE_SECONDS: u64 = 10;
 /// Deployment revision annotation.
-pub const REVISION_ANNOTATION: &str = "deployment.kubernetes.io/revision";
+/// The revision annotation of a ReplicaSet-kept history (its owner's kind's), or of a workload
+/// that keeps its history in ReplicaSets.
+pub fn revision_annotation(obj: &Value) -> Option<&'static str> {
+    let kinds = Registry::builtin();
+    let kind = kinds.of(obj)?;
+    match kind.history() {
+        _ if !kind.is_workload() => Some(kinds.replicaset_history(obj.get("metadata")?).0),
+        kinds::History::ReplicaSets { revision_annotation, .. } => Some(revision_annotation),
+        _ => None,
+    }
+}
 
 /// Objects of one namespace, as read from the API server.
 #[derive(Clone, Debug, Default)]
@@ -73,13 +84,13 @@ impl Workload {
     /// The current rollout revision: the newest revision whose template is the live one
     /// (Deployments: their revision annotation when no ReplicaSet matches yet).
     pub fn current_revision(&self) -> Option<i64> {
-        let live = template::template_hash(self.template());
+        let live = self.kind.template_hash(self.template());
         self.revisions
             .iter()
             .rev()
-            .find(|(_, t)| template::template_hash(t) == live)
+            .find(|(_, t)| self.kind.template_hash(t) == live)
             .map(|(r, _)| *r)
-            .or_else(|| annotation(&self.object, REVISION_ANNOTATION).and_then(|r| r.parse().ok()))
+            .or_else(|| annotation(&self.object, revision_annotation(&self.object)?).and_then(|r| r.parse().ok()))
     }
     pub fn held(&self) -> BTreeSet<String> {
         source::holds(&self.object).into_keys().collect()
@@ -136,7 +147,7 @@ impl Inventory {
             .workloads
             .iter()
             .filter_map(|o| {
-                let kind = Kind::parse(o.get("kind")?.as_str()?)?;
+                let kind = Registry::builtin().of(o).filter(|k| k.is_workload())?;
                 let uid = meta(o, "uid").unwrap_or_default();
                 let mut revisions: Vec<(i64, Value)> = self
                     .revisions
@@ -172,18 +183,16 @@ impl Inventory {
     }
 }
 
-fn revision_number(obj: &Value) -> Option<i64> {
-    match obj.get("kind")?.as_str()? {
-        "ControllerRevision" => obj.get("revision")?.as_i64(),
-        _ => annotation(obj, REVISION_ANNOTATION)?.parse().ok(),
+/// The number of a revision object (a ReplicaSet or ControllerRevision).
+pub fn revision_number(obj: &Value) -> Option<i64> {
+    match Registry::builtin().of(obj).filter(|k| !k.is_workload())?.history() {
+        kinds::History::ControllerRevisions => obj.get("revision")?.as_i64(),
+        _ => annotation(obj, revision_annotation(obj)?)?.parse().ok(),
     }
 }
 
 fn revision_template(obj: &Value) -> Option<&Value> {
-    match obj.get("kind")?.as_str()? {
-        "ControllerRevision" => obj.pointer("/data/spec/template"),
-        _ => obj.pointer("/spec/template"),
-    }
+    obj.pointer(Registry::builtin().of(obj)?.template_pointer())
 }
 
 pub fn timestamp(s: Option<&str>) -> Option<Timestamp> {
@@ -534,7 +543,7 @@ pub fn revision_config(inv: &Inventory, revision: Option<i64>, template: &Value)
 /// The revision an undo goes to, as kubectl picks it: `to` when non-zero, else the newest
 /// revision before the latest.
 pub fn undo_target(w: &Workload, to: i64) -> Result<(i64, Value)> {
-    if !matches!(w.kind, Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet) {
+    if !w.kind.has_history() {
         bail!("{} has no rollout history: only Deployments, StatefulSets and DaemonSets can be undone", w.reference());
     }
     if to != 0 {

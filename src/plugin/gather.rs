@@ -3,13 +3,12 @@
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{json, Value};
 
 use super::build::{self, Inventory, Workload};
+use crate::model::kinds::{History, Registry};
 use crate::model::names;
 use crate::model::template::{self, Kind};
 
@@ -57,28 +56,10 @@ async fn list(ctx: &Ctx, ar: &ApiResource, params: &ListParams) -> Result<Vec<Va
         .collect())
 }
 
-/// CronJobs in the batch version the cluster serves (the probe the watches use).
-async fn cronjob_resource(client: &kube::Client) -> ApiResource {
-    crate::cluster::watch::resource("batch", crate::cluster::watch::cronjob_version(client).await, "CronJob", "cronjobs")
-}
-
-pub fn resource(kind: Kind) -> ApiResource {
-    match kind {
-        Kind::Deployment => ApiResource::erase::<Deployment>(&()),
-        Kind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
-        Kind::DaemonSet => ApiResource::erase::<DaemonSet>(&()),
-        Kind::Job => ApiResource::erase::<Job>(&()),
-        Kind::ReplicaSet => ApiResource::erase::<ReplicaSet>(&()),
-        Kind::ControllerRevision => ApiResource::erase::<ControllerRevision>(&()),
-        // Callers use cronjob_resource; batch/v1beta1 is the fallback shape.
-        Kind::CronJob => ApiResource {
-            group: "batch".into(),
-            version: "v1beta1".into(),
-            api_version: "batch/v1beta1".into(),
-            kind: "CronJob".into(),
-            plural: "cronjobs".into(),
-        },
-    }
+/// The resource of `kind`, at the version it is served at (`kinds` resolved by
+/// [`crate::cluster::watch::resolve_kinds`]).
+pub fn resource(kind: Kind, kinds: &Registry) -> ApiResource {
+    crate::cluster::watch::kind_resource(kind, kinds)
 }
 
 /// Fails clearly when confighistory's webhooks are not registered. A client that may not list
@@ -115,11 +96,13 @@ pub async fn inventory(ctx: &Ctx, sources: &[&str]) -> Result<Inventory> {
         Err(e) => return Err(api_err(e, &format!("get namespace {}", ctx.namespace))),
     };
     let all = ListParams::default();
-    let cronjobs = cronjob_resource(&ctx.client).await;
+    let kinds = crate::cluster::watch::resolve_kinds(&ctx.client).await;
+    let cronjobs = resource(Kind::CronJob, kinds);
     let snapshots_params = ListParams::default().labels(names::HASH_LABEL);
     let configmaps = ApiResource::erase::<ConfigMap>(&());
     let [deploy, sts, ds, job, rs, cr] =
-        [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::Job, Kind::ReplicaSet, Kind::ControllerRevision].map(resource);
+        [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::Job, Kind::ReplicaSet, Kind::ControllerRevision]
+            .map(|k| resource(k, kinds));
     let (snapshots, deployments, statefulsets, daemonsets, jobs, cjs, replicasets, controllerrevisions) = futures::try_join!(
         list(ctx, &configmaps, &snapshots_params),
         list(ctx, &deploy, &all),
@@ -163,19 +146,15 @@ pub fn revision_object<'a>(inv: &'a Inventory, w: &Workload, n: i64) -> Option<&
     inv.revisions.iter().find(|r| {
         let owned =
             r.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| refs.iter().any(|x| x["uid"] == uid));
-        let number = match r["kind"].as_str() {
-            Some("ControllerRevision") => r["revision"].as_i64(),
-            _ => build::annotation(r, build::REVISION_ANNOTATION).and_then(|v| v.parse().ok()),
-        };
-        owned && number == Some(n)
+        owned && build::revision_number(r) == Some(n)
     })
 }
 
 /// Applies the rollback the way `kubectl rollout undo` does and returns the stored object.
 pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, dry_run: bool) -> Result<Value> {
     let target = revision_object(inv, w, revision).ok_or_else(|| anyhow!("revision {revision} of {} not found", w.reference()))?;
-    match w.kind {
-        Kind::Deployment => {
+    match w.kind.history() {
+        History::ReplicaSets { hash_label, .. } => {
             if w.object.pointer("/spec/paused").and_then(Value::as_bool) == Some(true) {
                 bail!(
                     "you cannot rollback a paused deployment; resume it first with `kubectl rollout resume {}` and try again",
@@ -184,7 +163,7 @@ pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, d
             }
             let mut tpl = target.pointer("/spec/template").cloned().unwrap_or_default();
             if let Some(labels) = tpl.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
-                labels.remove(names::POD_TEMPLATE_HASH);
+                labels.remove(hash_label);
             }
             let mut annotations = serde_json::Map::new();
             for k in ANNOTATIONS_TO_SKIP {
@@ -203,7 +182,9 @@ pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, d
                 {"op": "replace", "path": "/spec/template", "value": tpl},
                 {"op": "replace", "path": "/metadata/annotations", "value": annotations},
             ]);
-            let mut uri = format!("/apis/apps/v1/namespaces/{}/deployments/{}?fieldManager={FIELD_MANAGER}", ctx.namespace, w.name);
+            let ar = resource(w.kind, Registry::builtin());
+            let mut uri =
+                format!("/apis/{}/namespaces/{}/{}/{}?fieldManager={FIELD_MANAGER}", ar.api_version, ctx.namespace, ar.plural, w.name);
             if dry_run {
                 uri.push_str("&dryRun=All");
             }
@@ -214,15 +195,15 @@ pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, d
             let out: Value = ctx.client.request(request).await.map_err(|e| api_err(e, &format!("roll back {}", w.reference())))?;
             Ok(out)
         }
-        Kind::StatefulSet | Kind::DaemonSet => {
+        History::ControllerRevisions => {
             let data = target.get("data").cloned().ok_or_else(|| anyhow!("revision {revision} of {} has no data", w.reference()))?;
-            let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource(w.kind));
+            let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource(w.kind, Registry::builtin()));
             let pp = PatchParams { dry_run, field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
             let out =
                 api.patch(&w.name, &pp, &Patch::Strategic(&data)).await.map_err(|e| api_err(e, &format!("roll back {}", w.reference())))?;
             Ok(serde_json::to_value(out)?)
         }
-        _ => bail!("{} has no rollout history", w.reference()),
+        History::None => bail!("{} has no rollout history", w.reference()),
     }
 }
 
@@ -258,7 +239,8 @@ pub async fn sources(ctx: &Ctx, all: bool) -> Result<super::model::Sources> {
         sources.insert(key, got.map(|o| json!({ "metadata": o.metadata })));
     }
     let mut workloads = Vec::new();
-    for ar in [resource(Kind::Deployment), resource(Kind::StatefulSet), resource(Kind::DaemonSet), cronjob_resource(client).await] {
+    let kinds = crate::cluster::watch::resolve_kinds(client).await;
+    for ar in [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::CronJob].map(|k| resource(k, kinds)) {
         workloads
             .extend(metas(api(&ar).list_metadata(&ListParams::default()).await.map_err(|e| api_err(e, &format!("list {}", ar.plural)))?));
     }
