@@ -12,6 +12,21 @@ use super::snapshot;
 /// The kind of sources: ConfigMaps, in the core group.
 pub const CONFIGMAP: &str = "ConfigMap";
 
+/// The kinds of source a snapshot copies (ConfigMaps; Secrets are planned).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SourceKind {
+    #[default]
+    ConfigMap,
+}
+
+impl SourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::ConfigMap => CONFIGMAP,
+        }
+    }
+}
+
 /// Whether (group, kind) is a source kind.
 pub fn is_source_kind(group: &str, kind: &str) -> bool {
     group.is_empty() && kind == CONFIGMAP

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::model::digest::{Digest, Sha256};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::model::names;
 
@@ -104,13 +104,13 @@ pub fn template_hash(template: &Value) -> String {
 /// [`template_hash`] dropping `hash_label` from the template's labels instead: the label a kind's
 /// controller adds to its revisions' templates ([`Kind::hash_label`]).
 pub fn template_hash_without(template: &Value, hash_label: &str) -> String {
-    let mut h = Sha256::new();
+    let mut h = Sha256::default();
     canonical(template, &mut h, 0, hash_label);
-    let digest = h.finalize();
+    let digest = h.finish();
     digest[..10].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn canonical(v: &Value, h: &mut Sha256, depth: usize, hash_label: &str) {
+fn canonical<D: Digest>(v: &Value, h: &mut D, depth: usize, hash_label: &str) {
     match v {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m
