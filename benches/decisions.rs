@@ -98,12 +98,12 @@ fn bench(c: &mut Criterion) {
     state.apply_workload(Kind::Deployment, &pinned);
     let fresh = Fresh::new();
     let req = request("Deployment", &plain, &pinned);
-    let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now };
+    let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now, namespace: None };
     let Outcome::Done(d) = admission::workload::decide(&req, &view) else { panic!("the steady state reads nothing") };
     assert_eq!((d.reason.as_str(), d.rewrites.len()), ("unchanged", 2), "the steady-state path, pins kept");
     c.bench_function("small deployment, steady state", |b| {
         b.iter(|| {
-            let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now };
+            let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now, namespace: None };
             black_box(admission::workload::decide(black_box(&req), &view))
         })
     });
@@ -113,7 +113,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("small deployment, parse+decide+encode", |b| {
         b.iter(|| {
             let req = review::parse(black_box(&body)).unwrap();
-            let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now };
+            let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now, namespace: None };
             let Outcome::Done(d) = admission::workload::decide(&req, &view) else { panic!() };
             black_box(d.finish(&HashMap::new()).review_json(&req.uid))
         })
@@ -131,12 +131,12 @@ fn bench(c: &mut Criterion) {
     let mut big_state = State::default();
     big_state.apply_workload(Kind::Deployment, &big_old);
     let req = request("Deployment", &big_new, &big_old);
-    let view = View { policy: &policy, state: &big_state, fresh: &fresh_big, failed: &Failed::new(), now };
+    let view = View { policy: &policy, state: &big_state, fresh: &fresh_big, failed: &Failed::new(), now, namespace: None };
     let Outcome::Done(d) = admission::workload::decide(&req, &view) else { panic!("release reads its sources") };
     assert_eq!((d.reason.as_str(), d.rewrites.len(), d.effects.len()), ("pinned", 50, 10), "a release pinning 50 references to 10 sources");
     c.bench_function("20 containers / 50 references, release", |b| {
         b.iter(|| {
-            let view = View { policy: &policy, state: &big_state, fresh: &fresh_big, failed: &Failed::new(), now };
+            let view = View { policy: &policy, state: &big_state, fresh: &fresh_big, failed: &Failed::new(), now, namespace: None };
             black_box(admission::workload::decide(black_box(&req), &view))
         })
     });
@@ -149,9 +149,10 @@ fn bench(c: &mut Criterion) {
     let body = review_body("ConfigMap", &new, &old);
     assert!((1 << 20..(1 << 20) + (64 << 10)).contains(&serde_json::to_vec(&new["data"]).unwrap().len()), "1 MiB of data");
     let req = review::parse(&body).unwrap();
-    let admission::Outcome::Done(d) =
-        admission::configmap::decide(&req, &View { policy: &policy, state: &cm_state, fresh: &fresh, failed: &Failed::new(), now })
-    else {
+    let admission::Outcome::Done(d) = admission::configmap::decide(
+        &req,
+        &View { policy: &policy, state: &cm_state, fresh: &fresh, failed: &Failed::new(), now, namespace: None },
+    ) else {
         panic!("decided from memory")
     };
     assert_eq!(d.reason.as_str(), "source-changed");
@@ -162,14 +163,14 @@ fn bench(c: &mut Criterion) {
     );
     c.bench_function("1 MiB configmap update, decide (hash, compare, key diff)", |b| {
         b.iter(|| {
-            let view = View { policy: &policy, state: &cm_state, fresh: &fresh, failed: &Failed::new(), now };
+            let view = View { policy: &policy, state: &cm_state, fresh: &fresh, failed: &Failed::new(), now, namespace: None };
             black_box(admission::configmap::decide(black_box(&req), &view))
         })
     });
     c.bench_function("1 MiB configmap update, parse+decide", |b| {
         b.iter(|| {
             let req = review::parse(black_box(&body)).unwrap();
-            let view = View { policy: &policy, state: &cm_state, fresh: &fresh, failed: &Failed::new(), now };
+            let view = View { policy: &policy, state: &cm_state, fresh: &fresh, failed: &Failed::new(), now, namespace: None };
             black_box(admission::configmap::decide(&req, &view))
         })
     });
@@ -250,7 +251,7 @@ fn count(path: &str, n: usize) {
     for _ in 0..n {
         let req = review::parse(black_box(&body)).unwrap();
         let failed = Failed::new();
-        let view = View { policy: &policy, state: &state, fresh, failed: &failed, now };
+        let view = View { policy: &policy, state: &state, fresh, failed: &failed, now, namespace: None };
         let outcome =
             if req.kind.kind == "ConfigMap" { admission::configmap::decide(&req, &view) } else { admission::workload::decide(&req, &view) };
         let Outcome::Done(d) = outcome else { panic!("{path} decides in one pass") };

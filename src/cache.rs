@@ -29,6 +29,21 @@ pub struct NamespaceInfo {
     pub deleting: bool,
 }
 
+impl NamespaceInfo {
+    /// The record of a Namespace object (as the watch delivers it, or as read fresh).
+    pub fn from_object(obj: &Value) -> NamespaceInfo {
+        let meta = &obj["metadata"];
+        NamespaceInfo {
+            labels: string_map(&meta["labels"], |_| true),
+            settle: meta
+                .at(&format!("/annotations/{}", crate::model::json::escape(names::SETTLE)))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            deleting: obj.deleting(),
+        }
+    }
+}
+
 /// The cache keeps one namespace annotation, the settle window.
 impl Meta for NamespaceInfo {
     fn annotation(&self, key: &str) -> Option<&str> {
@@ -389,16 +404,7 @@ impl State {
     // ---- updates, fed by watchers ----
 
     pub fn apply_namespace(&mut self, obj: &Value) {
-        let meta = &obj["metadata"];
-        let info = NamespaceInfo {
-            labels: string_map(&meta["labels"], |_| true),
-            settle: meta
-                .at(&format!("/annotations/{}", crate::model::json::escape(names::SETTLE)))
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            deleting: obj.deleting(),
-        };
-        self.namespaces.insert(str_at(meta, "name"), info);
+        self.namespaces.insert(str_at(&obj["metadata"], "name"), NamespaceInfo::from_object(obj));
     }
 
     pub fn delete_namespace(&mut self, obj: &Value) {

@@ -112,7 +112,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let (tls_config, resolver) = tls::server_config(&args.tls_cert, &args.tls_key, args.client_ca.as_deref()).map_err(Error::Tls)?;
     let (client, shared, kinds) = start(&args.policy, true).await?;
     let tls_ready = Arc::new(AtomicBool::new(false));
-    let app = Arc::new(App { ctx: shared.clone(), tls_ready: tls_ready.clone(), max_body: args.max_body_bytes });
+    let app =
+        Arc::new(App { ctx: shared.clone(), tls_ready: tls_ready.clone(), max_body: args.max_body_bytes, namespace_reads: Arc::default() });
 
     tokio::spawn(tls::watch(args.tls_cert.clone(), args.tls_key.clone(), resolver, tls_ready, Duration::from_secs(5)));
     let controller = (!args.no_controllers).then(|| {

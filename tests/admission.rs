@@ -175,7 +175,17 @@ impl Fixture {
     }
 
     async fn send(&self, path: &str, review: Value) -> Answer {
-        let a = self.post(path, serde_json::to_vec(&review).unwrap()).await;
+        self.send_to(&self.app(), path, review).await
+    }
+
+    /// [`Fixture::send`] to a given server (one that keeps what it learnt between requests).
+    async fn send_to(&self, app: &Arc<App>, path: &str, review: Value) -> Answer {
+        let body = serde_json::to_vec(&review).unwrap();
+        let req = HttpRequest::post(path).header("content-type", "application/json").body(Body::from(body)).unwrap();
+        let resp = webhook::router(app.clone()).oneshot(req).await.unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+        let a = Answer { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null) };
         assert_eq!(a.status, StatusCode::OK, "{}", a.body);
         assert_eq!(a.response()["uid"], "req-1", "the uid is always copied");
         a
@@ -1642,7 +1652,7 @@ async fn requests_the_webhooks_never_send_are_refused_without_state() {
 /// fair share of places). Once the namespace watch has listed, a namespace it does not know is
 /// answered "allowed, no patch" without any read; one it knows is read from as before.
 #[tokio::test]
-async fn a_namespace_that_does_not_exist_gets_no_reads() {
+async fn a_namespace_that_does_not_exist_costs_one_namespace_read() {
     let f = Fixture::new();
     {
         let mut state = f.state.write().unwrap();
@@ -1654,6 +1664,8 @@ async fn a_namespace_that_does_not_exist_gets_no_reads() {
         json!((0..20).map(|i| json!({"name": format!("v{i}"), "configMap": {"name": format!("missing-{i}")}})).collect::<Vec<_>>());
     let old = with_annotations(configmap("pricing-config", A), &[("confighistory.io/head", &content(A).hash())]);
     let new = with_annotations(configmap("pricing-config", B), &[("confighistory.io/head", &content(A).hash())]);
+    // One server, as in a pod: what it learnt a namespace is missing, it remembers for a while.
+    let app = f.app();
     for i in 0..10 {
         let ns = format!("invented-{i}");
         for (path, r) in [
@@ -1661,14 +1673,61 @@ async fn a_namespace_that_does_not_exist_gets_no_reads() {
             ("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)),
             ("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old))),
         ] {
-            let a = f.send(path, in_namespace(r, &ns)).await;
+            let a = f.send_to(&app, path, in_namespace(r, &ns)).await;
             assert!(a.allowed() && a.patch().is_empty(), "{path} in {ns}: {}", a.body);
         }
     }
-    assert!(f.calls().is_empty(), "no read for a namespace that does not exist: {:?}", f.calls());
-    // The namespace that exists is read from, as before.
+    let want: Vec<String> = (0..10).map(|i| format!("get namespace invented-{i}")).collect();
+    assert_eq!(f.calls(), want, "one namespace read per invented namespace, and nothing else");
+    // The namespace that exists is read from, as before, without reading the namespace.
+    f.clear_calls();
     f.mutate_deployment("CREATE", &d, None).await;
     assert!(f.calls().iter().any(|c| c.contains("missing-3")), "{:?}", f.calls());
+    assert!(f.calls().iter().all(|c| !c.contains("namespace")), "{:?}", f.calls());
+}
+
+/// `kubectl create namespace x && kubectl apply -f app.yaml` (or `helm install --create-namespace`):
+/// the first workloads come before the namespace watch delivers the namespace. They are decided
+/// like any other, with the namespace read fresh (its mode label counts), not let through as
+/// if the namespace did not exist.
+#[tokio::test]
+async fn a_namespace_the_watch_has_not_delivered_yet_is_read_and_decided_normally() {
+    let f = Fixture::new();
+    {
+        let mut state = f.state.write().unwrap();
+        state.apply_namespace(&json!({"metadata": {"name": NS}}));
+        state.synced.0.insert("namespaces");
+    }
+    f.cluster.insert_namespace(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fresh-ns"}}));
+    f.cluster.insert_namespace(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "fresh-enforce", "labels": {"confighistory.io/mode": "enforce"}}}));
+    for ns in ["fresh-ns", "fresh-enforce"] {
+        let mut cm = configmap("pricing-config", A);
+        cm["metadata"]["namespace"] = json!(ns);
+        f.cluster.insert(cm);
+    }
+    let d = deployment("pricing:4.11", "pricing-config");
+
+    // Rewrite mode (the default): pinned, and the snapshot written.
+    let create = |ns: &str, obj: &Value| in_namespace(review("Deployment", "apps", "v1", "CREATE", Some(obj), None), ns);
+    let m = f.send("/mutate", create("fresh-ns", &d)).await;
+    assert!(m.allowed(), "{}", m.message());
+    let pinned = m.patched(&d);
+    let want = snap("pricing-config", A);
+    assert_eq!(pin_of(&pinned), (want.clone(), want.clone()), "{}", m.body);
+    assert!(f.cluster.get("fresh-ns", &want).is_some(), "snapshot created in fresh-ns");
+    assert_eq!(f.calls()[0], "get namespace fresh-ns", "the namespace is confirmed before any other read: {:?}", f.calls());
+    let v = f.send("/validate", create("fresh-ns", &pinned)).await;
+    assert!(v.allowed(), "{}", v.message());
+    let v = f.send("/validate", create("fresh-ns", &d)).await;
+    assert!(!v.allowed(), "validation runs: {}", v.body);
+    assert!(v.message().contains("names mutable ConfigMap pricing-config"), "{}", v.message());
+
+    // The fresh namespace's mode label is honoured: enforce never rewrites, and refuses.
+    let m = f.send("/mutate", create("fresh-enforce", &d)).await;
+    assert!(m.allowed() && m.patch().is_empty(), "{}", m.body);
+    let v = f.send("/validate", create("fresh-enforce", &d)).await;
+    assert!(!v.allowed(), "{}", v.body);
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Value};
 
-use crate::cache::State;
+use crate::cache::{NamespaceInfo, State};
 use crate::model::json::At;
 use crate::model::meta::Meta;
 use crate::model::policy::{Mode, Policy};
@@ -52,6 +52,9 @@ pub struct View<'a> {
     pub failed: &'a Failed,
     /// Current time, RFC 3339.
     pub now: &'a str,
+    /// The request's namespace read fresh from the API server, when the namespace watch has
+    /// listed and does not know it (created a moment ago); `None` when not read or not found.
+    pub namespace: Option<&'a NamespaceInfo>,
 }
 
 impl View<'_> {
@@ -189,15 +192,18 @@ impl std::fmt::Display for Reason {
 }
 
 /// The mode a request's namespace is admitted in (docs/behaviour.md §3), or why nothing is done there (mode
-/// off; or a namespace the namespace watch has listed and does not know). The API server admits
-/// nothing into a namespace that does not exist, so a review naming one is forged (or the watch
-/// lags a namespace created a moment ago: repair pins its workloads); either way it is answered
-/// without any read (docs/behaviour.md §9a), and never takes a fair share of its own.
+/// off; or a namespace that does not exist). A namespace the namespace watch has listed and does
+/// not know is one created a moment ago (`kubectl create namespace x && kubectl apply`: decided
+/// from its fresh read, [`View::namespace`], like any other) or none at all: the API server admits
+/// nothing into a namespace that does not exist, so a review naming one is forged, and it is
+/// answered without reading anything else (docs/behaviour.md §9a), never taking a fair share of
+/// its own.
 pub fn acting_mode(req: &Request, view: &View) -> Result<Mode, Reason> {
-    if view.state.namespace_unlisted(&req.namespace) {
-        return Err(Reason::UnknownNamespace);
-    }
-    match view.policy.namespace_mode(&req.namespace, view.state.namespace(&req.namespace)).0 {
+    let info = match view.state.namespace(&req.namespace) {
+        None if view.state.namespace_unlisted(&req.namespace) => Some(view.namespace.ok_or(Reason::UnknownNamespace)?),
+        known => known,
+    };
+    match view.policy.namespace_mode(&req.namespace, info).0 {
         Mode::Off => Err(Reason::Mode),
         mode => Ok(mode),
     }

@@ -257,7 +257,7 @@ mod tests {
     fn decide_in(mode: &str, req: &Request, cm: Value) -> Decision {
         let (policy, state) = (Policy::default(), state(mode));
         let fresh: Fresh = [("cfg".to_owned(), Some(cm))].into();
-        let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: NOW };
+        let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: NOW, namespace: None };
         match decide(req, &view) {
             Outcome::Done(d) => d,
             Outcome::Fetch(f) => panic!("asked to read {f:?} with every source read"),
@@ -358,7 +358,7 @@ mod tests {
             let deployment = decide_in(mode, req, fresh["cfg"].clone().unwrap());
             let mut state = State { kinds: with_rollout(), ..state(mode) };
             state.apply_revision(Kind::ReplicaSet, &rs);
-            let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: NOW };
+            let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: NOW, namespace: None };
             let Outcome::Done(rollout) = decide(&as_rollout(req.clone()), &view) else { panic!("case {i}: asked to read") };
             assert_eq!((rollout.reason, rollout.response.allowed), (deployment.reason, deployment.response.allowed), "case {i}");
             let said = |d: &Decision| format!("{:?} {:?}", d.response.message, d.response.warnings);
@@ -369,7 +369,7 @@ mod tests {
         // Without the registration, the same request is a kind confighistory does not handle.
         let state = state("enforce");
         let fresh = Fresh::new();
-        let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: NOW };
+        let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: NOW, namespace: None };
         let Outcome::Done(d) = decide(&as_rollout(create.clone()), &view) else { panic!("asked to read") };
         assert_eq!(d.reason, Reason::UnhandledKind);
     }

@@ -602,7 +602,7 @@ mod tests {
     #[test]
     fn changed_matches_comparing_a_pinned_copy() {
         let (policy, state, fresh) = (Policy::default(), State::default(), Fresh::new());
-        let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: "" };
+        let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: "", namespace: None };
         let cases = [
             (deployment("cfg", "cfg", json!(1)), deployment(PIN, PIN, json!(1)), false),
             (deployment("cfg", PIN, json!(1)), deployment(PIN, PIN, json!(1)), false),

@@ -85,6 +85,12 @@ pub trait Cluster: Send + Sync + 'static {
     }
     /// GET a ConfigMap; `None` on 404.
     fn get_configmap<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Value>>>;
+    /// GET a Namespace; `None` on 404. Admission confirms a namespace the namespace watch does
+    /// not know yet with it.
+    fn get_namespace<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Value>>> {
+        let _ = name;
+        unsupported("get namespace")
+    }
     /// POST a ConfigMap (dryRun=All when `dry_run`).
     fn create_configmap<'a>(&'a self, ns: &'a str, obj: &'a Value, dry_run: bool) -> BoxFuture<'a, Result<Created>>;
     /// Merge-patch a ConfigMap's metadata.
@@ -188,6 +194,15 @@ impl Cluster for KubeCluster {
         Box::pin(async move {
             crate::metrics::METRICS.api_call("get");
             let obj = configmaps(&self.client, ns).get_opt(name).await?;
+            Ok(obj.map(|o| serde_json::to_value(o).unwrap_or_default()))
+        })
+    }
+
+    fn get_namespace<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Value>>> {
+        Box::pin(async move {
+            crate::metrics::METRICS.api_call("get");
+            let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+            let obj = api.get_opt(name).await?;
             Ok(obj.map(|o| serde_json::to_value(o).unwrap_or_default()))
         })
     }
@@ -309,6 +324,7 @@ impl Cluster for KubeCluster {
 
 /// An in-memory stand-in for unit tests of the edge and of the controller loops, with injectable
 /// faults and pauses (to interleave two callers exactly). Calls are described as `get ns/name`,
+/// `get namespace name`,
 /// `create ns/name`, `patch ns/name`, `delete ns/name` (ConfigMaps), `patch Kind ns/name`
 /// (workloads), `list what ns`, `list namespaces`, `event Reason ns/name`.
 #[derive(Default, Clone)]
@@ -317,6 +333,8 @@ pub struct MemoryCluster {
     pub objects: Arc<Mutex<HashMap<(String, String), Value>>>,
     /// Workloads and revisions by (kind, namespace, name).
     pub workloads: Arc<Mutex<HashMap<WorkloadKey, Value>>>,
+    /// Namespaces by name.
+    pub namespaces: Arc<Mutex<HashMap<String, Value>>>,
     /// Events published, in order.
     pub events: Arc<Mutex<Vec<Event>>>,
     /// When set, calls whose description starts with the prefix ("" = every call) fail with the error.
@@ -374,6 +392,11 @@ impl MemoryCluster {
     pub fn workload(&self, kind: Kind, ns: &str, name: &str) -> Option<Value> {
         self.workloads.lock().expect("lock").get(&(kind, ns.to_owned(), name.to_owned())).cloned()
     }
+    /// Adds or replaces a Namespace.
+    pub fn insert_namespace(&self, obj: Value) {
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        self.namespaces.lock().expect("lock").insert(name, obj);
+    }
     pub fn events(&self) -> Vec<Event> {
         self.events.lock().expect("lock").clone()
     }
@@ -421,6 +444,15 @@ impl Cluster for MemoryCluster {
             let call = format!("get {ns}/{name}");
             self.check(call.clone()).await?;
             let obj = self.get(ns, name);
+            self.hold(&call, true).await;
+            Ok(obj)
+        })
+    }
+    fn get_namespace<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Value>>> {
+        Box::pin(async move {
+            let call = format!("get namespace {name}");
+            self.check(call.clone()).await?;
+            let obj = self.namespaces.lock().expect("lock").get(name).cloned();
             self.hold(&call, true).await;
             Ok(obj)
         })

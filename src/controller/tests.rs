@@ -349,7 +349,7 @@ async fn a_resync_pass_touches_a_source_changed_while_the_webhook_was_away_and_t
     };
     let state = ctx.shared.state.read().unwrap();
     let (fresh, failed) = (crate::admission::Fresh::new(), crate::admission::Failed::new());
-    let view = crate::admission::View { policy: &ctx.shared.policy, state: &state, fresh: &fresh, failed: &failed, now };
+    let view = crate::admission::View { policy: &ctx.shared.policy, state: &state, fresh: &fresh, failed: &failed, now, namespace: None };
     let crate::admission::Outcome::Done(d) = crate::admission::configmap::decide(&req, &view) else { panic!("no read expected") };
     assert_eq!(d.reason, crate::admission::Reason::SourceChanged);
     let set = |key: &str| {
@@ -407,7 +407,8 @@ async fn a_resync_pass_touches_a_source_edited_while_away_before_it_ever_had_a_h
         };
         let state = ctx.shared.state.read().unwrap();
         let (fresh, failed) = (crate::admission::Fresh::new(), crate::admission::Failed::new());
-        let view = crate::admission::View { policy: &ctx.shared.policy, state: &state, fresh: &fresh, failed: &failed, now };
+        let view =
+            crate::admission::View { policy: &ctx.shared.policy, state: &state, fresh: &fresh, failed: &failed, now, namespace: None };
         let crate::admission::Outcome::Done(d) = crate::admission::configmap::decide(&req, &view) else { panic!("no read expected") };
         let mut stored = after.clone();
         json_patch::patch(&mut stored, &serde_json::from_value::<json_patch::Patch>(json!(d.response.patch)).unwrap()).unwrap();
@@ -793,7 +794,7 @@ async fn a_source_the_admins_selector_newly_excludes_is_propagated_once_more_to_
     let d = {
         let state = ctx.shared.state.read().unwrap();
         let (fresh, failed) = (crate::admission::Fresh::new(), crate::admission::Failed::new());
-        let view = crate::admission::View { policy: &policy, state: &state, fresh: &fresh, failed: &failed, now };
+        let view = crate::admission::View { policy: &policy, state: &state, fresh: &fresh, failed: &failed, now, namespace: None };
         let crate::admission::Outcome::Done(d) = crate::admission::configmap::decide(&req, &view) else { panic!("no read expected") };
         d
     };

@@ -21,6 +21,9 @@ pub fn max_len(key: &str) -> usize {
     match key {
         names::ADOPTED | names::HELD | names::HELD_HEADS | names::PINS | names::PROPAGATE => 16 * 1024,
         names::SOURCE_NAME => 253,
+        // The server's published configuration: a JSON document the plugin reads, not a rule's
+        // input; well under the API server's 256 KiB for all annotations.
+        crate::model::published::ANNOTATION => 64 * 1024,
         k if k.starts_with(names::PREFIX) => 64,
         _ => usize::MAX,
     }

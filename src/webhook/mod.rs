@@ -16,7 +16,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use crate::admission::{self, review, Decision, Effect, Failed, Failure, Fresh, Outcome, Reason, Response, View};
-use crate::cache::State;
+use crate::cache::{NamespaceInfo, State};
 use crate::cluster::{ApiError, Cluster};
 use crate::context::Context;
 use crate::model::kinds::{Kind, Registry};
@@ -38,13 +38,15 @@ pub struct App {
     /// A certificate is loaded.
     pub tls_ready: Arc<AtomicBool>,
     pub max_body: usize,
+    /// Fresh reads of namespaces the namespace watch does not know.
+    pub namespace_reads: Arc<limits::NamespaceReads>,
 }
 
 impl App {
     /// An app over `ctx` with its certificate counted as loaded and the default body limit
     /// (tests and tools; `serve` sets readiness from the certificate it loads).
     pub fn new(ctx: Arc<Context>) -> App {
-        App { ctx, tls_ready: Arc::new(AtomicBool::new(true)), max_body: DEFAULT_MAX_BODY }
+        App { ctx, tls_ready: Arc::new(AtomicBool::new(true)), max_body: DEFAULT_MAX_BODY, namespace_reads: Arc::default() }
     }
 
     /// [`App::new`] over a context whose caches count as synced.
@@ -246,7 +248,7 @@ fn kind_label(kinds: &Registry, k: &review::GroupVersionKind) -> &'static str {
 /// Whether a workload request must never be denied (an undo, a CronJob's run), from the caches.
 pub fn never_denied(app: &App, req: &review::Request) -> bool {
     let (state, now) = (app.ctx.state.read().expect("state lock"), String::new());
-    let view = View { policy: &app.ctx.policy, state: &state, fresh: &Fresh::new(), failed: &Failed::new(), now: &now };
+    let view = View { policy: &app.ctx.policy, state: &state, fresh: &Fresh::new(), failed: &Failed::new(), now: &now, namespace: None };
     !source::is_source_kind(&req.kind.group, &req.kind.kind) && admission::workload::never_denied(req, &view)
 }
 
@@ -255,6 +257,10 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     // The API server's time, in milliseconds: the settle window is counted from changed-at, on
     // the leader, which uses the API server's time too (never a replica's own clock alone).
     let now = app.ctx.clock.now_rfc3339();
+    let namespace = match Box::pin(read_namespace(app, endpoint, req)).await {
+        Ok(namespace) => namespace,
+        Err(failure) => return (failure.denial, Reason::ApiError),
+    };
     let mut fresh = Fresh::new();
     let mut failed = Failed::new();
     // Pass 0 decides from memory; a decision that needs fresh reads asks for them once, and,
@@ -268,7 +274,8 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     for _ in 0..MAX_PASSES {
         let outcome = {
             let state = app.ctx.state.read().expect("state lock");
-            let view = View { policy: &app.ctx.policy, state: &state, fresh: &fresh, failed: &failed, now: &now };
+            let view =
+                View { policy: &app.ctx.policy, state: &state, fresh: &fresh, failed: &failed, now: &now, namespace: namespace.as_deref() };
             match endpoint {
                 Endpoint::Mutate if source::is_source_kind(&req.kind.group, &req.kind.kind) => admission::configmap::decide(req, &view),
                 Endpoint::Mutate => admission::workload::decide(req, &view),
@@ -342,6 +349,32 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
         }
     }
     (Response::deny(500, "confighistory could not decide (sources changed while reading); retrying is safe"), Reason::Internal)
+}
+
+/// The request's namespace, read fresh when the namespace watch has listed and does not know it
+/// (`admission::acting_mode` decides from it): one GET, before any other read, among a few at a
+/// time and outside the per-namespace places; `None` when not needed, or when the namespace does
+/// not exist (remembered for a while: a flood of forged reviews naming it costs one GET).
+async fn read_namespace(app: &App, endpoint: Endpoint, req: &review::Request) -> Result<Option<Box<NamespaceInfo>>, Failure> {
+    let ns = req.namespace.as_str();
+    // Snapshot protection does not depend on the namespace's mode.
+    let unlisted = || app.ctx.state.read().expect("state lock").namespace_unlisted(ns);
+    if endpoint == Endpoint::Protect || !unlisted() || app.namespace_reads.known_missing(ns) {
+        return Ok(None);
+    }
+    let _turn = app.namespace_reads.turn().await;
+    // While this one waited, the watch may have delivered it, or another request found it missing.
+    if !unlisted() || app.namespace_reads.known_missing(ns) {
+        return Ok(None);
+    }
+    match app.ctx.cluster.get_namespace(ns).await {
+        Ok(Some(obj)) => Ok(Some(Box::new(NamespaceInfo::from_object(&obj)))),
+        Ok(None) => {
+            app.namespace_reads.record_missing(ns);
+            Ok(None)
+        }
+        Err(e) => Err(failure(&format!("read Namespace {ns}"), &e)),
+    }
 }
 
 /// Distinct ConfigMaps read for one request at most (SPEC §9a): a template naming more is
