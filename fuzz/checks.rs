@@ -26,6 +26,7 @@ use confighistory::admission::review::{self, Request, Response, MAX_WARNING};
 use confighistory::admission::Reason;
 use confighistory::cache::State;
 use confighistory::cluster::MemoryCluster;
+use confighistory::model::kinds::Registry;
 use confighistory::model::policy::Policy;
 use confighistory::model::snapshot::{self, Content};
 use confighistory::model::template::{self, Kind};
@@ -305,19 +306,18 @@ pub fn workload_request(data: &[u8]) -> Request {
     let mut c = Choices::new(data);
     let kinds = [("Deployment", "apps"), ("StatefulSet", "apps"), ("DaemonSet", "apps"), ("Job", "batch"), ("CronJob", "batch")];
     let (kind_name, group) = kinds[c.pick(kinds.len())];
-    let kind = Kind::parse(kind_name).expect("a kind");
+    let kind = Registry::builtin().workload(group, kind_name).expect("a kind");
     let wrap = |template: Value, annotations: Value| {
         let mut obj = json!({"apiVersion": format!("{group}/v1"), "kind": kind_name,
             "metadata": {"name": "web", "namespace": NS, "uid": "uid-web"}, "spec": {}});
         if annotations.as_object().is_some_and(|m| !m.is_empty()) {
             obj["metadata"]["annotations"] = annotations;
         }
-        let holder = match kind {
-            Kind::CronJob => {
-                obj["spec"] = json!({"schedule": "* * * * *", "jobTemplate": {"spec": {}}});
-                &mut obj["spec"]["jobTemplate"]["spec"]
-            }
-            _ => &mut obj["spec"],
+        let holder = if kind == Kind::CronJob {
+            obj["spec"] = json!({"schedule": "* * * * *", "jobTemplate": {"spec": {}}});
+            &mut obj["spec"]["jobTemplate"]["spec"]
+        } else {
+            &mut obj["spec"]
         };
         holder["template"] = template;
         obj
@@ -402,7 +402,7 @@ fn source_of(cluster: &MemoryCluster, name: &str) -> String {
 /// Reference rewriting: the invariants in the module documentation.
 pub fn rewrite_bytes(data: &[u8]) {
     let req = workload_request(data);
-    let kind = Kind::parse(&req.kind.kind).expect("kind");
+    let kind = Registry::builtin().workload(&req.kind.group, &req.kind.kind).expect("kind");
     let tpl_ptr = kind.template_pointer();
     let cluster = MemoryCluster::default();
     let app = app(&cluster);

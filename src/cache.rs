@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use serde_json::Value;
 
 use crate::model::json::At;
+use crate::model::kinds::{History, Registry};
 use crate::model::meta::{self, Meta};
 use crate::model::names;
 use crate::model::policy;
@@ -245,6 +246,8 @@ pub struct State {
     /// ConfigMap labels kept besides the rules' own: the keys the admin's selector of excluded
     /// sources mentions. `None` keeps every label (tests that change the selector on the fly).
     pub configmap_labels: Option<BTreeSet<String>>,
+    /// The kinds watched (the built-ins unless set at start).
+    pub kinds: &'static Registry,
 }
 
 fn str_at(v: &Value, k: &str) -> String {
@@ -437,7 +440,7 @@ impl State {
         let meta = &obj["metadata"];
         let info = WorkloadInfo {
             uid: str_at(meta, "uid"),
-            template_hash: template::template_hash(&tpl),
+            template_hash: kind.template_hash(&tpl),
             refs: template::ref_names(&tpl).into_iter().collect(),
             annotations: kept_annotations(&meta["annotations"], &WORKLOAD_ANNOTATIONS),
             owner_kind: controller_owner(meta).map(|(k, _)| k),
@@ -474,16 +477,19 @@ impl State {
         let (ns, name) = key_of(obj);
         let meta = &obj["metadata"];
         let tpl = obj.at(kind.template_pointer()).cloned().unwrap_or(Value::Null);
-        let revision = match kind {
-            Kind::ControllerRevision => obj.get("revision").and_then(Value::as_i64).unwrap_or(0),
+        let (revision, template_hash) = match kind.history() {
+            History::ControllerRevisions => (obj.get("revision").and_then(Value::as_i64).unwrap_or(0), kind.template_hash(&tpl)),
             _ => {
-                meta.at("/annotations/deployment.kubernetes.io~1revision").and_then(Value::as_str).and_then(|s| s.parse().ok()).unwrap_or(0)
+                // A ReplicaSet is numbered and labelled as its owner's kind does it.
+                let (annotation, hash_label) = self.kinds.replicaset_history(meta);
+                let revision = meta.get("annotations").and_then(|a| a.get(annotation)).and_then(Value::as_str);
+                (revision.and_then(|s| s.parse().ok()).unwrap_or(0), template::template_hash_without(&tpl, hash_label))
             }
         };
         let info = RevisionInfo {
             owner_uid: controller_owner(meta).map(|(_, uid)| uid).unwrap_or_default(),
             created: str_at(meta, "creationTimestamp"),
-            template_hash: template::template_hash(&tpl),
+            template_hash,
             refs: template::ref_names(&tpl).into_iter().collect(),
             revision,
         };
@@ -601,10 +607,10 @@ impl Watched {
         }
     }
 
-    pub fn all() -> Vec<Watched> {
+    pub fn all(kinds: &Registry) -> Vec<Watched> {
         let mut v = vec![Watched::Namespaces, Watched::ConfigMaps];
-        v.extend([Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::Job, Kind::CronJob].map(Watched::Workload));
-        v.extend([Kind::ReplicaSet, Kind::ControllerRevision].map(Watched::Revision));
+        v.extend(kinds.workloads().map(Watched::Workload));
+        v.extend(kinds.revisions().map(Watched::Revision));
         v
     }
 }

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::model::kinds::Registry;
 use crate::model::policy::Policy;
 use crate::model::published::EffectiveConfig;
 
@@ -186,15 +187,15 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// The configuration this server runs with, as it publishes it: from the very policy its
     /// admissions and loops use, and its controller settings (docs/operations.md).
-    pub fn effective_config(&self, policy: &Policy) -> EffectiveConfig {
-        effective_config(policy, &self.controller, !self.no_controllers)
+    pub fn effective_config(&self, policy: &Policy, kinds: &Registry) -> EffectiveConfig {
+        effective_config(policy, &self.controller, !self.no_controllers, kinds)
     }
 }
 
-/// [`ServeArgs::effective_config`], from its parts.
-pub fn effective_config(policy: &Policy, controller: &ControllerArgs, controllers: bool) -> EffectiveConfig {
+/// [`ServeArgs::effective_config`], from its parts; the workload kinds are the registry's the
+/// server runs with.
+pub fn effective_config(policy: &Policy, controller: &ControllerArgs, controllers: bool, kinds: &Registry) -> EffectiveConfig {
     use crate::model::published::{Gc, Propagation};
-    use crate::model::template::Kind;
     EffectiveConfig {
         format: crate::model::published::FORMAT,
         server_version: env!("CARGO_PKG_VERSION").into(),
@@ -218,9 +219,7 @@ pub fn effective_config(policy: &Policy, controller: &ControllerArgs, controller
         },
         // Secrets are not versioned by this version.
         secrets: false,
-        workload_kinds: [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::CronJob, Kind::Job]
-            .map(|k| k.as_str().to_owned())
-            .into(),
+        workload_kinds: kinds.workloads().map(|k| k.as_str().to_owned()).collect(),
     }
 }
 
@@ -305,7 +304,7 @@ mod tests {
         ];
         let serve = Serve::parse_from(args).serve;
         let policy = serve.policy.policy().unwrap();
-        let doc = serde_json::to_value(serve.effective_config(&policy)).unwrap();
+        let doc = serde_json::to_value(serve.effective_config(&policy, Registry::builtin())).unwrap();
         assert_eq!(
             doc,
             serde_json::json!({
@@ -321,7 +320,7 @@ mod tests {
                 "gc": {"keep": 7, "graceSeconds": 70, "intervalSeconds": 80},
                 "propagation": {"qps": 1.5, "burst": 3, "namespaceQps": 0.25, "namespaceBurst": 2},
                 "secrets": false,
-                "workloadKinds": ["Deployment", "StatefulSet", "DaemonSet", "CronJob", "Job"],
+                "workloadKinds": ["Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"],
             })
         );
         // And it is the policy the plugin decides with.

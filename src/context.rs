@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock};
 use crate::cache::State;
 use crate::cluster::clock::Clock;
 use crate::cluster::Cluster;
+use crate::model::kinds::Registry;
 use crate::model::policy::Policy;
 
 pub struct Context {
@@ -19,17 +20,40 @@ pub struct Context {
     /// The API server's time: `changed-at`, the settle window and GC's last-use records use it,
     /// never a replica's own clock alone.
     pub clock: Arc<Clock>,
+    /// The kinds handled (the built-ins unless set with [`Context::with_kinds`]).
+    pub kinds: &'static Registry,
 }
 
 impl Context {
     /// A context whose caches are not synced yet (the watches set `synced`).
     pub fn new(policy: Policy, state: Arc<RwLock<State>>, cluster: Arc<dyn Cluster>) -> Context {
-        Context { policy, state, cluster, synced: Arc::new(AtomicBool::new(false)), clock: Arc::new(Clock::system()) }
+        Context {
+            policy,
+            state,
+            cluster,
+            synced: Arc::new(AtomicBool::new(false)),
+            clock: Arc::new(Clock::system()),
+            kinds: Registry::builtin(),
+        }
     }
 
     /// A context whose caches count as synced: for tests and tools that fill `state` themselves.
     pub fn synced(policy: Policy, state: Arc<RwLock<State>>, cluster: Arc<dyn Cluster>) -> Context {
-        Context { policy, state, cluster, synced: Arc::new(AtomicBool::new(true)), clock: Arc::new(Clock::system()) }
+        Context {
+            policy,
+            state,
+            cluster,
+            synced: Arc::new(AtomicBool::new(true)),
+            clock: Arc::new(Clock::system()),
+            kinds: Registry::builtin(),
+        }
+    }
+
+    /// The same context handling `kinds`, in its cache too (one registry for admission and loops).
+    pub fn with_kinds(mut self, kinds: &'static Registry) -> Context {
+        self.kinds = kinds;
+        self.state.write().expect("state lock").kinds = kinds;
+        self
     }
 
     /// The same context telling time with `clock` (the one fed by the kube client's responses).

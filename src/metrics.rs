@@ -20,6 +20,9 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::model::kinds::{Kind, Registry as Kinds};
+use crate::model::source;
+
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
@@ -31,9 +34,6 @@ const BUCKETS: [f64; 16] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 
 /// The `what` label values of `confighistory_errors_total`, each exported from the start (0) so
 /// alerts and dashboards see the series before the first error.
 pub const ERRORS: [&str; 4] = ["api", "bad-request", "deadline", "overloaded"];
-
-/// The kinds the webhook configurations register; any other is counted as `other`.
-const KINDS: [&str; 6] = ["ConfigMap", "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"];
 
 /// Per-namespace gauges the controller sets (leader only), by name and help.
 const GAUGES: [(&str, &str); 4] = [
@@ -256,8 +256,9 @@ impl Metrics {
         }
     }
 
-    /// An answered admission. `kind` is the request's and is mapped to the registered kinds (else
-    /// `other`); every other label is a constant.
+    /// An answered admission. `kind` is the request's registered kind, mapped to a known kind
+    /// name (else `other`: a request-supplied string never becomes a label value); every other
+    /// label is a constant.
     pub fn request(
         &self,
         endpoint: &'static str,
@@ -340,10 +341,12 @@ impl Metrics {
     }
 }
 
-/// The `kind` label of a request: a kind the webhooks register, else `other` (a request-supplied
-/// string never becomes a label value).
+/// The `kind` label: a source kind or a registered workload kind's name, else `other`.
 fn kind_label(kind: &str) -> &'static str {
-    KINDS.iter().find(|k| **k == kind).copied().unwrap_or("other")
+    if kind == source::CONFIGMAP {
+        return source::CONFIGMAP;
+    }
+    Kinds::builtin().workloads().map(Kind::as_str).find(|k| *k == kind).unwrap_or("other")
 }
 
 #[cfg(test)]

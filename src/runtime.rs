@@ -18,6 +18,7 @@ use crate::cli::{ControllerCommandArgs, GcArgs, PolicyArgs, SelftestArgs, ServeA
 use crate::cluster::clock::{Clock, DateLayer};
 use crate::cluster::{watch, KubeCluster};
 use crate::context::Context;
+use crate::model::kinds::Registry;
 use crate::model::published::{self, EffectiveConfig};
 use crate::webhook::{self, serve, tls, App};
 
@@ -58,27 +59,27 @@ async fn client_with_clock(clock: Arc<Clock>) -> Result<kube::Client> {
 }
 
 /// The kube client, the shared context over a fresh cache, the watches that feed it, and the
-/// CronJob API version (probed here once, for the watches, the port and the loops).
+/// The kinds, resolved here once against discovery, for the watches, the port and the loops.
 /// `trust_revisions_before_now`: rollout history that exists when the process starts is taken
 /// as it is; revisions created later count for undo only with a template a workload was seen
 /// with (SPEC §9a). Only admission judges undos.
-async fn start(policy: &PolicyArgs, trust_revisions_before_now: bool) -> Result<(kube::Client, Arc<Context>, &'static str)> {
+async fn start(policy: &PolicyArgs, trust_revisions_before_now: bool) -> Result<(kube::Client, Arc<Context>, &'static Registry)> {
     let policy = policy.policy()?;
     let clock = Arc::new(Clock::system());
     let client = client_with_clock(clock.clone()).await?;
     // The probe is a first response: from here the clock knows the API server's time.
-    let cronjob_version = watch::cronjob_version(&client).await;
-    let cluster = Arc::new(KubeCluster::new(client.clone(), FIELD_MANAGER, cronjob_version));
-    let mut state = State::keeping_labels(&policy.excluded_sources);
+    let kinds = watch::resolve_kinds(&client).await;
+    let cluster = Arc::new(KubeCluster::new(client.clone(), FIELD_MANAGER, kinds));
+    let mut state = State { kinds, ..State::keeping_labels(&policy.excluded_sources) };
     if trust_revisions_before_now {
         // Compared with revisions' creationTimestamps: the API server's time.
         let now = k8s_openapi::jiff::Timestamp::from_millisecond(clock.now_ms()).unwrap_or_default();
         state.revisions_trusted_before = Some(format!("{now:.0}"));
     }
     let state = Arc::new(RwLock::new(state));
-    let shared = Arc::new(Context::new(policy, state.clone(), cluster).with_clock(clock));
-    watch::start(client.clone(), state, shared.synced.clone(), cronjob_version);
-    Ok((client, shared, cronjob_version))
+    let shared = Arc::new(Context::new(policy, state.clone(), cluster).with_clock(clock).with_kinds(kinds));
+    watch::start(client.clone(), state, shared.synced.clone(), kinds);
+    Ok((client, shared, kinds))
 }
 
 /// Completes on SIGTERM or Ctrl-C: the one shutdown signal of every command.
@@ -114,7 +115,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         tracing::warn!("--client-ca without --client-names: any certificate the CA signed is accepted, kubelets' and users' too if it is the cluster CA");
     }
     let (tls_config, resolver) = tls::server_config(&args.tls_cert, &args.tls_key, client_auth.clone()).map_err(Error::Tls)?;
-    let (client, shared, cronjob_version) = start(&args.policy, true).await?;
+    let (client, shared, kinds) = start(&args.policy, true).await?;
     let tls_ready = Arc::new(AtomicBool::new(false));
     let app =
         Arc::new(App { ctx: shared.clone(), tls_ready: tls_ready.clone(), max_body: args.max_body_bytes, namespace_reads: Arc::default() });
@@ -126,11 +127,11 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let controller = (!args.no_controllers).then(|| {
         let mut controller = args.controller.clone();
         controller.leader_election_namespace.get_or_insert_with(|| args.policy.namespace.clone());
-        crate::controller::spawn(client.clone(), shared.clone(), controller, cronjob_version)
+        crate::controller::spawn(client.clone(), shared.clone(), controller, kinds)
     });
 
     if !args.effective_config.is_empty() {
-        let doc = args.effective_config(&shared.policy);
+        let doc = args.effective_config(&shared.policy, kinds);
         tokio::spawn(publish(client.clone(), args.policy.namespace.clone(), args.effective_config.clone(), doc));
     }
 
@@ -198,10 +199,10 @@ async fn publish(client: kube::Client, namespace: String, name: String, doc: Eff
 
 /// `confighistory controller`: the watches and the loops without the admission server.
 pub async fn controller(args: ControllerCommandArgs) -> Result<()> {
-    let (client, shared, cronjob_version) = start(&args.policy, false).await?;
+    let (client, shared, kinds) = start(&args.policy, false).await?;
     let mut controller = args.controller.clone();
     controller.leader_election_namespace.get_or_insert_with(|| args.policy.namespace.clone());
-    let ctx = crate::controller::start(client, shared.clone(), controller, cronjob_version).await?;
+    let ctx = crate::controller::start(client, shared.clone(), controller, kinds).await?;
     let health = bind(args.health_listen, "--health-listen").await?;
     tracing::info!(health = %args.health_listen, "controller running");
     spawn_health(health, webhook::health(shared.synced.clone(), None));
@@ -215,7 +216,7 @@ pub async fn gc(args: GcArgs) -> Result<()> {
     let policy = args.policy.policy()?;
     let clock = Arc::new(Clock::system());
     let client = client_with_clock(clock.clone()).await?;
-    let cluster = KubeCluster::new(client.clone(), FIELD_MANAGER, watch::cronjob_version(&client).await);
+    let cluster = KubeCluster::new(client.clone(), FIELD_MANAGER, watch::resolve_kinds(&client).await);
     Ok(crate::controller::run_gc_command(&cluster, &clock, policy, args).await?)
 }
 

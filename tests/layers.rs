@@ -113,3 +113,28 @@ fn the_layer_check_sees_a_violation() {
     assert_eq!(found, vec![(1, "webhook".to_owned()), (2, "model".to_owned())]);
     assert!(rank("webhook") > rank("cache"));
 }
+
+#[test]
+fn every_hash_goes_through_the_digest_trait() {
+    // model::digest is the one module that names a hash crate: content, templates and labels are
+    // hashed through its `Digest`, so a keyed digest can replace SHA-256 where it must.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    let mut wrong = Vec::new();
+    for file in &all {
+        if file.ends_with("model/digest.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            for crate_name in ["sha2::", "sha1::", "md5::", "hmac::", "blake3::", "ring::digest"] {
+                if code.contains(crate_name) {
+                    wrong.push(format!("{}:{}: `{crate_name}` outside model::digest", file.strip_prefix(&src).unwrap().display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "hash through model::digest::Digest:\n{}", wrong.join("\n"));
+}

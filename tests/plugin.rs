@@ -61,6 +61,7 @@ fn replicaset(revision: i64, template: &Value) -> Value {
     let mut t = template.clone();
     t["metadata"]["labels"]["pod-template-hash"] = json!(format!("h{revision}"));
     json!({
+        "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
         "metadata": {
             "name": format!("pricing-h{revision}"),
@@ -84,6 +85,7 @@ fn inventory() -> Inventory {
     let rev4 = pod_template("registry.example/pricing:4.12", &[&snap_name(SOURCE, &c[3]), &snap_name("limits", &limits_old)]);
     let adopted = vec![template::template_hash(&rev1)];
     let deployment = json!({
+        "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
             "name": "pricing", "uid": "uid-pricing",

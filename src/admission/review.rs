@@ -10,7 +10,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::model::names;
-use crate::model::template::Kind;
+use crate::model::source;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -286,7 +286,8 @@ impl<'de> Visitor<'de> for RequestVisitor {
                 "operation" => once(&mut operation, "operation", map.next_value::<Operation>()?)?,
                 "userInfo" => once(&mut user_info, "userInfo", map.next_value::<UserInfo>()?)?,
                 "object" | "oldObject" => {
-                    let workload = kind.as_ref().and_then(|k: &GroupVersionKind| Kind::parse(&k.kind)).is_some_and(Kind::is_workload);
+                    // Only sources' other annotations are read (snapshot protection compares them).
+                    let workload = kind.as_ref().is_some_and(|k: &GroupVersionKind| !source::is_source_kind(&k.group, &k.kind));
                     let value = map.next_value_seed(Trimmed(Trim::Object { workload }))?;
                     if key == "object" {
                         once(&mut object, "object", value)?

@@ -16,7 +16,6 @@ use crate::model::json::At;
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Mode;
-use crate::model::template::{self, Kind};
 
 /// The rule of SPEC 6.3 that decides a changed template once its sources are read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,7 +78,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     if !a.changed {
         return Outcome::Done(Decision::allow(Reason::Unchanged));
     }
-    if is_undo(req, &a, &template::template_hash(a.template), view) {
+    if is_undo(req, &a, &a.kind.template_hash(a.template), view) {
         // An emergency rollback must go through.
         return Outcome::Done(Decision::allow(Reason::Undo));
     }
@@ -88,7 +87,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         return Outcome::Fetch(wanted.into_iter().filter(|n| !view.failed.contains_key(*n)).map(str::to_owned).collect());
     }
     let (kind, obj) = (a.kind, req.object());
-    let cronjob_run = kind == Kind::Job && made_by_cronjob(&req.namespace, obj, a.template, view);
+    let cronjob_run = made_by_cronjob(kind, &req.namespace, obj, a.template, view);
     let failures: Vec<&Failure> = wanted.iter().filter_map(|n| view.failed.get(*n)).collect();
     let mut facts = Facts { mode, cronjob_run, mutable: false, created_while_admitting: false };
     if let (Some(failure), false) = (failures.first(), facts.only_warns()) {
@@ -197,6 +196,7 @@ mod tests {
     use crate::admission::{Failed, Fresh};
     use crate::cache::State;
     use crate::model::policy::Policy;
+    use crate::model::template::Kind;
 
     const NOW: &str = "2026-12-03T12:00:00Z";
 
@@ -316,6 +316,62 @@ mod tests {
                 assert_eq!(d.response.code, Some(403), "{rule}");
             }
         }
+    }
+
+    /// A registered kind (another group, its template elsewhere, ReplicaSet history with its own
+    /// revision annotation and hash label) is decided as a Deployment is, case for case.
+    #[test]
+    fn a_registered_workload_kind_is_decided_as_a_deployment() {
+        use crate::model::kinds::tests::{with_rollout, ROLLOUT};
+        let rollout = |image: &str| {
+            json!({"apiVersion": "example.io/v1alpha1", "kind": "Rollout",
+                   "metadata": {"name": "app", "namespace": "ns", "uid": "uid-app"}, "spec": {"workload": {"template": template(image)}}})
+        };
+        let as_rollout = |mut req: Request| {
+            req.kind = GroupVersionKind { group: ROLLOUT.group.into(), version: "v1alpha1".into(), kind: ROLLOUT.kind.into() };
+            let moved = |o: &Value| rollout(o.pointer("/spec/template/spec/containers/0/image").and_then(Value::as_str).unwrap());
+            req.object = req.object.as_ref().map(moved);
+            req.old_object = req.old_object.as_ref().map(moved);
+            req
+        };
+        // Revision 1 of the Rollout: numbered and labelled its own way.
+        let mut rs_template = template("app:1");
+        rs_template["metadata"]["labels"]["rollouts-pod-template-hash"] = json!("5d8f");
+        let rs = json!({"metadata": {"name": "app-5d8f", "namespace": "ns", "annotations": {"rollout.example.io/revision": "1"},
+            "ownerReferences": [{"apiVersion": "example.io/v1alpha1", "kind": "Rollout", "uid": "uid-app", "controller": true}]},
+            "spec": {"template": rs_template}});
+        let long_ago = "2026-01-01T00:00:00Z";
+        let create = request("Deployment", Operation::Create, deployment("app:2"), None);
+        let undo = request("Deployment", Operation::Update, deployment("app:1"), Some(deployment("app:2")));
+        let update = request("Deployment", Operation::Update, deployment("app:3"), Some(deployment("app:2")));
+        let cases = [
+            ("rewrite", &create, cfg(long_ago, json!({}))),
+            ("enforce", &undo, cfg(long_ago, json!({}))),
+            ("enforce", &update, cfg(long_ago, json!({}))),
+            ("audit", &update, cfg(long_ago, json!({}))),
+            ("rewrite", &create, cfg("2026-12-03T11:59:58Z", json!({}))),
+            ("enforce", &create, cfg(long_ago, json!({"immutable": true}))),
+        ];
+        let policy = Policy::default();
+        for (i, (mode, req, cm)) in cases.into_iter().enumerate() {
+            let fresh: Fresh = [("cfg".to_owned(), Some(cm))].into();
+            let deployment = decide_in(mode, req, fresh["cfg"].clone().unwrap());
+            let mut state = State { kinds: with_rollout(), ..state(mode) };
+            state.apply_revision(Kind::ReplicaSet, &rs);
+            let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: NOW, namespace: None };
+            let Outcome::Done(rollout) = decide(&as_rollout(req.clone()), &view) else { panic!("case {i}: asked to read") };
+            assert_eq!((rollout.reason, rollout.response.allowed), (deployment.reason, deployment.response.allowed), "case {i}");
+            let said = |d: &Decision| format!("{:?} {:?}", d.response.message, d.response.warnings);
+            let as_said_of_a_rollout =
+                said(&deployment).replace("spec.template", "spec.workload.template").replace("Deployment app", "Rollout app");
+            assert_eq!(said(&rollout), as_said_of_a_rollout, "case {i}");
+        }
+        // Without the registration, the same request is a kind confighistory does not handle.
+        let state = state("enforce");
+        let fresh = Fresh::new();
+        let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: NOW, namespace: None };
+        let Outcome::Done(d) = decide(&as_rollout(create.clone()), &view) else { panic!("asked to read") };
+        assert_eq!(d.reason, Reason::UnhandledKind);
     }
 
     /// The choice alone, first match wins, where rules meet.

@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::review::{Operation, Request};
 use super::{annotation, annotation_ops, Decision, Effect, Outcome, Reason, Rewrite, Target, View};
 use crate::model::json::At;
+use crate::model::kinds;
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Mode;
@@ -63,11 +64,11 @@ pub fn analyze<'a>(req: &'a Request, kind: Kind, view: &View) -> Option<Analysis
             pinning.names.insert(r.r.name.as_str());
         }
     }
-    // A Job's references cannot change after its creation (Kind::references_fixed): its UPDATE
+    // A Job's references cannot change after its creation (`KindDef::template_mutable`): its UPDATE
     // (a suspended Job's scheduling directives) changes no config, so it keeps its pins as an
     // unchanged template does, and is neither re-pinned (the API server refuses that) nor denied.
     let changed = req.operation == Operation::Create
-        || (!kind.references_fixed() && old_template.is_none_or(|old| !pinning.same(template, old, &mut String::new())));
+        || (kind.template_mutable() && old_template.is_none_or(|old| !pinning.same(template, old, &mut String::new())));
     Some(Analysis { kind, namespace: ns, template, old_template, refs, old_pins, changed })
 }
 
@@ -142,20 +143,29 @@ pub fn format_trigger(items: &BTreeMap<String, String>) -> String {
     items.iter().map(|(s, h)| format!("{s}={h}")).collect::<Vec<_>>().join(",")
 }
 
-/// Whether a Job was made by a CronJob (its references are the CronJob's business): its
-/// controller is a CronJob of its namespace that exists with that uid, and its pod template is
-/// that CronJob's (less the labels the Job API adds). An owner reference alone is the request's
+/// Whether a workload is a run of another (a Job made by a CronJob: its references are the
+/// CronJob's business): its kind is a run of some kind ([`KindDef::run_of`]), its controller is
+/// one of that kind in its namespace that exists with that uid, and its pod template is that
+/// workload's (less the labels the Job API adds). An owner reference alone is the request's
 /// word, which anyone who may create Jobs can write.
-pub fn made_by_cronjob(ns: &str, obj: &Value, template: &Value, view: &View) -> bool {
+///
+/// [`KindDef::run_of`]: crate::model::kinds::KindDef::run_of
+pub fn made_by_cronjob(kind: Kind, ns: &str, obj: &Value, template: &Value, view: &View) -> bool {
+    let Some((group, maker)) = kind.def().run_of else { return false };
+    let Some(maker) = view.state.kinds.workload(group, maker) else { return false };
     let Some(owner) = obj.at("/metadata/ownerReferences").and_then(Value::as_array).and_then(|o| {
         o.iter().find(|o| {
-            o.get("controller").and_then(Value::as_bool) == Some(true) && o.get("kind").and_then(Value::as_str) == Some("CronJob")
+            // The uid below identifies the owner; an apiVersion, when given, must be its group's.
+            let api_version = o.get("apiVersion").and_then(Value::as_str);
+            o.get("controller").and_then(Value::as_bool) == Some(true)
+                && o.get("kind").and_then(Value::as_str) == Some(maker.as_str())
+                && api_version.is_none_or(|v| kinds::group_of(v) == maker.group())
         })
     }) else {
         return false;
     };
     let (name, uid) = (owner["name"].as_str().unwrap_or_default(), owner["uid"].as_str().unwrap_or_default());
-    let Some(cronjob) = view.state.workloads.get(&(Kind::CronJob, ns.to_owned(), name.to_owned())) else { return false };
+    let Some(cronjob) = view.state.workloads.get(&(maker, ns.to_owned(), name.to_owned())) else { return false };
     let mut template = template.clone();
     if let Some(labels) = template.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
         for added in ["controller-uid", "job-name", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name"] {
@@ -165,14 +175,14 @@ pub fn made_by_cronjob(ns: &str, obj: &Value, template: &Value, view: &View) -> 
             template["metadata"].as_object_mut().map(|m| m.remove("labels"));
         }
     }
-    !uid.is_empty() && cronjob.uid == uid && cronjob.template_hash == template::template_hash(&template)
+    !uid.is_empty() && cronjob.uid == uid && cronjob.template_hash == maker.template_hash(&template)
 }
 
 /// What every workload endpoint checks first: a kind we handle, a main-resource CREATE or
 /// UPDATE, an object not being deleted. Returns the kind, the namespace's mode and the analysis,
 /// or why the request is allowed as it is.
 pub fn admissible<'a>(req: &'a Request, view: &View) -> Result<(Mode, Analysis<'a>), Reason> {
-    let Some(kind) = Kind::parse(&req.kind.kind).filter(|k| k.is_workload()) else {
+    let Some(kind) = view.state.kinds.workload(&req.kind.group, &req.kind.kind) else {
         return Err(Reason::UnhandledKind);
     };
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
@@ -202,14 +212,14 @@ pub fn is_undo(req: &Request, a: &Analysis, template_hash: &str, view: &View) ->
 
 /// A Job made by a CronJob: the CronJob's run, whose template was admitted with the CronJob.
 fn is_cronjob_run(a: &Analysis, obj: &Value, view: &View) -> bool {
-    a.kind == Kind::Job && made_by_cronjob(a.namespace, obj, a.template, view)
+    made_by_cronjob(a.kind, a.namespace, obj, a.template, view)
 }
 
 /// Whether a workload request must never be denied, whatever happens while deciding it (the
 /// API server fails, the server's own deadline passes): an undo, or a CronJob's run.
 pub fn never_denied(req: &Request, view: &View) -> bool {
     admissible(req, view)
-        .is_ok_and(|(_, a)| is_cronjob_run(&a, req.object(), view) || is_undo(req, &a, &template::template_hash(a.template), view))
+        .is_ok_and(|(_, a)| is_cronjob_run(&a, req.object(), view) || is_undo(req, &a, &a.kind.template_hash(a.template), view))
 }
 
 /// Which rule of SPEC 6.2 decides one versioned source of a changed template (first match wins),
@@ -327,15 +337,15 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
 
     // In every mode that acts (SPEC 6.2): enforce and audit never rewrite a changed template, but
     // an unchanged one keeps its pins, or a re-applied manifest would un-pin (and restart) it.
-    // (A Job is never re-pinned, by a trigger neither: Kind::references_fixed.)
-    if !a.changed && (trigger.is_none() || mode != Mode::Rewrite || a.kind.references_fixed()) {
+    // (A Job is never re-pinned, by a trigger neither: `KindDef::template_mutable`.)
+    if !a.changed && (trigger.is_none() || mode != Mode::Rewrite || !a.kind.template_mutable()) {
         return Outcome::Done(keep_pins(obj, &a, old_holds));
     }
     if mode != Mode::Rewrite {
         return Outcome::Done(Decision::allow(Reason::Mode));
     }
 
-    let template_hash = template::template_hash(a.template);
+    let template_hash = a.kind.template_hash(a.template);
     let undo = is_undo(req, &a, &template_hash, view);
     let fail_open = undo || is_cronjob_run(&a, obj, view);
 

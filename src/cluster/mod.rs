@@ -12,6 +12,7 @@ use kube::runtime::events::{self as kube_events, Recorder, Reporter};
 use serde_json::Value;
 
 use crate::cache::Watched;
+use crate::model::kinds::Registry;
 use crate::model::names;
 use crate::model::template::Kind;
 
@@ -78,6 +79,10 @@ pub struct Event {
 /// election aside: `controller::leader` keeps it to itself). The methods past the ConfigMap
 /// ones default to an error, so a test double for admission implements only what admission calls.
 pub trait Cluster: Send + Sync + 'static {
+    /// The kinds this cluster's objects are listed and written as (the built-ins by default).
+    fn kinds(&self) -> &'static Registry {
+        Registry::builtin()
+    }
     /// GET a ConfigMap; `None` on 404.
     fn get_configmap<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Value>>>;
     /// GET a Namespace; `None` on 404. Admission confirms a namespace the namespace watch does
@@ -139,22 +144,22 @@ fn unsupported<'a, T: Send + 'a>(what: &str) -> BoxFuture<'a, Result<T>> {
 pub struct KubeCluster {
     pub client: kube::Client,
     pub field_manager: String,
-    /// The batch version that serves CronJobs ([`watch::cronjob_version`]).
-    pub cronjob_version: &'static str,
+    /// The kinds, resolved once at start ([`watch::resolve_kinds`]).
+    pub kinds: &'static Registry,
     pub recorder: Recorder,
 }
 
 impl KubeCluster {
-    /// A cluster over `client`; `cronjob_version` from [`watch::cronjob_version`], probed once by
-    /// the caller. Events are reported as `field_manager`, from this pod.
-    pub fn new(client: kube::Client, field_manager: &str, cronjob_version: &'static str) -> KubeCluster {
+    /// A cluster over `client`; `kinds` from [`watch::resolve_kinds`], resolved once by the
+    /// caller. Events are reported as `field_manager`, from this pod.
+    pub fn new(client: kube::Client, field_manager: &str, kinds: &'static Registry) -> KubeCluster {
         let instance = std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")).ok().filter(|h| !h.is_empty());
         let reporter = Reporter { controller: field_manager.to_owned(), instance };
-        KubeCluster { cronjob_version, recorder: Recorder::new(client.clone(), reporter), field_manager: field_manager.to_owned(), client }
+        KubeCluster { kinds, recorder: Recorder::new(client.clone(), reporter), field_manager: field_manager.to_owned(), client }
     }
 
     fn api(&self, ns: &str, what: Watched) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), ns, &watch::api_resource(what, self.cronjob_version))
+        Api::namespaced_with(self.client.clone(), ns, &watch::api_resource(what, self.kinds))
     }
 }
 
@@ -181,6 +186,10 @@ fn configmaps(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
 }
 
 impl Cluster for KubeCluster {
+    fn kinds(&self) -> &'static Registry {
+        self.kinds
+    }
+
     fn get_configmap<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Value>>> {
         Box::pin(async move {
             crate::metrics::METRICS.api_call("get");
@@ -250,7 +259,7 @@ impl Cluster for KubeCluster {
     fn list_configmap_metadata<'a>(&'a self, ns: &'a str) -> BoxFuture<'a, Result<Vec<Value>>> {
         // `Api<PartialObjectMeta<_>>` asks for metadata only.
         let api: Api<PartialObjectMeta<DynamicObject>> =
-            Api::namespaced_with(self.client.clone(), ns, &watch::api_resource(Watched::ConfigMaps, "v1"));
+            Api::namespaced_with(self.client.clone(), ns, &watch::api_resource(Watched::ConfigMaps, self.kinds));
         Box::pin(list_all(
             api,
             ListParams::default().limit(500),
@@ -280,7 +289,7 @@ impl Cluster for KubeCluster {
 
     fn namespaces_with_snapshots(&self) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
-            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &watch::api_resource(Watched::ConfigMaps, "v1"));
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &watch::api_resource(Watched::ConfigMaps, self.kinds));
             let list = api.list_metadata(&ListParams::default().labels(names::HASH_LABEL)).await?;
             let mut v: Vec<String> = list.items.into_iter().filter_map(|o| o.metadata.namespace).collect();
             v.sort();

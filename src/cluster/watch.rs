@@ -12,7 +12,8 @@ use kube::runtime::WatchStreamExt;
 use serde_json::{json, Value};
 
 use crate::cache::{Key, State, Watched, PARTIAL_OBJECT_METADATA};
-use crate::model::template::Kind;
+use crate::model::kinds::{Kind, Registry};
+use crate::model::source;
 
 pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource {
@@ -24,27 +25,38 @@ pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiReso
     }
 }
 
-/// The batch version that serves CronJobs: batch/v1 on 1.21+, batch/v1beta1 before.
-pub async fn cronjob_version(client: &kube::Client) -> &'static str {
-    match client.list_api_group_resources("batch/v1").await {
-        Ok(list) if list.resources.iter().any(|r| r.name == "cronjobs") => "v1",
-        _ => "v1beta1",
+/// The built-in kinds resolved against discovery, once, for the process: each at the first of
+/// its versions the API server serves (CronJobs: batch/v1 on 1.21+, batch/v1beta1 before).
+pub async fn resolve_kinds(client: &kube::Client) -> &'static Registry {
+    let registry = Registry::builtin().clone();
+    let mut served: Vec<(String, Vec<String>)> = Vec::new();
+    for gv in registry.to_probe() {
+        let resources = match client.list_api_group_resources(&gv).await {
+            Ok(list) => list.resources.into_iter().map(|r| r.name).collect(),
+            Err(_) => Vec::new(),
+        };
+        served.push((gv, resources));
+    }
+    let resolved = registry.resolve(|group, version, resource| {
+        let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
+        served.iter().any(|(g, rs)| *g == gv && rs.iter().any(|r| r == resource))
+    });
+    // Built once per process and shared by every watch, port and loop.
+    Box::leak(Box::new(resolved))
+}
+
+pub fn api_resource(what: Watched, kinds: &Registry) -> ApiResource {
+    match what {
+        Watched::Namespaces => resource("", "v1", "Namespace", "namespaces"),
+        Watched::ConfigMaps => resource("", "v1", source::CONFIGMAP, "configmaps"),
+        Watched::Workload(kind) | Watched::Revision(kind) => kind_resource(kind, kinds),
     }
 }
 
-pub fn api_resource(what: Watched, cronjob_version: &str) -> ApiResource {
-    match what {
-        Watched::Namespaces => resource("", "v1", "Namespace", "namespaces"),
-        Watched::ConfigMaps => resource("", "v1", "ConfigMap", "configmaps"),
-        Watched::Workload(Kind::Deployment) => resource("apps", "v1", "Deployment", "deployments"),
-        Watched::Workload(Kind::StatefulSet) => resource("apps", "v1", "StatefulSet", "statefulsets"),
-        Watched::Workload(Kind::DaemonSet) => resource("apps", "v1", "DaemonSet", "daemonsets"),
-        Watched::Workload(Kind::Job) => resource("batch", "v1", "Job", "jobs"),
-        Watched::Workload(Kind::CronJob) => resource("batch", cronjob_version, "CronJob", "cronjobs"),
-        Watched::Revision(Kind::ControllerRevision) => resource("apps", "v1", "ControllerRevision", "controllerrevisions"),
-        Watched::Revision(_) => resource("apps", "v1", "ReplicaSet", "replicasets"),
-        Watched::Workload(_) => resource("apps", "v1", "ReplicaSet", "replicasets"),
-    }
+/// The resource of a registered kind, at the version it was resolved to.
+pub fn kind_resource(kind: Kind, kinds: &Registry) -> ApiResource {
+    let d = kind.def();
+    resource(d.group, kinds.version(kind), d.kind, d.resource)
 }
 
 /// Objects per page of the initial lists. Each page is parsed whole before it is reduced to the
@@ -61,12 +73,12 @@ const LIST_PAGE_SIZE: u32 = 100;
 /// a page of 100 dashboards or release records parsed whole was ~90 MiB). Whether one is
 /// immutable is not metadata: the controller reads a source when a decision needs it
 /// ([`State::learn_configmap`]), and admission decides from the request and fresh reads.
-/// `cj`: the batch version that serves CronJobs ([`cronjob_version`]).
-pub fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<AtomicBool>, cj: &'static str) {
-    let all = Watched::all();
+/// `kinds`: the registry resolved at start ([`resolve_kinds`]).
+pub fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<AtomicBool>, kinds: &'static Registry) {
+    let all = Watched::all(kinds);
     let pending = Arc::new(Mutex::new(all.iter().map(|w| w.name()).collect::<HashSet<_>>()));
     for what in all {
-        let resource = api_resource(what, cj);
+        let resource = api_resource(what, kinds);
         let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
         let feed = Feed { what, state: state.clone(), synced: synced.clone(), pending: pending.clone() };
         if what == Watched::ConfigMaps {

@@ -30,7 +30,6 @@ use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::{self, Policy, Selector};
 use crate::model::source;
-use crate::model::template::Kind;
 
 /// Record `templates` in the adoption record of the snapshot of `source`'s current content.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,7 +102,7 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
     let mut workloads: Vec<_> = state.workloads.iter().collect();
     workloads.sort_by(|a, b| a.0.cmp(b.0));
     for ((kind, ns, name), w) in workloads {
-        if !kind.is_workload() || *kind == Kind::Job || w.deleting || policy::ignored(w) {
+        if !kind.is_workload() || !kind.template_mutable() || w.deleting || policy::ignored(w) {
             continue;
         }
         if !propagate::namespace_active(state, policy, selector, ns) {
@@ -178,7 +177,7 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
                 undone,
                 unknown: unknown_config,
             });
-        } else if !pinned_before && unknown_config.is_empty() && matches!(kind, Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet) {
+        } else if !pinned_before && unknown_config.is_empty() && kind.has_history() {
             for (source, _) in plain {
                 if !done.contains(&(ns.clone(), source.clone(), w.template_hash.clone())) {
                     adoptions.entry((ns.clone(), source)).or_default().insert(w.template_hash.clone());
@@ -202,7 +201,7 @@ mod tests {
     use super::*;
     use crate::controller::propagate::tests::{h, snap, source, workload, T0};
     use crate::model::snapshot;
-    use crate::model::template;
+    use crate::model::template::{self, Kind};
     use serde_json::json;
 
     fn tpl_hash(s: &State, name: &str) -> String {

@@ -28,6 +28,7 @@ use crate::cache::Watched;
 use crate::cluster::clock::Clock;
 use crate::cluster::{ApiError, Cluster};
 use crate::metrics::METRICS;
+use crate::model::kinds::{History, Registry};
 use crate::model::names;
 use crate::model::snapshot;
 use crate::model::template::{self, Kind};
@@ -88,14 +89,20 @@ pub struct References {
 }
 
 impl References {
-    pub fn add(&mut self, kind: Kind, obj: &Value) {
+    /// The references of `obj`, of `kind`; a revision's template hash as its owner's kind
+    /// computes it (`kinds`: a ReplicaSet's hash label is its owner's).
+    pub fn add(&mut self, kinds: &Registry, kind: Kind, obj: &Value) {
         let Some(tpl) = obj.pointer(kind.template_pointer()) else { return };
         let who = format!("{}/{}", kind.as_str(), obj["metadata"]["name"].as_str().unwrap_or_default());
         for name in template::ref_names(tpl) {
             self.by_name.entry(name).or_default().push(who.clone());
         }
         if !kind.is_workload() {
-            self.live_templates.insert(template::template_hash(tpl));
+            let hash = match kind.history() {
+                History::ReplicaSets { .. } => template::template_hash_without(tpl, kinds.replicaset_history(&obj["metadata"]).1),
+                _ => kind.template_hash(tpl),
+            };
+            self.live_templates.insert(hash);
         }
     }
 }
@@ -270,14 +277,15 @@ pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Setti
     let mut snapshots: Vec<SnapshotInfo> = Vec::new();
     cluster.list_snapshots(ns, &mut |obj| snapshots.extend(SnapshotInfo::from_object(obj))).await?;
     let mut refs = References::default();
-    for kind in [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::Job, Kind::CronJob] {
+    let kinds = cluster.kinds();
+    for kind in kinds.workloads() {
         for obj in cluster.list(ns, Watched::Workload(kind)).await? {
-            refs.add(kind, &obj);
+            refs.add(kinds, kind, &obj);
         }
     }
-    for kind in [Kind::ReplicaSet, Kind::ControllerRevision] {
+    for kind in kinds.revisions() {
         for obj in cluster.list(ns, Watched::Revision(kind)).await? {
-            refs.add(kind, &obj);
+            refs.add(kinds, kind, &obj);
         }
     }
     let mut sources: HashMap<String, SourceInfo> = HashMap::new();
@@ -447,11 +455,63 @@ mod tests {
     fn references_come_from_every_kind() {
         let mut refs = References::default();
         let tpl = json!({"spec": {"volumes": [{"name": "v", "configMap": {"name": "cfg-aaaaaaaaaaaa"}}]}});
-        refs.add(Kind::Job, &json!({"metadata": {"name": "j"}, "spec": {"template": tpl}}));
-        refs.add(Kind::CronJob, &json!({"metadata": {"name": "c"}, "spec": {"jobTemplate": {"spec": {"template": tpl}}}}));
-        refs.add(Kind::ControllerRevision, &json!({"metadata": {"name": "r"}, "data": {"spec": {"template": tpl}}}));
+        refs.add(Registry::builtin(), Kind::Job, &json!({"metadata": {"name": "j"}, "spec": {"template": tpl}}));
+        refs.add(
+            Registry::builtin(),
+            Kind::CronJob,
+            &json!({"metadata": {"name": "c"}, "spec": {"jobTemplate": {"spec": {"template": tpl}}}}),
+        );
+        refs.add(Registry::builtin(), Kind::ControllerRevision, &json!({"metadata": {"name": "r"}, "data": {"spec": {"template": tpl}}}));
         assert_eq!(refs.by_name["cfg-aaaaaaaaaaaa"], ["Job/j", "CronJob/c", "ControllerRevision/r"]);
         assert!(refs.live_templates.contains(&template::template_hash(&tpl)));
+    }
+
+    /// A registered kind's objects and ReplicaSets (its own hash label) keep snapshots as a
+    /// Deployment's do: referenced, and adoption records of a template still in its history.
+    #[test]
+    fn a_registered_workload_kind_keeps_snapshots_as_a_deployment() {
+        use crate::model::kinds::tests::with_rollout;
+        let kinds = with_rollout();
+        let rollout = kinds.find("example.io", "Rollout").unwrap();
+        let tpl = json!({"metadata": {"labels": {"app": "a"}}, "spec": {"volumes": [{"name": "v", "configMap": {"name": "s-1"}}]}});
+        let revision = |owner: Value, label: &str| {
+            let mut t = tpl.clone();
+            t["metadata"]["labels"][label] = json!("5d8f");
+            json!({"metadata": {"name": "app-5d8f", "ownerReferences": [owner]}, "spec": {"template": t}})
+        };
+        let cases = [
+            (
+                Kind::Deployment,
+                json!({"metadata": {"name": "app"}, "spec": {"template": tpl}}),
+                revision(json!({"apiVersion": "apps/v1", "kind": "Deployment", "controller": true}), "pod-template-hash"),
+            ),
+            (
+                rollout,
+                json!({"metadata": {"name": "app"}, "spec": {"workload": {"template": tpl}}}),
+                revision(json!({"apiVersion": "example.io/v1alpha1", "kind": "Rollout", "controller": true}), "rollouts-pod-template-hash"),
+            ),
+        ];
+        let mut verdicts_by_kind = Vec::new();
+        for (kind, workload, rs) in cases {
+            let mut refs = References::default();
+            refs.add(kinds, kind, &workload);
+            refs.add(kinds, Kind::ReplicaSet, &rs);
+            assert_eq!(refs.by_name["s-1"], [format!("{}/app", kind.as_str()), "ReplicaSet/app-5d8f".to_owned()]);
+            let mut adopted = snap("s-2", "s", "h2", 2, Some(100));
+            adopted.adopted = vec![kind.template_hash(&tpl)];
+            let snaps = [snap("s-1", "s", "h1", 1, Some(100)), adopted, snap("s-3", "s", "h3", 3, Some(100))];
+            let sources = HashMap::from([("s".to_owned(), SourceInfo { head: Some("h3".into()), keep: None })]);
+            let items = plan(&snaps, &sources, &refs, 200 * MIN, settings());
+            let v: Vec<(String, bool, String)> =
+                verdicts(&items).into_iter().map(|(n, d, why)| (n.to_owned(), d, why.to_owned())).collect();
+            let referenced_by = format!("{}/app", kind.as_str());
+            assert!(v[0].2.contains(&referenced_by) && v[0].2.contains("ReplicaSet/app-5d8f"), "{kind:?}: {v:?}");
+            assert!(v[1].2.contains("adoption record"), "{kind:?}: {v:?}");
+            let v: Vec<(String, bool, String)> =
+                v.into_iter().map(|(n, d, why)| (n, d, if why.contains("referenced by") { String::new() } else { why })).collect();
+            verdicts_by_kind.push(v);
+        }
+        assert_eq!(verdicts_by_kind[0], verdicts_by_kind[1]);
     }
 
     #[test]

@@ -24,6 +24,7 @@ use crate::cluster::watch::api_resource;
 use crate::cluster::{ApiError, Cluster, Event, ObjectRef};
 use crate::context::Context;
 use crate::metrics::METRICS;
+use crate::model::kinds::Registry;
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Selector;
@@ -84,7 +85,7 @@ pub struct Ctx {
     pub shared: Arc<Context>,
     pub args: ControllerArgs,
     pub selector: Selector,
-    pub cronjob_version: &'static str,
+    pub kinds: &'static Registry,
     pub leadership: leader::Leadership,
     /// Workload writes (propagation and repair): cluster-wide and per namespace.
     pub writes: Mutex<Limiter>,
@@ -102,7 +103,7 @@ impl Ctx {
         client: kube::Client,
         shared: Arc<Context>,
         args: ControllerArgs,
-        cronjob_version: &'static str,
+        kinds: &'static Registry,
         identity: String,
         leadership: leader::Leadership,
     ) -> Result<Ctx> {
@@ -112,7 +113,7 @@ impl Ctx {
             .map_err(|why| Error::Selector { value: args.controller_namespace_selector.clone(), why })?;
         let now = Instant::now();
         Ok(Ctx {
-            cronjob_version,
+            kinds,
             writes: Mutex::new(Limiter::new(
                 args.propagation_qps,
                 args.propagation_burst,
@@ -145,13 +146,13 @@ impl Handle {
     }
 }
 
-/// Starts the controller loops in the background; `cronjob_version` is the batch version that
-/// serves CronJobs, probed once by the runtime.
-pub fn spawn(client: kube::Client, shared: Arc<Context>, args: ControllerArgs, cronjob_version: &'static str) -> Handle {
+/// Starts the controller loops in the background; `kinds` is the registry the runtime resolved
+/// once at start.
+pub fn spawn(client: kube::Client, shared: Arc<Context>, args: ControllerArgs, kinds: &'static Registry) -> Handle {
     let handle = Handle::default();
     let cell = handle.0.clone();
     tokio::spawn(async move {
-        match start(client, shared, args, cronjob_version).await {
+        match start(client, shared, args, kinds).await {
             Ok(ctx) => {
                 let _ = cell.set(ctx);
             }
@@ -162,10 +163,10 @@ pub fn spawn(client: kube::Client, shared: Arc<Context>, args: ControllerArgs, c
 }
 
 /// Builds the shared context, starts the election and the loops; returns the context.
-pub async fn start(client: kube::Client, shared: Arc<Context>, args: ControllerArgs, cronjob_version: &'static str) -> Result<Arc<Ctx>> {
+pub async fn start(client: kube::Client, shared: Arc<Context>, args: ControllerArgs, kinds: &'static Registry) -> Result<Arc<Ctx>> {
     let identity = leader::identity();
     let lease_ns = args.leader_election_namespace.clone().unwrap_or_else(|| "confighistory".into());
-    let ctx = Arc::new(Ctx::new(client.clone(), shared, args.clone(), cronjob_version, identity.clone(), leader::Leadership::default())?);
+    let ctx = Arc::new(Ctx::new(client.clone(), shared, args.clone(), kinds, identity.clone(), leader::Leadership::default())?);
     let config = leader::Config::new(&lease_ns, &args.lease_name, identity);
     tracing::info!(identity = %config.identity, lease = %format!("{lease_ns}/{}", args.lease_name), "controller: running leader election");
     tokio::spawn(leader::run(client.clone(), config.clone(), ctx.leadership.clone()));
@@ -361,7 +362,7 @@ async fn trigger_workload(ctx: &Ctx, p: &Plan) -> Result<(), ApiError> {
 /// The workload a plan moves, as an Event's subject.
 fn workload_ref(ctx: &Ctx, p: &Plan) -> ObjectRef {
     ObjectRef {
-        api_version: api_resource(Watched::Workload(p.kind), ctx.cronjob_version).api_version,
+        api_version: api_resource(Watched::Workload(p.kind), ctx.kinds).api_version,
         kind: p.kind.as_str().to_owned(),
         namespace: p.namespace.clone(),
         name: p.name.clone(),

@@ -490,6 +490,39 @@ pub(crate) mod tests {
         assert_eq!((due.plans.len(), due.done.len(), due.unknown.len(), due.waiting), (0, 0, 0, 0));
     }
 
+    /// A registered kind (its template elsewhere) is moved, counted and held as a Deployment is.
+    #[test]
+    fn a_registered_workload_kind_is_moved_as_a_deployment() {
+        use crate::model::kinds::tests::with_rollout;
+        let rollout = with_rollout().find("example.io", "Rollout").unwrap();
+        let old = snapshot::name("cfg", &h('a'), 0);
+        let elsewhere = |mut w: Value| {
+            let tpl = w["spec"]["template"].take();
+            w["spec"] = json!({"workload": {"template": tpl}});
+            w
+        };
+        let mut s = State { kinds: with_rollout(), ..setup() };
+        for (kind, name) in [(Kind::Deployment, "d"), (rollout, "r")] {
+            let to = |w: Value| if kind == rollout { elsewhere(w) } else { w };
+            s.apply_workload(kind, &to(workload("ns", &format!("{name}-stale"), &[&old], &[])));
+            s.apply_workload(kind, &to(workload("ns", &format!("{name}-plain"), &["cfg"], &[])));
+            s.apply_workload(kind, &to(workload("ns", &format!("{name}-held"), &[&old], &[(names::HELD, "cfg")])));
+        }
+        let due = run(&s, ms(T0) + 10_000);
+        let plans: Vec<(Kind, &str, String)> = due.plans.iter().map(|p| (p.kind, p.name.as_str(), p.trigger_value())).collect();
+        let to = format!("cfg={}", h('b'));
+        assert_eq!(
+            plans,
+            [
+                (Kind::Deployment, "d-plain", to.clone()),
+                (Kind::Deployment, "d-stale", to.clone()),
+                (rollout, "r-plain", to.clone()),
+                (rollout, "r-stale", to.clone())
+            ]
+        );
+        assert_eq!((due.behind.get("ns"), due.held.get("ns")), (Some(&4), Some(&2)));
+    }
+
     #[test]
     fn waits_for_the_settle_window_then_moves_stale_unheld_workloads() {
         let mut s = setup();

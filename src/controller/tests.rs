@@ -32,15 +32,21 @@ fn ctx_with(cluster: &MemoryCluster, state: State, args: ControllerArgs, policy:
     let shared = Arc::new(Context::synced(policy, Arc::new(RwLock::new(state)), Arc::new(cluster.clone())));
     // Used for the Lease only, which these tests never touch: nothing listens there.
     let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-    Ctx::new(client, shared, args, "v1", "test".into(), leader::Leadership::always()).unwrap()
+    Ctx::new(client, shared, args, crate::model::kinds::Registry::builtin(), "test".into(), leader::Leadership::always()).unwrap()
 }
 
 #[tokio::test]
 async fn a_bad_namespace_selector_names_its_flag_and_what_it_takes() {
     let shared = Arc::new(Context::synced(Policy::default(), Default::default(), Arc::new(MemoryCluster::default())));
     let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-    let Err(e) = Ctx::new(client, shared, args(&["--controller-namespace-selector", "team in shop"]), "v1", "t".into(), Default::default())
-    else {
+    let Err(e) = Ctx::new(
+        client,
+        shared,
+        args(&["--controller-namespace-selector", "team in shop"]),
+        crate::model::kinds::Registry::builtin(),
+        "t".into(),
+        Default::default(),
+    ) else {
         panic!("a selector that does not parse is refused")
     };
     let e = e.to_string();

@@ -1,6 +1,8 @@
 //! The SPEC's vocabulary as pure functions, with no I/O: what every other layer builds on.
 
+pub mod digest;
 pub mod json;
+pub mod kinds;
 pub mod meta;
 pub mod names;
 pub mod policy;

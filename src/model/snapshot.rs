@@ -5,10 +5,11 @@
 use std::collections::{BTreeMap, HashSet};
 
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
 
+use crate::model::digest::{self, Digest, Sha256};
 use crate::model::json::At;
 use crate::model::names;
+use crate::model::source::SourceKind;
 
 /// Crockford's base32, lowercase: DNS-safe and free of look-alike letters.
 const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
@@ -23,9 +24,12 @@ const SUFFIX_ROOM: usize = 4;
 /// How far the collision sequence goes before giving up.
 pub const MAX_COLLISION_INDEX: u32 = 100;
 
-/// The bytes of a ConfigMap that a snapshot copies.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The content of a source that a snapshot copies: a ConfigMap's `data` and `binaryData`. Its
+/// `Debug` names the keys and sizes, never a value (values may be credentials).
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Content {
+    /// The kind of source it was read from, and that its snapshot is written as.
+    pub kind: SourceKind,
     pub data: BTreeMap<String, String>,
     /// binaryData, still base64 as the API serves it (copied byte for byte).
     pub binary_data: BTreeMap<String, String>,
@@ -40,12 +44,14 @@ impl Content {
                 .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect())
                 .unwrap_or_default()
         };
-        Content { data: field("data"), binary_data: field("binaryData") }
+        Content { kind: SourceKind::ConfigMap, data: field("data"), binary_data: field("binaryData") }
     }
 
-    /// Hash of this content, see [`hash`].
+    /// Hash of this content, see [`hash`]: the digest its kind is hashed with.
     pub fn hash(&self) -> String {
-        hash(self)
+        match self.kind {
+            SourceKind::ConfigMap => hash_with::<Sha256>(self),
+        }
     }
 
     /// Size in bytes of keys and values, for metrics.
@@ -61,13 +67,44 @@ impl Content {
     }
 }
 
-/// SHA-256 over an unambiguous framing of `data` and `binaryData`: a section tag, then each key
-/// and value length-prefixed, keys in sorted order (BTreeMap). Lengths make the framing
-/// injective: no two different contents produce the same byte stream.
+impl std::fmt::Debug for Content {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Content")
+            .field("kind", &self.kind)
+            .field("data", &Sizes(&self.data))
+            .field("binary_data", &Sizes(&self.binary_data))
+            .finish()
+    }
+}
+
+/// Keys with the size of their values, for [`Content`]'s `Debug`.
+struct Sizes<'a>(&'a BTreeMap<String, String>);
+
+impl std::fmt::Debug for Sizes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.0.iter().map(|(k, v)| (k, Bytes(v.len())))).finish()
+    }
+}
+
+struct Bytes(usize);
+
+impl std::fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} bytes", self.0)
+    }
+}
+
+/// The digest of the content's kind over an unambiguous framing of `data` and `binaryData`: a
+/// section tag, then each key and value length-prefixed, keys in sorted order (BTreeMap).
+/// Lengths make the framing injective: no two different contents produce the same byte stream.
 pub fn hash(content: &Content) -> String {
-    let mut h = Sha256::new();
+    content.hash()
+}
+
+fn hash_with<D: Digest>(content: &Content) -> String {
+    let mut h = D::default();
     frame(content, |bytes| h.update(bytes));
-    encode(&h.finalize()[..8], HASH_LEN)
+    encode(&h.finish()[..8], HASH_LEN)
 }
 
 /// The byte stream [`hash`] digests, for tests that prove it decodes back to one content.
@@ -93,7 +130,7 @@ fn frame(content: &Content, mut sink: impl FnMut(&[u8])) {
 
 /// Short DNS-safe hash of any string (used to shorten over-long label values).
 pub fn short_hash(s: &str) -> String {
-    encode(&Sha256::digest(s.as_bytes())[..8], HASH_LEN)
+    encode(&digest::digest::<Sha256>(s.as_bytes())[..8], HASH_LEN)
 }
 
 fn encode(bytes: &[u8], len: usize) -> String {
@@ -172,7 +209,7 @@ pub fn object(namespace: &str, source: &str, snapshot_name: &str, content: &Cont
     }
     let mut obj = json!({
         "apiVersion": "v1",
-        "kind": "ConfigMap",
+        "kind": content.kind.as_str(),
         "metadata": {
             "name": snapshot_name,
             "namespace": namespace,
@@ -244,6 +281,15 @@ mod tests {
 
     fn content(pairs: &[(&str, &str)]) -> Content {
         Content { data: pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ..Default::default() }
+    }
+
+    #[test]
+    fn content_debug_names_keys_and_sizes_never_values() {
+        let c = Content { binary_data: content(&[("key.bin", "c2VjcmV0")]).data, ..content(&[("password", "hunter2")]) };
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter2") && !shown.contains("c2VjcmV0"), "{shown}");
+        assert!(shown.contains("\"password\": 7 bytes") && shown.contains("ConfigMap"), "{shown}");
+        assert_eq!(object("ns", "cfg", "cfg-x", &c, &[])["kind"], "ConfigMap");
     }
 
     #[test]

@@ -9,6 +9,29 @@ use super::names;
 use super::policy::Selector;
 use super::snapshot;
 
+/// The kind of sources: ConfigMaps, in the core group.
+pub const CONFIGMAP: &str = "ConfigMap";
+
+/// The kinds of source a snapshot copies (ConfigMaps; Secrets are planned).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SourceKind {
+    #[default]
+    ConfigMap,
+}
+
+impl SourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::ConfigMap => CONFIGMAP,
+        }
+    }
+}
+
+/// Whether (group, kind) is a source kind.
+pub fn is_source_kind(group: &str, kind: &str) -> bool {
+    group.is_empty() && kind == CONFIGMAP
+}
+
 /// A mutable ConfigMap that is not a snapshot (nor the root CA bundle Kubernetes publishes),
 /// versioned or not: one whose changes, including leaving versioning (SPEC §7), are tracked.
 pub fn is_tracked(name: &str, obj: &impl Meta) -> bool {

@@ -1,78 +1,15 @@
-//! Pod templates: where they live in each kind, the ConfigMap references inside them (SPEC §4),
+//! Pod templates: the ConfigMap references inside them (SPEC §4),
 //! and a canonical hash that makes revisions comparable.
 
 use std::collections::BTreeSet;
 
+use crate::model::digest::{Digest, Sha256};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::model::names;
 
-/// The kinds confighistory understands, with where their pod template lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    Deployment,
-    StatefulSet,
-    DaemonSet,
-    Job,
-    CronJob,
-    ReplicaSet,
-    ControllerRevision,
-}
-
-impl Kind {
-    pub fn parse(kind: &str) -> Option<Kind> {
-        Some(match kind {
-            "Deployment" => Kind::Deployment,
-            "StatefulSet" => Kind::StatefulSet,
-            "DaemonSet" => Kind::DaemonSet,
-            "Job" => Kind::Job,
-            "CronJob" => Kind::CronJob,
-            "ReplicaSet" => Kind::ReplicaSet,
-            "ControllerRevision" => Kind::ControllerRevision,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Deployment => "Deployment",
-            Kind::StatefulSet => "StatefulSet",
-            Kind::DaemonSet => "DaemonSet",
-            Kind::Job => "Job",
-            Kind::CronJob => "CronJob",
-            Kind::ReplicaSet => "ReplicaSet",
-            Kind::ControllerRevision => "ControllerRevision",
-        }
-    }
-
-    /// JSON pointer of the pod template.
-    pub fn template_pointer(self) -> &'static str {
-        match self {
-            Kind::CronJob => "/spec/jobTemplate/spec/template",
-            Kind::ControllerRevision => "/data/spec/template",
-            _ => "/spec/template",
-        }
-    }
-
-    /// Workloads are what the webhook admits; the rest are revisions it reads.
-    pub fn is_workload(self) -> bool {
-        !matches!(self, Kind::ReplicaSet | Kind::ControllerRevision)
-    }
-
-    /// Kinds whose templates propagation may move (Jobs are immutable).
-    pub fn propagates(self) -> bool {
-        matches!(self, Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet | Kind::CronJob)
-    }
-
-    /// Kinds whose pod template's references are fixed once created: a Job's template is
-    /// immutable, except the scheduling directives of a suspended Job (nodeSelector,
-    /// tolerations, ...), which a batch scheduler updates. Re-pinning one is refused by the API
-    /// server, so such an update keeps every reference as it is.
-    pub fn references_fixed(self) -> bool {
-        self == Kind::Job
-    }
-}
+/// Workload kinds live in [`crate::model::kinds`]; re-exported where templates are read.
+pub use crate::model::kinds::Kind;
 
 /// One ConfigMap reference inside a pod template.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,19 +98,25 @@ pub fn ref_names(template: &Value) -> BTreeSet<String> {
 /// `pod-template-hash` and the strategic-merge `$patch` marker are dropped, nulls are dropped,
 /// and object keys are written in sorted order whatever the map implementation.
 pub fn template_hash(template: &Value) -> String {
-    let mut h = Sha256::new();
-    canonical(template, &mut h, 0);
-    let digest = h.finalize();
+    template_hash_without(template, names::POD_TEMPLATE_HASH)
+}
+
+/// [`template_hash`] dropping `hash_label` from the template's labels instead: the label a kind's
+/// controller adds to its revisions' templates ([`Kind::hash_label`]).
+pub fn template_hash_without(template: &Value, hash_label: &str) -> String {
+    let mut h = Sha256::default();
+    canonical(template, &mut h, 0, hash_label);
+    let digest = h.finish();
     digest[..10].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn canonical(v: &Value, h: &mut Sha256, depth: usize) {
+fn canonical<D: Digest>(v: &Value, h: &mut D, depth: usize, hash_label: &str) {
     match v {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m
                 .keys()
                 .filter(|k| !m[k.as_str()].is_null() && k.as_str() != "$patch")
-                .filter(|k| !(depth == 2 && k.as_str() == names::POD_TEMPLATE_HASH))
+                .filter(|k| !(depth == 2 && k.as_str() == hash_label))
                 .collect();
             keys.sort();
             h.update(b"{");
@@ -186,7 +129,7 @@ fn canonical(v: &Value, h: &mut Sha256, depth: usize) {
                 };
                 h.update(serde_json::to_string(k).unwrap_or_default().as_bytes());
                 h.update(b":");
-                canonical(&m[k.as_str()], h, next);
+                canonical(&m[k.as_str()], h, next, hash_label);
                 h.update(b",");
             }
             h.update(b"}");
@@ -194,7 +137,7 @@ fn canonical(v: &Value, h: &mut Sha256, depth: usize) {
         Value::Array(a) => {
             h.update(b"[");
             for x in a {
-                canonical(x, h, 3);
+                canonical(x, h, 3, hash_label);
                 h.update(b",");
             }
             h.update(b"]");

@@ -8,6 +8,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{json, Value};
 
 use super::model::*;
+use crate::model::kinds::{self, Registry};
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::{Policy, Selector};
@@ -16,8 +17,17 @@ use crate::model::snapshot::{self, Content};
 use crate::model::source;
 use crate::model::template::{self, Kind};
 
-/// Deployment revision annotation.
-pub const REVISION_ANNOTATION: &str = "deployment.kubernetes.io/revision";
+/// The revision annotation of a ReplicaSet-kept history (its owner's kind's), or of a workload
+/// that keeps its history in ReplicaSets.
+pub fn revision_annotation(obj: &Value) -> Option<&'static str> {
+    let kinds = Registry::builtin();
+    let kind = kinds.of(obj)?;
+    match kind.history() {
+        _ if !kind.is_workload() => Some(kinds.replicaset_history(obj.get("metadata")?).0),
+        kinds::History::ReplicaSets { revision_annotation, .. } => Some(revision_annotation),
+        _ => None,
+    }
+}
 
 /// Objects of one namespace, as read from the API server.
 #[derive(Clone, Debug, Default)]
@@ -138,13 +148,13 @@ impl Workload {
     /// The current rollout revision: the newest revision whose template is the live one
     /// (Deployments: their revision annotation when no ReplicaSet matches yet).
     pub fn current_revision(&self) -> Option<i64> {
-        let live = template::template_hash(self.template());
+        let live = self.kind.template_hash(self.template());
         self.revisions
             .iter()
             .rev()
-            .find(|(_, t)| template::template_hash(t) == live)
+            .find(|(_, t)| self.kind.template_hash(t) == live)
             .map(|(r, _)| *r)
-            .or_else(|| annotation(&self.object, REVISION_ANNOTATION).and_then(|r| r.parse().ok()))
+            .or_else(|| annotation(&self.object, revision_annotation(&self.object)?).and_then(|r| r.parse().ok()))
     }
     pub fn held(&self) -> BTreeSet<String> {
         source::holds(&self.object).into_keys().collect()
@@ -203,7 +213,7 @@ impl Inventory {
             .workloads
             .iter()
             .filter_map(|o| {
-                let kind = Kind::parse(o.get("kind")?.as_str()?)?;
+                let kind = Registry::builtin().of(o).filter(|k| k.is_workload())?;
                 let uid = meta(o, "uid").unwrap_or_default();
                 let mut revisions: Vec<(i64, Value)> = self
                     .revisions
@@ -262,18 +272,16 @@ impl Inventory {
     }
 }
 
-fn revision_number(obj: &Value) -> Option<i64> {
-    match obj.get("kind")?.as_str()? {
-        "ControllerRevision" => obj.get("revision")?.as_i64(),
-        _ => annotation(obj, REVISION_ANNOTATION)?.parse().ok(),
+/// The number of a revision object (a ReplicaSet or ControllerRevision).
+pub fn revision_number(obj: &Value) -> Option<i64> {
+    match Registry::builtin().of(obj).filter(|k| !k.is_workload())?.history() {
+        kinds::History::ControllerRevisions => obj.get("revision")?.as_i64(),
+        _ => annotation(obj, revision_annotation(obj)?)?.parse().ok(),
     }
 }
 
 fn revision_template(obj: &Value) -> Option<&Value> {
-    match obj.get("kind")?.as_str()? {
-        "ControllerRevision" => obj.pointer("/data/spec/template"),
-        _ => obj.pointer("/spec/template"),
-    }
+    obj.pointer(Registry::builtin().of(obj)?.template_pointer())
 }
 
 pub fn timestamp(s: Option<&str>) -> Option<Timestamp> {
@@ -647,31 +655,36 @@ pub fn is_controller_ref(r: &Value, uid: &str) -> bool {
 }
 
 /// The patch an undo applies: the target revision's pod template and nothing else (a revision's
-/// other fields and annotations are not the rollback's to copy). A Deployment gets a JSON patch
-/// of `/spec/template` (the ReplicaSet's template without its pod-template-hash label); a
-/// StatefulSet or DaemonSet the template of its ControllerRevision's data, replacing the current
-/// one as that data says.
+/// other fields and annotations are not the rollback's to copy). A kind whose history is kept in
+/// ReplicaSets (a Deployment) gets a JSON patch of its template (the ReplicaSet's template
+/// without the kind's hash label); one whose history is kept in ControllerRevisions (a
+/// StatefulSet or DaemonSet) the template of the revision's data, replacing the current one as
+/// that data says.
 pub fn rollback_patch(kind: Kind, target: &Value) -> Result<Value> {
-    match kind {
-        Kind::Deployment => {
-            let mut tpl = target.pointer("/spec/template").cloned().ok_or_else(|| anyhow!("the revision has no pod template"))?;
+    match kind.history() {
+        kinds::History::ReplicaSets { hash_label, .. } => {
+            let mut tpl =
+                target.pointer(Kind::ReplicaSet.template_pointer()).cloned().ok_or_else(|| anyhow!("the revision has no pod template"))?;
             if let Some(labels) = tpl.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
-                labels.remove(names::POD_TEMPLATE_HASH);
+                labels.remove(hash_label);
             }
-            Ok(json!([{"op": "replace", "path": "/spec/template", "value": tpl}]))
+            Ok(json!([{"op": "replace", "path": kind.template_pointer(), "value": tpl}]))
         }
-        Kind::StatefulSet | Kind::DaemonSet => {
-            let tpl = target.pointer("/data/spec/template").cloned().ok_or_else(|| anyhow!("the revision has no pod template"))?;
+        kinds::History::ControllerRevisions => {
+            let tpl = target
+                .pointer(Kind::ControllerRevision.template_pointer())
+                .cloned()
+                .ok_or_else(|| anyhow!("the revision has no pod template"))?;
             Ok(json!({"spec": {"template": tpl}}))
         }
-        _ => bail!("a {} has no rollout history", kind.as_str()),
+        kinds::History::None => bail!("a {} has no rollout history", kind.as_str()),
     }
 }
 
 /// The revision an undo goes to, as kubectl picks it: `to` when non-zero, else the newest
 /// revision before the latest.
 pub fn undo_target(w: &Workload, to: i64) -> Result<(i64, Value)> {
-    if !matches!(w.kind, Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet) {
+    if !w.kind.has_history() {
         bail!("{} has no rollout history: only Deployments, StatefulSets and DaemonSets can be undone", w.reference());
     }
     if to != 0 {

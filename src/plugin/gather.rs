@@ -3,13 +3,12 @@
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{json, Value};
 
 use super::build::{self, Inventory, Workload};
+use crate::model::kinds::{History, Registry};
 use crate::model::names;
 use crate::model::template::{self, Kind};
 
@@ -66,28 +65,10 @@ async fn list(ctx: &Ctx, ar: &ApiResource, params: &ListParams) -> Result<Vec<Va
         .collect())
 }
 
-/// CronJobs in the batch version the cluster serves (the probe the watches use).
-async fn cronjob_resource(client: &kube::Client) -> ApiResource {
-    crate::cluster::watch::resource("batch", crate::cluster::watch::cronjob_version(client).await, "CronJob", "cronjobs")
-}
-
-pub fn resource(kind: Kind) -> ApiResource {
-    match kind {
-        Kind::Deployment => ApiResource::erase::<Deployment>(&()),
-        Kind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
-        Kind::DaemonSet => ApiResource::erase::<DaemonSet>(&()),
-        Kind::Job => ApiResource::erase::<Job>(&()),
-        Kind::ReplicaSet => ApiResource::erase::<ReplicaSet>(&()),
-        Kind::ControllerRevision => ApiResource::erase::<ControllerRevision>(&()),
-        // Callers use cronjob_resource; batch/v1beta1 is the fallback shape.
-        Kind::CronJob => ApiResource {
-            group: "batch".into(),
-            version: "v1beta1".into(),
-            api_version: "batch/v1beta1".into(),
-            kind: "CronJob".into(),
-            plural: "cronjobs".into(),
-        },
-    }
+/// The resource of `kind`, at the version it is served at (`kinds` resolved by
+/// [`crate::cluster::watch::resolve_kinds`]).
+pub fn resource(kind: Kind, kinds: &Registry) -> ApiResource {
+    crate::cluster::watch::kind_resource(kind, kinds)
 }
 
 /// Fails clearly when confighistory's webhooks are not registered. A client that may not list
@@ -124,11 +105,13 @@ pub async fn inventory(ctx: &Ctx, sources: &[&str]) -> Result<Inventory> {
         Err(e) => return Err(api_err(e, &format!("get namespace {}", ctx.namespace))),
     };
     let all = ListParams::default();
-    let cronjobs = cronjob_resource(&ctx.client).await;
+    let kinds = crate::cluster::watch::resolve_kinds(&ctx.client).await;
+    let cronjobs = resource(Kind::CronJob, kinds);
     let snapshots_params = ListParams::default().labels(names::HASH_LABEL);
     let configmaps = ApiResource::erase::<ConfigMap>(&());
     let [deploy, sts, ds, job, rs, cr] =
-        [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::Job, Kind::ReplicaSet, Kind::ControllerRevision].map(resource);
+        [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::Job, Kind::ReplicaSet, Kind::ControllerRevision]
+            .map(|k| resource(k, kinds));
     let (snapshots, deployments, statefulsets, daemonsets, jobs, cjs, replicasets, controllerrevisions) = futures::try_join!(
         list(ctx, &configmaps, &snapshots_params),
         list(ctx, &deploy, &all),
@@ -176,11 +159,7 @@ pub fn revision_object<'a>(inv: &'a Inventory, w: &Workload, n: i64) -> Option<&
             .pointer("/metadata/ownerReferences")
             .and_then(Value::as_array)
             .is_some_and(|refs| refs.iter().any(|x| build::is_controller_ref(x, uid)));
-        let number = match r["kind"].as_str() {
-            Some("ControllerRevision") => r["revision"].as_i64(),
-            _ => build::annotation(r, build::REVISION_ANNOTATION).and_then(|v| v.parse().ok()),
-        };
-        owned && number == Some(n)
+        owned && build::revision_number(r) == Some(n)
     })
 }
 
@@ -188,15 +167,17 @@ pub fn revision_object<'a>(inv: &'a Inventory, w: &Workload, n: i64) -> Option<&
 pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, dry_run: bool) -> Result<Value> {
     let target = revision_object(inv, w, revision).ok_or_else(|| anyhow!("revision {revision} of {} not found", w.reference()))?;
     let patch = build::rollback_patch(w.kind, target).map_err(|e| anyhow!("revision {revision} of {}: {e}", w.reference()))?;
-    match w.kind {
-        Kind::Deployment => {
+    match w.kind.history() {
+        History::ReplicaSets { .. } => {
             if w.object.pointer("/spec/paused").and_then(Value::as_bool) == Some(true) {
                 bail!(
                     "you cannot rollback a paused deployment; resume it first with `kubectl rollout resume {}` and try again",
                     w.reference()
                 );
             }
-            let mut uri = format!("/apis/apps/v1/namespaces/{}/deployments/{}?fieldManager={FIELD_MANAGER}", ctx.namespace, w.name);
+            let ar = resource(w.kind, Registry::builtin());
+            let mut uri =
+                format!("/apis/{}/namespaces/{}/{}/{}?fieldManager={FIELD_MANAGER}", ar.api_version, ctx.namespace, ar.plural, w.name);
             if dry_run {
                 uri.push_str("&dryRun=All");
             }
@@ -207,8 +188,8 @@ pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, d
             let out: Value = ctx.client.request(request).await.map_err(|e| api_err(e, &format!("roll back {}", w.reference())))?;
             Ok(out)
         }
-        _ => {
-            let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource(w.kind));
+        History::ControllerRevisions => {
+            let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource(w.kind, Registry::builtin()));
             let pp = PatchParams { dry_run, field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
             let out = api
                 .patch(&w.name, &pp, &Patch::Strategic(&patch))
@@ -216,6 +197,7 @@ pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, d
                 .map_err(|e| api_err(e, &format!("roll back {}", w.reference())))?;
             Ok(serde_json::to_value(out)?)
         }
+        History::None => bail!("{} has no rollout history", w.reference()),
     }
 }
 
@@ -257,7 +239,8 @@ pub async fn sources(ctx: &Ctx, all: bool) -> Result<super::model::Sources> {
         sources.insert(key, got.map(|o| json!({ "metadata": o.metadata })));
     }
     let mut workloads = Vec::new();
-    for ar in [resource(Kind::Deployment), resource(Kind::StatefulSet), resource(Kind::DaemonSet), cronjob_resource(client).await] {
+    let kinds = crate::cluster::watch::resolve_kinds(client).await;
+    for ar in [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::CronJob].map(|k| resource(k, kinds)) {
         workloads
             .extend(metas(api(&ar).list_metadata(&ListParams::default()).await.map_err(|e| api_err(e, &format!("list {}", ar.plural)))?));
     }

@@ -335,7 +335,7 @@ pub async fn run(cli: Cli) -> Result<Done> {
             let before = build::revision_config(&inv, w.current_revision(), w.template());
             let target = build::revision_config(&inv, Some(rev), &template);
             build::check_target(&wanted, &target)?;
-            let skipped = crate::model::template::template_hash(&template) == crate::model::template::template_hash(w.template());
+            let skipped = w.kind.template_hash(&template) == w.kind.template_hash(w.template());
             let (after, held) = if skipped {
                 (before.clone(), w.held().into_iter().collect())
             } else {

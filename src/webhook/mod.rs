@@ -19,7 +19,9 @@ use crate::admission::{self, review, Decision, Effect, Failed, Failure, Fresh, O
 use crate::cache::{NamespaceInfo, State};
 use crate::cluster::{ApiError, Cluster};
 use crate::context::Context;
+use crate::model::kinds::{Kind, Registry};
 use crate::model::policy::{Mode, Policy};
+use crate::model::source;
 use crate::store;
 
 pub mod limits;
@@ -126,7 +128,7 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
     };
     // Anything the webhook configurations never send is refused before it is decided, logged
     // or counted: no reads, no writes, no metric label from the request.
-    if let Err(e) = expected(endpoint, &req) {
+    if let Err(e) = expected(endpoint, &req, app.ctx.kinds) {
         tracing::warn!(endpoint = endpoint.as_str(), error = %e, "refused an admission request the webhooks never send");
         METRICS.error("bad-request");
         return (StatusCode::BAD_REQUEST, Json(json!({"error": e}))).into_response();
@@ -148,14 +150,15 @@ async fn answer(app: &App, endpoint: Endpoint, req: &review::Request, start: Ins
     } else {
         "patched"
     };
-    METRICS.request(endpoint.as_str(), &req.kind.kind, req.operation.as_str(), decision, reason.as_str(), start.elapsed());
+    let kind = kind_label(app.ctx.kinds, &req.kind);
+    METRICS.request(endpoint.as_str(), kind, req.operation.as_str(), decision, reason.as_str(), start.elapsed());
     let mode = mode(app, &req.namespace);
     match reason {
         Reason::UnhandledKind => tracing::info!(group = %req.kind.group, "allowed a kind confighistory does not handle"),
         // validate answers "audit" for what it only warns about: in audit mode, that is what
         // enforce mode would refuse (a CronJob's Job is lenient in every mode, so not counted).
         Reason::Audit if mode == Mode::Audit => {
-            METRICS.audit_violation(&req.kind.kind);
+            METRICS.audit_violation(kind);
             tracing::info!(warnings = ?response.warnings, "audit mode: admitted what enforce mode would refuse");
         }
         _ => {}
@@ -190,33 +193,21 @@ fn mode(app: &App, namespace: &str) -> Mode {
 /// Namespaces whose refused mode label was logged, with that label (bounded by the namespaces).
 static REFUSED_MODES: LazyLock<Mutex<HashMap<String, String>>> = LazyLock::new(Mutex::default);
 
-/// (group, versions, kind, resource) of the workloads the chart registers (workloadRules).
-const WORKLOADS: [(&str, &[&str], &str, &str); 5] = [
-    ("apps", &["v1"], "Deployment", "deployments"),
-    ("apps", &["v1"], "StatefulSet", "statefulsets"),
-    ("apps", &["v1"], "DaemonSet", "daemonsets"),
-    ("batch", &["v1", "v1beta1"], "Job", "jobs"),
-    ("batch", &["v1", "v1beta1"], "CronJob", "cronjobs"),
-];
-const CONFIGMAPS: (&str, &[&str], &str, &str) = ("", &["v1"], "ConfigMap", "configmaps");
-
 /// Whether `req` is a request the chart's webhook configurations send to `endpoint`: a main
 /// resource they register, an operation they register, a valid namespace and name (SPEC §9a).
 /// The error says what is wrong, with request-supplied strings quoted (escaped).
-pub fn expected(endpoint: Endpoint, req: &review::Request) -> Result<(), String> {
+/// The chart registers the registry's workload kinds (its `workloadKinds`) and ConfigMaps.
+pub fn expected(endpoint: Endpoint, req: &review::Request, kinds: &Registry) -> Result<(), String> {
     let (k, r) = (&req.kind, &req.resource);
-    let known = |&(group, versions, kind, resource): &(&str, &[&str], &str, &str)| {
-        k.group == group
-            && versions.contains(&k.version.as_str())
-            && k.kind == kind
-            && (r.group.as_str(), r.version.as_str(), r.resource.as_str()) == (group, k.version.as_str(), resource)
+    let same_resource = r.group == k.group && r.version == k.version;
+    let workload = || same_resource && kinds.admits(&k.group, &k.version, &k.kind, &r.resource).is_some();
+    let source = || same_resource && k.version == "v1" && r.resource == "configmaps" && source::is_source_kind(&k.group, &k.kind);
+    let (known, operations): (bool, &[review::Operation]) = match endpoint {
+        Endpoint::Mutate => (workload() || source(), &[review::Operation::Create, review::Operation::Update]),
+        Endpoint::Validate => (workload(), &[review::Operation::Create, review::Operation::Update]),
+        Endpoint::Protect => (source(), &[review::Operation::Create, review::Operation::Update, review::Operation::Delete]),
     };
-    let (kinds, operations): (Vec<_>, &[review::Operation]) = match endpoint {
-        Endpoint::Mutate => (WORKLOADS.iter().chain([&CONFIGMAPS]).collect(), &[review::Operation::Create, review::Operation::Update]),
-        Endpoint::Validate => (WORKLOADS.iter().collect(), &[review::Operation::Create, review::Operation::Update]),
-        Endpoint::Protect => (vec![&CONFIGMAPS], &[review::Operation::Create, review::Operation::Update, review::Operation::Delete]),
-    };
-    if !kinds.into_iter().any(known) {
+    if !known {
         return Err(format!(
             "/{} is not registered for {:?} (kind {:?}/{:?}/{:?}); check the webhook configuration's rules",
             endpoint.as_str(),
@@ -244,11 +235,21 @@ pub fn expected(endpoint: Endpoint, req: &review::Request) -> Result<(), String>
     Ok(())
 }
 
+/// The `kind` label of a request: its registered kind's name, else `other` (a request-supplied
+/// string never becomes a label value).
+fn kind_label(kinds: &Registry, k: &review::GroupVersionKind) -> &'static str {
+    if source::is_source_kind(&k.group, &k.kind) {
+        source::CONFIGMAP
+    } else {
+        kinds.workload(&k.group, &k.kind).map_or("other", Kind::as_str)
+    }
+}
+
 /// Whether a workload request must never be denied (an undo, a CronJob's run), from the caches.
 pub fn never_denied(app: &App, req: &review::Request) -> bool {
     let (state, now) = (app.ctx.state.read().expect("state lock"), String::new());
     let view = View { policy: &app.ctx.policy, state: &state, fresh: &Fresh::new(), failed: &Failed::new(), now: &now, namespace: None };
-    req.kind.kind != "ConfigMap" && admission::workload::never_denied(req, &view)
+    !source::is_source_kind(&req.kind.group, &req.kind.kind) && admission::workload::never_denied(req, &view)
 }
 
 /// Decides, reading sources fresh when the decision asks, runs the effects, and answers.
@@ -276,7 +277,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
             let view =
                 View { policy: &app.ctx.policy, state: &state, fresh: &fresh, failed: &failed, now: &now, namespace: namespace.as_deref() };
             match endpoint {
-                Endpoint::Mutate if req.kind.kind == "ConfigMap" => admission::configmap::decide(req, &view),
+                Endpoint::Mutate if source::is_source_kind(&req.kind.group, &req.kind.kind) => admission::configmap::decide(req, &view),
                 Endpoint::Mutate => admission::workload::decide(req, &view),
                 Endpoint::Validate => admission::validate::decide(req, &view),
                 Endpoint::Protect => Outcome::Done(admission::protect::decide(req, &view)),

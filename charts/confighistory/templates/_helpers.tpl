@@ -239,22 +239,57 @@ caBundle: {{ . }}
 {{- end }}
 
 {{/*
-Rules of the workload webhooks (mutating and validating): every kind with a pod
-template that confighistory pins. Main resources only (no "/*"): a scale or
-status write never changes a pod template. batch/v1beta1 serves CronJobs on
-clusters before 1.21.
+Rules of the workload webhooks (mutating and validating): every kind of
+.Values.workloadKinds, one rule per API group (its kinds' versions and
+resources). Main resources only (no "/*"): a scale or status write never changes
+a pod template. batch/v1beta1 serves CronJobs on clusters before 1.21.
 */}}
 {{- define "confighistory.workloadRules" -}}
-- apiGroups: ["apps"]
-  apiVersions: ["v1"]
-  resources: ["deployments", "statefulsets", "daemonsets"]
+{{- range $i, $r := include "confighistory.byGroup" .Values.workloadKinds | fromJsonArray }}
+{{- if $i }}{{ "\n" }}{{ end -}}
+- apiGroups: [{{ $r.group | quote }}]
+  apiVersions: [{{ include "confighistory.quoted" $r.versions }}]
+  resources: [{{ include "confighistory.quoted" $r.resources }}]
   operations: ["CREATE", "UPDATE"]
   scope: Namespaced
-- apiGroups: ["batch"]
-  apiVersions: ["v1", "v1beta1"]
-  resources: ["jobs", "cronjobs"]
-  operations: ["CREATE", "UPDATE"]
-  scope: Namespaced
+{{- end }}
+{{- end }}
+
+{{/*
+Entries of {group, resource, versions?} grouped by API group, in the order the
+groups first appear, as JSON: [{group, versions, resources}], each list without
+repeats.
+*/}}
+{{- define "confighistory.byGroup" -}}
+{{- $groups := list }}
+{{- range . }}{{ if not (has .group $groups) }}{{ $groups = append $groups .group }}{{ end }}{{ end }}
+{{- $out := list }}
+{{- range $g := $groups }}
+{{- $versions := list }}
+{{- $resources := list }}
+{{- range $ }}{{ if eq .group $g }}
+{{- range .versions }}{{ if not (has . $versions) }}{{ $versions = append $versions . }}{{ end }}{{ end }}
+{{- if not (has .resource $resources) }}{{ $resources = append $resources .resource }}{{ end }}
+{{- end }}{{ end }}
+{{- $out = append $out (dict "group" $g "versions" $versions "resources" $resources) }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/*
+The workload kinds propagation moves (`propagates`), as JSON.
+*/}}
+{{- define "confighistory.movedKinds" -}}
+{{- $moved := list }}
+{{- range .Values.workloadKinds }}{{ if .propagates }}{{ $moved = append $moved . }}{{ end }}{{ end }}
+{{- toJson $moved }}
+{{- end }}
+
+{{/*
+A list as comma-separated quoted strings, the way the rules write them.
+*/}}
+{{- define "confighistory.quoted" -}}
+{{- range $i, $v := . }}{{ if $i }}, {{ end }}{{ $v | quote }}{{ end }}
 {{- end }}
 
 {{/*
