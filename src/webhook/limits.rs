@@ -128,133 +128,36 @@ impl Future for HeadSleep {
 impl hyper::rt::Sleep for HeadSleep {}
 
 /// Bytes of request bodies buffered at once, across all requests, as a multiple of the largest
-/// body. Charged as the bytes arrive (never by a declared Content-Length) and held until the
-/// request is answered, so N clients sending N large bodies at once cannot buffer more than this,
-/// and a client that declares a large body and sends nothing holds nothing.
+/// body: taken by a request's Content-Length before its body is read, held until it is
+/// answered, so N clients sending N large bodies in parallel cannot buffer more than this.
 pub const BODY_BUDGET_BODIES: usize = 4;
 
-/// How long a declared body may take to start arriving. The API server writes a review's head
-/// and body together; a body that has not begun by then is dropped (HTTP 408, connection closed).
-pub const BODY_START_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The byte budget for bodies being received or decided ([`BODY_BUDGET_BODIES`]), in three parts:
-/// the shared budget; a reserve of one largest body, for the one body at a time that arrives
-/// when the shared budget is taken; and a cap per peer (remote address) of all but one largest
-/// body, shared budget and reserve together, so whatever one peer sends, another finds room.
-///
-/// Nothing waits for bytes: a body whose next bytes fit nowhere is refused at once (HTTP 503,
-/// failurePolicy decides). Charged as bytes arrive, waiting could deadlock: bodies that each
-/// arrived in part, holding the whole budget between them, all waiting for more until their
-/// timeout. At most `(BODY_BUDGET_BODIES + 1) x max_body` is buffered, plus the chunk just read.
+/// The byte budget for bodies being buffered or decided ([`BODY_BUDGET_BODIES`]).
 pub struct Budget {
     /// KiB, so the largest budgets fit a semaphore's u32 count.
     kib: Arc<tokio::sync::Semaphore>,
-    /// The reserve: one holder at a time.
-    reserve: Arc<tokio::sync::Semaphore>,
-    /// KiB a peer may hold.
-    peer_kib: u32,
-    /// KiB held per peer; an entry goes with its peer's last byte (bounded by the connections
-    /// open, never by the addresses ever seen).
-    peers: Mutex<std::collections::HashMap<std::net::IpAddr, u32>>,
     max_body: usize,
 }
 
-/// What one request's body holds of the [`Budget`], grown as its bytes arrive ([`Charge::grow`])
-/// and given back when dropped (after the answer: the buffer lives that long).
-pub struct Charge {
-    budget: Arc<Budget>,
-    peer: Option<std::net::IpAddr>,
-    permits: Vec<tokio::sync::OwnedSemaphorePermit>,
-    reserve: Option<tokio::sync::OwnedSemaphorePermit>,
-    kib: u32,
-}
-
-/// The address of the client a request came from, put in its extensions by
-/// [`super::serve::serve_tls_until`] (absent when the router is driven directly).
-#[derive(Clone, Copy, Debug)]
-pub struct Peer(pub std::net::IpAddr);
-
-/// Why a body's bytes could not be charged.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Refused {
-    /// The shared budget and the reserve are taken.
-    Budget,
-    /// Its peer holds its cap.
-    Peer,
-}
+/// Part of the [`Budget`], given back when dropped.
+pub type Bytes = tokio::sync::OwnedSemaphorePermit;
 
 impl Budget {
     pub fn new(max_body: usize) -> Budget {
-        let total = kib(max_body.saturating_mul(BODY_BUDGET_BODIES)).max(1);
-        let body = kib(max_body).max(1);
-        Budget {
-            kib: Arc::new(tokio::sync::Semaphore::new(total as usize)),
-            reserve: Arc::new(tokio::sync::Semaphore::new(1)),
-            peer_kib: total.saturating_sub(body).max(body),
-            peers: Mutex::default(),
-            max_body,
-        }
+        let kib = kib(max_body.saturating_mul(BODY_BUDGET_BODIES)).max(1);
+        Budget { kib: Arc::new(tokio::sync::Semaphore::new(kib as usize)), max_body }
     }
 
-    /// An empty charge for a body from `peer` (`None`: unknown, no per-peer cap).
-    pub fn charge(self: &Arc<Budget>, peer: Option<std::net::IpAddr>) -> Charge {
-        Charge { budget: self.clone(), peer, permits: Vec::new(), reserve: None, kib: 0 }
+    /// Takes what a body of `content_length` bytes (the largest allowed when unknown) counts
+    /// for, waiting for it while other bodies hold the budget (first come, first served).
+    pub async fn take(&self, content_length: Option<usize>) -> Bytes {
+        let wanted = kib(content_length.unwrap_or(self.max_body).min(self.max_body)).max(1);
+        self.kib.clone().acquire_many_owned(wanted).await.expect("the budget is never closed")
     }
 
-    /// Bytes of the shared budget free now.
+    /// Bytes of the budget free now.
     pub fn available(&self) -> usize {
         self.kib.available_permits() * 1024
-    }
-
-    /// Peers holding bytes now.
-    pub fn peers(&self) -> usize {
-        self.peers.lock().expect("peers lock").len()
-    }
-}
-
-impl Charge {
-    /// Charges the body for `total` bytes received so far: from the shared budget, else from the
-    /// reserve (which then covers the rest of the body), else refused; refused too when its peer
-    /// would hold more than its cap.
-    pub fn grow(&mut self, total: usize) -> Result<(), Refused> {
-        let wanted = kib(total.min(self.budget.max_body));
-        if wanted <= self.kib {
-            return Ok(());
-        }
-        let more = wanted - self.kib;
-        let mut peers = self.budget.peers.lock().expect("peers lock");
-        if let Some(ip) = self.peer {
-            if peers.get(&ip).copied().unwrap_or(0) + more > self.budget.peer_kib {
-                return Err(Refused::Peer);
-            }
-        }
-        if self.reserve.is_none() {
-            match self.budget.kib.clone().try_acquire_many_owned(more) {
-                Ok(p) => self.permits.push(p),
-                Err(_) => match self.budget.reserve.clone().try_acquire_owned() {
-                    Ok(r) => self.reserve = Some(r),
-                    Err(_) => return Err(Refused::Budget),
-                },
-            }
-        }
-        if let Some(ip) = self.peer {
-            *peers.entry(ip).or_default() += more;
-        }
-        self.kib = wanted;
-        Ok(())
-    }
-}
-
-impl Drop for Charge {
-    fn drop(&mut self) {
-        let Some(ip) = self.peer.filter(|_| self.kib > 0) else { return };
-        let mut peers = self.budget.peers.lock().expect("peers lock");
-        if let Some(held) = peers.get_mut(&ip) {
-            *held = held.saturating_sub(self.kib);
-            if *held == 0 {
-                peers.remove(&ip);
-            }
-        }
     }
 }
 
@@ -530,37 +433,16 @@ mod tests {
         assert_eq!(places.sched.lock().unwrap().free, 1);
     }
 
-    #[test]
-    fn the_budget_charges_what_arrived_per_peer_with_one_body_in_reserve() {
-        const MIB: usize = 1024 * 1024;
-        let budget = Arc::new(Budget::new(MIB));
-        let (a, b): (std::net::IpAddr, std::net::IpAddr) = ([10, 0, 0, 1].into(), [10, 0, 0, 2].into());
-        assert_eq!(budget.available(), 4 * MIB);
-        let mut charges = Vec::new();
-        for _ in 0..3 {
-            let mut c = budget.charge(Some(a));
-            c.grow(100).unwrap(); // a KiB, as it arrived
-            c.grow(5 * MIB).unwrap(); // capped at the largest body
-            charges.push(c);
-        }
-        assert_eq!(budget.available(), MIB, "three bodies of a");
-        // a holds its cap (all but one body).
-        assert_eq!(budget.charge(Some(a)).grow(1), Err(Refused::Peer));
-        // b takes the last shared body; a body of unknown origin then takes the reserve and is
-        // covered for the rest of its bytes; the next one fits nowhere.
-        let mut other = budget.charge(Some(b));
-        other.grow(MIB).unwrap();
-        let mut reserve = budget.charge(None);
-        reserve.grow(1).unwrap();
-        reserve.grow(MIB).unwrap();
-        assert!(reserve.reserve.is_some() && budget.available() == 0);
-        assert_eq!(budget.charge(None).grow(1), Err(Refused::Budget));
-        assert_eq!(budget.peers(), 2);
-        drop(charges.pop());
-        budget.charge(None).grow(MIB).expect("a freed body's bytes");
-        drop((charges, other, reserve));
-        assert_eq!(budget.available(), 4 * MIB);
-        assert_eq!(budget.peers(), 0, "no peer kept once it holds nothing");
+    #[tokio::test]
+    async fn the_budget_counts_bodies_by_length() {
+        let budget = Budget::new(1024 * 1024);
+        assert_eq!(budget.available(), 4 * 1024 * 1024);
+        let big = budget.take(Some(3 * 1024 * 1024)).await; // capped at the largest body
+        assert_eq!(budget.available(), 3 * 1024 * 1024);
+        let unknown = budget.take(None).await; // counts as the largest body
+        assert_eq!(budget.available(), 2 * 1024 * 1024);
+        drop((big, unknown));
+        assert_eq!(budget.available(), 4 * 1024 * 1024);
     }
 
     #[test]

@@ -15,14 +15,12 @@ pub use super::limits::{CLIENT_TIMEOUT, IDLE_TIMEOUT};
 /// Largest request head (headers) accepted.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
 
-/// The admission router as served. A request's body is read in full, within `max_body` bytes,
-/// before the request can take one of `max_concurrency` places: a slow or stalled client holds
-/// its own connection, never a place. Its bytes are charged to a byte budget as they arrive
-/// ([`limits::Budget`]: shared, capped per peer, with one body in reserve); bytes that fit
-/// nowhere get HTTP 503 at once (failurePolicy decides; the body is read and dropped so the
-/// connection stays usable). N clients sending large bodies at once cannot buffer more than the
-/// budget, and a declared body that does not start within [`limits::BODY_START_TIMEOUT`] is
-/// dropped (408), holding nothing meanwhile.
+/// The admission router as served. Before its body is read, a request takes its part of a byte
+/// budget ([`limits::Budget`]: its Content-Length, or `max_body` when it gives none), waiting
+/// for it within [`CLIENT_TIMEOUT`] (past that: HTTP 503, so failurePolicy decides); N clients
+/// sending large bodies at once cannot buffer more than the budget. The body is then read in
+/// full, within [`CLIENT_TIMEOUT`] and `max_body` bytes, before the request can take one of
+/// `max_concurrency` places: a slow or stalled client holds its own connection, never a place.
 ///
 /// Places are taken only around work that calls the API server ([`limits::api_place`], in
 /// [`super::admit`]), fairly by the request's namespace ([`limits::Places`]): a decision made
@@ -57,11 +55,28 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
                 return (axum::http::StatusCode::PAYLOAD_TOO_LARGE, message).into_response();
             }
             // Held until the request is answered: its buffer lives that long.
-            let peer = parts.extensions.get::<limits::Peer>().map(|p| p.0);
-            let mut charge = budget.charge(peer);
-            let bytes = match receive(body, &mut charge, length, max_body).await {
-                Ok(bytes) => bytes,
-                Err(refusal) => return refusal,
+            let Ok(_bytes) = tokio::time::timeout(CLIENT_TIMEOUT, budget.take(length)).await else {
+                tracing::warn!(budget_bytes = max_body * limits::BODY_BUDGET_BODIES, "request bodies over the byte budget for the client timeout (overloaded)");
+                crate::metrics::METRICS.error("overloaded");
+                let message = format!("confighistory is overloaded: request bodies over its byte budget for {} s", CLIENT_TIMEOUT.as_secs());
+                // Read to its end without keeping it, so the connection serves the client's next
+                // request; one that does not end in time cannot be reused.
+                let drained = limits::drain(body, max_body, CLIENT_TIMEOUT).await;
+                let connection = if drained { "keep-alive" } else { "close" };
+                return (axum::http::StatusCode::SERVICE_UNAVAILABLE, [(axum::http::header::CONNECTION, connection)], message).into_response();
+            };
+            let bytes = match tokio::time::timeout(CLIENT_TIMEOUT, axum::body::to_bytes(body, max_body)).await {
+                Ok(Ok(bytes)) => bytes,
+                Ok(Err(_)) => {
+                    crate::metrics::METRICS.error("bad-request");
+                    let message = format!("request body over {max_body} bytes, or broken off");
+                    return (axum::http::StatusCode::PAYLOAD_TOO_LARGE, message).into_response();
+                }
+                Err(_) => {
+                    crate::metrics::METRICS.error("bad-request");
+                    let message = format!("request body not received within {} s", CLIENT_TIMEOUT.as_secs());
+                    return (axum::http::StatusCode::REQUEST_TIMEOUT, message).into_response();
+                }
             };
             let gate = limits::Gate::new(places);
             // `Bytes` clones share the buffer; the uid is parsed only if the deadline passes
@@ -109,66 +124,6 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
     }))
 }
 
-/// Reads a request body within `max_body` bytes, charging the budget as its bytes arrive
-/// ([`limits::Charge`]): it must start within [`limits::BODY_START_TIMEOUT`] and end within
-/// [`CLIENT_TIMEOUT`]. The refusal says which limit it met.
-async fn receive(
-    mut body: axum::body::Body,
-    charge: &mut limits::Charge,
-    length: Option<usize>,
-    max_body: usize,
-) -> Result<axum::body::Bytes, axum::response::Response> {
-    use axum::body::HttpBody as _;
-    use axum::response::IntoResponse;
-    let close = [(axum::http::header::CONNECTION, "close")];
-    let started = tokio::time::Instant::now();
-    let mut buf = Vec::with_capacity(length.unwrap_or(0).min(64 * 1024));
-    loop {
-        // Until the first byte, the short deadline; then the body's own.
-        let deadline = if buf.is_empty() && length != Some(0) { limits::BODY_START_TIMEOUT } else { CLIENT_TIMEOUT };
-        let frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx));
-        let frame = match tokio::time::timeout_at(started + deadline, frame).await {
-            Ok(None) => break,
-            Ok(Some(Ok(frame))) => frame,
-            Ok(Some(Err(_))) => {
-                crate::metrics::METRICS.error("bad-request");
-                return Err((axum::http::StatusCode::BAD_REQUEST, close, "request body broken off").into_response());
-            }
-            Err(_) => {
-                crate::metrics::METRICS.error("bad-request");
-                let message = if buf.is_empty() {
-                    format!("request body did not start within {} s", limits::BODY_START_TIMEOUT.as_secs())
-                } else {
-                    format!("request body not received within {} s", CLIENT_TIMEOUT.as_secs())
-                };
-                return Err((axum::http::StatusCode::REQUEST_TIMEOUT, close, message).into_response());
-            }
-        };
-        let Ok(data) = frame.into_data() else { continue };
-        if buf.len() + data.len() > max_body {
-            crate::metrics::METRICS.error("bad-request");
-            return Err((axum::http::StatusCode::PAYLOAD_TOO_LARGE, close, format!("request body over {max_body} bytes")).into_response());
-        }
-        buf.extend_from_slice(&data);
-        if let Err(refused) = charge.grow(buf.len()) {
-            let why = match refused {
-                limits::Refused::Budget => "request bodies being received or decided hold the byte budget",
-                limits::Refused::Peer => "this client's request bodies hold its share of the byte budget",
-            };
-            tracing::warn!(budget_bytes = max_body * limits::BODY_BUDGET_BODIES, "refused a request body: {why} (overloaded)");
-            crate::metrics::METRICS.error("overloaded");
-            let message = format!("confighistory is overloaded: {why}");
-            // Read to its end without keeping it, so the connection serves the client's next
-            // request (503: failurePolicy decides); one that does not end in time cannot be reused.
-            let left = (started + CLIENT_TIMEOUT).saturating_duration_since(tokio::time::Instant::now());
-            let drained = limits::drain(body, max_body.saturating_sub(buf.len()), left).await;
-            let connection = [(axum::http::header::CONNECTION, if drained { "keep-alive" } else { "close" })];
-            return Err((axum::http::StatusCode::SERVICE_UNAVAILABLE, connection, message).into_response());
-        }
-    }
-    Ok(buf.into())
-}
-
 /// Accepts TLS connections and serves the router over HTTP/1.1 keep-alive, with timeouts
 /// for slow clients ([`CLIENT_TIMEOUT`] for a handshake or a begun head, [`IDLE_TIMEOUT`]
 /// between requests) and a cap on header size.
@@ -202,11 +157,6 @@ pub async fn serve_tls_until(
             let (stream, clock) = super::limits::watch(stream, CLIENT_TIMEOUT, IDLE_TIMEOUT);
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(clock).header_read_timeout(CLIENT_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
-            // Each request knows its peer: what one peer holds of the body budget is capped.
-            let router = tower::ServiceExt::map_request(router, move |mut req: hyper::Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(limits::Peer(peer.ip()));
-                req
-            });
             if let Err(e) = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router)).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
