@@ -11,7 +11,7 @@
 //!   request gets an answer from every endpoint that serialises, echoes the uid, keeps warnings
 //!   short, and whose patch applies to the object; a mutation reviewed again changes nothing.
 //! - [`rewrite_bytes`]: bytes drive the *choices* of a workload request (kind, operation, caller,
-//!   references in every place SPEC §4 lists, oldObject, annotations, dry run), so the fuzzer
+//!   references in every place docs/behaviour.md §4 lists, oldObject, annotations, dry run), so the fuzzer
 //!   explores reference rewriting rather than JSON syntax. On top of the above: a patch touches
 //!   only reference names and metadata annotations, each changed reference names a valid snapshot
 //!   (or a name the request or oldObject already used), all references to a source end on one
@@ -257,7 +257,7 @@ impl<'a> Choices<'a> {
     }
 }
 
-/// A pod template whose references are chosen by `c`, in every place SPEC §4 lists.
+/// A pod template whose references are chosen by `c`, in every place docs/behaviour.md §4 lists.
 pub fn template_from(c: &mut Choices) -> Value {
     let mut volumes = Vec::new();
     for i in 0..c.pick(4) {

@@ -1,4 +1,4 @@
-//! The in-memory view of the cluster that admission decisions read (SPEC §10: metadata,
+//! The in-memory view of the cluster that admission decisions read (docs/behaviour.md §10: metadata,
 //! extracted references and template hashes only, never ConfigMap data: ConfigMaps are listed
 //! and watched as metadata, so not even a page of the initial list carries their content).
 //!
@@ -146,7 +146,7 @@ impl ConfigMapInfo {
     }
 
     /// Whether the record knows the ConfigMap is mutable. The controller's planners act on a
-    /// source only then: one whose immutability is unknown is read first (SPEC §3: an immutable
+    /// source only then: one whose immutability is unknown is read first (docs/behaviour.md §3: an immutable
     /// ConfigMap is never touched).
     pub fn known_mutable(&self) -> bool {
         self.immutable == Some(false)
@@ -236,7 +236,7 @@ pub struct State {
     /// Template hashes that still exist as a revision, per namespace (live adoption records).
     pub namespace_templates: HashMap<String, HashMap<String, u32>>,
     /// Template hashes each workload has been seen with, by (namespace, uid): a revision counts
-    /// for undo only when its template is one of them or it predates this process (SPEC §9a: a
+    /// for undo only when its template is one of them or it predates this process (docs/behaviour.md §9a: a
     /// ReplicaSet forged with an owner reference to a tenant's Deployment makes no "undo").
     pub seen_templates: HashMap<Key, HashSet<String>>,
     /// Revisions created before this time (RFC 3339, seconds) are history from before this
@@ -298,7 +298,7 @@ impl State {
         self.refs.get(&(ns.to_owned(), name.to_owned())).copied().unwrap_or_default()
     }
 
-    /// A source in the sense of SPEC §6.1: referenced by some workload, plainly or through a
+    /// A source in the sense of docs/behaviour.md §6.1: referenced by some workload, plainly or through a
     /// snapshot. (The `head` annotation, the third way, is on the object itself.)
     pub fn is_referenced_source(&self, ns: &str, name: &str) -> bool {
         let key = (ns.to_owned(), name.to_owned());

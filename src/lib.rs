@@ -4,7 +4,7 @@
 //!
 //! The layers, lowest first; a module imports only from its layer or those below it
 //! (docs/architecture.md; tests/layers.rs checks it):
-//! - [`model`]: the SPEC's vocabulary as pure functions: names and annotations, snapshots (§5),
+//! - [`model`]: the vocabulary of docs/behaviour.md as pure functions: names and annotations, snapshots (§5),
 //!   pod templates and their references (§4), the policy (§3).
 //! - [`cli`]: the configuration: flags and their environment variables, plain data.
 //! - [`metrics`]: the process's Prometheus metrics.
@@ -12,8 +12,8 @@
 //! - [`cluster`]: the Kubernetes port: every API-server read and write, the real client, an
 //!   in-memory cluster for tests, and the watches that feed the cache.
 //! - [`context`]: what webhook and controller share: policy, cache, Kubernetes port, sync state.
-//! - [`store`]: the snapshot store (SPEC §5): makes sure a snapshot exists, with its own errors.
-//! - [`admission`]: the decisions of SPEC §6, pure functions of a request and a view.
+//! - [`store`]: the snapshot store (docs/behaviour.md §5): makes sure a snapshot exists, with its own errors.
+//! - [`admission`]: the decisions of docs/behaviour.md §6, pure functions of a request and a view.
 //! - [`controller`]: propagation, adoption, repair and GC (§7–9), each loop beside its planner.
 //! - [`webhook`]: the HTTPS edge: router, limits, TLS reload, health; [`webhook::serve`] serves it.
 //! - [`runtime`]: builds `serve`, `controller` and `gc` (client, cache, watches, shutdown signal).

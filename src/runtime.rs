@@ -62,7 +62,7 @@ async fn client_with_clock(clock: Arc<Clock>) -> Result<kube::Client> {
 /// The kinds, resolved here once against discovery, for the watches, the port and the loops.
 /// `trust_revisions_before_now`: rollout history that exists when the process starts is taken
 /// as it is; revisions created later count for undo only with a template a workload was seen
-/// with (SPEC §9a). Only admission judges undos.
+/// with (docs/behaviour.md §9a). Only admission judges undos.
 async fn start(policy: &PolicyArgs, trust_revisions_before_now: bool) -> Result<(kube::Client, Arc<Context>, &'static Registry)> {
     let policy = policy.policy()?;
     let clock = Arc::new(Clock::system());

@@ -1,4 +1,4 @@
-//! The snapshot store (SPEC §5): makes sure a valid snapshot of some content exists, through the
+//! The snapshot store (docs/behaviour.md §5): makes sure a valid snapshot of some content exists, through the
 //! Kubernetes port. Admission and the controller's adoption both write snapshots here; each maps
 //! [`Error`] to its own answer (an HTTP denial, a retried resync).
 
@@ -30,7 +30,7 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A name of the collision sequence held by an object that is not the wanted snapshot (SPEC §5).
+/// A name of the collision sequence held by an object that is not the wanted snapshot (docs/behaviour.md §5).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Collision {
     /// The name taken.
@@ -98,7 +98,7 @@ pub async fn ensure(
     let (mut index, mut races) = (0, 0);
     while index <= snapshot::MAX_COLLISION_INDEX {
         let name = snapshot::name(source, &hash, index);
-        // Read before create: a snapshot that exists is used, never re-created (SPEC §5). A POST
+        // Read before create: a snapshot that exists is used, never re-created (docs/behaviour.md §5). A POST
         // first would be refused by a full ConfigMap quota even though the object exists, and a
         // dry run would answer differently from the real request.
         let Some(existing) = read(name.clone()).await? else {
@@ -137,7 +137,7 @@ pub async fn ensure(
                 // GC recorded this snapshot unused, so a sweep may be about to delete it (with the
                 // resourceVersion it listed): this write makes that delete fail, and a sweep
                 // that lists it afterwards finds it unrecorded, so the grace period starts again
-                // (SPEC §8: a snapshot being pinned right now is never swept). A snapshot in use
+                // (docs/behaviour.md §8: a snapshot being pinned right now is never swept). A snapshot in use
                 // carries no record: re-pinning it writes nothing.
                 if crate::model::meta::Meta::annotation(&existing, names::LAST_USED).is_some() {
                     annotations.insert(names::LAST_USED.into(), Value::Null);
@@ -145,7 +145,7 @@ pub async fn ensure(
                 let what = if annotations.contains_key(names::ADOPTED) { "record adoption on" } else { "record use of" };
                 if !annotations.is_empty() && !dry_run {
                     // The resourceVersion read is a precondition: a concurrent writer's record is
-                    // re-read and kept, never overwritten (SPEC §9: each record is history); a
+                    // re-read and kept, never overwritten (docs/behaviour.md §9: each record is history); a
                     // snapshot deleted since the read is made again.
                     let mut patch = json!({"metadata": {"annotations": annotations}});
                     if let Some(rv) = existing.pointer("/metadata/resourceVersion") {
@@ -179,7 +179,7 @@ pub async fn ensure(
 }
 
 /// Makes sure an existing snapshot that an admission keeps by name (one the request chose) is not
-/// swept while it is being pinned (SPEC §8): GC's last-use record on it is cleared, with the
+/// swept while it is being pinned (docs/behaviour.md §8): GC's last-use record on it is cleared, with the
 /// resourceVersion read as a precondition, so a sweep that listed it unused fails to delete it;
 /// one deleted between the read and that write is made again from what was read (same name,
 /// same content, same adoption records). `read`: the snapshot as this admission already read it

@@ -1,4 +1,4 @@
-//! Every admission rule of SPEC §6, driven through the very router the binary serves, with real
+//! Every admission rule of docs/behaviour.md §6, driven through the very router the binary serves, with real
 //! AdmissionReview JSON. The API server is an in-memory stand-in here (fault injection included);
 //! the e2e suite repeats the important scenarios against a real kube-apiserver.
 
@@ -265,7 +265,7 @@ async fn reapplying_unchanged_manifests_keeps_pins_without_api_calls() {
     assert!(f.calls().is_empty());
 }
 
-/// SPEC 6.2: the unchanged rule holds in every mode that acts. A workload pinned in rewrite mode,
+/// docs/behaviour.md §6.2: the unchanged rule holds in every mode that acts. A workload pinned in rewrite mode,
 /// its namespace switched to enforce or audit, the same manifest re-applied: the pins stay, no API
 /// call, and validation lets it through.
 #[tokio::test]
@@ -335,7 +335,7 @@ async fn undo_keeps_the_revisions_snapshot_and_holds_it() {
     assert_eq!(annotation(&out, "confighistory.io/held").as_deref(), Some("pricing-config"));
 }
 
-/// SPEC §2: the workload records the head a hold was taken at; a change made after the hold
+/// docs/behaviour.md §2: the workload records the head a hold was taken at; a change made after the hold
 /// moves the held pin (here: a restart joins the fix-forward that is waiting for propagation).
 #[tokio::test]
 async fn a_hold_records_its_head_and_a_later_change_moves_it() {
@@ -389,7 +389,7 @@ async fn undo_to_a_revision_from_before_the_install_uses_the_adoption_record() {
     assert_eq!(annotation(&out, "confighistory.io/held").as_deref(), Some("pricing-config"));
 }
 
-/// SPEC §9 with 6.2.1: `rollout undo` admitted while the webhook was away, back to a revision
+/// docs/behaviour.md §9 with §6.2.1: `rollout undo` admitted while the webhook was away, back to a revision
 /// from before the install, names the source plainly. Repair's trigger names the snapshot whose
 /// adoption record lists that template: admitting it is the undo it is (that snapshot, held
 /// against the head). A trigger naming the head (propagation) still moves it to the head.
@@ -493,7 +493,7 @@ async fn a_snapshot_named_by_the_request_is_kept_and_held() {
 }
 
 /// A snapshot the request names that nothing else uses, and that GC has recorded unused past its
-/// grace period: a sweep that listed it before the admission must not delete it after (SPEC §8,
+/// grace period: a sweep that listed it before the admission must not delete it after (docs/behaviour.md §8,
 /// issue 14). Failed before the fix: the admission kept the name without writing anything, and
 /// the sweep's delete (with the resourceVersion it listed) went through.
 #[tokio::test]
@@ -698,7 +698,7 @@ async fn a_squatted_snapshot_name_is_never_reused() {
 }
 
 /// The collision is said on the source too (issue 15): one Event naming the squatted name and
-/// the one the snapshot took, written after the answer; a dry run writes none (SPEC 6.5).
+/// the one the snapshot took, written after the answer; a dry run writes none (docs/behaviour.md §6.5).
 #[tokio::test]
 async fn a_collision_records_one_event_on_the_source_and_a_dry_run_none() {
     let f = Fixture::new().source("pricing-config", A);
@@ -1046,7 +1046,7 @@ async fn the_admission_port_serves_no_metrics() {
     }
 }
 
-/// SPEC §7: a change is an edit, not a content. A → B, then back to A before B was propagated:
+/// docs/behaviour.md §7: a change is an edit, not a content. A → B, then back to A before B was propagated:
 /// the marker that says "A was propagated" belongs to the first change to A, not to this one.
 #[tokio::test]
 async fn a_revert_is_a_change_of_its_own() {
@@ -1075,7 +1075,7 @@ async fn a_revert_is_a_change_of_its_own() {
     assert_eq!(annotation(&r.patched(&recorded), "confighistory.io/propagated"), Some(b));
 }
 
-/// SPEC §7: a source that stops being versioned is a change of its own (propagated once more, to
+/// docs/behaviour.md §7: a source that stops being versioned is a change of its own (propagated once more, to
 /// the plain name); later writes of it are no business of confighistory's.
 #[tokio::test]
 async fn opting_a_source_out_of_versioning_is_a_change() {
@@ -1095,7 +1095,7 @@ async fn opting_a_source_out_of_versioning_is_a_change() {
     assert!(r.patch().is_empty(), "{:?}", r.patch());
 }
 
-/// SPEC §7 with the admin's selector, which a restart changes without any object saying so: a
+/// docs/behaviour.md §7 with the admin's selector, which a restart changes without any object saying so: a
 /// source the selector now excludes, its exclusion not yet recorded, changes versioning on its
 /// next write (the owner's, or the controller's no-op touch): recorded, later writes are live
 /// updates; the selector gone, the record is dropped and that is a change again. A record a
@@ -1249,7 +1249,7 @@ async fn a_namespace_cannot_label_itself_into_a_forbidden_mode() {
     assert!(!f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await.allowed());
 }
 
-/// SPEC 6.3: in rewrite mode, a plain reference to a ConfigMap created while the workload was
+/// docs/behaviour.md §6.3: in rewrite mode, a plain reference to a ConfigMap created while the workload was
 /// being admitted (the mutating pass found none) is allowed with a warning; an older one is not,
 /// and enforce mode refuses both.
 #[tokio::test]
@@ -1856,7 +1856,7 @@ async fn every_log_line_of_an_admission_carries_its_uid() {
     assert!(lines.iter().any(|l| l.contains("uid-of-the-span") && l.contains("reason=")), "{lines:#?}");
 }
 
-/// SPEC §3: a namespace asking for a mode the admin refuses is logged, once (not per request).
+/// docs/behaviour.md §3: a namespace asking for a mode the admin refuses is logged, once (not per request).
 #[tokio::test]
 async fn a_refused_mode_label_is_logged_once_per_namespace() {
     let logs = Logs::default();

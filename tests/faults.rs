@@ -100,7 +100,7 @@ async fn a_stalled_api_server_is_denied_within_the_deadline() {
     assert!(message.contains("API server") && message.contains("retrying is safe"), "{message}");
 }
 
-/// Issue 13 (SPEC §9a): a flood that takes every place turns into refused writes for nobody. A
+/// Issue 13 (docs/behaviour.md §9a): a flood that takes every place turns into refused writes for nobody. A
 /// request that waited its whole deadline for a place gets an error (failurePolicy decides:
 /// Ignore lets it through, repair pins it), not a denial; one that got a place is decided as usual.
 #[tokio::test]
@@ -142,7 +142,7 @@ async fn waiting_for_a_place_is_never_a_denial() {
 }
 
 /// Issue 14: an undo that reaches the server's own deadline (API server stalled) is let through
-/// as sent, never denied (SPEC §6.2.1); the same request as a release is denied.
+/// as sent, never denied (docs/behaviour.md §6.2.1); the same request as a release is denied.
 #[tokio::test]
 async fn an_undo_past_the_deadline_is_let_through_as_sent() {
     let app = app(Arc::new(Stalled));
@@ -417,7 +417,7 @@ async fn send(router: &axum::Router, body: Vec<u8>) -> (StatusCode, Value) {
     (status, serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap_or(Value::Null))
 }
 
-/// Issue 13 (SPEC §9a, one tenant starves every other): a namespace that floods the webhook with
+/// Issue 13 (docs/behaviour.md §9a, one tenant starves every other): a namespace that floods the webhook with
 /// API-bound admissions takes every place and queues far past the deadline; another namespace's
 /// admissions are still decided within it (a freed place goes first to a namespace under its
 /// share), not answered "overloaded" after waiting behind the whole flood.
@@ -450,7 +450,7 @@ async fn a_flood_from_one_namespace_does_not_starve_another() {
     assert_eq!(statuses.keys().filter(|s| ![StatusCode::OK, StatusCode::SERVICE_UNAVAILABLE].contains(s)).count(), 0, "{statuses:?}");
 }
 
-/// Issue 13 (SPEC §9a): a decision that needs no API call never waits behind those that do. With
+/// Issue 13 (docs/behaviour.md §9a): a decision that needs no API call never waits behind those that do. With
 /// every place held by admissions stuck on an API server that does not answer, a ConfigMap that
 /// is no source is still answered at once.
 #[tokio::test]
@@ -492,7 +492,7 @@ fn streamed(length: usize) -> (HttpRequest<Body>, tokio::sync::mpsc::UnboundedSe
     (req, tx, read)
 }
 
-/// Issue 13 (SPEC §9a): bodies were buffered before anything bounded them, so N parallel
+/// Issue 13 (docs/behaviour.md §9a): bodies were buffered before anything bounded them, so N parallel
 /// large applies could take N x 8 MiB (both replicas OOM at the chart's limit). A body is now
 /// read only within the byte budget (4 x the largest body), counted by Content-Length: while four
 /// 1 MiB bodies are being received, a fifth is not read at all, and it is once one is done.
@@ -559,7 +559,7 @@ impl Cluster for Counting {
     }
 }
 
-/// Issue 13 (SPEC §9a): the distinct names one request makes the webhook read were unbounded and
+/// Issue 13 (docs/behaviour.md §9a): the distinct names one request makes the webhook read were unbounded and
 /// read one after another (a template with 200 ConfigMap volumes: 200 sequential API calls, each
 /// request). Now at most MAX_SOURCES_READ are read, a few at a time.
 #[tokio::test]

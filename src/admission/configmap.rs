@@ -1,4 +1,4 @@
-//! Source ConfigMap admission (SPEC §6.1): track the head, warn about removed keys, and keep
+//! Source ConfigMap admission (docs/behaviour.md §6.1): track the head, warn about removed keys, and keep
 //! the outgoing content for workloads that still run with it (as the API server stores it, §9a).
 
 use serde_json::Value;
@@ -36,7 +36,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     // no one else: confighistory's annotations in a request are never trusted.
     let claimed_head = old.filter(|o| own && annotation(o, names::HEAD).is_none()).and_then(|_| annotation(obj, names::HEAD));
     // A source that stops (or starts again) being versioned is a change of its own: propagated
-    // once, it moves its workloads to the plain name (back to snapshots), SPEC §7. By its
+    // once, it moves its workloads to the plain name (back to snapshots), docs/behaviour.md §7. By its
     // annotation, its labels, or the admin's selector changed by a restart (recorded on the
     // source; the controller touches the sources it finds unrecorded).
     let excluded = &view.policy.excluded_sources;
@@ -51,7 +51,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let head = content.hash();
     let old_content = old.map(Content::from_object);
     // A stored head that no longer matches the content means the content changed while the
-    // webhook was down: that change counts as first seen now (SPEC §7, missed changes).
+    // webhook was down: that change counts as first seen now (docs/behaviour.md §7, missed changes).
     let stale_head = old.and_then(|o| annotation(o, names::HEAD)).or(claimed_head).is_some_and(|h| h != head);
     // Equal contents have equal hashes: compare the bytes rather than hash the old content too
     // (a 1 MiB source costs a millisecond per SHA-256 pass).
@@ -69,7 +69,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     }
     // A workload admitted in enforce mode while its ConfigMap did not exist yet, then the
     // ConfigMap created mutable: the same mutable reference validation refuses, reached the other
-    // way round (SPEC §9a). Refused in enforce mode, flagged in audit mode.
+    // way round (docs/behaviour.md §9a). Refused in enforce mode, flagged in audit mode.
     if req.operation == Operation::Create && matches!(mode, Mode::Enforce | Mode::Audit) {
         let users = view.state.user_names(&req.namespace, name, mode == Mode::Enforce);
         if !users.is_empty() {
@@ -112,7 +112,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         old.and_then(|o| annotation(o, names::CHANGED_AT)).map(str::to_owned)
     };
     // The marker belongs to one change: a new change (a revert to a content propagated before
-    // included: a change is an edit, not a content, SPEC §7) starts without it. Otherwise it is
+    // included: a change is an edit, not a content, docs/behaviour.md §7) starts without it. Otherwise it is
     // carried over, and taken from the request only from the controller that records it.
     let propagated = if changed {
         None
@@ -133,7 +133,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     );
 
     // Workloads still on the plain name ran with the outgoing content: keep it, with their
-    // template hashes as adoption records, so an undo to them finds it (SPEC §9).
+    // template hashes as adoption records, so an undo to them finds it (docs/behaviour.md §9).
     if let (Some(old_content), true) = (old_content, content_changed) {
         let users = view.state.plain_users(&req.namespace, name);
         if !users.is_empty() {

@@ -1,4 +1,4 @@
-//! Admission decisions (SPEC §6). Each endpoint is a pure function from a request and a
+//! Admission decisions (docs/behaviour.md §6). Each endpoint is a pure function from a request and a
 //! read-only [`View`] of the cluster to a [`Decision`]: the response to send plus the
 //! [`Effect`]s (snapshot writes) the edge must carry out first. Dry run is the same decision
 //! with the effects checked but not written.
@@ -28,7 +28,7 @@ pub type Fresh = HashMap<String, Option<Value>>;
 
 /// Names whose read, or whose snapshot's write, failed for this request, with the denial that
 /// explains it. A decision that may be denied denies with it; an undo (or a CronJob's Job) goes
-/// through without what failed (SPEC §6.2.1: fail open with a warning, repair finishes the job).
+/// through without what failed (docs/behaviour.md §6.2.1: fail open with a warning, repair finishes the job).
 pub type Failed = HashMap<String, Failure>;
 
 /// A read or write the API server refused or did not answer.
@@ -84,7 +84,7 @@ pub enum Reason {
     NoTemplate,
     ExcludedNamespace,
     UnknownNamespace,
-    // Workloads (SPEC 6.2, 6.3).
+    // Workloads (docs/behaviour.md §6.2, §6.3).
     Unchanged,
     Undo,
     Propagation,
@@ -216,7 +216,7 @@ pub enum Effect {
     /// the collision sequence) and that its adoption record lists `adopted`.
     EnsureSnapshot { namespace: String, source: String, content: Content, adopted: Vec<String> },
     /// The request chose an existing snapshot of `source` by name (6.2 rule 3): make sure a GC
-    /// sweep does not delete it while it is being pinned (SPEC §8), by clearing GC's last-use
+    /// sweep does not delete it while it is being pinned (docs/behaviour.md §8), by clearing GC's last-use
     /// record on it.
     UseSnapshot { namespace: String, source: String, name: String },
 }

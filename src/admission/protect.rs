@@ -1,4 +1,4 @@
-//! Snapshot protection (SPEC §6.4): only valid snapshots may be created, their metadata is
+//! Snapshot protection (docs/behaviour.md §6.4): only valid snapshots may be created, their metadata is
 //! frozen for everyone but confighistory, and a snapshot history still reaches is not deleted.
 
 use serde_json::Value;
@@ -124,7 +124,7 @@ fn subject_name(req: &Request) -> &str {
     }
 }
 
-/// Why a valid snapshot created by someone other than confighistory (SPEC §6.4) is refused: it
+/// Why a valid snapshot created by someone other than confighistory (docs/behaviour.md §6.4) is refused: it
 /// carries adoption records, owner references or finalizers, or its source name and label do not
 /// agree with its name. `None`: an honest copy of its own content.
 fn foreign_problems(obj: &Value, name: &str, hash: &str) -> Option<String> {

@@ -1,4 +1,4 @@
-//! Settings removed and added inside a ConfigMap value (issue 16, SPEC §6.1).
+//! Settings removed and added inside a ConfigMap value (issue 16, docs/behaviour.md §6.1).
 //!
 //! The incident's ConfigMap had one key, `config.yaml`; what broke the rollback was a setting
 //! renamed inside it. Where a value parses as YAML, JSON, TOML or Java properties (by the key's
@@ -225,7 +225,7 @@ pub fn changes(old: &Content, new: &Content) -> Vec<Change> {
     out
 }
 
-/// Short warnings (SPEC §10) for the settings removed and added in a source's UPDATE, e.g.
+/// Short warnings (docs/behaviour.md §10) for the settings removed and added in a source's UPDATE, e.g.
 /// `pricing-config: config.yaml: settings removed [discount_rules_path], added [rules.discount_path]`.
 pub fn warnings(source: &str, old: &Content, new: &Content) -> Vec<String> {
     let changes = changes(old, new);

@@ -1,4 +1,4 @@
-//! Validation of the final object (SPEC §6.3): in rewrite and enforce mode, a workload whose
+//! Validation of the final object (docs/behaviour.md §6.3): in rewrite and enforce mode, a workload whose
 //! changed template still names a mutable, versioned ConfigMap is refused.
 //!
 //! [`decide`] is early exits (what 6.3 never looks at, and what it never denies before anything
@@ -17,7 +17,7 @@ use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Mode;
 
-/// The rule of SPEC 6.3 that decides a changed template once its sources are read.
+/// The rule of docs/behaviour.md §6.3 that decides a changed template once its sources are read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Choice {
     /// Nothing names an existing, mutable, versioned ConfigMap.
@@ -52,7 +52,7 @@ impl Facts {
     }
 }
 
-/// The rule of SPEC 6.3 that decides a changed template, first match wins.
+/// The rule of docs/behaviour.md §6.3 that decides a changed template, first match wins.
 pub fn choose(f: &Facts) -> Choice {
     // A source the mutating pass could not pin because it did not exist yet is excused in
     // rewrite mode only: enforce never rewrites, so there it is as mutable as any other.
@@ -264,7 +264,7 @@ mod tests {
         }
     }
 
-    /// One row per rule of SPEC 6.3, through `decide`: the reason, whether it is allowed, and a
+    /// One row per rule of docs/behaviour.md §6.3, through `decide`: the reason, whether it is allowed, and a
     /// text the denial or a warning must hold.
     #[test]
     fn each_rule_of_6_3_decides_its_case() {

@@ -1,4 +1,4 @@
-//! Workload admission (SPEC §6.2): pin every ConfigMap reference of a pod template to a
+//! Workload admission (docs/behaviour.md §6.2): pin every ConfigMap reference of a pod template to a
 //! snapshot, deciding per source.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,7 +35,7 @@ pub struct Analysis<'a> {
     pub refs: Vec<SourcedRef>,
     /// Source → (snapshot name, hash) that `oldObject` pins.
     pub old_pins: BTreeMap<String, (String, String)>,
-    /// The template counts as changed (SPEC §6.2 "what counts as a change").
+    /// The template counts as changed (docs/behaviour.md §6.2 "what counts as a change").
     pub changed: bool,
 }
 
@@ -201,8 +201,8 @@ pub fn admissible<'a>(req: &'a Request, view: &View) -> Result<(Mode, Analysis<'
     Ok((mode, analysis))
 }
 
-/// Whether a changed template is an undo: it equals one of this workload's revisions (SPEC
-/// 6.2.1). An undo changes the template; the propagation trigger (metadata only) does not, even
+/// Whether a changed template is an undo: it equals one of this workload's revisions (docs/behaviour.md
+/// §6.2.1). An undo changes the template; the propagation trigger (metadata only) does not, even
 /// though the unchanged template is, of course, one of the workload's revisions. Recognised from
 /// the caches alone, before any read, so that nothing the API server does can deny it.
 pub fn is_undo(req: &Request, a: &Analysis, template_hash: &str, view: &View) -> bool {
@@ -222,7 +222,7 @@ pub fn never_denied(req: &Request, view: &View) -> bool {
         .is_ok_and(|(_, a)| is_cronjob_run(&a, req.object(), view) || is_undo(req, &a, &a.kind.template_hash(a.template), view))
 }
 
-/// Which rule of SPEC 6.2 decides one versioned source of a changed template (first match wins),
+/// Which rule of docs/behaviour.md §6.2 decides one versioned source of a changed template (first match wins),
 /// and where its references go: a snapshot to keep, or the head.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Choice {
@@ -272,7 +272,7 @@ impl Choice {
 /// What [`choose`] looks at for one source: all of it known before choosing, nothing read.
 #[derive(Clone, Debug, Default)]
 pub struct Facts<'a> {
-    /// The request is an undo (SPEC 6.2.1).
+    /// The request is an undo (docs/behaviour.md §6.2.1).
     pub undo: bool,
     /// Some reference names the source plainly.
     pub plain: bool,
@@ -294,7 +294,7 @@ pub struct Facts<'a> {
     pub adopted: Option<(String, String)>,
 }
 
-/// The rule of SPEC 6.2 that decides one versioned source, first match wins.
+/// The rule of docs/behaviour.md §6.2 that decides one versioned source, first match wins.
 pub fn choose(f: &Facts) -> Choice {
     let keep = |(name, hash): (&str, &str)| (name.to_owned(), hash.to_owned());
     match (f.undo, f.plain, f.requested) {
@@ -335,7 +335,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let trigger: Option<BTreeMap<String, String>> = own.then(|| annotation(obj, names::PROPAGATE).map(parse_trigger)).flatten();
     let old_holds = source::holds(req.old_object());
 
-    // In every mode that acts (SPEC 6.2): enforce and audit never rewrite a changed template, but
+    // In every mode that acts (docs/behaviour.md §6.2): enforce and audit never rewrite a changed template, but
     // an unchanged one keeps its pins, or a re-applied manifest would un-pin (and restart) it.
     // (A Job is never re-pinned, by a trigger neither: `KindDef::template_mutable`.)
     if !a.changed && (trigger.is_none() || mode != Mode::Rewrite || !a.kind.template_mutable()) {
@@ -383,7 +383,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         let old_pin = a.old_pins.get(source).map(|(n, h)| (n.as_str(), h.as_str()));
         // A hold no longer stands once the source has changed after it: that change moves the pin.
         let old_hold = old_holds.get(source).filter(|at| hold_stands(at.as_deref(), &head));
-        // Repair of an undo admitted while the webhook was away (SPEC §9 with 6.2.1): the plain
+        // Repair of an undo admitted while the webhook was away (docs/behaviour.md §9 with §6.2.1): the plain
         // template is a revision from before the install, and the trigger names the snapshot
         // whose adoption record lists it. Admitting it is the undo it is; a trigger naming any
         // other content (propagation's head) takes the head.
@@ -629,7 +629,7 @@ mod tests {
         }
     }
 
-    /// One row per rule of SPEC 6.2 (and §7's trigger), first match wins.
+    /// One row per rule of docs/behaviour.md §6.2 (and §7's trigger), first match wins.
     #[test]
     fn each_source_is_decided_by_the_first_matching_rule() {
         let (old, new) = (("cfg-0ld", "0ld"), ("cfg-new", "new"));

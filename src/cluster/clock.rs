@@ -1,5 +1,5 @@
 //! The API server's time (issue 14). `confighistory.io/changed-at` is written by whichever replica
-//! admits a change and compared, for the settle window (SPEC §7), on the leader; GC's last-use
+//! admits a change and compared, for the settle window (docs/behaviour.md §7), on the leader; GC's last-use
 //! records likewise. A replica whose clock is 30 s off would shorten (or stretch) the window by
 //! that much, so both sides use the API server's clock instead: every replica estimates the
 //! offset of its own clock from the `Date` header of the API server's responses it gets anyway

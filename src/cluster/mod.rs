@@ -111,7 +111,7 @@ pub trait Cluster: Send + Sync + 'static {
         unsupported("list")
     }
     /// Every ConfigMap in `ns` as metadata only (`PartialObjectMetadata`: no data), paged: the
-    /// sources of a namespace, whatever the size of its other ConfigMaps (SPEC §10).
+    /// sources of a namespace, whatever the size of its other ConfigMaps (docs/behaviour.md §10).
     fn list_configmap_metadata<'a>(&'a self, ns: &'a str) -> BoxFuture<'a, Result<Vec<Value>>> {
         let _ = ns;
         unsupported("list ConfigMap metadata")

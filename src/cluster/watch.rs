@@ -69,7 +69,7 @@ const LIST_PAGE_SIZE: u32 = 100;
 /// Starts every watch; `synced` turns true once all of them delivered their first list.
 ///
 /// ConfigMaps are listed and watched as metadata (`PartialObjectMetadata`, served by every API
-/// server since 1.15): no page or event carries their data, which can be 1 MiB each (SPEC §10;
+/// server since 1.15): no page or event carries their data, which can be 1 MiB each (docs/behaviour.md §10;
 /// a page of 100 dashboards or release records parsed whole was ~90 MiB). Whether one is
 /// immutable is not metadata: the controller reads a source when a decision needs it
 /// ([`State::learn_configmap`]), and admission decides from the request and fresh reads.

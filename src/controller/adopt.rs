@@ -1,4 +1,4 @@
-//! Adoption and repair (SPEC §9), decided together because they split the same workloads: those
+//! Adoption and repair (docs/behaviour.md §9), decided together because they split the same workloads: those
 //! that still name a source plainly.
 //!
 //! - **Adoption**: a plain-name workload that existed before confighistory (or was seen by it
@@ -13,11 +13,11 @@
 //!   names a snapshot of the source) that now names the source plainly with a template an
 //!   adoption record lists was undone (or rolled back) to a revision from before the install
 //!   while the webhook was away: its trigger names that snapshot, not the head, and the webhook
-//!   admits it as the undo it is (SPEC 6.2.1): the config that revision ran with, held.
+//!   admits it as the undo it is (docs/behaviour.md §6.2.1): the config that revision ran with, held.
 //! - **Undo unknown**: the same undo to a template no adoption record lists (from before the
 //!   workload was pinned: its `pins`, or a revision older than the first that pins the source) is
 //!   never adopted on the current content, which it did not run with: it is repaired to the head
-//!   with a ConfigUnknown Event, as SPEC 6.2.1 takes such an undo when the webhook is up.
+//!   with a ConfigUnknown Event, as docs/behaviour.md §6.2.1 takes such an undo when the webhook is up.
 //!
 //! Sources with a pending change are left to propagation (the current content is not what the
 //! workload ran with, and the settle window must be honoured).
@@ -45,7 +45,7 @@ pub struct Decisions {
     pub repairs: Vec<Plan>,
     /// Plainly referenced sources whose immutability the cache does not know (its records are
     /// metadata): read them, then decide again. A workload that names an immutable ConfigMap is
-    /// neither adopted nor repaired (SPEC §3).
+    /// neither adopted nor repaired (docs/behaviour.md §3).
     pub unknown: Vec<(String, String)>,
     /// Templates of the workloads left undecided until those reads: not seen yet, or an
     /// outage's would be adopted at the next pass instead of repaired.
@@ -131,7 +131,7 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
                 // was undone to that revision while the webhook was away.
                 let was_pinned = pinned_before || revision_pins.contains_key(&(w.uid.as_str(), source.clone()));
                 if let Some((_, hash)) = state.adopted_snapshot(ns, &source, &w.template_hash).filter(|_| was_pinned) {
-                    // A trigger is acted on: the source is read first, as below (SPEC §3).
+                    // A trigger is acted on: the source is read first, as below (docs/behaviour.md §3).
                     if !cm.known_mutable() {
                         unknown.insert((ns.clone(), source));
                         read_first = true;
@@ -150,7 +150,7 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
             }
             // A template from before confighistory pinned this workload, in no adoption record:
             // undone to it while the webhook was away. The config it ran with is unknown, so it
-            // goes to the head as SPEC 6.2.1 does, and is never recorded as the current content's.
+            // goes to the head as docs/behaviour.md §6.2.1 does, and is never recorded as the current content's.
             let pinned_since = revision_pins.get(&(w.uid.as_str(), source.clone()));
             let from_before = revision_of.get(&(w.uid.as_str(), w.template_hash.as_str())).zip(pinned_since).is_some_and(|(t, p)| t < p);
             if !new_template && (pinned_before || from_before) {

@@ -1,4 +1,4 @@
-//! Garbage collection of snapshots (SPEC §8).
+//! Garbage collection of snapshots (docs/behaviour.md §8).
 //!
 //! A snapshot is kept while it is the head of its source; while a workload, ReplicaSet,
 //! ControllerRevision or Job references it; while its adoption record names a template that still
@@ -44,7 +44,7 @@ pub struct SnapshotInfo {
     pub created_ms: i64,
     pub last_used_ms: Option<i64>,
     pub adopted: Vec<String>,
-    /// `Err(why)` when the object is not a valid snapshot (SPEC §5).
+    /// `Err(why)` when the object is not a valid snapshot (docs/behaviour.md §5).
     pub valid: Result<(), String>,
     pub bytes: usize,
 }
@@ -272,7 +272,7 @@ pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Setti
     let start = Instant::now();
     // Sources as metadata (their head and keep annotations), snapshots whole (validity is
     // checked from content), each reduced to its record as its page arrives: a namespace's other
-    // ConfigMaps, however large, are never read whole, nor all its snapshots at once (SPEC §10).
+    // ConfigMaps, however large, are never read whole, nor all its snapshots at once (docs/behaviour.md §10).
     let configmaps = cluster.list_configmap_metadata(ns).await?;
     let mut snapshots: Vec<SnapshotInfo> = Vec::new();
     cluster.list_snapshots(ns, &mut |obj| snapshots.extend(SnapshotInfo::from_object(obj))).await?;

@@ -1,4 +1,4 @@
-//! Leader election through a coordination.k8s.io/v1 Lease (SPEC §10: one replica runs the loops).
+//! Leader election through a coordination.k8s.io/v1 Lease (docs/behaviour.md §10: one replica runs the loops).
 //!
 //! Every candidate reads the Lease every `renew_every`. The holder renews it; the others take it
 //! over once they have seen no renewal for the lease duration, measured on their own clock from

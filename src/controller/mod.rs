@@ -1,4 +1,4 @@
-//! Controller loops (SPEC §7–9): propagation, adoption, repair and garbage collection.
+//! Controller loops (docs/behaviour.md §7–9): propagation, adoption, repair and garbage collection.
 //! One replica runs them at a time ([`leader`]); every write is idempotent, so a leader change
 //! half-way loses and duplicates nothing.
 //!
@@ -459,7 +459,7 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) {
         // Before the trigger: the plain template the outage admitted ran with the source's
         // current content (repair skips sources with a pending change, and adopt_one refuses a
         // change the webhook missed). Recording it lets an undo to that revision bring its
-        // config back (SPEC §9); when it cannot be told, an Event says so.
+        // config back (docs/behaviour.md §9); when it cannot be told, an Event says so.
         let template = ctx.shared.state.read().expect("state lock").workloads.get(&p.key()).map(|w| w.template_hash.clone());
         // A source going back to an adopted snapshot (an undo) has its record already; one whose
         // revision's config is unknown gets none (the head's content is not what it ran with).
@@ -559,7 +559,7 @@ async fn rehash(ctx: &Ctx) {
         };
         ctx.shared.state.write().expect("state lock").learn_configmap(&ns, &name, &obj);
         if obj.immutable() {
-            continue; // made immutable after it was a source: never touched (SPEC §3)
+            continue; // made immutable after it was a source: never touched (docs/behaviour.md §3)
         }
         let actual = Content::from_object(&obj).hash();
         let stored = match crate::admission::annotation(&obj, names::HEAD) {
@@ -616,7 +616,7 @@ async fn touch_versioning(ctx: &Ctx) {
 const UNKNOWN_READS_PER_PASS: usize = 16;
 
 /// Reads ConfigMaps the planners need to know immutability of (the cache's records are
-/// metadata, SPEC §10) and records what the reads say; `limiter` paces them.
+/// metadata, docs/behaviour.md §10) and records what the reads say; `limiter` paces them.
 async fn learn_immutability(ctx: &Ctx, sources: impl Iterator<Item = &(String, String)>, limiter: Option<&Mutex<Limiter>>) {
     for (ns, name) in sources {
         if !ctx.leadership.is_leader() {

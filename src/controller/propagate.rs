@@ -1,4 +1,4 @@
-//! Propagation (SPEC §7): once a source's change has settled, every Deployment, StatefulSet,
+//! Propagation (docs/behaviour.md §7): once a source's change has settled, every Deployment, StatefulSet,
 //! DaemonSet and CronJob still on an older, unheld pin of it (or on its plain name) gets the
 //! `confighistory.io/propagate` trigger, and the webhook re-pins while admitting that update.
 //! When no workload is behind any more, the source records the head as propagated.
@@ -28,7 +28,7 @@ pub struct Change {
     /// False once the source is no longer versioned: its workloads move to the plain name.
     pub versioned: bool,
     /// A full read showed the source mutable. The cache's records are metadata, which does not
-    /// say; nothing is written for a change until it is known (SPEC §3: an immutable ConfigMap,
+    /// say; nothing is written for a change until it is known (docs/behaviour.md §3: an immutable ConfigMap,
     /// even a former source, is never touched).
     pub known_mutable: bool,
 }
@@ -42,7 +42,7 @@ pub struct Plan {
     pub uid: String,
     pub trigger: BTreeMap<String, String>,
     /// Sources of `trigger` whose pin was held (an undo) and changed after the hold: the move
-    /// releases the hold (SPEC §2), which the workload's owner is told with an Event.
+    /// releases the hold (docs/behaviour.md §2), which the workload's owner is told with an Event.
     pub released: Vec<String>,
     /// Repair only: sources of `trigger` going back to the snapshot whose adoption record lists
     /// the workload's plain template (an undo admitted while the webhook was away), not the head.
@@ -247,7 +247,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
 
 /// Sources whose versioning changed with no write of theirs: the admin's selector of excluded
 /// sources comes from the server's flags, so a restart with another selector changes it silently
-/// (SPEC §7: a source that stops being versioned is propagated once more). A source the selector
+/// (docs/behaviour.md §7: a source that stops being versioned is propagated once more). A source the selector
 /// now excludes, not yet recorded so, while workloads are pinned to its snapshots (with
 /// none, its next write records it); or one recorded as excluded that the selector lets go
 /// again. A no-op write of each lets the webhook record the change, which propagation then

@@ -115,7 +115,7 @@ async fn a_propagation_pass_triggers_the_pinned_workload_and_records_the_change_
     assert_eq!(cluster.events().len(), 2, "recorded once");
 }
 
-/// A change made after the hold an undo took moves the held pin (SPEC §2), and the workload's
+/// A change made after the hold an undo took moves the held pin (docs/behaviour.md §2), and the workload's
 /// owner is told why it moved: an Event `HoldReleased` beside `ConfigPropagated`.
 #[tokio::test]
 async fn a_pin_held_before_a_later_change_moves_and_says_its_hold_was_released() {
@@ -201,7 +201,7 @@ async fn a_gc_pass_deletes_an_unreferenced_snapshot_past_retention_and_keeps_ref
     assert!(cluster.calls.lock().unwrap().iter().any(|c| c == &format!("delete ns/{old}")));
 }
 
-/// SPEC §10 in the sweep too: a namespace's sources are read as metadata and only its snapshots
+/// docs/behaviour.md §10 in the sweep too: a namespace's sources are read as metadata and only its snapshots
 /// whole, so a namespace of large ConfigMaps (dashboards beside a pinned app) costs the leader
 /// nothing per byte of them. Failed before: the sweep listed every ConfigMap whole.
 #[tokio::test]
@@ -308,7 +308,7 @@ fn resync_world(sources: &[serde_json::Value], workloads: &[(&str, &[&str])]) ->
     (cluster, state)
 }
 
-/// SPEC §7, missed changes: a referenced source whose content no longer matches its stored head
+/// docs/behaviour.md §7, missed changes: a referenced source whose content no longer matches its stored head
 /// gets a no-op write, and the webhook, admitting that write, records the change as first seen
 /// then. Sources whose head matches, and sources no workload references, are not written.
 #[tokio::test]
@@ -423,7 +423,7 @@ async fn a_resync_pass_touches_a_source_edited_while_away_before_it_ever_had_a_h
     assert_eq!(crate::admission::annotation(&stored, names::CHANGED_AT), None);
 }
 
-/// SPEC §9, repair: a workload admitted while the webhook was away names a source edited since
+/// docs/behaviour.md §9, repair: a workload admitted while the webhook was away names a source edited since
 /// (its stored head is stale), so the content that revision ran with is unknown: no adoption
 /// record is written for it, the workload gets a ConfigUnknown warning Event, and it is still
 /// repaired.
@@ -442,7 +442,7 @@ async fn a_repair_whose_source_changed_since_the_outage_says_its_config_is_unkno
     assert!(trigger_of(&cluster, "new").is_some(), "repaired all the same");
 }
 
-/// The GC race (issue 14, SPEC §8: a snapshot being pinned right now is never swept). An old
+/// The GC race (issue 14, docs/behaviour.md §8: a snapshot being pinned right now is never swept). An old
 /// snapshot that nothing uses, past its grace period: `old` (content "1", recorded unused at T0).
 /// The source's head is content "3", and no workload references `old`.
 fn race_world() -> (MemoryCluster, String, snapshot::Content) {
@@ -613,7 +613,7 @@ async fn an_adoption_past_a_squatted_snapshot_name_records_a_collision_event() {
     assert_eq!(events[0].regarding.uid, "uid-cfg");
 }
 
-/// The cache knows ConfigMaps by their metadata only (SPEC §10): a pass reads a changed source
+/// The cache knows ConfigMaps by their metadata only (docs/behaviour.md §10): a pass reads a changed source
 /// before it acts on the change, and leaves one that the read shows immutable alone.
 #[tokio::test]
 async fn a_propagation_pass_reads_a_source_known_by_metadata_before_acting_and_never_touches_an_immutable_one() {
@@ -683,7 +683,7 @@ async fn the_settle_window_is_counted_on_the_api_servers_clock() {
     assert_eq!(trigger_of(&cluster, "stale"), Some(format!("cfg={}", h('b'))), "past the window: propagated");
 }
 
-/// SPEC §9 with 6.2.1: a workload from before the install ran with content "1" (its snapshot's
+/// docs/behaviour.md §9 with §6.2.1: a workload from before the install ran with content "1" (its snapshot's
 /// adoption record lists its plain template), was released on "2" (pinned), then `rollout undo`
 /// brought the plain template back while the webhook was away. Repair sends it back to the
 /// config that revision ran with, not the head: its trigger names that snapshot, no adoption
@@ -749,7 +749,7 @@ async fn a_plain_undo_during_an_outage_waits_for_a_read_of_a_source_known_by_met
     assert_eq!(trigger_of(&cluster, "app"), None);
 }
 
-/// SPEC §7, a source that stops being versioned, by the admin's selector: the server restarted
+/// docs/behaviour.md §7, a source that stops being versioned, by the admin's selector: the server restarted
 /// with `--excluded-sources-selector ca-bundle=true` finds `ca` (so labelled, versioned until
 /// now, `app` pinned to its snapshot) with no write saying so. A resync pass touches it; the
 /// webhook admitting the touch records the change and the exclusion; propagation moves `app` to
@@ -871,7 +871,7 @@ async fn the_same_template_in_another_namespace_does_not_make_an_outage_workload
     assert_eq!(trigger_of(&cluster, "new"), Some(format!("cfg={}", content_hash("1"))), "repaired, not adopted");
 }
 
-/// SPEC §9 with 6.2.1: `app` ran revision 1 (content unknown: adopted never) before the install,
+/// docs/behaviour.md §9 with §6.2.1: `app` ran revision 1 (content unknown: adopted never) before the install,
 /// was pinned since (its revision 3 names a snapshot of `cfg`), and `rollout undo --to-revision=1`
 /// brought the plain template back while the webhook was away. No adoption record lists it, so
 /// the config it ran with is unknown: repair takes it to the head with a ConfigUnknown warning

@@ -1,4 +1,4 @@
-//! The metadata the SPEC's rules read, whatever holds it: an object as the API server sends it
+//! The metadata the rules of docs/behaviour.md read, whatever holds it: an object as the API server sends it
 //! (raw JSON, admission and the plugin) or a record of the cache (the controller's planners).
 //! Each rule is written once over [`Meta`] (model::source, model::policy), so the two forms
 //! cannot drift apart.

@@ -1,4 +1,4 @@
-//! The SPEC's vocabulary as pure functions, with no I/O: what every other layer builds on.
+//! The vocabulary of docs/behaviour.md as pure functions, with no I/O: what every other layer builds on.
 
 pub mod digest;
 pub mod json;

@@ -23,7 +23,7 @@ pub const CHANGED_AT: &str = "confighistory.io/changed-at";
 pub const PROPAGATED: &str = "confighistory.io/propagated";
 
 /// Source annotation, written by the webhook: `"true"` once it recorded that the admin's selector
-/// of excluded sources took the source out of versioning (a change of its own, SPEC §7); dropped
+/// of excluded sources took the source out of versioning (a change of its own, docs/behaviour.md §7); dropped
 /// when the selector lets it go again (another change). Without it, a selector changed by a
 /// restart would go unseen: no write of the source says so.
 pub const EXCLUDED: &str = "confighistory.io/excluded-by-selector";
@@ -40,7 +40,7 @@ pub const ADOPTED: &str = "confighistory.io/adopted-templates";
 pub const LAST_USED: &str = "confighistory.io/last-used";
 /// Source annotation: keep this many newest snapshots instead of the default.
 pub const KEEP: &str = "confighistory.io/keep";
-/// The `reason` of snapshot protection's refusal to delete a snapshot in use (SPEC §6.4), relayed
+/// The `reason` of snapshot protection's refusal to delete a snapshot in use (docs/behaviour.md §6.4), relayed
 /// by the API server: how a sweep tells "used again since I listed it" from any other refusal.
 pub const REASON_SNAPSHOT_IN_USE: &str = "SnapshotInUse";
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -51,7 +51,7 @@ pub const PINS: &str = "confighistory.io/pins";
 /// Workload annotation: comma-separated sources whose pin was chosen on purpose.
 pub const HELD: &str = "confighistory.io/held";
 /// Workload annotation: held source → the head when the hold was taken, as JSON. A later change
-/// of the source moves the held pin (SPEC §2).
+/// of the source moves the held pin (docs/behaviour.md §2).
 pub const HELD_HEADS: &str = "confighistory.io/held-heads";
 /// Workload annotation: propagation trigger set by the controller (`source=hash,...`).
 pub const PROPAGATE: &str = "confighistory.io/propagate";

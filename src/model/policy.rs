@@ -167,7 +167,7 @@ pub struct Policy {
     pub excluded_sources: Selector,
     pub settle: Duration,
     /// Identities besides its own that may create snapshots with metadata only confighistory
-    /// writes (adoption records, owners, finalizers): backup and restore tools (SPEC §6.4).
+    /// writes (adoption records, owners, finalizers): backup and restore tools (docs/behaviour.md §6.4).
     pub snapshot_creators: Vec<String>,
 }
 
@@ -229,7 +229,7 @@ impl Policy {
         self.mode(namespace, obj.and_then(|o| o.label(names::MODE_LABEL)))
     }
 
-    /// The controller loops' scope (SPEC §7-9): the mode of a namespace that is not being deleted
+    /// The controller loops' scope (docs/behaviour.md §7-9): the mode of a namespace that is not being deleted
     /// and, when the controller is restricted to some namespaces (`selector`), is selected.
     pub fn in_scope<M: Meta>(&self, selector: &Selector, namespace: &str, obj: Option<&M>) -> Option<Mode> {
         if obj.is_some_and(|o| o.deleting()) || (!selector.is_empty() && !obj.is_some_and(|o| selector.selects(o))) {

@@ -1,4 +1,4 @@
-//! Snapshots (SPEC §5): content-addressed, immutable copies of a source's content.
+//! Snapshots (docs/behaviour.md §5): content-addressed, immutable copies of a source's content.
 //!
 //! Everything here is pure: hashing, naming, validity and the object a snapshot is created as.
 
@@ -231,7 +231,7 @@ pub fn object(namespace: &str, source: &str, snapshot_name: &str, content: &Cont
     obj
 }
 
-/// Why an object is not a valid snapshot (SPEC §5), or `Ok` with its hash.
+/// Why an object is not a valid snapshot (docs/behaviour.md §5), or `Ok` with its hash.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Invalid {
     #[error("it is not immutable")]

@@ -1,4 +1,4 @@
-//! Rules about source ConfigMaps and what workloads record about them (SPEC §2, §6.1, §7, §9),
+//! Rules about source ConfigMaps and what workloads record about them (docs/behaviour.md §2, §6.1, §7, §9),
 //! each written once over [`Meta`]: admission and the plugin call them on raw objects, the
 //! controller's planners on cache records.
 
@@ -33,13 +33,13 @@ pub fn is_source_kind(group: &str, kind: &str) -> bool {
 }
 
 /// A mutable ConfigMap that is not a snapshot (nor the root CA bundle Kubernetes publishes),
-/// versioned or not: one whose changes, including leaving versioning (SPEC §7), are tracked.
+/// versioned or not: one whose changes, including leaving versioning (docs/behaviour.md §7), are tracked.
 pub fn is_tracked(name: &str, obj: &impl Meta) -> bool {
     name != names::ROOT_CA && !obj.immutable() && obj.label(names::HASH_LABEL).is_none()
 }
 
 /// Whether a ConfigMap is versioned: not opted out by its `versioned: "false"` annotation nor by
-/// the admin's selector of excluded sources (SPEC §3).
+/// the admin's selector of excluded sources (docs/behaviour.md §3).
 pub fn is_versioned(obj: &impl Meta, excluded_sources: &Selector) -> bool {
     obj.annotation(names::VERSIONED) != Some("false") && !excluded_sources.selects(obj)
 }
@@ -54,7 +54,7 @@ pub fn excluded_by_selector(obj: &impl Meta, excluded_sources: &Selector) -> boo
 /// server's flags, so a stored object does not say which selector it was written under: a
 /// source the selector excludes counts as versioned until its exclusion is recorded
 /// ([`names::EXCLUDED`]), once it ever had a head. Comparing this with [`is_versioned`] of the
-/// new object tells a change of versioning (SPEC §7), whichever way it came.
+/// new object tells a change of versioning (docs/behaviour.md §7), whichever way it came.
 pub fn was_versioned(obj: &impl Meta, excluded_sources: &Selector) -> bool {
     let recorded_out = obj.annotation(names::EXCLUDED) == Some("true");
     if excluded_by_selector(obj, excluded_sources) {
@@ -71,7 +71,7 @@ pub fn is_versioned_source(name: &str, obj: &impl Meta, excluded_sources: &Selec
 
 /// The pending change of a source whose current content hashes to `head`: when confighistory saw
 /// it change (`changed-at`) and propagation has not delivered that head yet. A source with
-/// `rollout: manual` never has one (SPEC §7).
+/// `rollout: manual` never has one (docs/behaviour.md §7).
 pub fn pending_change<'a>(obj: &'a impl Meta, head: &str) -> Option<&'a str> {
     if obj.annotation(names::ROLLOUT) == Some("manual") || obj.annotation(names::PROPAGATED) == Some(head) {
         return None;
@@ -80,12 +80,12 @@ pub fn pending_change<'a>(obj: &'a impl Meta, head: &str) -> Option<&'a str> {
 }
 
 /// The source a snapshot belongs to: its `source-name` annotation, else the source part of its
-/// name (SPEC §5).
+/// name (docs/behaviour.md §5).
 pub fn snapshot_source<'a>(name: &'a str, obj: &'a impl Meta) -> Option<&'a str> {
     obj.annotation(names::SOURCE_NAME).or_else(|| snapshot::parse_name(name).map(|(s, _, _)| s))
 }
 
-/// Held sources, each with the head its hold was taken at (SPEC §2); `None` for a hold recorded
+/// Held sources, each with the head its hold was taken at (docs/behaviour.md §2); `None` for a hold recorded
 /// without its head (held against every change, as holds were before heads were recorded).
 pub type Holds = BTreeMap<String, Option<String>>;
 
@@ -96,12 +96,12 @@ pub fn holds(obj: &impl Meta) -> Holds {
 }
 
 /// Whether a hold taken at head `held_at` stands against the source's head `head`: a hold stands
-/// against the changes made before it, not against those made after it (SPEC §2, §7).
+/// against the changes made before it, not against those made after it (docs/behaviour.md §2, §7).
 pub fn hold_stands(held_at: Option<&str>, head: &str) -> bool {
     held_at.is_none_or(|h| h == head)
 }
 
-/// The template hashes of a snapshot's adoption record (SPEC §9).
+/// The template hashes of a snapshot's adoption record (docs/behaviour.md §9).
 pub fn adopted(obj: &impl Meta) -> impl Iterator<Item = &str> {
     list(obj.annotation(names::ADOPTED))
 }

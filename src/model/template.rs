@@ -1,4 +1,4 @@
-//! Pod templates: the ConfigMap references inside them (SPEC §4),
+//! Pod templates: the ConfigMap references inside them (docs/behaviour.md §4),
 //! and a canonical hash that makes revisions comparable.
 
 use std::collections::BTreeSet;

@@ -1,4 +1,4 @@
-//! What one client, or one tenant, may take from the server (SPEC §9a): how long a connection may
+//! What one client, or one tenant, may take from the server (docs/behaviour.md §9a): how long a connection may
 //! sit idle or take over a request head, how many body bytes are buffered at once, and the
 //! admission places for API-bound work, shared fairly between namespaces.
 
@@ -186,7 +186,7 @@ fn kib(bytes: usize) -> u32 {
 /// Admission places for API-bound work, shared fairly between namespaces: any namespace may
 /// take a free place, but while requests wait, a freed place goes first to the oldest waiter
 /// whose namespace holds fewer than [`Places::share`], so one namespace's flood queues behind
-/// itself rather than in front of everyone (SPEC §9a).
+/// itself rather than in front of everyone (docs/behaviour.md §9a).
 pub struct Places {
     sched: Mutex<Sched>,
     share: usize,

@@ -173,7 +173,7 @@ pub(crate) fn reply(response: &Response, uid: &str) -> HttpResponse {
 }
 
 /// The namespace's mode; a mode label the admin refuses is logged, once per namespace and label
-/// value (SPEC §3: the default applies, and the admin should know someone asked).
+/// value (docs/behaviour.md §3: the default applies, and the admin should know someone asked).
 fn mode(app: &App, namespace: &str) -> Mode {
     let state = app.ctx.state.read().expect("state lock");
     let info = state.namespace(namespace);
@@ -194,7 +194,7 @@ fn mode(app: &App, namespace: &str) -> Mode {
 static REFUSED_MODES: LazyLock<Mutex<HashMap<String, String>>> = LazyLock::new(Mutex::default);
 
 /// Whether `req` is a request the chart's webhook configurations send to `endpoint`: a main
-/// resource they register, an operation they register, a valid namespace and name (SPEC §9a).
+/// resource they register, an operation they register, a valid namespace and name (docs/behaviour.md §9a).
 /// The error says what is wrong, with request-supplied strings quoted (escaped).
 /// The chart registers the registry's workload kinds (its `workloadKinds`) and ConfigMaps.
 pub fn expected(endpoint: Endpoint, req: &review::Request, kinds: &Registry) -> Result<(), String> {
@@ -269,7 +269,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     // snapshot write fails is made again without that source, once per source.
     let mut fetches = 0;
     // Taken before the first API call and kept to the answer; a decision from memory takes none
-    // (SPEC §9a: it never waits behind API-bound ones).
+    // (docs/behaviour.md §9a: it never waits behind API-bound ones).
     let mut place = None;
     for _ in 0..MAX_PASSES {
         let outcome = {
@@ -306,7 +306,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                 if place.is_none() {
                     place = Some(Box::pin(limits::api_place(&req.namespace)).await);
                 }
-                // At most MAX_SOURCES_READ distinct names per request are read (SPEC §9a): the
+                // At most MAX_SOURCES_READ distinct names per request are read (docs/behaviour.md §9a): the
                 // rest count as failed reads, and the decision says whether that denies.
                 let mut reads = Vec::new();
                 for name in unread {
@@ -337,7 +337,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                         Ok(obj) => {
                             fresh.insert(name, obj);
                         }
-                        // The decision says whether this denies the request (SPEC §6.2.1).
+                        // The decision says whether this denies the request (docs/behaviour.md §6.2.1).
                         Err(e) => {
                             let failure = failure(&format!("read ConfigMap {}/{name}", req.namespace), &e);
                             failed.insert(name, failure);
@@ -377,7 +377,7 @@ async fn read_namespace(app: &App, endpoint: Endpoint, req: &review::Request) ->
     }
 }
 
-/// Distinct ConfigMaps read for one request at most (SPEC §9a): a template naming more is
+/// Distinct ConfigMaps read for one request at most (docs/behaviour.md §9a): a template naming more is
 /// decided as if the rest could not be read.
 pub const MAX_SOURCES_READ: usize = 64;
 /// Reads of one request in flight at once.
@@ -426,7 +426,7 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
     Ok(response)
 }
 
-/// Says on the source that its snapshot met collisions (SPEC §5), in the background: the answer
+/// Says on the source that its snapshot met collisions (docs/behaviour.md §5), in the background: the answer
 /// does not wait for an Event, and one that cannot be written is logged, not retried.
 fn record_collision(app: &App, namespace: &str, source: &str, name: &str, collisions: &[store::Collision]) {
     let uid = app.ctx.state.read().expect("state lock").configmap(namespace, source).map(|c| c.uid.clone()).unwrap_or_default();

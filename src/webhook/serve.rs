@@ -33,7 +33,7 @@ const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// connections and never answers would otherwise hold each admission, and its place, for the
 /// kube client's 30 s connect timeout or longer.
 ///
-/// An undo or a CronJob's run is never denied (SPEC §6.2.1): past the deadline it is allowed as
+/// An undo or a CronJob's run is never denied (docs/behaviour.md §6.2.1): past the deadline it is allowed as
 /// sent, with a warning, judged from `app`'s caches; repair finishes the job.
 pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurrency: usize, deadline: Duration) -> axum::Router {
     let places = limits::Places::new(max_concurrency);
@@ -88,7 +88,7 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
                 // Most of the deadline went waiting for a place: the server is overloaded (a flood
                 // from somewhere), which says nothing about this request. An error, not a denial,
                 // so the webhook's failurePolicy decides (Ignore: it goes through and repair pins
-                // it later); a flood must not turn into refused writes for everyone (SPEC §9a).
+                // it later); a flood must not turn into refused writes for everyone (docs/behaviour.md §9a).
                 Err(_) if match gate.wait() {
                     limits::Wait::Waiting(_) => true,
                     limits::Wait::Got(waited) => waited > deadline / 2,

@@ -1,4 +1,4 @@
-//! Admission scenarios of SPEC §11 (1, 3, 4, 5, 7, 9, 11) and §6.2's "what counts as a change",
+//! Admission scenarios of docs/behaviour.md §11 (1, 3, 4, 5, 7, 9, 11) and §6.2's "what counts as a change",
 //! driven the way a pipeline or a person drives a cluster: `kubectl apply`, `kubectl rollout
 //! undo`, `kubectl set image`, Helm.
 //!
@@ -81,7 +81,7 @@ fn warnings(outputs: &[Kubectl]) -> Vec<String> {
     outputs.iter().flat_map(Kubectl::warnings).collect()
 }
 
-/// SPEC §11.1, the incident: A (4.11, `discount_rules_path`), then B (4.12, renamed to
+/// docs/behaviour.md §11.1, the incident: A (4.11, `discount_rules_path`), then B (4.12, renamed to
 /// `rules.discount_path`), ConfigMap before Deployment; `kubectl rollout undo` brings back 4.11
 /// *and* the config 4.11 ran with.
 fn the_incident(prefix: &str, one_apply: bool) {
@@ -121,7 +121,7 @@ fn the_incident_rollout_undo_restores_image_and_config_when_configmap_and_deploy
     the_incident("incident-two", false);
 }
 
-/// SPEC §11.3: undo, undo, undo toggles between the two revisions; each keeps its own image and
+/// docs/behaviour.md §11.3: undo, undo, undo toggles between the two revisions; each keeps its own image and
 /// its own config, and no snapshot is added.
 #[test]
 fn undo_twice_toggles_and_each_revision_keeps_its_own_image_and_config() {
@@ -156,7 +156,7 @@ fn pinned_in(object: &Value) -> String {
     refs.into_iter().next().unwrap()
 }
 
-/// SPEC §11.4, §6.5: a server-side dry run gets the same pin as the real request would, and
+/// docs/behaviour.md §11.4, §6.5: a server-side dry run gets the same pin as the real request would, and
 /// writes nothing: no snapshot, no Deployment. A combined dry run of a release shows the pin of
 /// the current content (the ConfigMap is not written).
 #[test]
@@ -188,7 +188,7 @@ fn a_dry_run_apply_shows_the_pinned_name_and_creates_no_snapshot() {
     assert_eq!(ns.history_of("pricing").len(), 1);
 }
 
-/// SPEC §11.5: StatefulSets and DaemonSets (history in ControllerRevisions) are undone the same way.
+/// docs/behaviour.md §11.5: StatefulSets and DaemonSets (history in ControllerRevisions) are undone the same way.
 fn undo_restores_config_of(kind: &str) {
     let Some(ns) = namespace(kind) else { return };
     ns.accepts(&pricing_config(KEY_A));
@@ -265,7 +265,7 @@ fn observe(ns: &TestNamespace) -> Observed {
     }
 }
 
-/// SPEC §11.7: re-applying unchanged manifests (which name the source plainly) changes nothing:
+/// docs/behaviour.md §11.7: re-applying unchanged manifests (which name the source plainly) changes nothing:
 /// no revision, no snapshot, no change to spec or annotations. Client-side apply, server-side
 /// apply, and a move from client-side to server-side apply.
 ///
@@ -303,7 +303,7 @@ fn reapplying_unchanged_manifests_changes_nothing() {
     }
 }
 
-/// SPEC §11.11: after an undo the old config is held; `kubectl rollout restart` and `kubectl set
+/// docs/behaviour.md §11.11: after an undo the old config is held; `kubectl rollout restart` and `kubectl set
 /// image` keep it (the annotation `confighistory.io/held` says so); the next `kubectl apply` of
 /// the release takes the head again and releases the hold.
 #[test]
@@ -335,7 +335,7 @@ fn an_undone_config_stays_through_restart_and_set_image_until_the_next_apply() {
     assert_each_revision_runs_its_own_config(&ns.history_of("pricing"));
 }
 
-/// SPEC §11.9: `helm upgrade` then `helm rollback` of an application chart (a ConfigMap and a
+/// docs/behaviour.md §11.9: `helm upgrade` then `helm rollback` of an application chart (a ConfigMap and a
 /// Deployment, image and config key from values) → the old image with the old config.
 #[test]
 fn helm_rollback_restores_the_old_image_with_the_old_config() {
@@ -378,7 +378,7 @@ fn helm_rollback_restores_the_old_image_with_the_old_config() {
     assert_eq!(ns.snapshots().len(), 2, "the rollback found A's snapshot again");
 }
 
-/// SPEC §6.2 "what counts as a change", §9: a workload that existed before confighistory was
+/// docs/behaviour.md §6.2 "what counts as a change", §9: a workload that existed before confighistory was
 /// registered is left alone by updates that do not change its pod template — scale (through the
 /// scale subresource and through the main resource), label, annotate, pause: all allowed, no new
 /// revision, no pin. (Its server starts after the workload exists, like an install.)
@@ -422,7 +422,7 @@ fn unrelated_updates_of_a_workload_from_before_the_install_are_allowed_and_pin_n
     drop(server);
 }
 
-/// SPEC §10: the caches hold metadata only, and ConfigMaps are listed and watched as metadata.
+/// docs/behaviour.md §10: the caches hold metadata only, and ConfigMaps are listed and watched as metadata.
 /// A server started in a cluster holding 60 ConfigMaps of 900 KiB (dashboards, release records:
 /// 54 MiB of data, which fit in one page of the initial list) peaks below one copy of that data.
 /// When the list carried whole objects, each page was parsed whole: about twice the data, and 200

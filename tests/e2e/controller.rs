@@ -1,4 +1,4 @@
-//! The controller loops on the real control plane (SPEC §7–9, §11.2, 6, 8, 10, 11, 12):
+//! The controller loops on the real control plane (docs/behaviour.md §7–9, §11.2, 6, 8, 10, 11, 12):
 //! propagation after the settle window, adoption at install, GC, rate limits and leader failover.
 //!
 //! The shared server runs with `--settle 2 --resync-interval 5`. Tests that need controllers of
@@ -83,7 +83,7 @@ fn setup(prefix: &str) -> Option<(&'static Cluster, TestNamespace)> {
     Some((cluster, TestNamespace::new(cluster, prefix)))
 }
 
-/// SPEC §11.2: a config-only edit gives exactly one new revision (same image, new config) after
+/// docs/behaviour.md §11.2: a config-only edit gives exactly one new revision (same image, new config) after
 /// the settle window; undo brings the old config back.
 #[test]
 fn a_config_only_edit_gives_one_new_revision_and_undo_restores_the_old_config() {
@@ -125,7 +125,7 @@ fn a_config_only_edit_gives_one_new_revision_and_undo_restores_the_old_config() 
     assert_eq!(last.config("app-config").unwrap()["mode"], "a");
 }
 
-/// SPEC §11.6: two sources edited in one apply give one new revision.
+/// docs/behaviour.md §11.6: two sources edited in one apply give one new revision.
 #[test]
 fn two_sources_edited_in_one_apply_give_one_revision() {
     let Some((_, ns)) = setup("ctl-two") else { return };
@@ -176,7 +176,7 @@ fn configmap_then_deployment_two_seconds_later_never_mixes_image_and_config() {
     assert!(last.config("pricing-config").unwrap().contains_key("discount_rules_path"));
 }
 
-/// SPEC §11.11: a workload rolled back after a config change is not dragged forward; a restart or
+/// docs/behaviour.md §11.11: a workload rolled back after a config change is not dragged forward; a restart or
 /// `set image` keeps the undone config; the next release takes the head again.
 #[test]
 fn an_undone_config_is_held_through_restarts_until_the_next_release() {
@@ -209,7 +209,7 @@ fn an_undone_config_is_held_through_restarts_until_the_next_release() {
     assert_eq!(config_of_last(&ns), "b", "a release takes the head");
 }
 
-/// SPEC §11.10: installed into a namespace whose Deployment already runs unpinned: nothing
+/// docs/behaviour.md §11.10: installed into a namespace whose Deployment already runs unpinned: nothing
 /// restarts, the controller adopts the running config; the next release and an undo bring back
 /// the old image with the old config.
 #[test]
@@ -250,7 +250,7 @@ fn installing_restarts_nothing_and_the_first_release_can_be_undone() {
     assert!(last.config("app-config").unwrap().contains_key("discount_rules_path"), "{last:#?}");
 }
 
-/// SPEC §11.12: after a propagated edit, `kubectl apply --server-side` of the same manifests
+/// docs/behaviour.md §11.12: after a propagated edit, `kubectl apply --server-side` of the same manifests
 /// succeeds without a conflict (the controller never owns pod-template fields).
 #[test]
 fn server_side_apply_after_a_propagated_edit_does_not_conflict() {
@@ -294,7 +294,7 @@ fn verdict_of<'a>(report: &'a str, ns: &str, name: &str) -> &'a str {
     report.lines().find(|l| l.contains(&needle)).unwrap_or_else(|| panic!("{name} not in the report:\n{report}"))
 }
 
-/// SPEC §11.8: deleting a referenced snapshot is denied; GC removes a snapshot only after history
+/// docs/behaviour.md §11.8: deleting a referenced snapshot is denied; GC removes a snapshot only after history
 /// stops reaching it and the grace period passed; never a referenced one, never a head.
 #[test]
 fn gc_removes_a_snapshot_only_after_history_lets_go_and_the_grace_period() {
@@ -347,7 +347,7 @@ fn gc_removes_a_snapshot_only_after_history_lets_go_and_the_grace_period() {
     assert_eq!(ns.history_of("app").pop().unwrap().config("app-config").unwrap()["v"], "b");
 }
 
-/// SPEC §8 (issue 14): a snapshot being pinned is never swept. A snapshot GC recorded unused,
+/// docs/behaviour.md §8 (issue 14): a snapshot being pinned is never swept. A snapshot GC recorded unused,
 /// past its grace period (a sweep would delete it now), pinned again by a request naming it or by a
 /// release after a revert: the admission removes GC's record, so its resourceVersion moves and a
 /// sweep that listed it before fails its delete; later sweeps keep it. Then GC runs in a loop while
@@ -388,7 +388,7 @@ fn a_snapshot_being_pinned_is_never_swept() {
     let second = release("b", "registry.example/app:2.0");
     assert_ne!(first, second);
 
-    // A request naming the old snapshot (SPEC 6.2 rule 3).
+    // A request naming the old snapshot (docs/behaviour.md §6.2.3).
     let listed = about_to_be_swept(&first);
     ns.accepts(&app("registry.example/app:1.0", &first));
     assert_eq!(pinned(), first);
@@ -625,7 +625,7 @@ fn gc_sweep_over_a_thousand_snapshots() {
     assert_eq!(out.lines().filter(|l| l.starts_with("deleted")).count(), 1000, "sources do not exist: all expire");
 }
 
-/// SPEC §7 (mechanism): after a propagated edit, a Helm 4 upgrade (server-side apply) of the
+/// docs/behaviour.md §7 (mechanism): after a propagated edit, a Helm 4 upgrade (server-side apply) of the
 /// release does not conflict over the references the webhook re-pinned.
 #[test]
 fn helm_upgrade_after_a_propagated_edit_does_not_conflict() {
@@ -666,7 +666,7 @@ fn helm_upgrade_after_a_propagated_edit_does_not_conflict() {
     assert_eq!((last.image.as_str(), last.config("app-config").unwrap()["mode"].as_str()), ("registry.example/app:1.1", "b"));
 }
 
-/// SPEC §9 (repair): a workload admitted with mutable references while the webhook could not see
+/// docs/behaviour.md §9 (repair): a workload admitted with mutable references while the webhook could not see
 /// it gets the propagation trigger and an Event, and is pinned once the webhook sees it again.
 /// Workloads that were there before are not touched.
 #[test]
@@ -704,7 +704,7 @@ fn a_workload_admitted_while_the_webhook_was_away_is_repaired() {
     assert_eq!(ns.history_of("old").len(), 1, "the workload from before was not restarted");
 }
 
-/// SPEC §7 (missed changes): a source edited while the webhook could not see it has a stale head;
+/// docs/behaviour.md §7 (missed changes): a source edited while the webhook could not see it has a stale head;
 /// the resync re-hashes it and the change is propagated as first seen then.
 #[test]
 fn a_change_made_while_the_webhook_was_away_is_propagated_after_resync() {

@@ -1,4 +1,4 @@
-//! Per-namespace modes (SPEC §3, §6.3): enforce refuses mutable references with the field path
+//! Per-namespace modes (docs/behaviour.md §3, §6.3): enforce refuses mutable references with the field path
 //! and the fix, audit only warns, and a namespace can't label itself into a mode the admin does
 //! not allow.
 
@@ -92,7 +92,7 @@ fn with_enforce_as_the_only_allowed_mode_no_namespace_label_escapes_it() {
     drop(server);
 }
 
-/// SPEC §9a on the real API server: the ways around enforce mode a tenant has are closed.
+/// docs/behaviour.md §9a on the real API server: the ways around enforce mode a tenant has are closed.
 /// - A ReplicaSet the tenant creates with an owner reference to their own Deployment, whose
 ///   template names a mutable ConfigMap, does not make that template an "undo" (never denied).
 /// - A Job claiming a CronJob owner that does not exist is refused like any Job.

@@ -1,4 +1,4 @@
-//! Snapshot protection (SPEC §5, §6.4, §11.8): history can't be forged, handed to the garbage
+//! Snapshot protection (docs/behaviour.md §5, §6.4, §11.8): history can't be forged, handed to the garbage
 //! collector or deleted while rollout history reaches it; a namespace still goes away; a name
 //! squatter can't block a release.
 
@@ -44,7 +44,7 @@ fn refused(out: Kubectl, expected: &str) -> Kubectl {
     out
 }
 
-/// SPEC §5, §6.4 CREATE: a "snapshot" whose labels are right but whose content does not hash to
+/// docs/behaviour.md §5, §6.4 CREATE: a "snapshot" whose labels are right but whose content does not hash to
 /// its name is refused; an honest copy of a real snapshot (a backup restore) is accepted.
 #[test]
 fn a_forged_snapshot_is_refused_and_an_honest_copy_is_accepted() {
@@ -63,7 +63,7 @@ fn a_forged_snapshot_is_refused_and_an_honest_copy_is_accepted() {
     assert_eq!(elsewhere.snapshots(), [pinned]);
 }
 
-/// SPEC §6.4 CREATE, §9a: a tenant who may create ConfigMaps cannot plant history: a valid
+/// docs/behaviour.md §6.4 CREATE, §9a: a tenant who may create ConfigMaps cannot plant history: a valid
 /// snapshot carrying an adoption record (which a later undo to a pre-install revision would trust),
 /// a finalizer or an owner of their choosing, or a source name its name does not agree with, is
 /// refused on the real API server; the same snapshot without them is accepted.
@@ -86,7 +86,7 @@ fn a_tenant_cannot_plant_history_in_a_snapshot() {
     assert_eq!(elsewhere.snapshots(), [pinned]);
 }
 
-/// SPEC §6.4 UPDATE: nobody but confighistory may change a snapshot's labels (not even remove the
+/// docs/behaviour.md §6.4 UPDATE: nobody but confighistory may change a snapshot's labels (not even remove the
 /// hash label that makes it one), annotations, ownerReferences or finalizers; confighistory's own
 /// identity (its ServiceAccount) may.
 #[test]
@@ -118,7 +118,7 @@ fn a_snapshots_metadata_is_frozen_for_everyone_but_confighistory() {
     assert!(own.success, "confighistory's own identity may:\n{}", own.describe());
 }
 
-/// SPEC §6.4 DELETE, §11.8: deleting a snapshot that rollout history references is denied with a
+/// docs/behaviour.md §6.4 DELETE, §11.8: deleting a snapshot that rollout history references is denied with a
 /// message saying why; deleting the whole namespace still works.
 #[test]
 fn a_referenced_snapshot_is_not_deleted_but_its_namespace_is() {
@@ -163,7 +163,7 @@ fn a_collection_delete_leaves_a_referenced_snapshot() {
     assert!(ns.get_json("configmap", &pinned).is_some());
 }
 
-/// SPEC §5 collisions: a mutable ConfigMap created in advance under the exact name the new
+/// docs/behaviour.md §5 collisions: a mutable ConfigMap created in advance under the exact name the new
 /// content's snapshot would get is never overwritten or reused; the release lands on `<name>-1`,
 /// with a warning, and every later pin of that content finds the same name.
 #[test]

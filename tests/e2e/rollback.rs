@@ -1,4 +1,4 @@
-//! Rollback correctness under pressure (issue 14, SPEC §2, §6.2, §6.3, §7, §9): undos that must
+//! Rollback correctness under pressure (issue 14, docs/behaviour.md §2, §6.2, §6.3, §7, §9): undos that must
 //! never be denied, reverts and fix-forwards that must land, mode switches that must not un-pin.
 
 use std::time::Duration;
@@ -26,7 +26,7 @@ fn fill_configmap_quota(ns: &TestNamespace) {
     });
 }
 
-/// SPEC §5, §6.2.1: a snapshot that exists is used, never re-created. With the namespace's
+/// docs/behaviour.md §5, §6.2.1: a snapshot that exists is used, never re-created. With the namespace's
 /// ConfigMap quota full, a release whose config already has its snapshot goes through (a POST
 /// first would be refused by the quota even though the object exists).
 #[test]
@@ -47,7 +47,7 @@ fn a_release_under_a_full_configmap_quota_uses_the_existing_snapshot() {
     ns.rejects(&release("registry.example/pricing:4.13", KEY_B), "ResourceQuota");
 }
 
-/// SPEC §6.2.1: an undo is never denied, not even when the snapshot it needs cannot be written
+/// docs/behaviour.md §6.2.1: an undo is never denied, not even when the snapshot it needs cannot be written
 /// (full quota). Here the target revision predates confighistory (no adoption record: the quota
 /// kept adoption from writing one), so it goes to the head, whose snapshot the quota forbids: the
 /// undo goes through as it is, with warnings, for repair to finish.
@@ -89,7 +89,7 @@ fn propagated(ns: &TestNamespace) {
     });
 }
 
-/// SPEC §7: a change is an edit, not a content. A was propagated; the owner changes the config to
+/// docs/behaviour.md §7: a change is an edit, not a content. A was propagated; the owner changes the config to
 /// B, a `rollout restart` inside the settle window joins B, and the owner reverts to A before B's
 /// window ends: the revert is a change of its own and brings the workload back to A.
 #[test]
@@ -111,7 +111,7 @@ fn a_revert_before_propagation_lands() {
     propagated(&ns);
 }
 
-/// SPEC §2: an undo holds the old config against the change it undid, not against the changes
+/// docs/behaviour.md §2: an undo holds the old config against the change it undid, not against the changes
 /// made after it. The team fixes the config forward and re-applies unchanged manifests: the fix
 /// reaches the workload (propagation moves the held pin), once, and the hold is released.
 #[test]
@@ -138,7 +138,7 @@ fn a_fix_forward_after_an_undo_lands() {
     assert_eq!(history.iter().filter(|r| r.config(SOURCE).is_some_and(|c| c["mode"] == "c")).count(), 1, "{history:#?}");
 }
 
-/// SPEC 6.2, §3: switching a namespace between the modes that act never un-pins or restarts
+/// docs/behaviour.md §6.2, §3: switching a namespace between the modes that act never un-pins or restarts
 /// anything by itself. Pinned in rewrite mode, switched to enforce (or audit), the same manifests
 /// re-applied: the template keeps its pins and the history gains no revision.
 #[test]
@@ -161,7 +161,7 @@ fn switching_a_namespace_to_enforce_or_audit_never_unpins_or_restarts() {
     }
 }
 
-/// SPEC 6.3: a tool that creates a ConfigMap and its Deployment at the same moment (Terraform,
+/// docs/behaviour.md §6.3: a tool that creates a ConfigMap and its Deployment at the same moment (Terraform,
 /// Pulumi, parallel scripts) can have the mutating pass find no ConfigMap and the validating pass
 /// find a mutable one. Made deterministic here: a second mutating webhook, called after
 /// confighistory's, creates the ConfigMap. The Deployment is allowed with a warning (repair pins
@@ -185,7 +185,7 @@ fn a_configmap_created_in_parallel_with_its_deployment_is_allowed_and_pinned_aft
     // load: proven by `an_undo_to_a_revision_admitted_during_an_outage_brings_its_config_back`.
 }
 
-/// SPEC §7: a source its owner opts out of versioning after workloads were pinned is propagated
+/// docs/behaviour.md §7: a source its owner opts out of versioning after workloads were pinned is propagated
 /// once more: its workloads move back to the plain name (one new revision), and from then on see
 /// its live updates (no revision per edit).
 #[test]
@@ -204,7 +204,7 @@ fn opting_a_source_out_of_versioning_moves_its_workloads_to_the_plain_name() {
     assert_eq!(ns.history_of("pricing").len(), 2, "live updates, no new revision");
 }
 
-/// SPEC §9: a revision created while the webhook was unreachable names its source plainly. Repair
+/// docs/behaviour.md §9: a revision created while the webhook was unreachable names its source plainly. Repair
 /// pins the workload, and first records the content that revision ran with (the source has not
 /// changed since), so a later undo to it brings that config back, not the current one.
 #[test]
@@ -239,7 +239,7 @@ fn an_undo_to_a_revision_admitted_during_an_outage_brings_its_config_back() {
     assert_eq!((now.image.as_str(), current_mode(&ns).as_str()), (IMAGE_A, "a"), "{}", out.describe());
 }
 
-/// SPEC §9, 6.2.1: `kubectl rollout undo` admitted while the webhook was unreachable, back to a
+/// docs/behaviour.md §9, §6.2.1: `kubectl rollout undo` admitted while the webhook was unreachable, back to a
 /// revision from before the install, names its source plainly. Repair pins it to the config that
 /// revision ran with (the snapshot whose adoption record lists its template), held against the
 /// current one, with an Event saying so: not to the current config.
@@ -287,7 +287,7 @@ fn an_undo_admitted_during_an_outage_is_repaired_to_the_config_it_ran_with() {
     assert_eq!(current_mode(&ns), "a");
 }
 
-/// SPEC §9, §9a, 6.2.1: the same outage undo, to a revision from before the install that was never
+/// docs/behaviour.md §9, §9a, §6.2.1: the same outage undo, to a revision from before the install that was never
 /// adopted (the one before the revision running at install time): no one knows the config it ran
 /// with. Repair takes it to the current config with a ConfigUnknown Event, and records no adoption
 /// on the current content, which that revision never ran with.
@@ -335,7 +335,7 @@ fn an_undo_admitted_during_an_outage_to_a_revision_never_adopted_is_repaired_to_
     assert!(unknown.iter().any(|m| m.contains("predates confighistory")), "{unknown:?}");
 }
 
-/// SPEC §7, the admin's selector: `--excluded-sources-selector` (Helm
+/// docs/behaviour.md §7, the admin's selector: `--excluded-sources-selector` (Helm
 /// config.excludedSourcesSelector) changes with a restart of the server, and no ConfigMap is
 /// written. A source the new selector matches, with a workload pinned to its snapshot, is
 /// propagated once more: the workload moves back to the plain name (one new revision) and from

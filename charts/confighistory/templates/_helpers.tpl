@@ -74,7 +74,7 @@ the admin's list. One comma-separated string, no duplicates.
 
 {{/*
 namespaceSelector shared by all webhooks. Only the admin decides where
-confighistory acts (SPEC §3, §9a): no label a namespace owner can set on their
+confighistory acts (docs/behaviour.md §3, §9a): no label a namespace owner can set on their
 own namespace switches the webhooks off for it.
 - by name, through the kubernetes.io/metadata.name label the API server puts on
   every namespace since 1.21 (on 1.20 the label is absent and NotIn matches, so

@@ -222,7 +222,7 @@ def main():
                   f"{where}: clientConfig.service {svc}")
         check(cc.get("caBundle") == want_ca, f"{where}: caBundle does not match the expected CA")
         sel = w["namespaceSelector"]["matchExpressions"]
-        # No label a namespace owner can set (SPEC §9a): the exclude label only where
+        # No label a namespace owner can set (docs/behaviour.md §9a): the exclude label only where
         # namespaces have no name label to select on (< 1.21), and never for protection.
         label_term = kube < (1, 21, 0) and not name.startswith("snapshot")
         check(len(sel) == (2 if label_term else 1), f"{where}: namespaceSelector {sel}")
@@ -257,7 +257,7 @@ def main():
             for r in rule["resources"]:
                 check("*" not in rule["verbs"] and r != "*" and g != "*", f"wildcard in {rule}")
                 granted.setdefault((g, r), set()).update(rule["verbs"])
-    # Only the verbs the code uses (SPEC §9a): writes are creates, merge patches of
+    # Only the verbs the code uses (docs/behaviour.md §9a): writes are creates, merge patches of
     # confighistory's own metadata, and GC deletes.
     want = {
         ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
@@ -284,7 +284,7 @@ def main():
         check(b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
               f"{b['kind']} subjects {b['subjects']}")
     if exp.get("guard"):
-        # SPEC §9a: the guard binds to confighistory's own ServiceAccount only and denies.
+        # docs/behaviour.md §9a: the guard binds to confighistory's own ServiceAccount only and denies.
         vap, vapb = one("ValidatingAdmissionPolicy"), one("ValidatingAdmissionPolicyBinding")
         check(vap["apiVersion"] == exp["guard"] and vapb["apiVersion"] == exp["guard"], f"guard apiVersion {vap['apiVersion']}")
         check(vap["spec"]["failurePolicy"] == "Fail", "guard failurePolicy")
@@ -440,7 +440,7 @@ def main():
         check({(p["name"], p["port"], p["targetPort"]) for p in svc["spec"]["ports"]}
               == {("https", 443, "https"), ("metrics", 8080, "health")}, "Service ports")
         if "NetworkPolicy" in by_kind:
-            # SPEC §9a: ingress only to the two ports; the admission port from the API
+            # docs/behaviour.md §9a: ingress only to the two ports; the admission port from the API
             # server's CIDRs when given, the metrics port from the monitoring namespaces.
             np = one("NetworkPolicy", fullname)["spec"]
             check(np["podSelector"] == {"matchLabels": dep["spec"]["selector"]["matchLabels"]},

@@ -1,5 +1,5 @@
 //! Manifests of the scenarios' example application, the pricing service of the incident
-//! (SPEC §1, §11.1): release A runs `pricing:4.11` with config key `discount_rules_path`,
+//! (docs/behaviour.md §1, §11.1): release A runs `pricing:4.11` with config key `discount_rules_path`,
 //! release B runs `pricing:4.12` and renames it to `rules.discount_path`.
 
 /// The source ConfigMap the pricing workloads mount.
