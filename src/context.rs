@@ -39,14 +39,9 @@ impl Context {
 
     /// A context whose caches count as synced: for tests and tools that fill `state` themselves.
     pub fn synced(policy: Policy, state: Arc<RwLock<State>>, cluster: Arc<dyn Cluster>) -> Context {
-        Context {
-            policy,
-            state,
-            cluster,
-            synced: Arc::new(AtomicBool::new(true)),
-            clock: Arc::new(Clock::system()),
-            kinds: Registry::builtin(),
-        }
+        let ctx = Context::new(policy, state, cluster);
+        ctx.synced.store(true, std::sync::atomic::Ordering::Relaxed);
+        ctx
     }
 
     /// The same context handling `kinds`, in its cache too (one registry for admission and loops).

@@ -338,19 +338,24 @@ fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     (b.len() >= len).then(|| (tag, &b[..len], &b[len..]))
 }
 
-/// notAfter of an X.509 certificate, in seconds since the epoch (RFC 5280 §4.1).
-pub fn not_after(der: &[u8]) -> Option<i64> {
+/// The TBSCertificate of an X.509 certificate from its `skip`-th field after the optional `[0]`
+/// version on (0: serial, 1: signature algorithm, 2: issuer, 3: validity, 4: subject, ...).
+fn tbs_field(der: &[u8], skip: usize) -> Option<&[u8]> {
     let (_, cert, _) = tlv(der)?;
-    let (_, tbs, _) = tlv(cert)?;
-    let mut rest = tbs;
-    // [0] version is optional; then serial, signature algorithm, issuer, validity.
+    let (_, mut rest, _) = tlv(cert)?;
     if rest.first() == Some(&0xa0) {
         rest = tlv(rest)?.2;
     }
-    for _ in 0..3 {
+    for _ in 0..skip {
         rest = tlv(rest)?.2;
     }
-    let (_, validity, _) = tlv(rest)?;
+    Some(rest)
+}
+
+/// notAfter of an X.509 certificate, in seconds since the epoch (RFC 5280 §4.1).
+pub fn not_after(der: &[u8]) -> Option<i64> {
+    // serial, signature algorithm, issuer; then validity.
+    let (_, validity, _) = tlv(tbs_field(der, 3)?)?;
     let (_, _, after) = tlv(validity)?;
     let (tag, time, _) = tlv(after)?;
     let text = std::str::from_utf8(time).ok()?.strip_suffix('Z')?;
@@ -380,17 +385,8 @@ pub fn not_after(der: &[u8]) -> Option<i64> {
 pub fn cert_names(der: &[u8]) -> Option<Vec<String>> {
     const CN: &[u8] = &[0x55, 0x04, 0x03];
     const SAN: &[u8] = &[0x55, 0x1d, 0x11];
-    let (_, cert, _) = tlv(der)?;
-    let (_, tbs, _) = tlv(cert)?;
-    let mut rest = tbs;
-    if rest.first() == Some(&0xa0) {
-        rest = tlv(rest)?.2;
-    }
     // serial, signature algorithm, issuer, validity; then the subject.
-    for _ in 0..4 {
-        rest = tlv(rest)?.2;
-    }
-    let (_, mut subject, mut rest) = tlv(rest)?;
+    let (_, mut subject, mut rest) = tlv(tbs_field(der, 4)?)?;
     let mut names = Vec::new();
     // Subject: SEQUENCE OF SET OF SEQUENCE { type OID, value }.
     while !subject.is_empty() {
