@@ -295,7 +295,9 @@ fn says_when_confighistory_is_not_installed() {
     for args in
         [&["history", "app-config", "-n", "default"][..], &["status", "deployment/app", "-n", "default"], &["undo", "app", "-n", "default"]]
     {
-        plugin(cluster, args).fails_with("confighistory is not installed in this cluster");
+        // Not `plugin()`: that starts and registers the suite's own server to point at its
+        // published configuration, which is the very thing this cluster must not have.
+        plugin_with(Some(&cluster.kubeconfig), args).fails_with("confighistory is not installed in this cluster");
     }
 }
 
