@@ -817,3 +817,99 @@ fn a_request_flood_is_answered_within_bounded_memory() {
     // Still healthy afterwards.
     assert_eq!(http_get(server.health, "/readyz"), Some(200));
 }
+
+// ---------- mutual TLS with the API server's client certificate ----------
+
+/// A MutatingWebhookConfiguration `name` sending ConfigMap CREATEs in `ns` to `server`'s /mutate,
+/// failurePolicy Fail, so a call that fails (a refused handshake) refuses the write.
+fn register_configmap_webhook(cluster: &Cluster, name: &str, ns: &TestNamespace, server: &Server) {
+    let ca = std::fs::read_to_string(server.ca()).expect("server CA");
+    let config = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "mtls.e2e.confighistory.io",
+            "clientConfig": {"url": format!("https://{}/mutate", server.addr), "caBundle": crate::support::ca_bundle(&ca)},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"], "operations": ["CREATE"], "scope": "Namespaced"}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
+            "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 10,
+        }],
+    });
+    cluster.apply_cluster_scoped(&config.to_string());
+}
+
+/// docs/behaviour.md 9a.3 on a real API server. tests/e2e/cluster gives the API server an
+/// AdmissionConfiguration whose kubeconfig presents its kubelet client certificate
+/// (CN=kube-apiserver-kubelet-client, signed by the cluster CA) to webhooks, as docs/install.md
+/// "Mutual TLS" sets it up. A server requiring the cluster CA (read from kube-root-ca.crt, as the
+/// chart's `clientAuth.existingConfigMap` would) and that name answers the API server; one pinned
+/// to another name refuses the handshake, so with failurePolicy Fail the write is refused, and
+/// its log names the certificate it refused.
+#[test]
+fn the_api_servers_client_certificate_is_accepted_and_its_name_pinned() {
+    let Some(cluster) = cluster() else { return };
+    if cluster.external {
+        eprintln!("skipped: a user's cluster presents no client certificate unless its admin set it up (docs/install.md)");
+        return;
+    }
+    assert!(
+        cluster.state_dir.join("pki/admission.yaml").exists(),
+        "this cluster's API server was started without the AdmissionConfiguration that presents its client certificate: restart it with tests/e2e/cluster down && up"
+    );
+    let accepted = TestNamespace::in_run(cluster, None, "mtls-accepted", &[]);
+    let refused = TestNamespace::in_run(cluster, None, "mtls-refused", &[]);
+    let dir = cluster.state_dir.join(format!("run/faults-mtls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let root = accepted.kubectl(&["get", "configmap", "kube-root-ca.crt", "-o", "jsonpath={.data.ca\\.crt}"]).expect_success();
+    let client_ca = dir.join("client-ca.crt");
+    std::fs::write(&client_ca, &root.stdout).unwrap();
+    let ca = client_ca.to_str().unwrap();
+    let pinned = Server::start(
+        cluster,
+        "mtls-apiserver",
+        &cluster.webhook_kubeconfig,
+        &["--client-ca", ca, "--client-names", "kube-apiserver-kubelet-client"],
+    );
+    let other = Server::start(
+        cluster,
+        "mtls-other",
+        &cluster.webhook_kubeconfig,
+        &["--client-ca", ca, "--client-names", "kube-apiserver-webhook-client"],
+    );
+    pinned.wait_health("/readyz", Duration::from_secs(60));
+    other.wait_health("/readyz", Duration::from_secs(60));
+    let names = [format!("{}-webhook", accepted.name), format!("{}-webhook", refused.name)];
+    register_configmap_webhook(cluster, &names[0], &accepted, &pinned);
+    register_configmap_webhook(cluster, &names[1], &refused, &other);
+
+    // The API server takes a moment to see new configurations: write until the server has
+    // answered a request of the namespace (its admission span names it); every write passes.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for i in 0.. {
+        accepted.accepts(&format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app-{i}}}\ndata: {{a: \"1\"}}\n"));
+        if pinned.log_text().contains(&accepted.name) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the API server never called the mTLS server; log:\n{}", pinned.log_text());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for i in 0.. {
+        let out = refused.apply(&format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app-{i}}}\ndata: {{a: \"1\"}}\n"));
+        match out {
+            Err(out) => {
+                assert!(out.stderr.contains("failed calling webhook"), "{}", out.describe());
+                break;
+            }
+            Ok(_) => assert!(Instant::now() < deadline, "a server pinned to another name was never called"),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let log = other.log_text();
+    assert!(log.contains("refused a client certificate named [\"kube-apiserver-kubelet-client\""), "{log}");
+    assert!(!log.contains(&refused.name), "the refused server answered a request of the namespace:\n{log}");
+    for name in &names {
+        cluster.kubectl(&["delete", "mutatingwebhookconfiguration", name, "--ignore-not-found"]);
+    }
+}
