@@ -303,6 +303,36 @@ async fn connect(addr: std::net::SocketAddr, client: Arc<rustls::ClientConfig>) 
     sender
 }
 
+/// A TLS connection to write raw HTTP on (a client that sends a head and then stalls).
+async fn connect_raw(addr: std::net::SocketAddr, client: Arc<rustls::ClientConfig>) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tokio_rustls::TlsConnector::from(client).connect(ServerName::IpAddress(addr.ip().into()), tcp).await.unwrap()
+}
+
+/// Reads what the server sends until it closes the connection (`None`: still open after `within`).
+async fn until_closed(s: &mut tokio_rustls::client::TlsStream<TcpStream>, within: Duration) -> Option<String> {
+    let mut got = Vec::new();
+    let read = async {
+        let mut buf = [0u8; 1024];
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(within, read).await.ok()?;
+    Some(String::from_utf8_lossy(&got).into_owned())
+}
+
+/// Writes the head of a POST declaring `length` body bytes, then `sent` of them.
+async fn stall_after(s: &mut tokio_rustls::client::TlsStream<TcpStream>, length: usize, sent: usize) {
+    let head = format!("POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&vec![b' '; sent]).await.unwrap();
+    s.flush().await.unwrap();
+}
+
 /// POSTs `body` to /mutate on a keep-alive connection: the status and the body.
 async fn post(sender: &mut Sender, body: Vec<u8>) -> Result<(u16, Value), String> {
     sender.ready().await.map_err(|e| format!("connection: {e}"))?;
@@ -493,41 +523,110 @@ fn streamed(length: usize) -> (HttpRequest<Body>, tokio::sync::mpsc::UnboundedSe
 }
 
 /// Issue 13 (docs/behaviour.md §9a): bodies were buffered before anything bounded them, so N parallel
-/// large applies could take N x 8 MiB (both replicas OOM at the chart's limit). A body is now
-/// read only within the byte budget (4 x the largest body), counted by Content-Length: while four
-/// 1 MiB bodies are being received, a fifth is not read at all, and it is once one is done.
+/// large applies could take N x 8 MiB (both replicas OOM at the chart's limit). Bytes are now
+/// charged to a budget as they arrive (4 x the largest body) and one body at a time may go past
+/// it (the reserve): with four 1 MiB bodies received all but their end, a fifth arrives in full
+/// and is answered, while a sixth, finished meanwhile, waits until the fifth gives the reserve
+/// back.
 #[tokio::test]
 async fn bodies_are_buffered_only_within_the_byte_budget() {
     const MIB: usize = 1024 * 1024;
     let app = app(Arc::new(cluster::MemoryCluster::default()));
     let router = webhook::serve::limited(webhook::router(app.clone()), app, MIB, 8, Duration::from_secs(4));
     let body = configmap_review("shop", "big", MIB - 1024);
+    let cut = body.len() - 100;
     let mut senders = Vec::new();
     let mut answers = Vec::new();
-    for _ in 0..webhook::limits::BODY_BUDGET_BODIES + 1 {
-        let (req, tx, read) = streamed(body.len());
-        tx.send(axum::body::Bytes::copy_from_slice(&body[..100])).unwrap();
+    for _ in 0..webhook::limits::BODY_BUDGET_BODIES + 2 {
+        let (req, tx, _) = streamed(body.len());
+        tx.send(axum::body::Bytes::copy_from_slice(&body[..cut])).unwrap();
         answers.push(tokio::spawn(router.clone().oneshot(req)));
-        senders.push((tx, read));
+        senders.push(tx);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let reading = senders.iter().filter(|(_, read)| read.load(std::sync::atomic::Ordering::SeqCst)).count();
-    assert_eq!(reading, webhook::limits::BODY_BUDGET_BODIES, "bodies being read at once");
-    assert!(!senders.last().unwrap().1.load(std::sync::atomic::Ordering::SeqCst), "the fifth waits for the budget");
-    // The first body completes and is answered: its part of the budget goes to the fifth.
-    let (rest, _) = senders.remove(0);
-    rest.send(axum::body::Bytes::copy_from_slice(&body[100..])).unwrap();
-    drop(rest); // the body ends
-    let first = tokio::time::timeout(Duration::from_secs(5), answers.remove(0)).await.expect("answered").unwrap().unwrap();
-    assert_eq!(first.status(), StatusCode::OK);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(senders.last().unwrap().1.load(std::sync::atomic::Ordering::SeqCst), "the fifth is read once the budget frees");
-    for (tx, _) in senders {
-        tx.send(axum::body::Bytes::copy_from_slice(&body[100..])).unwrap();
+    let sixth = senders.pop().unwrap();
+    let fifth = senders.pop().unwrap();
+    let sixth_answer = answers.pop().unwrap();
+    let fifth_answer = answers.pop().unwrap();
+    // The sixth's body ends while the fifth holds the reserve: it is not charged, not answered.
+    sixth.send(axum::body::Bytes::copy_from_slice(&body[cut..])).unwrap();
+    drop(sixth);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!sixth_answer.is_finished(), "a body past the budget and the reserve waits");
+    fifth.send(axum::body::Bytes::copy_from_slice(&body[cut..])).unwrap();
+    drop(fifth);
+    for a in [fifth_answer, sixth_answer] {
+        let answered = tokio::time::timeout(Duration::from_secs(2), a).await.expect("answered").unwrap().unwrap();
+        assert_eq!(answered.status(), StatusCode::OK);
+    }
+    for tx in senders {
+        tx.send(axum::body::Bytes::copy_from_slice(&body[cut..])).unwrap();
     }
     for a in answers {
         assert_eq!(tokio::time::timeout(Duration::from_secs(5), a).await.expect("answered").unwrap().unwrap().status(), StatusCode::OK);
     }
+}
+
+/// Issue 27.4 (docs/behaviour.md §9a): the body budget was taken by the declared Content-Length
+/// when a request started, so a few connections declaring the largest body and sending nothing
+/// held all of it for the body timeout, and real reviews queued behind them (503 after 10 s).
+/// Only bytes that arrived count once a body's promise (PROMISE_TIMEOUT) ends: a body that never
+/// starts soon holds nothing.
+#[tokio::test]
+async fn declared_bodies_that_never_arrive_hold_no_budget() {
+    let (addr, client) = https("declared", app(Arc::new(cluster::MemoryCluster::default())), 4, Duration::from_secs(4)).await;
+    let mut stalled = Vec::new();
+    for _ in 0..2 * webhook::limits::BODY_BUDGET_BODIES {
+        let mut s = connect_raw(addr, client.clone()).await;
+        stall_after(&mut s, webhook::DEFAULT_MAX_BODY, 0).await;
+        stalled.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut sender = connect(addr, client.clone()).await;
+    let started = Instant::now();
+    let answered = tokio::time::timeout(Duration::from_secs(5), post(&mut sender, configmap_review("shop", "real", 10))).await;
+    let (status, body) = answered.expect("a real review is answered while declared bodies stall").unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    let took = started.elapsed();
+    assert!(took < webhook::limits::PROMISE_TIMEOUT + Duration::from_secs(1), "answered once their promises ended: {took:?}");
+    drop(stalled);
+}
+
+/// Charged as they arrive, bodies that each arrived in part could wait for each other's budget
+/// until they all time out. One body at a time may go past the shared budget (the reserve), so
+/// one always finishes; a holder of the reserve that stops sending loses it (and its connection)
+/// within RESERVE_TIMEOUT, well before the body timeout, and the next body goes ahead.
+#[tokio::test]
+async fn a_stalled_body_cannot_hold_the_reserve() {
+    const MIB: usize = 1024 * 1024;
+    let (addr, client) = https_with("reserve", app(Arc::new(cluster::MemoryCluster::default())), MIB, 8, Duration::from_secs(4)).await;
+    // The shared budget taken in full by bodies that arrived all but their last bytes (1 MiB
+    // charged each), then one more holding the reserve the same way.
+    let mut stalled = Vec::new();
+    for _ in 0..=webhook::limits::BODY_BUDGET_BODIES {
+        let mut s = connect_raw(addr, client.clone()).await;
+        stall_after(&mut s, MIB, MIB - 10).await;
+        stalled.push(s);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut sender = connect(addr, client.clone()).await;
+    let started = Instant::now();
+    let answered = tokio::time::timeout(webhook::serve::CLIENT_TIMEOUT, post(&mut sender, configmap_review("shop", "real", 10))).await;
+    let (status, body) = answered.expect("answered before the body timeout").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let took = started.elapsed();
+    let bound = webhook::limits::PROMISE_TIMEOUT + webhook::limits::RESERVE_TIMEOUT + Duration::from_secs(1);
+    assert!(took <= bound, "answered once the reserve's holder lost it: {took:?}");
+    // The reserve's holder was refused and cut off; the four within the shared budget wait on.
+    let mut closed = 0;
+    for s in &mut stalled {
+        if let Some(out) = until_closed(s, Duration::from_millis(200)).await {
+            assert!(out.is_empty() || out.starts_with("HTTP/1.1 408"), "{out}");
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 1, "only the reserve's holder is cut off before the body timeout");
 }
 
 /// An API server that answers reads after `delay` and counts them: in all, and at most at once.
@@ -685,9 +784,10 @@ async fn a_request_over_the_byte_budget_keeps_its_connection() {
     let (addr, client) =
         https_with("budget", app(Arc::new(Slow(webhook::serve::CLIENT_TIMEOUT + Duration::from_secs(2)))), MIB, 8, Duration::from_secs(30))
             .await;
-    // Four API-bound admissions of 1 MiB (padded with whitespace) hold the budget until answered.
+    // Five API-bound admissions of 1 MiB (padded with whitespace) hold the budget and the reserve
+    // until answered.
     let mut holders = Vec::new();
-    for i in 0..webhook::limits::BODY_BUDGET_BODIES {
+    for i in 0..=webhook::limits::BODY_BUDGET_BODIES {
         let mut body = deployment_in("shop", &format!("web-{i}"));
         body.resize(MIB, b' ');
         let mut sender = connect(addr, client.clone()).await;

@@ -15,12 +15,12 @@ pub use super::limits::{CLIENT_TIMEOUT, IDLE_TIMEOUT};
 /// Largest request head (headers) accepted.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
 
-/// The admission router as served. Before its body is read, a request takes its part of a byte
-/// budget ([`limits::Budget`]: its Content-Length, or `max_body` when it gives none), waiting
-/// for it within [`CLIENT_TIMEOUT`] (past that: HTTP 503, so failurePolicy decides); N clients
-/// sending large bodies at once cannot buffer more than the budget. The body is then read in
-/// full, within [`CLIENT_TIMEOUT`] and `max_body` bytes, before the request can take one of
-/// `max_concurrency` places: a slow or stalled client holds its own connection, never a place.
+/// The admission router as served. A request's body is read in full, within [`CLIENT_TIMEOUT`]
+/// and `max_body` bytes, each chunk charged to a byte budget as it arrives ([`limits::Budget`]:
+/// waiting for budget past the timeout is HTTP 503, so failurePolicy decides); N clients sending
+/// large bodies at once cannot buffer more than the budget, and one that declares a body and
+/// sends nothing holds none of it. Only then can the request take one of `max_concurrency`
+/// places: a slow or stalled client holds its own connection, never a place.
 ///
 /// Places are taken only around work that calls the API server ([`limits::api_place`], in
 /// [`super::admit`]), fairly by the request's namespace ([`limits::Places`]): a decision made
@@ -55,27 +55,31 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
                 return (axum::http::StatusCode::PAYLOAD_TOO_LARGE, message).into_response();
             }
             // Held until the request is answered: its buffer lives that long.
-            let Ok(_bytes) = tokio::time::timeout(CLIENT_TIMEOUT, budget.take(length)).await else {
-                tracing::warn!(budget_bytes = max_body * limits::BODY_BUDGET_BODIES, "request bodies over the byte budget for the client timeout (overloaded)");
-                crate::metrics::METRICS.error("overloaded");
-                let message = format!("confighistory is overloaded: request bodies over its byte budget for {} s", CLIENT_TIMEOUT.as_secs());
-                // Read to its end without keeping it, so the connection serves the client's next
-                // request; one that does not end in time cannot be reused.
-                let drained = limits::drain(body, max_body, CLIENT_TIMEOUT).await;
-                let connection = if drained { "keep-alive" } else { "close" };
-                return (axum::http::StatusCode::SERVICE_UNAVAILABLE, [(axum::http::header::CONNECTION, connection)], message).into_response();
-            };
-            let bytes = match tokio::time::timeout(CLIENT_TIMEOUT, axum::body::to_bytes(body, max_body)).await {
-                Ok(Ok(bytes)) => bytes,
-                Ok(Err(_)) => {
+            let (bytes, _held) = match budget.receive(body, length, CLIENT_TIMEOUT).await {
+                Ok(received) => received,
+                Err(limits::Refused::TooLarge) => {
                     crate::metrics::METRICS.error("bad-request");
-                    let message = format!("request body over {max_body} bytes, or broken off");
-                    return (axum::http::StatusCode::PAYLOAD_TOO_LARGE, message).into_response();
+                    let message = format!("request body over {max_body} bytes");
+                    return (axum::http::StatusCode::PAYLOAD_TOO_LARGE, [(axum::http::header::CONNECTION, "close")], message).into_response();
                 }
-                Err(_) => {
+                Err(limits::Refused::Broken) => {
                     crate::metrics::METRICS.error("bad-request");
-                    let message = format!("request body not received within {} s", CLIENT_TIMEOUT.as_secs());
-                    return (axum::http::StatusCode::REQUEST_TIMEOUT, message).into_response();
+                    return (axum::http::StatusCode::BAD_REQUEST, "request body broken off").into_response();
+                }
+                Err(limits::Refused::Timeout) => {
+                    crate::metrics::METRICS.error("bad-request");
+                    let message = "request body not received in time";
+                    return (axum::http::StatusCode::REQUEST_TIMEOUT, [(axum::http::header::CONNECTION, "close")], message).into_response();
+                }
+                Err(limits::Refused::Overloaded(rest)) => {
+                    tracing::warn!(budget_bytes = max_body * limits::BODY_BUDGET_BODIES, "request bodies over the byte budget for the client timeout (overloaded)");
+                    crate::metrics::METRICS.error("overloaded");
+                    let message = format!("confighistory is overloaded: request bodies over its byte budget for {} s", CLIENT_TIMEOUT.as_secs());
+                    // Read to its end without keeping it, so the connection serves the client's next
+                    // request; one that does not end in time cannot be reused.
+                    let drained = limits::drain(rest, max_body, CLIENT_TIMEOUT).await;
+                    let connection = if drained { "keep-alive" } else { "close" };
+                    return (axum::http::StatusCode::SERVICE_UNAVAILABLE, [(axum::http::header::CONNECTION, connection)], message).into_response();
                 }
             };
             let gate = limits::Gate::new(places);
