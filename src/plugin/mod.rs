@@ -207,7 +207,7 @@ pub fn emit<T: Serialize>(kind: &str, value: &T, names: &[String], output: Outpu
     }
     Ok(match output {
         Output::Json => serde_json::to_string_pretty(&v).unwrap_or_default() + "\n",
-        Output::Yaml => yaml::to_yaml(&v),
+        Output::Yaml => yaml::to_yaml(&v).map_err(output::Error::Yaml)?,
         Output::Name => names.iter().map(|n| format!("{n}\n")).collect(),
         Output::JsonPath(t) => output::jsonpath(&t, &v)?,
     })
