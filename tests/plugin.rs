@@ -498,17 +498,19 @@ fn request_timeouts_take_go_durations() {
     assert_eq!(parse_timeout("1h"), Ok(Duration::from_secs(3600)));
     assert_eq!(parse_timeout("1h2m3s"), Ok(Duration::from_secs(3723)));
     assert_eq!(parse_timeout("1.5h"), Ok(Duration::from_secs(5400)));
+    assert_eq!(parse_timeout("1.5h30m"), Ok(Duration::from_secs(7200)));
     assert_eq!(parse_timeout("2m0.5s"), Ok(Duration::from_millis(120_500)));
     assert_eq!(parse_timeout(".5s"), Ok(Duration::from_millis(500)));
     assert_eq!(parse_timeout("1s500ms"), Ok(Duration::from_millis(1500)));
     assert_eq!(parse_timeout("1500us"), Ok(Duration::from_micros(1500)));
     assert_eq!(parse_timeout("1500µs"), Ok(Duration::from_micros(1500)));
+    assert_eq!(parse_timeout("1500\u{3bc}s"), Ok(Duration::from_micros(1500)), "Greek mu, as Go takes it");
     assert_eq!(parse_timeout("250ns"), Ok(Duration::from_nanos(250)));
     assert_eq!(parse_timeout("+5s"), Ok(Duration::from_secs(5)));
     assert_eq!(parse_timeout("0s"), Ok(Duration::ZERO));
     // What Go or kubectl refuse: no unit after a fraction, a unit alone, an unknown unit, a lone
     // dot, a negative timeout, an overflow.
-    for bad in ["1.5", "s", "1x", "1m30", ".s", "-1s", "1 m", "99999999999999999999h", "3000000h"] {
+    for bad in ["1.5", "s", "1x", "1m30", ".s", "-1s", "1 m", "1 hour", "PT1M", "99999999999999999999h", "3000000h"] {
         let e = parse_timeout(bad).expect_err(bad);
         assert!(e.contains(bad), "{bad}: {e}");
     }

@@ -324,3 +324,93 @@ fn a_source_reinvoked_on_a_replica_whose_clock_estimate_lags_keeps_its_changed_a
     let (second, _) = checks::run(&other, Endpoint::Mutate, &again);
     assert!(second.patch.is_empty(), "{:?}", second.patch);
 }
+
+// ---------- the plugin's `-o yaml` reads back as the model it printed ----------
+
+/// Text a YAML writer has to take care with: indicators, quotes, reserved words of YAML 1.1 and
+/// 1.2, control characters (C0, DEL, C1, the line and paragraph separators, a byte-order mark),
+/// bidi controls, non-ASCII, line breaks and edge whitespace.
+fn awkward_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z0-9 :#?!&*|>'\"%@`,\\[\\]{}.~_+=\\-\\\\\t\n\r\\x00-\\x1f\\x7f-\\x9f\u{2028}\u{2029}\u{feff}\u{202e}é日🎉]{0,12}",
+        prop::sample::select(vec![
+            "yes",
+            "No",
+            "ON",
+            "off",
+            "y",
+            "n",
+            "~",
+            "null",
+            "NULL",
+            "true",
+            "False",
+            "1e3",
+            "0o17",
+            "0x1F",
+            "+1",
+            "-0",
+            "1_000",
+            "0777",
+            ".NaN",
+            "-.inf",
+            "2024-01-01",
+            "2001-12-14t21:59:43.10-05:00",
+            "12:30:00",
+            "<<",
+            "=",
+            "-",
+            "---",
+            "...",
+            "? x",
+            "- x",
+            "",
+            " ",
+            "\n",
+            "a\n",
+            "\n\na",
+            "a \n b ",
+            "\ta\n\tb",
+            "\n\tx\n",
+            " \tx\ny",
+            "\t",
+        ])
+        .prop_map(str::to_owned),
+        // Long lines (a writer may fold them) with runs of spaces and tabs in awkward places.
+        prop::collection::vec(("[a-z]{1,12}", "[ \t]{1,3}"), 10..60).prop_map(|words| words.into_iter().map(|(w, s)| w + &s).collect()),
+    ]
+}
+
+fn awkward_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        (prop::num::f64::NORMAL | prop::num::f64::SUBNORMAL | prop::num::f64::ZERO | prop::num::f64::NEGATIVE | prop::num::f64::POSITIVE)
+            .prop_map(Value::from),
+        awkward_text().prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 48, 5, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::from),
+            prop::collection::btree_map(awkward_text(), inner, 0..5).prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    /// Whatever a model holds, `-o yaml` is valid YAML that reads back as the same JSON value
+    /// (the model `-o json` prints), with a `kind` as the plugin adds it.
+    #[test]
+    fn plugin_yaml_reads_back_as_the_model(fields in prop::collection::btree_map(awkward_text(), awkward_value(), 0..6)) {
+        use confighistory::plugin::{emit, output::Output};
+        let mut model = Value::Object(fields.into_iter().collect());
+        let yaml = emit("History", &model, &[], Output::Yaml).unwrap();
+        let read: Value = serde_saphyr::from_str(&yaml).map_err(|e| TestCaseError::fail(format!("{e}\n{yaml}")))?;
+        model["kind"] = "History".into();
+        prop_assert_eq!(read, model, "{}", yaml);
+    }
+}

@@ -247,7 +247,8 @@ pub fn ignored(obj: &impl Meta) -> bool {
 
 /// Parses `10`, `10s`, `2m`, `1h` into a duration; an error says why not. The number is a
 /// tenant's annotation: one whose seconds do not fit in 64 bits is refused, never wrapped into a
-/// short window (or a panic).
+/// short window (or a panic). The syntax is docs/behaviour.md §7.2's, so not jiff's (in the tree
+/// through k8s-openapi), which refuses bare seconds and takes more (`1 hour`, `PT1M`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let (num, mult) = match t.char_indices().last() {

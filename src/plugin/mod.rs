@@ -116,6 +116,8 @@ pub enum Command {
 /// A kubectl `--request-timeout`, read as kubectl reads it: a whole number of seconds (`0`: no
 /// limit), else a duration in Go's `time.ParseDuration` syntax, units `ns`, `us` (`µs`), `ms`, `s`,
 /// `m`, `h`, combined and with fractions (`1m30s`, `1.5h`, `500ms`). Negative timeouts are refused.
+/// Written here because the duration parser already in the tree, jiff's (through k8s-openapi),
+/// reads another syntax: it refuses `.5s`, `1.5h30m` and `1500μs`, and takes `1 hour`, `PT1M`.
 pub fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
     let invalid = |why: &str| format!("invalid timeout {s:?}: {why}; use e.g. 30s, 1m30s, 500ms or 0");
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
@@ -207,7 +209,7 @@ pub fn emit<T: Serialize>(kind: &str, value: &T, names: &[String], output: Outpu
     }
     Ok(match output {
         Output::Json => serde_json::to_string_pretty(&v).unwrap_or_default() + "\n",
-        Output::Yaml => yaml::to_yaml(&v),
+        Output::Yaml => yaml::to_yaml(&v).map_err(output::Error::Yaml)?,
         Output::Name => names.iter().map(|n| format!("{n}\n")).collect(),
         Output::JsonPath(t) => output::jsonpath(&t, &v)?,
     })

@@ -21,6 +21,8 @@ pub enum Error {
     Format(String),
     #[error("jsonpath template {template:?}: {why}")]
     Template { template: String, why: String },
+    #[error("write YAML: {0}")]
+    Yaml(String),
 }
 
 /// Parses `-o`'s argument (clap value parser).
