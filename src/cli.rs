@@ -30,7 +30,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve the admission webhook (and, unless disabled, run the controller loops).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run only the controller loops (propagation, adoption, repair, GC), without the webhook.
     Controller(ControllerCommandArgs),
     /// Sweep snapshots once: print what is deleted and why each kept snapshot is kept.
@@ -147,6 +147,28 @@ pub struct ServeArgs {
     /// Serving key (PEM), reloaded when it changes.
     #[arg(long, env = "CONFIGHISTORY_TLS_KEY", default_value = "/etc/confighistory/tls/tls.key")]
     pub tls_key: PathBuf,
+    /// Server-managed certificates: keep a CA and the serving certificate in this Secret of
+    /// --namespace (created when missing), write the CA bundle into the webhook configurations
+    /// named by --webhook-configurations, and rotate both before they expire (docs/operations.md,
+    /// "Certificates"). --tls-cert and --tls-key are not read then.
+    #[arg(long, env = "CONFIGHISTORY_TLS_SECRET")]
+    pub tls_secret: Option<String>,
+    /// With --tls-secret: the names the serving certificate is for (DNS names, or IP addresses),
+    /// comma-separated; the first is also its common name.
+    #[arg(long, env = "CONFIGHISTORY_TLS_NAMES", value_delimiter = ',', default_value = "")]
+    pub tls_names: Vec<String>,
+    /// With --tls-secret: Mutating- and ValidatingWebhookConfigurations whose caBundle this server
+    /// keeps, comma-separated (each name is looked up as both kinds).
+    #[arg(long, env = "CONFIGHISTORY_WEBHOOK_CONFIGURATIONS", value_delimiter = ',', default_value = "")]
+    pub webhook_configurations: Vec<String>,
+    /// With --tls-secret: seconds a CA and the serving certificates it signs are valid; each is
+    /// replaced once a third of that is left.
+    #[arg(long, env = "CONFIGHISTORY_TLS_VALIDITY", default_value_t = 90 * 24 * 3600)]
+    pub tls_validity: u64,
+    /// With --tls-secret: this replica's name in the Secret's records (default: the host name,
+    /// which is the pod's name).
+    #[arg(long, env = "CONFIGHISTORY_REPLICA_ID", default_value = "")]
+    pub replica_id: String,
     /// CA bundle (PEM) that signed the API server's client certificate: when set, only clients
     /// with a certificate it signed may connect to the admission port (mutual TLS). Reloaded
     /// when it changes.

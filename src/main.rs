@@ -12,7 +12,7 @@ async fn main() -> anyhow::Result<()> {
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     confighistory::runtime::init_logging(&filter, cli.log_format == "json", ansi, std::io::stderr);
     match cli.command {
-        Command::Serve(args) => confighistory::runtime::serve(args).await?,
+        Command::Serve(args) => confighistory::runtime::serve(*args).await?,
         Command::Controller(args) => confighistory::runtime::controller(args).await?,
         Command::Gc(args) => confighistory::runtime::gc(args).await?,
         Command::Selftest(args) => confighistory::runtime::selftest(args).await?,

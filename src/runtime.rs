@@ -20,7 +20,7 @@ use crate::cluster::{watch, KubeCluster};
 use crate::context::Context;
 use crate::model::kinds::Registry;
 use crate::model::published::{self, EffectiveConfig};
-use crate::webhook::{self, serve, tls, App};
+use crate::webhook::{self, managed, serve, tls, App};
 
 /// Why a command could not start. Each says what to check; `main` prints the cause below it.
 #[derive(Debug, thiserror::Error)]
@@ -114,13 +114,40 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     if client_auth.is_some() && args.client_names.iter().all(|n| n.trim().is_empty()) {
         tracing::warn!("--client-ca without --client-names: any certificate the CA signed is accepted, kubelets' and users' too if it is the cluster CA");
     }
-    let (tls_config, resolver) = tls::server_config(&args.tls_cert, &args.tls_key, client_auth.clone()).map_err(Error::Tls)?;
+    let managed = args.tls_secret.as_deref().filter(|s| !s.is_empty());
+    let (tls_config, resolver) = match managed {
+        // The certificate comes from the Secret once the managing loop has read or made it.
+        Some(_) => {
+            let resolver = Arc::new(tls::Reloading::default());
+            (tls::server_config_with(resolver.clone(), client_auth.clone()).map_err(Error::Tls)?, resolver)
+        }
+        None => tls::server_config(&args.tls_cert, &args.tls_key, client_auth.clone()).map_err(Error::Tls)?,
+    };
     let (client, shared, kinds) = start(&args.policy, true).await?;
     let tls_ready = Arc::new(AtomicBool::new(false));
     let app =
         Arc::new(App { ctx: shared.clone(), tls_ready: tls_ready.clone(), max_body: args.max_body_bytes, namespace_reads: Arc::default() });
 
-    tokio::spawn(tls::watch(args.tls_cert.clone(), args.tls_key.clone(), resolver, tls_ready, Duration::from_secs(5)));
+    match managed {
+        Some(secret) => {
+            let target = managed::Target {
+                namespace: args.policy.namespace.clone(),
+                secret: secret.to_owned(),
+                configurations: args.webhook_configurations.iter().filter(|n| !n.is_empty()).cloned().collect(),
+                names: args.tls_names.iter().map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect(),
+                replica: replica_id(&args.replica_id),
+                timing: managed::Timing::new(Duration::from_secs(args.tls_validity)),
+            };
+            if target.names.is_empty() || target.configurations.is_empty() {
+                tracing::warn!("--tls-secret without --tls-names or --webhook-configurations: the certificate names no host, or no webhook gets its CA");
+            }
+            tracing::info!(secret = %format!("{}/{}", target.namespace, target.secret), replica = %target.replica, "server-managed certificates");
+            tokio::spawn(managed::run(client.clone(), shared.clock.clone(), target, resolver, tls_ready));
+        }
+        None => {
+            tokio::spawn(tls::watch(args.tls_cert.clone(), args.tls_key.clone(), resolver, tls_ready, Duration::from_secs(5)));
+        }
+    }
     if let Some(auth) = client_auth {
         tokio::spawn(tls::watch_client_ca(auth, Duration::from_secs(5)));
     }
@@ -156,6 +183,19 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         controller.shutdown().await;
     }
     Ok(())
+}
+
+/// This replica's name in the managed certificates' records: the flag, else the host name (a
+/// pod's name), else the process id.
+fn replica_id(flag: &str) -> String {
+    let host = || std::env::var("HOSTNAME").ok().or_else(|| std::fs::read_to_string("/etc/hostname").ok());
+    let id = Some(flag.trim().to_owned()).filter(|f| !f.is_empty()).or_else(host).unwrap_or_default();
+    let id = id.trim().to_owned();
+    if id.is_empty() {
+        format!("pid-{}", std::process::id())
+    } else {
+        id
+    }
 }
 
 /// How often the published configuration is written again: a ConfigMap re-created (a

@@ -25,6 +25,7 @@ use crate::model::source;
 use crate::store;
 
 pub mod limits;
+pub mod managed;
 pub mod serve;
 pub mod tls;
 

@@ -35,52 +35,86 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Loads a certificate chain and key into a signing [`CertifiedKey`].
-pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey> {
-    let read = |p: &Path| std::fs::read(p).map_err(|source| Error::Read { path: p.to_owned(), source });
-    let cert_pem = read(cert)?;
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem).filter_map(|c| c.ok()).collect();
+/// Why a certificate and key in PEM do not make a pair to serve.
+#[derive(Debug, thiserror::Error)]
+pub enum PairError {
+    #[error("no PEM certificate")]
+    NoCert,
+    #[error("no usable PEM private key: {0}")]
+    Key(String),
+    #[error("the key does not belong to the certificate")]
+    Mismatch,
+}
+
+/// A certificate chain and key (PEM) as a signing [`CertifiedKey`]; the leaf's expiry goes to
+/// the certificate-expiring metric (docs/operations.md).
+pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, PairError> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem).filter_map(|c| c.ok()).collect();
     if certs.is_empty() {
-        return Err(Error::NoCert { path: cert.to_owned() });
+        return Err(PairError::NoCert);
     }
-    let key_pem = read(key)?;
-    let key_der = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| Error::Key { path: key.to_owned(), reason: e.to_string() })?;
-    let signing = ring::sign::any_supported_type(&key_der).map_err(|e| Error::Key { path: key.to_owned(), reason: e.to_string() })?;
-    // The leaf's expiry, for the certificate-expiring alert (docs/operations.md).
-    if let Some(t) = not_after(&certs[0]) {
-        crate::metrics::METRICS.tls_not_after.store(t.max(0) as u64, std::sync::atomic::Ordering::Relaxed);
-    }
+    let key_der = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| PairError::Key(e.to_string()))?;
+    let signing = ring::sign::any_supported_type(&key_der).map_err(|e| PairError::Key(e.to_string()))?;
+    let not_after = not_after(&certs[0]);
     let certified = CertifiedKey::new(certs, signing);
     // A rotation that writes the key and the certificate one after the other leaves a moment (or,
     // with a slow writer, seconds) where the files do not belong together. Serving that pair fails
     // every handshake, so it is refused here and the previous pair stays in service.
-    match certified.keys_match() {
-        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
-            Err(Error::Mismatch { key: key.to_owned(), cert: cert.to_owned() })
-        }
-        _ => Ok(certified),
+    if let Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) = certified.keys_match() {
+        return Err(PairError::Mismatch);
     }
+    if let Some(t) = not_after {
+        crate::metrics::METRICS.tls_not_after.store(t.max(0) as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(certified)
 }
 
-/// Serves whatever certificate was loaded last.
-#[derive(Debug)]
+/// Loads a certificate chain and key from files into a signing [`CertifiedKey`].
+pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey> {
+    let read = |p: &Path| std::fs::read(p).map_err(|source| Error::Read { path: p.to_owned(), source });
+    let (cert_pem, key_pem) = (read(cert)?, read(key)?);
+    certified_key(&cert_pem, &key_pem).map_err(|e| match e {
+        PairError::NoCert => Error::NoCert { path: cert.to_owned() },
+        PairError::Key(reason) => Error::Key { path: key.to_owned(), reason },
+        PairError::Mismatch => Error::Mismatch { key: key.to_owned(), cert: cert.to_owned() },
+    })
+}
+
+/// Serves whatever certificate was loaded last (none yet: handshakes fail until one is).
+#[derive(Debug, Default)]
 pub struct Reloading {
-    current: RwLock<Arc<CertifiedKey>>,
+    current: RwLock<Option<Arc<CertifiedKey>>>,
+}
+
+impl Reloading {
+    pub fn new(certified: CertifiedKey) -> Reloading {
+        Reloading { current: RwLock::new(Some(Arc::new(certified))) }
+    }
+
+    /// Serves `certified` from the next handshake on.
+    pub fn set(&self, certified: CertifiedKey) {
+        *self.current.write().expect("tls lock") = Some(Arc::new(certified));
+    }
 }
 
 impl ResolvesServerCert for Reloading {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current.read().expect("tls lock").clone())
+        self.current.read().expect("tls lock").clone()
     }
 }
 
 /// A rustls server configuration whose certificate follows the files, plus the resolver to
-/// swap certificates in. With `client_auth`, every client must present a certificate that its CA
-/// signed and that carries one of its names (the API server's, configured through its
-/// AdmissionConfiguration kubeConfig): anyone else is refused during the handshake, before a
-/// byte of a request is read (docs/behaviour.md 9a.3).
+/// swap certificates in. See [`server_config_with`].
 pub fn server_config(cert: &Path, key: &Path, client_auth: Option<Arc<ClientAuth>>) -> Result<(Arc<rustls::ServerConfig>, Arc<Reloading>)> {
-    let resolver = Arc::new(Reloading { current: RwLock::new(Arc::new(load(cert, key)?)) });
+    let resolver = Arc::new(Reloading::new(load(cert, key)?));
+    Ok((server_config_with(resolver.clone(), client_auth)?, resolver))
+}
+
+/// A rustls server configuration serving what `resolver` holds. With `client_auth`, every
+/// client must present a certificate that its CA signed and that carries one of its names (the
+/// API server's, configured through its AdmissionConfiguration kubeConfig): anyone else is
+/// refused during the handshake, before a byte of a request is read (docs/behaviour.md 9a.3).
+pub fn server_config_with(resolver: Arc<Reloading>, client_auth: Option<Arc<ClientAuth>>) -> Result<Arc<rustls::ServerConfig>> {
     let provider = Arc::new(ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
@@ -91,12 +125,12 @@ pub fn server_config(cert: &Path, key: &Path, client_auth: Option<Arc<ClientAuth
             (builder.with_client_cert_verifier(auth), Some(sessions))
         }
     };
-    let mut config = builder.with_cert_resolver(resolver.clone());
+    let mut config = builder.with_cert_resolver(resolver);
     if let Some(sessions) = sessions {
         config.session_storage = sessions;
     }
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok((Arc::new(config), resolver))
+    Ok(Arc::new(config))
 }
 
 /// Mutual TLS: the CA bundle that signs the API server's client certificate, reloaded when its
@@ -310,7 +344,7 @@ pub async fn watch(cert: PathBuf, key: PathBuf, resolver: Arc<Reloading>, ready:
         }
         match load(&cert, &key) {
             Ok(ck) => {
-                *resolver.current.write().expect("tls lock") = Arc::new(ck);
+                resolver.set(ck);
                 tracing::info!(cert = %cert.display(), "reloaded TLS certificate");
                 seen = now;
             }

@@ -1,0 +1,237 @@
+use super::*;
+use rustls::client::danger::ServerCertVerifier as _;
+
+const T0: i64 = 1_900_000_000_000;
+
+fn timing() -> Timing {
+    Timing::new(Duration::from_secs(30))
+}
+
+fn names() -> Vec<String> {
+    vec!["confighistory.confighistory.svc".into(), "127.0.0.1".into()]
+}
+
+fn replica(id: &str) -> Replica {
+    Replica { id: id.into(), serving: None, trusted: Some(BTreeMap::new()) }
+}
+
+fn created(now: i64) -> Stored {
+    apply(None, &Action::Create, "a", now, &timing(), &names()).unwrap().unwrap()
+}
+
+/// The Secret's data survives a round trip through `data` and `parse`.
+fn round_trip(s: &Stored) -> Stored {
+    Stored::parse(&s.data()).expect("parses")
+}
+
+fn trusting(mut r: Replica, stored: &Stored, since: i64) -> Replica {
+    r.trusted = Some(stored.cas.iter().map(|c| (c.fingerprint.clone(), since)).collect());
+    r
+}
+
+#[test]
+fn a_missing_or_expired_secret_is_made_anew() {
+    let t = timing();
+    assert_eq!(decide(None, &replica("a"), T0, &t, &names()), Action::Create);
+    let s = round_trip(&created(T0));
+    assert_eq!(s.cas.len(), 1);
+    assert_eq!(s.generation, 1);
+    assert_eq!(s.leaf.issuer, s.cas[0].fingerprint);
+    assert_eq!(decide(Some(&s), &replica("a"), T0 + t.validity + 1, &t, &names()), Action::Create);
+}
+
+/// The served certificate verifies against the bundle for every name, as the API server checks.
+#[test]
+fn the_serving_certificate_verifies_against_the_bundle() {
+    let s = round_trip(&created(T0));
+    let mut roots = rustls::RootCertStore::empty();
+    for (_, der) in pem_certs(&s.bundle()) {
+        roots.add(CertificateDer::from(der)).unwrap();
+    }
+    let verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), Arc::new(rustls::crypto::ring::default_provider()))
+            .build()
+            .unwrap();
+    let leaf = CertificateDer::from(pem_certs(&s.leaf.cert_pem).remove(0).1);
+    let at = rustls::pki_types::UnixTime::since_unix_epoch(Duration::from_millis((T0 + 1000) as u64));
+    for name in names() {
+        let server = rustls::pki_types::ServerName::try_from(name.clone()).unwrap();
+        verifier.verify_server_cert(&leaf, &[], &server, &[], at).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let other = rustls::pki_types::ServerName::try_from("other.example").unwrap();
+    assert!(verifier.verify_server_cert(&leaf, &[], &other, &[], at).is_err());
+    // And rustls accepts the pair to serve.
+    tls::certified_key(s.leaf.cert_pem.as_bytes(), s.leaf.key_pem.as_bytes()).unwrap();
+}
+
+#[test]
+fn debug_output_shows_no_key() {
+    let s = created(T0);
+    let text = format!("{s:?} {:?}", s.leaf);
+    assert!(!text.contains("PRIVATE KEY") && !text.contains(&s.ca_key[30..60]) && !text.contains(&s.leaf.key_pem[30..60]), "{text}");
+}
+
+#[test]
+fn a_ca_that_is_due_gets_a_successor_in_the_bundle_first() {
+    let t = timing();
+    let s = created(T0);
+    let due = T0 + t.validity - t.renew_before();
+    assert_eq!(decide(Some(&s), &replica("a"), due, &t, &names()), Action::AddCa);
+    let next = apply(Some(&s), &Action::AddCa, "a", due, &t, &names()).unwrap().unwrap();
+    assert_eq!(next.cas.len(), 2);
+    assert_eq!(next.cas[0], s.cas[0]);
+    assert_eq!(next.generation, s.generation + 1);
+    assert_eq!(next.leaf, s.leaf, "nothing serves with the new CA yet");
+}
+
+/// The serving certificate moves to the new CA only once the webhooks have trusted it for the
+/// settle time.
+#[test]
+fn the_serving_certificate_is_reissued_only_once_the_webhooks_trust_the_new_ca() {
+    let t = timing();
+    let s = created(T0);
+    let due = T0 + t.validity - t.renew_before();
+    let s = apply(Some(&s), &Action::AddCa, "a", due, &t, &names()).unwrap().unwrap();
+    let mut a = replica("a");
+    a.serving = Some(s.cas[0].fingerprint.clone());
+    let s = apply(Some(&s), &Action::Record([s.cas[0].fingerprint.clone()].into()), "a", due, &t, &names()).unwrap().unwrap();
+    // The webhooks trust the old CA only.
+    a.trusted = Some(BTreeMap::from([(s.cas[0].fingerprint.clone(), T0)]));
+    assert_eq!(decide(Some(&s), &a, due + 10, &t, &names()), Action::Wait);
+    // Both, but only just.
+    let a = trusting(a, &s, due + 10);
+    assert_eq!(decide(Some(&s), &a, due + 10, &t, &names()), Action::Wait);
+    assert_eq!(decide(Some(&s), &a, due + 10 + t.settle(), &t, &names()), Action::Reissue);
+    let r = apply(Some(&s), &Action::Reissue, "a", due + 10 + t.settle(), &t, &names()).unwrap().unwrap();
+    assert_eq!(r.leaf.issuer, s.cas[1].fingerprint);
+}
+
+#[test]
+fn a_replica_records_a_ca_before_it_serves_with_it_and_an_old_ca_leaves_once_no_record_names_it() {
+    let t = timing();
+    let s = created(T0);
+    let (old, now) = (s.cas[0].fingerprint.clone(), T0 + t.validity - t.renew_before());
+    let s = apply(Some(&s), &Action::AddCa, "a", now, &t, &names()).unwrap().unwrap();
+    let new = s.cas[1].fingerprint.clone();
+    let mut s = apply(Some(&s), &Action::Reissue, "a", now, &t, &names()).unwrap().unwrap();
+    s.replicas.insert("a".into(), Record { cas: [old.clone()].into(), until: now + t.lease() });
+    s.replicas.insert("b".into(), Record { cas: [old.clone()].into(), until: now + t.lease() });
+    let mut a = trusting(replica("a"), &s, T0);
+    a.serving = Some(old.clone());
+    // Not recorded yet: no switch; the record comes first, naming both.
+    assert_eq!(choose(&s, &a, Some("the old certificate"), now, &t), None);
+    let both: BTreeSet<String> = [old.clone(), new.clone()].into();
+    assert_eq!(decide(Some(&s), &a, now, &t, &names()), Action::Record(both.clone()));
+    let s = apply(Some(&s), &Action::Record(both), "a", now, &t, &names()).unwrap().unwrap();
+    assert_eq!(choose(&s, &a, Some("the old certificate"), now, &t), Some(&s.leaf));
+    a.serving = Some(new.clone());
+    // Serving the new one: the record drops the old CA; b still names it, so it stays.
+    assert_eq!(decide(Some(&s), &a, now, &t, &names()), Action::Record([new.clone()].into()));
+    let s = apply(Some(&s), &Action::Record([new.clone()].into()), "a", now, &t, &names()).unwrap().unwrap();
+    assert_eq!(decide(Some(&s), &a, now, &t, &names()), Action::Wait);
+    // b's record lapses (b is gone): the old CA leaves, the bundle's generation moves on.
+    let later = now + t.lease() + 1;
+    let mut a2 = a.clone();
+    a2.trusted = a.trusted.clone();
+    let s = apply(Some(&s), &Action::Record([new.clone()].into()), "a", later, &t, &names()).unwrap().unwrap();
+    assert!(!s.replicas.contains_key("b"), "lapsed records are dropped on a write");
+    assert_eq!(decide(Some(&s), &a2, later, &t, &names()), Action::Drop(vec![old.clone()]));
+    let d = apply(Some(&s), &Action::Drop(vec![old]), "a", later, &t, &names()).unwrap().unwrap();
+    assert_eq!(d.cas.iter().map(|c| c.fingerprint.clone()).collect::<Vec<_>>(), [new]);
+    assert_eq!(d.generation, s.generation + 1);
+}
+
+#[test]
+fn a_changed_name_reissues_the_certificate() {
+    let t = timing();
+    let s = created(T0);
+    let a = trusting(replica("a"), &s, T0);
+    let other = vec!["renamed.confighistory.svc".to_owned()];
+    assert_eq!(decide(Some(&s), &a, T0 + t.settle(), &t, &other), Action::Reissue);
+}
+
+#[test]
+fn a_replica_that_read_an_older_secret_never_writes_its_bundle_over_a_newer_one() {
+    let s = created(T0);
+    let hooks = vec![("w".to_owned(), b"another bundle".to_vec())];
+    assert!(needs_bundle(&s, 0, &hooks), "no generation yet");
+    assert!(needs_bundle(&s, s.generation, &hooks), "same generation, wiped or replaced by a tool");
+    assert!(!needs_bundle(&s, s.generation + 1, &hooks), "newer");
+    assert!(!needs_bundle(&s, s.generation, &[("w".to_owned(), s.bundle().into_bytes())]), "already there");
+}
+
+/// Two replicas and the webhooks, stepped in turn through years of rotations: at every moment
+/// each replica serves a certificate whose CA the webhooks have trusted for the settle time (so
+/// no admission fails), and the two never serve different certificates for more than a few
+/// rounds.
+#[test]
+fn replicas_rotate_through_many_cas_without_serving_an_untrusted_certificate() {
+    let t = timing();
+    let poll = t.poll().as_millis() as i64;
+    let mut secret: Option<Stored> = None;
+    // The webhooks: generation, bundle PEM, and since when each CA was in it.
+    let (mut live_gen, mut live_bundle, mut live_since) = (0u64, String::new(), BTreeMap::<String, i64>::new());
+    let mut reps = [replica("a"), replica("b")];
+    let mut serving: [Option<String>; 2] = [None, None];
+    let mut now = T0;
+    let mut cas_seen = BTreeSet::new();
+    let mut differ_since: Option<i64> = None;
+    let mut longest_difference = 0;
+    while now < T0 + 10 * t.validity {
+        for (i, me) in reps.iter_mut().enumerate() {
+            // A round: read, act, and read again after a write (as `run` does), a few times.
+            for _ in 0..5 {
+                let stored = secret.as_ref().map(round_trip);
+                if let Some(s) = &stored {
+                    if needs_bundle(s, live_gen, &[("w".into(), live_bundle.clone().into_bytes())]) {
+                        live_gen = s.generation;
+                        live_bundle = s.bundle();
+                        let fps = bundle_fingerprints(live_bundle.as_bytes());
+                        live_since.retain(|f, _| fps.contains(f));
+                        for f in fps {
+                            live_since.entry(f).or_insert(now);
+                        }
+                    }
+                }
+                // What the replica sees: the webhooks' bundle, from when it first saw each CA.
+                let mut since = me.trusted.take().unwrap_or_default();
+                since.retain(|f, _| live_since.contains_key(f));
+                for f in live_since.keys() {
+                    since.entry(f.clone()).or_insert(now);
+                }
+                me.trusted = Some(since);
+                let action = decide(stored.as_ref(), me, now, &t, &names());
+                if action != Action::Wait {
+                    secret = apply(stored.as_ref(), &action, &me.id, now, &t, &names()).unwrap();
+                    continue;
+                }
+                let s = stored.expect("a secret after the first round");
+                if let Some(leaf) = choose(&s, me, serving[i].as_deref(), now, &t) {
+                    me.serving = Some(leaf.issuer.clone());
+                    serving[i] = Some(leaf.cert_pem.clone());
+                    cas_seen.insert(leaf.issuer.clone());
+                }
+                break;
+            }
+        }
+        // The invariant: what is served, the API server has trusted for the settle time, and
+        // the certificate has not expired.
+        // (From the second round on: at the start, any certificate beats none.)
+        for me in reps.iter().filter(|_| now > T0 + poll) {
+            let issuer = me.serving.as_ref().expect("serving");
+            let since = live_since.get(issuer).unwrap_or_else(|| panic!("{} serves with a CA not in the bundle at {}", me.id, now - T0));
+            assert!(now - since >= t.settle() || *since == T0, "{} serves with a CA trusted since {} at {}", me.id, since - T0, now - T0);
+        }
+        if serving[0] != serving[1] {
+            let start = *differ_since.get_or_insert(now);
+            longest_difference = longest_difference.max(now - start);
+        } else {
+            differ_since = None;
+        }
+        now += poll;
+    }
+    assert!(cas_seen.len() >= 10, "rotated through {} CAs in ten lifetimes", cas_seen.len());
+    assert!(longest_difference <= 3 * poll, "the replicas served different certificates for {longest_difference} ms");
+    let s = secret.unwrap();
+    assert!(s.cas.len() <= 2, "old CAs leave the bundle: {s:?}");
+}
