@@ -5,6 +5,7 @@
 mod support;
 
 mod admission;
+mod certs;
 mod chart;
 mod controller;
 mod faults;

@@ -151,6 +151,8 @@ TLS secret mounted by the server.
 {{- define "confighistory.tlsSecretName" -}}
 {{- if eq .Values.tls.mode "secret" }}
 {{- .Values.tls.existingSecret }}
+{{- else if eq .Values.tls.mode "server" }}
+{{- printf "%s-certs" (include "confighistory.fullname" .) }}
 {{- else }}
 {{- printf "%s-tls" (include "confighistory.fullname" .) }}
 {{- end }}
@@ -196,8 +198,18 @@ carry the same CA.
 {{- end }}
 
 {{/*
-caBundle for the webhook configurations. Empty in certManager mode: the
-cert-manager CA injector fills it in.
+"true" when the server manages its certificates (tls.mode=server), unless the
+webhooks are registered by URL with a CA bundle given (a server elsewhere,
+serving its own certificate).
+*/}}
+{{- define "confighistory.serverManaged" -}}
+{{- if and (eq .Values.tls.mode "server") (not (and .Values.webhook.url .Values.webhook.caBundle)) }}true{{ end -}}
+{{- end }}
+
+{{/*
+caBundle for the webhook configurations. Empty in server mode (the server
+writes it, under its own field manager, so a re-render never touches it) and in
+certManager mode (the cert-manager CA injector fills it in).
 */}}
 {{- define "confighistory.caBundle" -}}
 {{- if .Values.webhook.url }}
@@ -304,8 +316,8 @@ every template that depends on them, so they fail early with a clear message.
 {{- if not (hasPrefix "https://" .Values.webhook.url) }}
 {{- fail "webhook.url must start with https:// (the API server only calls webhooks over TLS)" }}
 {{- end }}
-{{- if not .Values.webhook.caBundle }}
-{{- fail "webhook.url needs webhook.caBundle: the base64-encoded PEM CA that signed the certificate served at that URL" }}
+{{- if and (not .Values.webhook.caBundle) (ne .Values.tls.mode "server") }}
+{{- fail "webhook.url needs webhook.caBundle (the base64-encoded PEM CA that signed the certificate served at that URL), or tls.mode=server (the server at that URL writes it)" }}
 {{- end }}
 {{- else }}
 {{- if not .Values.deployment.enabled }}

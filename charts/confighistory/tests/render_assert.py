@@ -8,7 +8,7 @@ KEY=VALUE arguments:
 
   release, namespace  the helm release name and namespace
   kube                the Kubernetes version the chart was rendered for
-  tls                 generate | certManager | certManagerIssuer | secret | none
+  tls                 server (default) | generate | certManager | certManagerIssuer | secret | none
   url                 webhook URL (url mode), empty otherwise
   cabundle            expected caBundle (secret and url modes)
   failure             expected failurePolicy of the main webhooks
@@ -60,7 +60,7 @@ def main():
     fullname = release if "confighistory" in release else f"{release}-confighistory"
     url = exp.get("url", "")
     deployment = exp.get("deployment", "true") == "true"
-    tls = exp.get("tls", "generate")
+    tls = exp.get("tls", "server")
     by_kind = {}
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
@@ -154,9 +154,11 @@ def main():
     main_failure = exp.get("failure", "Ignore")
     main_timeout = int(exp.get("timeout", "5"))
     if url:
-        want_ca = exp["cabundle"]
+        want_ca = exp["cabundle"] or None  # none: a server in tls.mode=server writes it
     elif tls == "generate":
         want_ca = one("Secret", f"{fullname}-tls")["data"]["ca.crt"]
+    elif tls == "server":
+        want_ca = None  # written by the server, never rendered (docs/operations.md "Certificates")
     elif tls == "secret":
         want_ca = exp["cabundle"]
     else:
@@ -245,7 +247,7 @@ def main():
         else:
             check(mc is None, f"{where}: unexpected matchConditions (kube {exp['kube']})")
     print(f"    webhooks: 2 mutating + 3 validating, paths/rules/selectors/policies ok, "
-          f"caBundle {'injected by cert-manager' if want_ca is None else 'matches'}, "
+          f"caBundle {'not rendered' if want_ca is None else 'matches'}, "
           f"matchConditions {'on' if kube >= (1, 28, 0) else 'off'}")
 
     # --- RBAC -----------------------------------------------------------------
@@ -280,7 +282,25 @@ def main():
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease],
          "verbs": ["get", "update"]}], f"lease Role rules {role['rules']}")
     sa = exp.get("sa", fullname)
-    for b in (one("ClusterRoleBinding", fullname), one("RoleBinding", f"{fullname}-leader-election")):
+    bindings = [one("ClusterRoleBinding", fullname), one("RoleBinding", f"{fullname}-leader-election")]
+    if tls == "server":
+        # Server-managed certificates: its own two webhook configurations (get, patch) and its
+        # one Secret (create; get, update by name), nothing more.
+        certs_cr = one("ClusterRole", f"{fullname}-certs")
+        check(certs_cr["rules"] == [{"apiGroups": ["admissionregistration.k8s.io"],
+              "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+              "resourceNames": [fullname], "verbs": ["get", "patch"]}], f"certs ClusterRole {certs_cr['rules']}")
+        certs_role = one("Role", f"{fullname}-certs")
+        check(certs_role["metadata"]["namespace"] == ns and certs_role["rules"] == [
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [f"{fullname}-certs"], "verbs": ["get", "update"]}],
+            f"certs Role {certs_role['rules']}")
+        bindings += [one("ClusterRoleBinding", f"{fullname}-certs"), one("RoleBinding", f"{fullname}-certs")]
+        print("    rbac: server-managed certificates: get/patch on its two webhook configurations, its one Secret by name")
+    else:
+        check(not any(r["metadata"]["name"] == f"{fullname}-certs" for r in by_kind.get("Role", []) + by_kind.get("ClusterRole", [])),
+              "certificate RBAC only in tls.mode=server")
+    for b in bindings:
         check(b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
               f"{b['kind']} subjects {b['subjects']}")
     if exp.get("guard"):
@@ -383,8 +403,8 @@ def main():
                 name = k[4:]
                 check(env.get(name, {}).get("value") == v,
                       f"env {name}={env.get(name, {}).get('value')!r}, want {v!r}")
-        for name in ("CONFIGHISTORY_LISTEN", "CONFIGHISTORY_HEALTH_LISTEN", "CONFIGHISTORY_TLS_CERT",
-                     "CONFIGHISTORY_TLS_KEY", "CONFIGHISTORY_DEFAULT_MODE", "CONFIGHISTORY_ALLOWED_MODES",
+        tls_env = ("CONFIGHISTORY_TLS_SECRET",) if tls == "server" else ("CONFIGHISTORY_TLS_CERT", "CONFIGHISTORY_TLS_KEY")
+        for name in tls_env + ("CONFIGHISTORY_LISTEN", "CONFIGHISTORY_HEALTH_LISTEN", "CONFIGHISTORY_DEFAULT_MODE", "CONFIGHISTORY_ALLOWED_MODES",
                      "CONFIGHISTORY_EXCLUDED_SOURCES_SELECTOR", "CONFIGHISTORY_SETTLE",
                      "CONFIGHISTORY_PROPAGATION_QPS", "CONFIGHISTORY_PROPAGATION_BURST",
                      "CONFIGHISTORY_PROPAGATION_NAMESPACE_QPS", "CONFIGHISTORY_PROPAGATION_NAMESPACE_BURST",
@@ -395,11 +415,24 @@ def main():
             check(name in env, f"env {name} missing")
         client_ca = exp.get("clientca", "")
         client_ca_from = exp.get("clientcafrom", "")
-        mounts = {m["name"]: m for m in c["volumeMounts"]}
-        check(set(mounts) == ({"tls", "client-ca"} if client_ca or client_ca_from else {"tls"}), f"volume mounts {list(mounts)}")
-        mount = mounts["tls"]
-        check(mount["mountPath"] == "/etc/confighistory/tls" and "subPath" not in mount,
-              "TLS Secret must be mounted as a directory (no subPath) so rotation reaches the server")
+        mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+        want_mounts = ({"client-ca"} if client_ca or client_ca_from else set()) | (set() if tls == "server" else {"tls"})
+        check(set(mounts) == want_mounts, f"volume mounts {list(mounts)}")
+        if tls == "server":
+            # Nothing mounted: the replicas read the Secret through the API, and write it.
+            want_env = {"CONFIGHISTORY_TLS_SECRET": f"{fullname}-certs",
+                        "CONFIGHISTORY_TLS_NAMES": f"{fullname},{fullname}.{ns},{fullname}.{ns}.svc,{fullname}.{ns}.svc.cluster.local",
+                        "CONFIGHISTORY_WEBHOOK_CONFIGURATIONS": fullname,
+                        "CONFIGHISTORY_TLS_VALIDITY": exp.get("tlsvalidity", str(90 * 86400))}
+            for k, v in want_env.items():
+                check(env.get(k, {}).get("value") == v, f"env {k}={env.get(k)}, want {v!r}")
+            check(env["CONFIGHISTORY_REPLICA_ID"].get("valueFrom") == {"fieldRef": {"fieldPath": "metadata.name"}},
+                  f"CONFIGHISTORY_REPLICA_ID {env['CONFIGHISTORY_REPLICA_ID']}")
+            check("CONFIGHISTORY_TLS_CERT" not in env and "Secret" not in by_kind, "server mode renders no certificate")
+        else:
+            mount = mounts["tls"]
+            check(mount["mountPath"] == "/etc/confighistory/tls" and "subPath" not in mount,
+                  "TLS Secret must be mounted as a directory (no subPath) so rotation reaches the server")
         if client_ca or client_ca_from:
             # mTLS (docs/behaviour.md 9a.3): the API server's client CA, mounted as a directory
             # (the kubelet updates it in place, the server reloads it), and the names pinned.
@@ -430,10 +463,11 @@ def main():
         else:
             check("CONFIGHISTORY_CLIENT_CA" not in env and "CONFIGHISTORY_CLIENT_NAMES" not in env,
                   "no client CA unless clientAuth")
-        vol = next(v for v in pod["volumes"] if v["name"] == "tls")
-        secret = exp.get("secret", f"{fullname}-tls")
-        check(vol["secret"]["secretName"] == secret, f"TLS volume secret {vol['secret']}")
-        check(vol["secret"].get("defaultMode") == 0o440, f"TLS key must not be world-readable: {vol['secret']}")
+        if tls != "server":
+            vol = next(v for v in pod["volumes"] if v["name"] == "tls")
+            secret = exp.get("secret", f"{fullname}-tls")
+            check(vol["secret"]["secretName"] == secret, f"TLS volume secret {vol['secret']}")
+            check(vol["secret"].get("defaultMode") == 0o440, f"TLS key must not be world-readable: {vol['secret']}")
         check(pod["securityContext"].get("fsGroup") == pod["securityContext"].get("runAsGroup"),
               "fsGroup must be the server's group, which reads the 0440 key")
         svc = one("Service", fullname)

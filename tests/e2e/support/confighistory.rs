@@ -292,16 +292,17 @@ impl Drop for Webhook {
 }
 
 /// `helm template <name> charts/confighistory` in url mode for one run.
-struct ChartRelease<'a> {
-    cluster: &'a Cluster,
-    name: &'a str,
-    run: &'a str,
-    url_base: &'a str,
-    ca_pem: &'a str,
+pub struct ChartRelease<'a> {
+    pub cluster: &'a Cluster,
+    pub name: &'a str,
+    pub run: &'a str,
+    pub url_base: &'a str,
+    /// Empty: no webhook.caBundle (a server in tls.mode=server writes it).
+    pub ca_pem: &'a str,
 }
 
 impl ChartRelease<'_> {
-    fn render(&self, templates: &[&str], extra: &[&str]) -> String {
+    pub fn render(&self, templates: &[&str], extra: &[&str]) -> String {
         // The suite's own, admin-chosen exclusion (TestNamespace::excluded): the chart itself
         // selects on no label a namespace owner can set, where names can be selected (>= 1.21).
         let selector = json!({"matchLabels": {RUN_LABEL: self.run},
@@ -399,7 +400,7 @@ pub fn service_account_kubeconfig(cluster: &Cluster, path: &Path) -> PathBuf {
 
 /// Waits until the RBAC just applied for release `name` reaches the authorizer: the ServiceAccount
 /// may list ConfigMaps everywhere and renew its Lease.
-fn wait_until_authorized(cluster: &Cluster, kubeconfig: &Path, name: &str) {
+pub fn wait_until_authorized(cluster: &Cluster, kubeconfig: &Path, name: &str) {
     let lease = format!("leases.coordination.k8s.io/{name}");
     wait_for("the chart's RBAC to take effect", Duration::from_secs(30), || {
         let ask = |args: &[&str]| cluster.run_kubectl(kubeconfig, args, None).stdout.trim() == "yes";
@@ -408,7 +409,7 @@ fn wait_until_authorized(cluster: &Cluster, kubeconfig: &Path, name: &str) {
 }
 
 /// A plain HTTP GET that reports whether the answer was 200.
-fn http_ok(addr: &str, path: &str) -> bool {
+pub fn http_ok(addr: &str, path: &str) -> bool {
     use std::io::{Read, Write};
     let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
         return false;

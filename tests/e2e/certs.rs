@@ -1,0 +1,343 @@
+//! Server-managed certificates on a real API server (docs/behaviour.md §10, acceptance scenario
+//! 16): two servers share one Secret, write the CA bundle into the chart's webhook
+//! configurations (rendered without one), and rotate every few seconds while a load of
+//! admissions runs through a proxy that spreads the API server's connections over both.
+
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::confighistory::{
+    http_ok, registration, service_account_kubeconfig, wait_until_authorized, ChartRelease, Registration, NAMESPACE,
+};
+use crate::support::{cluster, free_port, repo_root, run_id, wait_for, wait_for_value, Cluster, TestNamespace, WEBHOOK_IDENTITY};
+
+/// Lifetime of each CA and certificate: a rotation every ~13 s (at a third left).
+const VALIDITY_SECONDS: &str = "20";
+/// How long the admissions run: several rotations.
+const LOAD: Duration = Duration::from_secs(50);
+
+/// A TCP proxy on `host`: each connection goes to the next backend in turn, bytes copied both
+/// ways (TLS passes through, so the API server sees each server's own certificate).
+fn proxy(host: &str, backends: Vec<String>, stop: Arc<AtomicBool>) -> u16 {
+    let listener = TcpListener::bind((host, 0)).expect("bind the proxy");
+    let port = listener.local_addr().unwrap().port();
+    let next = AtomicUsize::new(0);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let Ok(client) = conn else { continue };
+            let backend = &backends[next.fetch_add(1, Ordering::Relaxed) % backends.len()];
+            let Ok(server) = TcpStream::connect(backend) else { continue };
+            for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)] {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    });
+    port
+}
+
+/// Accepts any certificate: the probe only wants to see which one a server presents.
+#[derive(Debug)]
+struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCert {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The leaf certificate `addr` serves (DER), by a TLS handshake.
+fn served_certificate(addr: &str) -> Option<Vec<u8>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCert(provider)))
+        .with_no_client_auth();
+    let host = addr.rsplit_once(':')?.0.to_owned();
+    let name = rustls::pki_types::ServerName::try_from(host).ok()?;
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
+    let mut sock = TcpStream::connect(addr).ok()?;
+    sock.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).ok()?;
+    }
+    Some(conn.peer_certificates()?.first()?.to_vec())
+}
+
+/// One server process under tests/e2e/run-webhook; stopped when dropped.
+struct Server {
+    log_file: std::path::PathBuf,
+    listen: String,
+    lifeline: Option<(Child, ChildStdin)>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some((mut child, stdin)) = self.lifeline.take() {
+            drop(stdin);
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("log {}:\n{}", self.log_file.display(), std::fs::read_to_string(&self.log_file).unwrap_or_default());
+        }
+    }
+}
+
+/// `confighistory serve` in managed mode on `listen`, as replica `replica` of release `name`.
+fn start_server(
+    cluster: &Cluster,
+    name: &str,
+    replica: &str,
+    kubeconfig: &std::path::Path,
+    wrapper_args: &[String],
+    listen: &str,
+) -> Server {
+    let host = cluster.webhook_host.as_str();
+    let listen = listen.to_owned();
+    let health = format!("127.0.0.1:{}", free_port("127.0.0.1"));
+    let log_file = cluster.state_dir.join(format!("logs/{name}-{replica}.log"));
+    let mut command = Command::new(repo_root().join("tests/e2e/run-webhook"));
+    command
+        .arg(&log_file)
+        .args(wrapper_args)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_confighistory"))
+        .args(["serve", "--listen", &listen, "--health-listen", &health, "--no-controllers", "--effective-config="])
+        .args(["--identity", WEBHOOK_IDENTITY, "--namespace", NAMESPACE])
+        .args(["--tls-secret", &format!("{name}-certs"), "--tls-names", host, "--webhook-configurations", name])
+        .args(["--tls-validity", VALIDITY_SECONDS, "--replica-id", replica])
+        .env("KUBECONFIG", kubeconfig)
+        .env("CONFIGHISTORY_E2E_DIR", &cluster.state_dir)
+        .env("CONFIGHISTORY_E2E_ADMIN_KUBECONFIG", &cluster.kubeconfig)
+        .env("CONFIGHISTORY_KUBECTL", &cluster.kubectl)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    let mut child = command.spawn().expect("start tests/e2e/run-webhook");
+    let stdin = child.stdin.take().expect("piped stdin");
+    let server = Server { log_file, listen, lifeline: Some((child, stdin)) };
+    wait_for(&format!("server {replica} ready (serving a certificate)"), Duration::from_secs(60), || http_ok(&health, "/readyz"));
+    server
+}
+
+fn fingerprint(der: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(der).iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The CA bundle (PEM) each webhook of the run's two configurations carries.
+fn bundles(cluster: &Cluster, name: &str) -> Vec<String> {
+    use base64::Engine as _;
+    let mut out = Vec::new();
+    for kind in ["mutatingwebhookconfiguration", "validatingwebhookconfiguration"] {
+        let c = cluster.kubectl(&["get", kind, name, "-o", "json"]).expect_success().json();
+        for hook in c["webhooks"].as_array().unwrap() {
+            let b = hook["clientConfig"]["caBundle"].as_str().unwrap_or_default();
+            out.push(String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b).unwrap()).unwrap());
+        }
+    }
+    out
+}
+
+fn secret_data(cluster: &Cluster, name: &str) -> Option<Value> {
+    let out = cluster.kubectl(&["get", "secret", &format!("{name}-certs"), "-n", NAMESPACE, "-o", "json"]);
+    out.success.then(|| out.json()["data"].clone())
+}
+
+fn decoded(data: &Value, key: &str) -> String {
+    use base64::Engine as _;
+    String::from_utf8(base64::engine::general_purpose::STANDARD.decode(data[key].as_str().unwrap_or_default()).unwrap()).unwrap()
+}
+
+fn workloads(i: usize) -> String {
+    let mut items = Vec::new();
+    for j in 0..5 {
+        items.push(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("load-{i}-{j}")}, "data": {"n": format!("{j}")}}));
+        items.push(serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": format!("load-{i}-{j}")},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "load"}},
+                "template": {"metadata": {"labels": {"app": "load"}}, "spec": {
+                    "containers": [{"name": "c", "image": "load", "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}}}}));
+    }
+    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
+}
+
+#[test]
+fn servers_rotate_their_own_certificates_under_load_without_a_failed_admission() {
+    let Some(cluster) = cluster() else { return };
+    if registration() != Registration::Chart {
+        eprintln!("e2e: the chart's RBAC is needed (helm): skipped");
+        return;
+    }
+    let run = format!("{}c", run_id());
+    let name = format!("confighistory-{run}");
+    let host = cluster.webhook_host.clone();
+    let run_dir = cluster.state_dir.join(format!("run/{name}"));
+    std::fs::create_dir_all(&run_dir).unwrap();
+    cluster.apply_cluster_scoped(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"));
+
+    // Two servers behind one URL, through the proxy.
+    let stop = Arc::new(AtomicBool::new(false));
+    let backends: Arc<Mutex<Vec<String>>> = Arc::default();
+    let proxy_listen = {
+        // Ports chosen first, so the proxy knows its backends before the servers start.
+        let a = format!("{host}:{}", free_port(&host));
+        let b = format!("{host}:{}", free_port(&host));
+        backends.lock().unwrap().extend([a, b]);
+        proxy(&host, backends.lock().unwrap().clone(), stop.clone())
+    };
+    let url_base = format!("https://{host}:{proxy_listen}");
+    let chart = ChartRelease { cluster, name: &name, run: &run, url_base: &url_base, ca_pem: "" };
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &chart.render(&["templates/rbac.yaml"], &[])).expect_success();
+    let kubeconfig = service_account_kubeconfig(cluster, &run_dir.join("serviceaccount.kubeconfig"));
+    wait_until_authorized(cluster, &kubeconfig, &name);
+    let configurations = chart.render(
+        &["templates/mutatingwebhookconfiguration.yaml", "templates/validatingwebhookconfiguration.yaml"],
+        &["--set", "webhook.failurePolicy=Fail"],
+    );
+    assert!(!configurations.contains("caBundle"), "rendered without a caBundle:\n{configurations}");
+
+    let mut cleanup: Vec<String> = ["mutatingwebhookconfiguration", "validatingwebhookconfiguration"]
+        .iter()
+        .flat_map(|k| ["--unregister".to_owned(), format!("{k}/{name}")])
+        .collect();
+    cleanup.extend([
+        "--cleanup".into(),
+        format!("clusterrole/{name} clusterrolebinding/{name} clusterrole/{name}-certs clusterrolebinding/{name}-certs"),
+        "--cleanup".into(),
+        format!("-n {NAMESPACE} role/{name}-leader-election rolebinding/{name}-leader-election role/{name}-certs rolebinding/{name}-certs secret/{name}-certs"),
+    ]);
+    // The servers listen where the proxy sends: start each on its chosen address.
+    let chosen = backends.lock().unwrap().clone();
+    let a = start_server(cluster, &name, "a", &kubeconfig, &cleanup, &chosen[0]);
+    let b = start_server(cluster, &name, "b", &kubeconfig, &[], &chosen[1]);
+
+    // The Secret is made by the servers; the chart's configurations get its bundle.
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &configurations).expect_success();
+    let data = wait_for_value("the servers to create their Secret", Duration::from_secs(30), || secret_data(cluster, &name));
+    for key in ["ca.crt", "ca.key", "tls.crt", "tls.key"] {
+        assert!(data[key].as_str().is_some_and(|v| !v.is_empty()), "Secret lacks {key}");
+    }
+    wait_for("the servers to write the caBundle", Duration::from_secs(30), || {
+        let bundle = secret_data(cluster, &name).map(|d| decoded(&d, "ca.crt")).unwrap_or_default();
+        bundles(cluster, &name).iter().all(|b| !b.is_empty() && *b == bundle)
+    });
+    let mwc =
+        cluster.kubectl(&["get", "mutatingwebhookconfiguration", &name, "-o", "json", "--show-managed-fields"]).expect_success().json();
+    let managers: Vec<&str> = mwc["metadata"]["managedFields"].as_array().unwrap().iter().filter_map(|m| m["manager"].as_str()).collect();
+    assert!(managers.contains(&"confighistory-certs"), "caBundle written under its own field manager: {managers:?}");
+
+    // A re-apply of the rendered configurations (what Helm, Argo CD or Flux do) leaves it.
+    cluster.kubectl_stdin(&["apply", "--server-side", "--field-manager=gitops", "-f", "-"], &configurations).expect_success();
+    assert!(bundles(cluster, &name).iter().all(|b| b.contains("BEGIN CERTIFICATE")), "a re-apply removed the caBundle");
+
+    let ns = TestNamespace::in_run(cluster, Some(&run), "certs", &[]);
+    ns.accepts("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-config\ndata:\n  a: b\n");
+    // Called: a forged snapshot is refused by snapshot protection.
+    let forged =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: forged\n  labels:\n    confighistory.io/hash: forged\ndata:\n  a: b\n";
+    wait_for("the API server to call the servers", Duration::from_secs(30), || {
+        let out = cluster.kubectl_stdin(&["create", "--dry-run=server", "-n", &ns.name, "-f", "-"], forged);
+        !out.success && out.stderr.contains("admission webhook")
+    });
+
+    // The load, and a probe of what each server serves.
+    let done = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::<String>::new())));
+    let mut threads = Vec::new();
+    for i in 0..4 {
+        let (done, ok, failed, nsname) = (done.clone(), ok.clone(), failed.clone(), ns.name.clone());
+        let list = workloads(i);
+        threads.push(std::thread::spawn(move || {
+            let cluster = crate::support::cluster().unwrap();
+            while !done.load(Ordering::Relaxed) {
+                let out = cluster.kubectl_stdin(&["create", "--dry-run=server", "-n", &nsname, "-f", "-", "-o", "json"], &list);
+                let pinned = out.success && out.stdout.contains("app-config-");
+                if pinned {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    failed.lock().unwrap().push(out.describe());
+                }
+            }
+        }));
+    }
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    while started.elapsed() < LOAD {
+        let t = started.elapsed().as_millis();
+        samples.push((t, served_certificate(&a.listen).map(|c| fingerprint(&c)), served_certificate(&b.listen).map(|c| fingerprint(&c))));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    done.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+
+    let leaves: std::collections::BTreeSet<&String> = samples.iter().flat_map(|(_, a, b)| [a.as_ref(), b.as_ref()]).flatten().collect();
+    let (mut longest, mut since) = (0u128, None);
+    for (t, x, y) in &samples {
+        if x != y {
+            let s = *since.get_or_insert(*t);
+            longest = longest.max(t - s);
+        } else {
+            since = None;
+        }
+    }
+    let failures = failed.lock().unwrap().clone();
+    eprintln!(
+        "certs: {} kubectl calls of 10 objects admitted, {} failed; {} certificates served in {} s; the servers differed for at most {longest} ms",
+        ok.load(Ordering::Relaxed),
+        failures.len(),
+        leaves.len(),
+        LOAD.as_secs()
+    );
+    assert!(failures.is_empty(), "{} failed admissions, first:\n{}", failures.len(), failures[0]);
+    assert!(ok.load(Ordering::Relaxed) > 20, "too little load ran");
+    assert!(leaves.len() >= 3, "rotated at least twice in {} s: {leaves:?}", LOAD.as_secs());
+    assert!(longest <= 5_000, "the two servers served different certificates for {longest} ms");
+    let bundle = decoded(&secret_data(cluster, &name).unwrap(), "ca.crt");
+    assert!(bundle.matches("BEGIN CERTIFICATE").count() <= 2, "old CAs leave the bundle:\n{bundle}");
+    drop(b);
+    drop(a);
+}
