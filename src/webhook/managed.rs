@@ -1,4 +1,4 @@
-//! Server-managed certificates (docs/behaviour.md §10, docs/operations.md "Certificates"): the
+//! Server-managed certificates (docs/behaviour.md §10.3, docs/operations.md "Certificates"): the
 //! server keeps a CA and a serving certificate in a Secret of its namespace, writes the CA
 //! bundle into its own webhook configurations, and rotates both before they expire.
 //!

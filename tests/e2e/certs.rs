@@ -1,4 +1,4 @@
-//! Server-managed certificates on a real API server (docs/behaviour.md §10, acceptance scenario
+//! Server-managed certificates on a real API server (docs/behaviour.md §10.3, acceptance scenario
 //! 16): two servers share one Secret, write the CA bundle into the chart's webhook
 //! configurations (rendered without one), and rotate every few seconds while a load of
 //! admissions runs through a proxy that spreads the API server's connections over both.
@@ -262,8 +262,9 @@ fn servers_rotate_their_own_certificates_under_load_without_a_failed_admission()
         let bundle = secret_data(cluster, &name).map(|d| decoded(&d, "ca.crt")).unwrap_or_default();
         bundles(cluster, &name).iter().all(|b| !b.is_empty() && *b == bundle)
     });
-    let mwc =
-        cluster.kubectl(&["get", "mutatingwebhookconfiguration", &name, "-o", "json", "--show-managed-fields"]).expect_success().json();
+    // Read raw: managedFields whatever kubectl's version hides by default.
+    let path = format!("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}");
+    let mwc = cluster.kubectl(&["get", "--raw", &path]).expect_success().json();
     let managers: Vec<&str> = mwc["metadata"]["managedFields"].as_array().unwrap().iter().filter_map(|m| m["manager"].as_str()).collect();
     assert!(managers.contains(&"confighistory-certs"), "caBundle written under its own field manager: {managers:?}");
 
