@@ -159,6 +159,25 @@ fn start_server(
     server
 }
 
+/// Whether `cert` (DER) verifies for `host` against the CA bundle `pem`, now.
+fn verifies(cert: &[u8], pem: &str, host: &str) -> bool {
+    use rustls::client::danger::ServerCertVerifier as _;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()).flatten() {
+        let _ = roots.add(c);
+    }
+    let Ok(verifier) =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), Arc::new(rustls::crypto::ring::default_provider()))
+            .build()
+    else {
+        return false;
+    };
+    let Ok(name) = rustls::pki_types::ServerName::try_from(host.to_owned()) else { return false };
+    let cert = rustls::pki_types::CertificateDer::from(cert.to_vec());
+    verifier.verify_server_cert(&cert, &[], &name, &[], rustls::pki_types::UnixTime::now()).is_ok()
+}
+
 fn fingerprint(der: &[u8]) -> String {
     use sha2::Digest as _;
     sha2::Sha256::digest(der).iter().take(6).map(|b| format!("{b:02x}")).collect()
@@ -304,10 +323,22 @@ fn servers_rotate_their_own_certificates_under_load_without_a_failed_admission()
     }
     let started = Instant::now();
     let mut samples = Vec::new();
+    let mut untrusted = Vec::new();
     while started.elapsed() < LOAD {
         let t = started.elapsed().as_millis();
-        samples.push((t, served_certificate(&a.listen).map(|c| fingerprint(&c)), served_certificate(&b.listen).map(|c| fingerprint(&c))));
-        std::thread::sleep(Duration::from_millis(200));
+        // What each serves must verify against the webhooks' bundle, as the API server checks it:
+        // the bundle read before or after the handshakes (it may change in between).
+        let before = bundles(cluster, &name);
+        let served = [served_certificate(&a.listen), served_certificate(&b.listen)];
+        let after = bundles(cluster, &name);
+        for (server, cert) in ["a", "b"].iter().zip(&served) {
+            let cert = cert.as_ref().unwrap_or_else(|| panic!("server {server} served no certificate at {t} ms"));
+            let trusted = |bundles: &[String]| bundles.iter().all(|b| verifies(cert, b, &host));
+            if !trusted(&before) && !trusted(&after) {
+                untrusted.push(format!("{t} ms: server {server} serves {} that the webhooks' bundle does not verify", fingerprint(cert)));
+            }
+        }
+        samples.push((t, served[0].as_deref().map(fingerprint), served[1].as_deref().map(fingerprint)));
     }
     done.store(true, Ordering::Relaxed);
     for t in threads {
@@ -326,6 +357,7 @@ fn servers_rotate_their_own_certificates_under_load_without_a_failed_admission()
         }
     }
     let failures = failed.lock().unwrap().clone();
+    eprintln!("certs: {} samples, {} with an untrusted certificate", samples.len(), untrusted.len());
     eprintln!(
         "certs: {} kubectl calls of 10 objects admitted, {} failed; {} certificates served in {} s; the servers differed for at most {longest} ms",
         ok.load(Ordering::Relaxed),
@@ -333,6 +365,7 @@ fn servers_rotate_their_own_certificates_under_load_without_a_failed_admission()
         leaves.len(),
         LOAD.as_secs()
     );
+    assert!(untrusted.is_empty(), "{} samples served an untrusted certificate:\n{}", untrusted.len(), untrusted.join("\n"));
     assert!(failures.is_empty(), "{} failed admissions, first:\n{}", failures.len(), failures[0]);
     assert!(ok.load(Ordering::Relaxed) > 20, "too little load ran");
     assert!(leaves.len() >= 3, "rotated at least twice in {} s: {leaves:?}", LOAD.as_secs());
