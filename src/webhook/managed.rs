@@ -280,9 +280,11 @@ pub enum Action {
 }
 
 /// Whether a stored serving certificate is one this replica may serve: the webhooks trust its
-/// CA (or the replica serves nothing yet, when any certificate beats none).
+/// CA, or what the replica serves is no better (nothing yet, or a CA that left the bundle: it
+/// expired, or nothing the webhooks can be told about trusts it).
 fn acceptable(stored: &Stored, me: &Replica, now: i64, timing: &Timing) -> bool {
-    me.serving.is_none() || me.serving.as_deref() == Some(&stored.leaf.issuer) || me.trusts(&stored.leaf.issuer, now, timing)
+    let Some(serving) = me.serving.as_deref() else { return true };
+    serving == stored.leaf.issuer || !stored.cas.iter().any(|c| c.fingerprint == serving) || me.trusts(&stored.leaf.issuer, now, timing)
 }
 
 /// The record this replica needs: the CA it serves with, and the one it is about to serve with.
@@ -651,6 +653,13 @@ pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolv
                             }
                         }
                     }
+                }
+                if configurations.is_empty() {
+                    warn(
+                        &mut last_error,
+                        "no webhook configuration to write the CA bundle into",
+                        &format!("none named {:?}", target.configurations),
+                    );
                 }
                 let trusted = trusted_by_all(&configurations).unwrap_or_default();
                 let mut since = me.trusted.take().unwrap_or_default();

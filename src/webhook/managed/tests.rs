@@ -235,3 +235,55 @@ fn replicas_rotate_through_many_cas_without_serving_an_untrusted_certificate() {
     let s = secret.unwrap();
     assert!(s.cas.len() <= 2, "old CAs leave the bundle: {s:?}");
 }
+
+/// Webhook configurations nobody can write (missing, or not among --webhook-configurations):
+/// the CAs still rotate, and once the old CA has expired and left the bundle the replica moves to
+/// the certificate of the new one instead of serving an expired certificate for good.
+#[test]
+fn without_webhooks_to_trust_it_a_replica_still_leaves_an_expired_ca() {
+    let t = timing();
+    let mut s = created(T0);
+    let mut a = replica("a");
+    let (mut now, mut serving, mut served_until) = (T0, None::<String>, 0);
+    // The webhooks trust nothing (never written).
+    while now < T0 + 3 * t.validity {
+        let action = decide(Some(&s), &a, now, &t, &names());
+        if action != Action::Wait {
+            s = apply(Some(&s), &action, "a", now, &t, &names()).unwrap().unwrap();
+            continue;
+        }
+        if let Some(leaf) = choose(&s, &a, serving.as_deref(), now, &t) {
+            a.serving = Some(leaf.issuer.clone());
+            serving = Some(leaf.cert_pem.clone());
+            served_until = leaf.not_after;
+        }
+        // At most a round past the expiry of what it serves.
+        assert!(served_until + 1000 >= now, "serves a certificate expired at {} at {}", served_until - T0, now - T0);
+        now += 1000;
+    }
+    assert_eq!(a.serving.as_ref(), Some(&s.leaf.issuer));
+}
+
+#[test]
+fn the_webhooks_trust_only_what_every_webhook_carries() {
+    let s = created(T0);
+    let other = created(T0 + 1);
+    let both = format!("{}{}", s.bundle(), other.bundle());
+    let c = |hooks: Vec<(&str, &str)>| Configuration {
+        kind: "MutatingWebhookConfiguration",
+        name: "x".into(),
+        resource_version: None,
+        generation: 1,
+        hooks: hooks.into_iter().map(|(n, p)| (n.to_owned(), p.as_bytes().to_vec())).collect(),
+    };
+    let trusted = trusted_by_all(&[c(vec![("a", &both)]), c(vec![("b", &s.bundle()), ("c", &both)])]).unwrap();
+    assert_eq!(trusted, BTreeSet::from([s.cas[0].fingerprint.clone()]));
+    assert_eq!(trusted_by_all(&[]), None);
+    let read = Configuration::from_json(
+        "ValidatingWebhookConfiguration",
+        &serde_json::json!({"metadata": {"name": "x", "resourceVersion": "7", "annotations": {GENERATION_ANNOTATION: "4"}},
+            "webhooks": [{"name": "w", "clientConfig": {"caBundle": base64::engine::general_purpose::STANDARD.encode(s.bundle())}}]}),
+    );
+    assert_eq!((read.generation, read.resource_version.as_deref()), (4, Some("7")));
+    assert_eq!(bundle_fingerprints(&read.hooks[0].1), BTreeSet::from([s.cas[0].fingerprint.clone()]));
+}
