@@ -613,23 +613,21 @@ pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolv
     let timing = target.timing;
     let mut me = Replica { id: target.replica.clone(), serving: None, trusted: None };
     let mut serving_cert: Option<String> = None;
-    // Log a failure when it starts or changes, not on every round.
-    let mut last_error: Option<String> = None;
-    let secret = format!("{}/{}", target.namespace, target.secret);
-    let warn = |last: &mut Option<String>, what: &str, e: &dyn std::fmt::Display| {
-        let text = format!("{what}: {e}");
-        if last.as_deref() != Some(&text) {
-            tracing::warn!(secret = %secret, "managed certificates: {text}");
-            *last = Some(text);
-        }
-    };
+    let mut log = Warnings { secret: format!("{}/{}", target.namespace, target.secret), last: None, this_round: false };
+    // Rounds that changed something follow each other at once; a run of them (which the rules
+    // never make, but a clock could) is slowed to the poll interval.
+    let mut writes_in_a_row = 0;
     loop {
+        log.this_round = false;
+        if writes_in_a_row >= 8 {
+            tokio::time::sleep(timing.poll()).await;
+        }
         let now = clock.now_ms();
         let (stored, resource_version) = match kube.read_secret(&target.secret).await {
             Ok(Some((stored, rv))) => (stored, Some(rv)),
             Ok(None) => (None, None),
             Err(e) => {
-                warn(&mut last_error, "cannot read the Secret (the chart's Role grants get on it)", &e);
+                log.warn("cannot read the Secret (the chart's Role grants get on it)", &e);
                 tokio::time::sleep(timing.poll()).await;
                 continue;
             }
@@ -645,8 +643,7 @@ pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolv
                                     tracing::info!(configuration = %c.name, kind = c.kind, generation = stored.generation, "wrote the CA bundle");
                                     *c = written;
                                 }
-                                Err(e) => warn(
-                                    &mut last_error,
+                                Err(e) => log.warn(
                                     "cannot write the webhook configurations' caBundle (the chart's ClusterRole grants patch on them)",
                                     &e,
                                 ),
@@ -655,11 +652,7 @@ pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolv
                     }
                 }
                 if configurations.is_empty() {
-                    warn(
-                        &mut last_error,
-                        "no webhook configuration to write the CA bundle into",
-                        &format!("none named {:?}", target.configurations),
-                    );
+                    log.warn("no webhook configuration to write the CA bundle into", &format!("none named {:?}", target.configurations));
                 }
                 let trusted = trusted_by_all(&configurations).unwrap_or_default();
                 let mut since = me.trusted.take().unwrap_or_default();
@@ -670,7 +663,7 @@ pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolv
                 me.trusted = Some(since);
             }
             Err(e) => {
-                warn(&mut last_error, "cannot read the webhook configurations (the chart's ClusterRole grants get on them)", &e);
+                log.warn("cannot read the webhook configurations (the chart's ClusterRole grants get on them)", &e);
                 me.trusted = None;
             }
         }
@@ -680,11 +673,12 @@ pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolv
                 Ok(Some(next)) => kube.write_secret(&target, &next, resource_version.as_deref()).await,
                 Ok(None) => Ok(()),
                 Err(e) => {
-                    warn(&mut last_error, "cannot make a certificate", &e);
+                    log.warn("cannot make a certificate", &e);
                     tokio::time::sleep(timing.poll()).await;
                     continue;
                 }
             };
+            writes_in_a_row += 1;
             match written {
                 Ok(()) => {
                     if !matches!(action, Action::Record(_)) {
@@ -694,7 +688,7 @@ pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolv
                 // Another replica wrote first: read again.
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(e) => {
-                    warn(&mut last_error, "cannot write the Secret (the chart's Role grants create, and update on it)", &e);
+                    log.warn("cannot write the Secret (the chart's Role grants create, and update on it)", &e);
                     tokio::time::sleep(timing.poll()).await;
                 }
             }
@@ -711,11 +705,37 @@ pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolv
                         ready.store(true, Ordering::Relaxed);
                         continue;
                     }
-                    Err(e) => warn(&mut last_error, "the stored serving certificate does not load", &e),
+                    Err(e) => log.warn("the stored serving certificate does not load", &e),
                 }
             }
         }
+        writes_in_a_row = 0;
+        log.end_round();
         tokio::time::sleep(timing.poll()).await;
+    }
+}
+
+/// Logs a failure when it starts or changes, not on every round, and once when rounds work again.
+struct Warnings {
+    secret: String,
+    last: Option<String>,
+    this_round: bool,
+}
+
+impl Warnings {
+    fn warn(&mut self, what: &str, e: &dyn std::fmt::Display) {
+        self.this_round = true;
+        let text = format!("{what}: {e}");
+        if self.last.as_deref() != Some(&text) {
+            tracing::warn!(secret = %self.secret, "managed certificates: {text}");
+            self.last = Some(text);
+        }
+    }
+
+    fn end_round(&mut self) {
+        if !self.this_round && self.last.take().is_some() {
+            tracing::info!(secret = %self.secret, "managed certificates: working again");
+        }
     }
 }
 
