@@ -130,7 +130,8 @@ struct Bookkeeping {
     /// The names the serving certificate was issued for.
     #[serde(default)]
     leaf_names: Vec<String>,
-    /// When each CA joined the bundle.
+    /// When each CA joined the bundle (for people reading the Secret; the rules go by what each
+    /// replica saw the webhooks trust).
     #[serde(default)]
     added: BTreeMap<String, i64>,
     #[serde(default)]
@@ -234,11 +235,6 @@ impl Stored {
             (TLS_KEY.to_owned(), self.leaf.key_pem.clone().into_bytes()),
             (STATE.to_owned(), serde_json::to_vec(&book).unwrap_or_default()),
         ])
-    }
-
-    /// When `fingerprint` joined the bundle (the CA's own creation when unknown).
-    pub fn added(&self, fingerprint: &str) -> Option<i64> {
-        self.added.get(fingerprint).copied()
     }
 }
 
