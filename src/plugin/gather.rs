@@ -105,7 +105,7 @@ pub async fn inventory(ctx: &Ctx, sources: &[&str]) -> Result<Inventory> {
         Err(e) => return Err(api_err(e, &format!("get namespace {}", ctx.namespace))),
     };
     let all = ListParams::default();
-    let kinds = crate::cluster::watch::resolve_kinds(&ctx.client).await;
+    let kinds = crate::cluster::watch::resolve_kinds(&ctx.client, Registry::builtin().clone()).await;
     let cronjobs = resource(Kind::CronJob, kinds);
     let snapshots_params = ListParams::default().labels(names::HASH_LABEL);
     let configmaps = ApiResource::erase::<ConfigMap>(&());
@@ -239,7 +239,7 @@ pub async fn sources(ctx: &Ctx, all: bool) -> Result<super::model::Sources> {
         sources.insert(key, got.map(|o| json!({ "metadata": o.metadata })));
     }
     let mut workloads = Vec::new();
-    let kinds = crate::cluster::watch::resolve_kinds(client).await;
+    let kinds = crate::cluster::watch::resolve_kinds(client, Registry::builtin().clone()).await;
     for ar in [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::CronJob].map(|k| resource(k, kinds)) {
         workloads
             .extend(metas(api(&ar).list_metadata(&ListParams::default()).await.map_err(|e| api_err(e, &format!("list {}", ar.plural)))?));
