@@ -16,4 +16,5 @@ mod plugin;
 mod protection;
 mod readme;
 mod rollback;
+mod rollouts;
 mod smoke;
