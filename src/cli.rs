@@ -202,7 +202,10 @@ impl ServeArgs {
     /// The configuration this server runs with, as it publishes it: from the very policy its
     /// admissions and loops use, and its controller settings (docs/operations.md).
     pub fn effective_config(&self, policy: &Policy, kinds: &Registry) -> EffectiveConfig {
-        effective_config(policy, &self.controller, !self.no_controllers, kinds)
+        let mut doc = effective_config(policy, &self.controller, !self.no_controllers, kinds);
+        // Checked at start (`PolicyArgs::kinds`): the entries the registry was built from.
+        doc.extra_workload_kinds = crate::model::kinds::Entry::parse_list(&self.policy.extra_workload_kinds).unwrap_or_default();
+        doc
     }
 }
 
@@ -234,6 +237,7 @@ pub fn effective_config(policy: &Policy, controller: &ControllerArgs, controller
         // Secrets are not versioned by this version.
         secrets: false,
         workload_kinds: kinds.workloads().map(|k| k.name().to_owned()).collect(),
+        extra_workload_kinds: Vec::new(),
     }
 }
 

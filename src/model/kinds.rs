@@ -13,7 +13,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::LazyLock;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::names;
@@ -366,6 +366,16 @@ impl Registry {
         Ok(out)
     }
 
+    /// The registered kind a user names as kubectl does: its kind or plural resource,
+    /// lowercase, each optionally followed by `.group` (`rollout`, `rollouts.argoproj.io`).
+    pub fn registered_named(&self, typed: &str) -> Option<Kind> {
+        let typed = typed.to_ascii_lowercase();
+        self.registered().find(|k| {
+            let (kind, resource, group) = (k.as_str().to_ascii_lowercase(), k.def().resource, k.group());
+            [kind.clone(), resource.to_owned(), format!("{kind}.{group}"), format!("{resource}.{group}")].contains(&typed)
+        })
+    }
+
     /// The kinds an admin registered (not built in).
     pub fn registered(&self) -> impl Iterator<Item = Kind> + '_ {
         self.entries.iter().map(|(k, _)| *k).filter(|k| !k.is_builtin())
@@ -429,7 +439,7 @@ pub const MAX_REGISTERED: usize = 32;
 
 /// A kind an admin registers: one entry of the chart's `extraWorkloadKinds`, as the server reads
 /// it (`--extra-workload-kinds`, a JSON array of these).
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Entry {
     /// API group (its CustomResourceDefinition's).
@@ -440,25 +450,25 @@ pub struct Entry {
     /// Plural resource name.
     pub resource: String,
     /// Where the pod template is, dot-separated (`spec.template` when left out).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_path: Option<String>,
     /// Whether propagation moves it to a source's new head.
     pub propagates: bool,
     /// Where its earlier templates are kept; none when left out.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<HistoryEntry>,
 }
 
 /// Where a registered kind's earlier templates are kept: `apps/replicasets` (with the revision
 /// annotation and the hash label its controller writes) or `apps/controllerrevisions`.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HistoryEntry {
     pub group: String,
     pub resource: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision_annotation: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hash_label: Option<String>,
 }
 

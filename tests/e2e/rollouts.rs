@@ -196,6 +196,15 @@ fn rollouts_an_argo_undo_restores_image_and_config_in_the_running_pod() {
     let out = app_output(&ns, "pricing", 1);
     assert!(out[0].contains("app 4.12 started") && out[0].contains(&format!("/etc/pricing/{KEY_B}")), "{out:?}");
 
+    // kubectl confighistory reads the Rollout as the server does (its published configuration
+    // registers the kind): its pins, and what an undo would restore, asked of the API server.
+    let status = confighistory_plugin(server, &ns, &["status", "rollout/pricing", "-o", "json"]);
+    assert_eq!(status["workload"]["kind"], "Rollout.argoproj.io", "{status:#}");
+    assert_eq!((&status["undo"]["revision"], &status["undo"]["images"][0]["image"]), (&json!(1), &json!(APP_A)), "{status:#}");
+    let dry = confighistory_plugin(server, &ns, &["undo", "rollouts.argoproj.io/pricing", "--dry-run=server", "-o", "json"]);
+    assert_eq!(dry["after"]["images"][0]["image"], APP_A, "{dry:#}");
+    assert_eq!(dry["after"]["config"][0]["reference"], json!(a[0].snapshots[SOURCE]), "the undo would run A's snapshot: {dry:#}");
+
     let said = argo.plugin(cluster, &ns, &["undo", "pricing"]);
     healthy(&ns);
     let out = app_output(&ns, "pricing", 1);
@@ -335,6 +344,19 @@ spec:
     });
     assert!(moved.starts_with(&format!("{SOURCE}-")), "{moved}");
     assert!(ns.get_json("configmap", &moved).unwrap()["data"].get(KEY_B).is_some(), "moved to the new content");
+}
+
+/// `kubectl confighistory ARGS... -n NS --server-config=<server's>` as the admin, its JSON output.
+fn confighistory_plugin(server: &Webhook, ns: &TestNamespace, args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-confighistory"))
+        .args(args)
+        .args(["-n", &ns.name, &format!("--server-config={}", server.server_config())])
+        .env("KUBECONFIG", &ns.cluster.kubeconfig)
+        .output()
+        .expect("run kubectl-confighistory");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "kubectl confighistory {args:?}:\n{text}{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
 /// Deletes a cluster-scoped object when dropped.
