@@ -477,6 +477,21 @@ mod tests {
         assert!(!text.contains("Secret") && !text.contains("xxx"), "{text}");
     }
 
+    /// A registered kind is its own label value, named apart from a built-in of the same kind
+    /// name; whether its API is served is a gauge per kind.
+    #[test]
+    fn registered_kinds_are_label_values_of_their_own() {
+        let m = Metrics::new();
+        m.set_kinds(crate::model::kinds::tests::with_rollout());
+        m.request("validate", "Rollout.example.io", "UPDATE", "allowed", "valid", Duration::ZERO);
+        m.request("validate", "Rollout", "UPDATE", "allowed", "valid", Duration::ZERO);
+        m.set_kind_served("Rollout.example.io", false);
+        let text = m.render();
+        assert!(text.contains("kind=\"Rollout.example.io\",operation=\"UPDATE\",decision=\"allowed\",reason=\"valid\"} 1\n"), "{text}");
+        assert!(text.contains("kind=\"other\",operation=\"UPDATE\",decision=\"allowed\",reason=\"valid\"} 1\n"), "{text}");
+        assert!(text.contains("confighistory_workload_kind_served{kind=\"Rollout.example.io\"} 0\n"), "{text}");
+    }
+
     #[test]
     fn live_values_keep_their_atomic_call_sites() {
         let m = Metrics::new();
