@@ -603,7 +603,7 @@ impl Watched {
         match self {
             Watched::Namespaces => "namespaces",
             Watched::ConfigMaps => "configmaps",
-            Watched::Workload(k) | Watched::Revision(k) => k.as_str(),
+            Watched::Workload(k) | Watched::Revision(k) => k.name(),
         }
     }
 

@@ -104,6 +104,11 @@ pub struct PolicyArgs {
     /// references or finalizers (backup/restore tools), comma-separated.
     #[arg(long, env = "CONFIGHISTORY_SNAPSHOT_CREATORS", value_delimiter = ',', default_value = "")]
     pub snapshot_creators: Vec<String>,
+    /// Workload kinds to handle besides the built-in ones, as a JSON array of entries (the
+    /// chart's `extraWorkloadKinds`: group, versions, kind, resource, templatePath, propagates,
+    /// history; docs/install.md).
+    #[arg(long, env = "CONFIGHISTORY_EXTRA_WORKLOAD_KINDS", default_value = "")]
+    pub extra_workload_kinds: String,
 }
 
 /// A setting that does not parse; each names the flag, its variable and what it takes.
@@ -115,6 +120,8 @@ pub enum Error {
     AllowedModes(String),
     #[error("--excluded-sources-selector (CONFIGHISTORY_EXCLUDED_SOURCES_SELECTOR): {0}; give a label selector such as `a=b,c!=d`, or leave it empty")]
     ExcludedSources(String),
+    #[error("--extra-workload-kinds (CONFIGHISTORY_EXTRA_WORKLOAD_KINDS): {0}")]
+    ExtraWorkloadKinds(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -130,6 +137,13 @@ impl PolicyArgs {
         p.settle = std::time::Duration::from_secs(self.settle);
         p.snapshot_creators = self.snapshot_creators.iter().filter(|s| !s.is_empty()).cloned().collect();
         Ok(p)
+    }
+
+    /// The built-in kinds and those the admin registers, each checked; the definitions live as
+    /// long as the process (call once, at start).
+    pub fn kinds(&self) -> Result<Registry> {
+        let entries = crate::model::kinds::Entry::parse_list(&self.extra_workload_kinds).map_err(Error::ExtraWorkloadKinds)?;
+        Registry::builtin().clone().register(&entries).map_err(Error::ExtraWorkloadKinds)
     }
 }
 
@@ -210,7 +224,10 @@ impl ServeArgs {
     /// The configuration this server runs with, as it publishes it: from the very policy its
     /// admissions and loops use, and its controller settings (docs/operations.md).
     pub fn effective_config(&self, policy: &Policy, kinds: &Registry) -> EffectiveConfig {
-        effective_config(policy, &self.controller, !self.no_controllers, kinds)
+        let mut doc = effective_config(policy, &self.controller, !self.no_controllers, kinds);
+        // Checked at start (`PolicyArgs::kinds`): the entries the registry was built from.
+        doc.extra_workload_kinds = crate::model::kinds::Entry::parse_list(&self.policy.extra_workload_kinds).unwrap_or_default();
+        doc
     }
 }
 
@@ -241,7 +258,8 @@ pub fn effective_config(policy: &Policy, controller: &ControllerArgs, controller
         },
         // Secrets are not versioned by this version.
         secrets: false,
-        workload_kinds: kinds.workloads().map(|k| k.as_str().to_owned()).collect(),
+        workload_kinds: kinds.workloads().map(|k| k.name().to_owned()).collect(),
+        extra_workload_kinds: Vec::new(),
     }
 }
 
@@ -367,5 +385,22 @@ mod tests {
         let e = policy(&["--excluded-sources-selector", "a in b"]).unwrap_err().to_string();
         assert!(e.contains("CONFIGHISTORY_EXCLUDED_SOURCES_SELECTOR") && e.contains("give a label selector"), "{e}");
         assert!(policy(&["--excluded-sources-selector", "a in (b)"]).is_ok());
+    }
+
+    /// Kinds an admin registers come with the policy's flags; a wrong entry names the flag.
+    #[test]
+    fn extra_workload_kinds_are_registered_or_refused_naming_the_flag() {
+        let kinds = |args: &[&str]| PolicyOnly::parse_from(std::iter::once("test").chain(args.iter().copied())).policy.kinds();
+        assert_eq!(kinds(&[]).unwrap().workloads().count(), 5);
+        let r = kinds(&["--extra-workload-kinds", crate::model::kinds::tests::ARGO_ROLLOUTS]).unwrap();
+        assert_eq!(r.registered().map(|k| k.name()).collect::<Vec<_>>(), ["Rollout.argoproj.io"]);
+        let e = kinds(&[
+            "--extra-workload-kinds",
+            r#"[{"group": "apps", "versions": ["v1"], "kind": "Deployment", "resource": "deployments", "propagates": true}]"#,
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("--extra-workload-kinds (CONFIGHISTORY_EXTRA_WORKLOAD_KINDS): entry 0 (Deployment.apps): "), "{e}");
+        assert!(e.contains("is built in"), "{e}");
     }
 }

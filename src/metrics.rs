@@ -125,6 +125,9 @@ pub struct Metrics {
     pub tls_not_after: Live,
     leader: Gauge,
     cache_synced: Gauge,
+    kind_served: Family<One, Gauge>,
+    /// The kinds the process handles, for the `kind` label (the built-ins until set at start).
+    kinds: std::sync::OnceLock<&'static Kinds>,
     per_namespace: [PerNamespace; GAUGES.len()],
 }
 
@@ -223,6 +226,13 @@ impl Metrics {
             "1 once every watch cache has delivered its first list, else 0",
             cache_synced.clone(),
         );
+        let kind_served = Family::<One, Gauge>::default();
+        registry.register(
+            "confighistory_workload_kind_served",
+            "1 while the API of a workload kind the admin registered is served, 0 while it is not (its objects are not \
+             watched; reported in the log and an Event, looked for again periodically), by kind",
+            Declared(kind_served.clone()),
+        );
         registry.register(
             "confighistory_build",
             "Build information: the version of the running binary",
@@ -252,6 +262,8 @@ impl Metrics {
             tls_not_after,
             leader,
             cache_synced,
+            kind_served,
+            kinds: std::sync::OnceLock::new(),
             per_namespace,
         }
     }
@@ -268,9 +280,19 @@ impl Metrics {
         reason: &'static str,
         elapsed: Duration,
     ) {
-        let kind = kind_label(kind);
+        let kind = self.kind_label(kind);
         self.requests.get_or_create(&RequestLabels { endpoint, kind, operation, decision, reason }).inc();
         self.latency.get_or_create(&[("endpoint", endpoint)]).observe(elapsed.as_secs_f64());
+    }
+
+    /// The kinds this process handles: their names become `kind` label values (set once, at start).
+    pub fn set_kinds(&self, kinds: &'static Kinds) {
+        let _ = self.kinds.set(kinds);
+    }
+
+    /// Whether a registered workload kind's API is served (`name`: [`Kind::name`]).
+    pub fn set_kind_served(&self, name: &'static str, served: bool) {
+        self.kind_served.get_or_create(&[("kind", name)]).set(served as i64);
     }
 
     /// An admission not answered normally: one of [`ERRORS`].
@@ -281,7 +303,7 @@ impl Metrics {
 
     /// A workload admitted in audit mode that enforce mode would have refused.
     pub fn audit_violation(&self, kind: &str) {
-        self.audit_violations.get_or_create(&[("kind", kind_label(kind))]).inc();
+        self.audit_violations.get_or_create(&[("kind", self.kind_label(kind))]).inc();
     }
 
     /// A namespace whose mode label the admin refuses was seen (logged once).
@@ -341,12 +363,16 @@ impl Metrics {
     }
 }
 
-/// The `kind` label: a source kind or a registered workload kind's name, else `other`.
-fn kind_label(kind: &str) -> &'static str {
-    if kind == source::CONFIGMAP {
-        return source::CONFIGMAP;
+impl Metrics {
+    /// The `kind` label: a source kind or a handled workload kind's name ([`Kind::name`]), else
+    /// `other`.
+    fn kind_label(&self, kind: &str) -> &'static str {
+        if kind == source::CONFIGMAP {
+            return source::CONFIGMAP;
+        }
+        let kinds = self.kinds.get().copied().unwrap_or_else(Kinds::builtin);
+        kinds.workloads().map(Kind::name).find(|k| *k == kind).unwrap_or("other")
     }
-    Kinds::builtin().workloads().map(Kind::as_str).find(|k| *k == kind).unwrap_or("other")
 }
 
 #[cfg(test)]
@@ -449,6 +475,21 @@ mod tests {
         assert!(text.contains("kind=\"other\",operation=\"UPDATE\",decision=\"allowed\",reason=\"valid\"} 3\n"), "{text}");
         assert!(text.contains("confighistory_audit_violations_total{kind=\"other\"} 3\n"), "{text}");
         assert!(!text.contains("Secret") && !text.contains("xxx"), "{text}");
+    }
+
+    /// A registered kind is its own label value, named apart from a built-in of the same kind
+    /// name; whether its API is served is a gauge per kind.
+    #[test]
+    fn registered_kinds_are_label_values_of_their_own() {
+        let m = Metrics::new();
+        m.set_kinds(crate::model::kinds::tests::with_rollout());
+        m.request("validate", "Rollout.example.io", "UPDATE", "allowed", "valid", Duration::ZERO);
+        m.request("validate", "Rollout", "UPDATE", "allowed", "valid", Duration::ZERO);
+        m.set_kind_served("Rollout.example.io", false);
+        let text = m.render();
+        assert!(text.contains("kind=\"Rollout.example.io\",operation=\"UPDATE\",decision=\"allowed\",reason=\"valid\"} 1\n"), "{text}");
+        assert!(text.contains("kind=\"other\",operation=\"UPDATE\",decision=\"allowed\",reason=\"valid\"} 1\n"), "{text}");
+        assert!(text.contains("confighistory_workload_kind_served{kind=\"Rollout.example.io\"} 0\n"), "{text}");
     }
 
     #[test]

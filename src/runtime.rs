@@ -16,7 +16,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::cache::State;
 use crate::cli::{ControllerCommandArgs, GcArgs, PolicyArgs, SelftestArgs, ServeArgs};
 use crate::cluster::clock::{Clock, DateLayer};
-use crate::cluster::{watch, KubeCluster};
+use crate::cluster::{watch, KubeCluster, ObjectRef};
 use crate::context::Context;
 use crate::model::kinds::Registry;
 use crate::model::published::{self, EffectiveConfig};
@@ -63,12 +63,20 @@ async fn client_with_clock(clock: Arc<Clock>) -> Result<kube::Client> {
 /// `trust_revisions_before_now`: rollout history that exists when the process starts is taken
 /// as it is; revisions created later count for undo only with a template a workload was seen
 /// with (docs/behaviour.md §9a). Only admission judges undos.
-async fn start(policy: &PolicyArgs, trust_revisions_before_now: bool) -> Result<(kube::Client, Arc<Context>, &'static Registry)> {
-    let policy = policy.policy()?;
+/// `regarding`: the object of the release namespace that Events about the process itself (a
+/// registered kind not served) are recorded on.
+async fn start(
+    args: &PolicyArgs,
+    trust_revisions_before_now: bool,
+    regarding: ObjectRef,
+) -> Result<(kube::Client, Arc<Context>, &'static Registry)> {
+    let policy = args.policy()?;
+    let registry = args.kinds()?;
     let clock = Arc::new(Clock::system());
     let client = client_with_clock(clock.clone()).await?;
     // The probe is a first response: from here the clock knows the API server's time.
-    let kinds = watch::resolve_kinds(&client).await;
+    let kinds = watch::resolve_kinds(&client, registry).await;
+    crate::metrics::METRICS.set_kinds(kinds);
     let cluster = Arc::new(KubeCluster::new(client.clone(), FIELD_MANAGER, kinds));
     let mut state = State { kinds, ..State::keeping_labels(&policy.excluded_sources) };
     if trust_revisions_before_now {
@@ -77,9 +85,17 @@ async fn start(policy: &PolicyArgs, trust_revisions_before_now: bool) -> Result<
         state.revisions_trusted_before = Some(format!("{now:.0}"));
     }
     let state = Arc::new(RwLock::new(state));
+    let report = watch::Reporter { cluster: cluster.clone(), regarding };
     let shared = Arc::new(Context::new(policy, state.clone(), cluster).with_clock(clock).with_kinds(kinds));
-    watch::start(client.clone(), state, shared.synced.clone(), kinds);
+    watch::start(client.clone(), state, shared.synced.clone(), kinds, Some(report));
     Ok((client, shared, kinds))
+}
+
+/// A ConfigMap of `namespace` as an Event's subject (`name` empty: the namespace's default
+/// ServiceAccount's root CA, which every namespace has).
+fn configmap_ref(namespace: &str, name: &str) -> ObjectRef {
+    let name = if name.is_empty() { crate::model::names::ROOT_CA } else { name };
+    ObjectRef { api_version: "v1".into(), kind: "ConfigMap".into(), namespace: namespace.into(), name: name.into(), uid: String::new() }
 }
 
 /// Completes on SIGTERM or Ctrl-C: the one shutdown signal of every command.
@@ -123,7 +139,9 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         }
         None => tls::server_config(&args.tls_cert, &args.tls_key, client_auth.clone()).map_err(Error::Tls)?,
     };
-    let (client, shared, kinds) = start(&args.policy, true).await?;
+    // The published configuration's ConfigMap: what an admin looks at for this server.
+    let regarding = configmap_ref(&args.policy.namespace, &args.effective_config);
+    let (client, shared, kinds) = start(&args.policy, true, regarding).await?;
     let tls_ready = Arc::new(AtomicBool::new(false));
     let app =
         Arc::new(App { ctx: shared.clone(), tls_ready: tls_ready.clone(), max_body: args.max_body_bytes, namespace_reads: Arc::default() });
@@ -239,9 +257,17 @@ async fn publish(client: kube::Client, namespace: String, name: String, doc: Eff
 
 /// `confighistory controller`: the watches and the loops without the admission server.
 pub async fn controller(args: ControllerCommandArgs) -> Result<()> {
-    let (client, shared, kinds) = start(&args.policy, false).await?;
     let mut controller = args.controller.clone();
     controller.leader_election_namespace.get_or_insert_with(|| args.policy.namespace.clone());
+    // Its Lease: the one object of the release namespace a controller-only process owns.
+    let regarding = ObjectRef {
+        api_version: "coordination.k8s.io/v1".into(),
+        kind: "Lease".into(),
+        namespace: controller.leader_election_namespace.clone().unwrap_or_default(),
+        name: controller.lease_name.clone(),
+        uid: String::new(),
+    };
+    let (client, shared, kinds) = start(&args.policy, false, regarding).await?;
     let ctx = crate::controller::start(client, shared.clone(), controller, kinds).await?;
     let health = bind(args.health_listen, "--health-listen").await?;
     tracing::info!(health = %args.health_listen, "controller running");
@@ -256,7 +282,7 @@ pub async fn gc(args: GcArgs) -> Result<()> {
     let policy = args.policy.policy()?;
     let clock = Arc::new(Clock::system());
     let client = client_with_clock(clock.clone()).await?;
-    let cluster = KubeCluster::new(client.clone(), FIELD_MANAGER, watch::resolve_kinds(&client).await);
+    let cluster = KubeCluster::new(client.clone(), FIELD_MANAGER, watch::resolve_kinds(&client, args.policy.kinds()?).await);
     Ok(crate::controller::run_gc_command(&cluster, &clock, policy, args).await?)
 }
 

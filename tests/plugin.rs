@@ -124,7 +124,55 @@ fn inventory() -> Inventory {
         workloads: vec![deployment],
         revisions: vec![replicaset(1, &rev1), replicaset(2, &rev2), replicaset(4, &rev4)],
         server: server(json!({})),
+        kinds: Default::default(),
     }
+}
+
+/// [`inventory`] with the pricing Deployment an Argo Rollout instead: the kind registered by the
+/// server's published configuration, its revision annotation and hash label on its ReplicaSets.
+fn rollout_inventory() -> Inventory {
+    let entry = json!({"group": "argoproj.io", "versions": ["v1alpha1"], "kind": "Rollout", "resource": "rollouts",
+        "propagates": true, "history": {"group": "apps", "resource": "replicasets",
+        "revisionAnnotation": "rollout.argoproj.io/revision", "hashLabel": "rollouts-pod-template-hash"}});
+    let mut inv = inventory();
+    inv.server = server(json!({"extraWorkloadKinds": [entry]}));
+    let entries = inv.server.config().unwrap().extra_workload_kinds.clone();
+    inv.kinds = Box::leak(Box::new(confighistory::model::kinds::Registry::builtin().clone().register(&entries).unwrap()));
+    let as_rollout = |s: String| {
+        s.replace("\"apps/v1\",\"kind\":\"Deployment\"", "\"argoproj.io/v1alpha1\",\"kind\":\"Rollout\"")
+            .replace("deployment.kubernetes.io/revision", "rollout.argoproj.io/revision")
+            .replace("\"pod-template-hash\"", "\"rollouts-pod-template-hash\"")
+    };
+    for obj in inv.workloads.iter_mut().chain(inv.revisions.iter_mut()) {
+        *obj = serde_json::from_str(&as_rollout(obj.to_string())).unwrap();
+    }
+    for rs in &mut inv.revisions {
+        rs["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "name": "pricing", "uid": "uid-pricing", "controller": true}]);
+    }
+    inv
+}
+
+/// `status` and `undo` read a registered kind as they read a Deployment (issue 25): the same
+/// pins, revisions and undo target, named as the server names the kind.
+#[test]
+fn a_registered_kinds_status_and_undo_are_a_deployments() {
+    let (deployment, rollout) = (inventory(), rollout_inventory());
+    let wanted = rollout.resolve(build::parse_workload("rollouts.argoproj.io/pricing").unwrap()).unwrap();
+    assert_eq!(wanted, WorkloadRef { kind: "Rollout.argoproj.io".into(), name: "pricing".into() });
+    assert_eq!(rollout.resolve(build::parse_workload("rollout/pricing").unwrap()).unwrap(), wanted);
+    let err = deployment.resolve(build::parse_workload("rollout/pricing").unwrap()).unwrap_err().to_string();
+    assert!(err.contains("unsupported workload kind \"rollout\"") && err.contains("registers none"), "{err}");
+    let as_deployment = |s: String| s.replace("Rollout.argoproj.io", "Deployment");
+    let (d, r) = (build::status(&deployment, &pricing()).unwrap(), build::status(&rollout, &wanted).unwrap());
+    assert_eq!(as_deployment(serde_json::to_string(&r).unwrap()), serde_json::to_string(&d).unwrap());
+    let (dw, rw) = (deployment.workload(&pricing()).unwrap(), rollout.workload(&wanted).unwrap());
+    assert_eq!(rw.current_revision(), dw.current_revision());
+    let (d_target, r_target) = (build::undo_target(&dw, 0).unwrap(), build::undo_target(&rw, 0).unwrap());
+    assert_eq!(r_target.0, d_target.0);
+    assert_eq!(rw.kind.template_hash(&r_target.1), dw.kind.template_hash(&d_target.1));
+    let patch = build::rollback_patch(rw.kind, &rollout.revisions[1]).unwrap();
+    assert!(patch[0]["value"]["metadata"]["labels"].get("rollouts-pod-template-hash").is_none(), "{patch}");
 }
 
 /// The server's published configuration, as `kubectl confighistory` reads it from the

@@ -201,6 +201,23 @@ pub fn admissible<'a>(req: &'a Request, view: &View) -> Result<(Mode, Analysis<'
     Ok((mode, analysis))
 }
 
+/// A workload without a pod template where its kind keeps one: allowed as it is. A registered
+/// kind's creation says so once (docs/behaviour.md §4b: an Argo Rollout with `spec.workloadRef`
+/// keeps its template in a Deployment, which is pinned as Deployments are).
+fn no_template(req: &Request, view: &View) -> Decision {
+    let mut d = Decision::allow(Reason::NoTemplate);
+    let kind = view.state.kinds.workload(&req.kind.group, &req.kind.kind);
+    if let Some(kind) = kind.filter(|k| !k.is_builtin() && req.operation == Operation::Create) {
+        let path = kind.template_pointer().trim_start_matches('/').replace('/', ".");
+        d.response.warnings.push(format!(
+            "confighistory: {} {} has no pod template at {path} (a template kept in another object, such as a Rollout's spec.workloadRef, is pinned there): nothing in it is pinned",
+            kind.as_str(),
+            req.name
+        ));
+    }
+    d
+}
+
 /// Whether a changed template is an undo: it equals one of this workload's revisions (docs/behaviour.md
 /// §6.2.1). An undo changes the template; the propagation trigger (metadata only) does not, even
 /// though the unchanged template is, of course, one of the workload's revisions. Recognised from
@@ -328,6 +345,7 @@ pub fn choose(f: &Facts) -> Choice {
 pub fn decide(req: &Request, view: &View) -> Outcome {
     let (mode, a) = match admissible(req, view) {
         Ok(x) => x,
+        Err(Reason::NoTemplate) => return Outcome::Done(no_template(req, view)),
         Err(reason) => return Outcome::Done(Decision::allow(reason)),
     };
     let obj = req.object();
@@ -627,6 +645,39 @@ mod tests {
             assert_eq!(a.changed, changed, "case {i}");
             assert_eq!(a.changed, reference(&req, &a), "case {i}");
         }
+    }
+
+    /// A registered kind created without a template at its path (an Argo Rollout with
+    /// spec.workloadRef) is allowed as it is and told, once; its updates and built-ins are not.
+    #[test]
+    fn a_registered_kind_without_a_template_is_told_on_creation() {
+        use crate::admission::review::GroupVersionKind;
+        use crate::model::kinds::tests::with_rollout;
+        let (policy, fresh) = (Policy::default(), Fresh::new());
+        let state = State { kinds: with_rollout(), ..State::default() };
+        let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: "", namespace: None };
+        let request = |group: &str, kind: &str, operation| Request {
+            kind: GroupVersionKind { group: group.into(), version: "v1alpha1".into(), kind: kind.into() },
+            operation,
+            name: "app".into(),
+            namespace: "ns".into(),
+            object: Some(
+                json!({"metadata": {"name": "app", "namespace": "ns"}, "spec": {"workloadRef": {"kind": "Deployment", "name": "app"}}}),
+            ),
+            ..Default::default()
+        };
+        let warnings = |req: &Request| match decide(req, &view) {
+            Outcome::Done(d) => {
+                assert_eq!((d.reason, d.response.allowed, d.response.patch.len()), (Reason::NoTemplate, true, 0));
+                d.response.warnings
+            }
+            Outcome::Fetch(f) => panic!("asked to read {f:?}"),
+        };
+        let created = warnings(&request("example.io", "Rollout", Operation::Create));
+        assert_eq!(created.len(), 1, "{created:?}");
+        assert!(created[0].contains("Rollout app has no pod template at spec.workload.template"), "{created:?}");
+        assert_eq!(warnings(&request("example.io", "Rollout", Operation::Update)), Vec::<String>::new());
+        assert_eq!(warnings(&request("apps", "Deployment", Operation::Create)), Vec::<String>::new());
     }
 
     /// One row per rule of docs/behaviour.md §6.2 (and §7's trigger), first match wins.

@@ -341,6 +341,8 @@ pub struct MemoryCluster {
     pub fail: Arc<Mutex<Option<(&'static str, ApiError)>>>,
     pub calls: Arc<Mutex<Vec<String>>>,
     pauses: Arc<Mutex<Vec<Pause>>>,
+    /// The kinds it lists and writes (the built-ins when `None`).
+    pub kinds: Option<&'static Registry>,
 }
 
 /// A call held until the test lets it go ([`MemoryCluster::pause`]).
@@ -439,6 +441,9 @@ impl MemoryCluster {
 }
 
 impl Cluster for MemoryCluster {
+    fn kinds(&self) -> &'static Registry {
+        self.kinds.unwrap_or_else(Registry::builtin)
+    }
     fn get_configmap<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Value>>> {
         Box::pin(async move {
             let call = format!("get {ns}/{name}");

@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use futures::{Stream, TryStreamExt};
 use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
@@ -12,6 +13,7 @@ use kube::runtime::WatchStreamExt;
 use serde_json::{json, Value};
 
 use crate::cache::{Key, State, Watched, PARTIAL_OBJECT_METADATA};
+use crate::cluster::{Cluster, ObjectRef};
 use crate::model::kinds::{Kind, Registry};
 use crate::model::source;
 
@@ -25,10 +27,10 @@ pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiReso
     }
 }
 
-/// The built-in kinds resolved against discovery, once, for the process: each at the first of
-/// its versions the API server serves (CronJobs: batch/v1 on 1.21+, batch/v1beta1 before).
-pub async fn resolve_kinds(client: &kube::Client) -> &'static Registry {
-    let registry = Registry::builtin().clone();
+/// `registry` (the built-in kinds and those the admin registered) resolved against discovery,
+/// once, for the process: each at the first of its versions the API server serves (CronJobs:
+/// batch/v1 on 1.21+, batch/v1beta1 before).
+pub async fn resolve_kinds(client: &kube::Client, registry: Registry) -> &'static Registry {
     let mut served: Vec<(String, Vec<String>)> = Vec::new();
     for gv in registry.to_probe() {
         let resources = match client.list_api_group_resources(&gv).await {
@@ -66,7 +68,20 @@ pub fn kind_resource(kind: Kind, kinds: &Registry) -> ApiResource {
 /// extra list requests cost the API server little.
 const LIST_PAGE_SIZE: u32 = 100;
 
-/// Starts every watch; `synced` turns true once all of them delivered their first list.
+/// How often the API of a registered kind that is not served is looked for again.
+const UNSERVED_RETRY: Duration = Duration::from_secs(10);
+
+/// Where a registered kind whose API is not served is reported, besides the log and the metric:
+/// an Event regarding `regarding` (an object of the release namespace), through `cluster`.
+#[derive(Clone)]
+pub struct Reporter {
+    pub cluster: Arc<dyn Cluster>,
+    pub regarding: ObjectRef,
+}
+
+/// Starts every watch; `synced` turns true once all of them delivered their first list. A kind
+/// the admin registered is watched once its API is served (looked for every [`UNSERVED_RETRY`]
+/// until it is, reported meanwhile: [`watch_when_served`]); it never holds readiness back.
 ///
 /// ConfigMaps are listed and watched as metadata (`PartialObjectMetadata`, served by every API
 /// server since 1.15): no page or event carries their data, which can be 1 MiB each (docs/behaviour.md §10;
@@ -74,26 +89,84 @@ const LIST_PAGE_SIZE: u32 = 100;
 /// immutable is not metadata: the controller reads a source when a decision needs it
 /// ([`State::learn_configmap`]), and admission decides from the request and fresh reads.
 /// `kinds`: the registry resolved at start ([`resolve_kinds`]).
-pub fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<AtomicBool>, kinds: &'static Registry) {
+pub fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<AtomicBool>, kinds: &'static Registry, report: Option<Reporter>) {
+    let registered = |w: &Watched| matches!(w, Watched::Workload(k) if !k.is_builtin());
     let all = Watched::all(kinds);
-    let pending = Arc::new(Mutex::new(all.iter().map(|w| w.name()).collect::<HashSet<_>>()));
+    let pending = Arc::new(Mutex::new(all.iter().filter(|w| !registered(w)).map(|w| w.name()).collect::<HashSet<_>>()));
     for what in all {
-        let resource = api_resource(what, kinds);
-        let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
         let feed = Feed { what, state: state.clone(), synced: synced.clone(), pending: pending.clone() };
-        if what == Watched::ConfigMaps {
-            // `Api<PartialObjectMeta<_>>` asks for metadata only (list and watch alike).
-            let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &resource);
-            let stream = watcher(api, config).default_backoff();
-            tokio::spawn(feed.run(stream, |o: PartialObjectMeta<DynamicObject>| {
-                json!({"kind": PARTIAL_OBJECT_METADATA, "metadata": serde_json::to_value(o.metadata).unwrap_or(Value::Null)})
-            }));
-        } else {
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-            let stream = watcher(api, config).default_backoff();
-            tokio::spawn(feed.run(stream, |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null)));
+        match what {
+            Watched::Workload(kind) if registered(&what) => {
+                tokio::spawn(watch_when_served(client.clone(), kind, kinds, feed, report.clone()));
+            }
+            _ => run_watch(client.clone(), what, kinds, feed),
         }
     }
+}
+
+/// Spawns the watch of `what`, feeding `feed`.
+fn run_watch(client: kube::Client, what: Watched, kinds: &'static Registry, feed: Feed) {
+    let resource = api_resource(what, kinds);
+    let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
+    if what == Watched::ConfigMaps {
+        // `Api<PartialObjectMeta<_>>` asks for metadata only (list and watch alike).
+        let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &resource);
+        let stream = watcher(api, config).default_backoff();
+        tokio::spawn(feed.run(stream, |o: PartialObjectMeta<DynamicObject>| {
+            json!({"kind": PARTIAL_OBJECT_METADATA, "metadata": serde_json::to_value(o.metadata).unwrap_or(Value::Null)})
+        }));
+    } else {
+        let api: Api<DynamicObject> = Api::all_with(client, &resource);
+        let stream = watcher(api, config).default_backoff();
+        tokio::spawn(feed.run(stream, |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null)));
+    }
+}
+
+/// Watches a registered kind once discovery shows its API served (docs/behaviour.md §4b). Until
+/// then it is reported, once: a warning in the log, `confighistory_workload_kind_served` 0, and
+/// a Warning Event `WorkloadKindNotServed` through `report`; and looked for again every
+/// [`UNSERVED_RETRY`]. No object of it exists meanwhile, so nothing of it is missed: its webhook
+/// rules see none, and GC's fresh lists read its 404 as none.
+async fn watch_when_served(client: kube::Client, kind: Kind, kinds: &'static Registry, feed: Feed, report: Option<Reporter>) {
+    let resource = kind_resource(kind, kinds);
+    let mut reported = false;
+    loop {
+        let why = match client.list_api_group_resources(&resource.api_version).await {
+            Ok(list) if list.resources.iter().any(|r| r.name == resource.plural) => break,
+            Ok(_) => format!("{} is served without {}", resource.api_version, resource.plural),
+            Err(kube::Error::Api(s)) if s.code == 404 => format!("{} is not served", resource.api_version),
+            Err(e) => format!("discovery of {} failed: {e}", resource.api_version),
+        };
+        crate::metrics::METRICS.set_kind_served(kind.name(), false);
+        if !reported {
+            reported = true;
+            let note = format!(
+                "workload kind {} ({}/{}) is registered but its API is not served: {why}; is its CustomResourceDefinition \
+                 installed? Its objects are not watched until it is; looked for again every {}s",
+                kind.name(),
+                resource.api_version,
+                resource.plural,
+                UNSERVED_RETRY.as_secs()
+            );
+            tracing::warn!(kind = kind.name(), "{note}");
+            if let Some(r) = &report {
+                let event = crate::cluster::Event {
+                    regarding: r.regarding.clone(),
+                    warning: true,
+                    reason: "WorkloadKindNotServed",
+                    action: "Watch",
+                    note,
+                };
+                if let Err(e) = r.cluster.publish(&event).await {
+                    tracing::warn!(kind = kind.name(), error = %e.message, "could not record the Event");
+                }
+            }
+        }
+        tokio::time::sleep(UNSERVED_RETRY).await;
+    }
+    crate::metrics::METRICS.set_kind_served(kind.name(), true);
+    tracing::info!(kind = kind.name(), api = %format!("{}/{}", resource.api_version, resource.plural), "watching a registered workload kind");
+    run_watch(client, Watched::Workload(kind), kinds, feed);
 }
 
 /// One watch feeding [`State`].

@@ -908,3 +908,23 @@ async fn an_outage_undo_to_a_revision_no_adoption_record_lists_is_repaired_to_th
     assert_eq!(events, [("ConfigUnknown", "app", true), ("ConfigRepaired", "app", false)]);
     assert!(published[0].note.contains("predates confighistory"), "{}", published[0].note);
 }
+
+/// A registered kind whose API is not served (its CRD not installed: every list of it is a 404)
+/// has no objects, so the sweep goes on for the other kinds; any other failure to list it still
+/// fails the sweep (nothing is deleted on a partial view). A built-in's 404 is not read that way.
+#[tokio::test]
+async fn a_registered_kind_not_served_does_not_stop_the_sweep() {
+    use crate::model::kinds::tests::with_rollout;
+    let error =
+        |code| ApiError { code: Some(code), reason: "x".into(), message: "the server could not find the requested resource".into() };
+    for (fails, code, swept) in
+        [("list Rollout.example.io ns", 404, true), ("list Rollout.example.io ns", 500, false), ("list Deployment ns", 404, false)]
+    {
+        let (mut cluster, old, _) = race_world();
+        cluster.kinds = Some(with_rollout());
+        *cluster.fail.lock().unwrap() = Some((fails, error(code)));
+        let report = sweep(&cluster).await.unwrap();
+        assert_eq!(report.as_ref().map(|r| r.deleted.clone()).ok(), swept.then(|| vec![old.clone()]), "{fails} {code}: {report:?}");
+        assert_eq!(cluster.get("ns", &old).is_none(), swept, "{fails} {code}");
+    }
+}

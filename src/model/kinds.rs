@@ -13,6 +13,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::LazyLock;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::names;
@@ -59,6 +60,9 @@ pub struct KindDef {
     /// version of a kind's group (the webhook rules register versions per group).
     pub versions: &'static [&'static str],
     pub kind: &'static str,
+    /// How logs, metrics and the cache's sync name the kind: `kind` for a built-in, `Kind.group`
+    /// for a registered one (never confused with a built-in of the same kind name).
+    pub name: &'static str,
     /// Plural resource name.
     pub resource: &'static str,
     /// JSON pointer of the pod template in an object of this kind.
@@ -102,6 +106,7 @@ const fn workload(
         group,
         versions,
         kind,
+        name: kind,
         resource,
         template,
         shape: Shape::PodTemplate,
@@ -167,6 +172,17 @@ impl Kind {
 
     pub fn as_str(self) -> &'static str {
         self.0.kind
+    }
+
+    /// The kind's name in logs, metrics and the cache's sync (`Rollout.argoproj.io` for a
+    /// registered kind): unique among registered kinds, unlike [`Kind::as_str`].
+    pub fn name(self) -> &'static str {
+        self.0.name
+    }
+
+    /// Whether the kind is one of [`Kind::BUILTIN`] (not registered by the admin).
+    pub fn is_builtin(self) -> bool {
+        Kind::BUILTIN.contains(&self)
     }
 
     pub fn group(self) -> &'static str {
@@ -322,6 +338,49 @@ impl Registry {
         out
     }
 
+    /// This registry and the kinds an admin registers, each checked (see [`Entry`]); refused as a
+    /// whole, naming the entry, when one is wrong. The definitions are leaked to `'static`: done
+    /// once per process at start, at most [`MAX_REGISTERED`] of them.
+    pub fn register(self, entries: &[Entry]) -> Result<Registry, String> {
+        if entries.len() > MAX_REGISTERED {
+            return Err(format!("{} kinds registered; at most {MAX_REGISTERED} are", entries.len()));
+        }
+        let mut checked = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            let at = format!("entry {i} ({}.{})", e.kind, e.group);
+            if let Some(k) = self.find(&e.group, &e.kind) {
+                return Err(format!("{at}: {k:?} of group {:?} is built in; register only kinds of other groups", e.group));
+            }
+            if let Some(k) = self.entries.iter().map(|(k, _)| *k).find(|k| k.group() == e.group && k.def().resource == e.resource) {
+                return Err(format!("{at}: resource {:?} of group {:?} is the built-in {k:?}'s", e.resource, e.group));
+            }
+            if checked.iter().any(|(o, _): &(&Entry, _)| o.group == e.group && (o.kind == e.kind || o.resource == e.resource)) {
+                return Err(format!("{at}: registered twice (the same group and kind, or resource)"));
+            }
+            checked.push((e, e.check(i).map_err(|why| format!("{at}: {why}"))?));
+        }
+        let mut out = self;
+        for (e, def) in checked {
+            out = out.with(def.leak(e))?;
+        }
+        Ok(out)
+    }
+
+    /// The registered kind a user names as kubectl does: its kind or plural resource,
+    /// lowercase, each optionally followed by `.group` (`rollout`, `rollouts.argoproj.io`).
+    pub fn registered_named(&self, typed: &str) -> Option<Kind> {
+        let typed = typed.to_ascii_lowercase();
+        self.registered().find(|k| {
+            let (kind, resource, group) = (k.as_str().to_ascii_lowercase(), k.def().resource, k.group());
+            [kind.clone(), resource.to_owned(), format!("{kind}.{group}"), format!("{resource}.{group}")].contains(&typed)
+        })
+    }
+
+    /// The kinds an admin registered (not built in).
+    pub fn registered(&self) -> impl Iterator<Item = Kind> + '_ {
+        self.entries.iter().map(|(k, _)| *k).filter(|k| !k.is_builtin())
+    }
+
     pub fn find(&self, group: &str, kind: &str) -> Option<Kind> {
         self.entries.iter().map(|(k, _)| *k).find(|k| k.is(group, kind))
     }
@@ -375,6 +434,167 @@ impl Registry {
     }
 }
 
+/// The most kinds an admin may register: their definitions live as long as the process.
+pub const MAX_REGISTERED: usize = 32;
+
+/// A kind an admin registers: one entry of the chart's `extraWorkloadKinds`, as the server reads
+/// it (`--extra-workload-kinds`, a JSON array of these).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Entry {
+    /// API group (its CustomResourceDefinition's).
+    pub group: String,
+    /// Versions served, preferred first.
+    pub versions: Vec<String>,
+    pub kind: String,
+    /// Plural resource name.
+    pub resource: String,
+    /// Where the pod template is, dot-separated (`spec.template` when left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_path: Option<String>,
+    /// Whether propagation moves it to a source's new head.
+    pub propagates: bool,
+    /// Where its earlier templates are kept; none when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryEntry>,
+}
+
+/// Where a registered kind's earlier templates are kept: `apps/replicasets` (with the revision
+/// annotation and the hash label its controller writes) or `apps/controllerrevisions`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HistoryEntry {
+    pub group: String,
+    pub resource: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_annotation: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_label: Option<String>,
+}
+
+/// A checked [`Entry`], before its strings are leaked.
+struct Checked {
+    template: String,
+    history: CheckedHistory,
+    order: u16,
+}
+
+enum CheckedHistory {
+    None,
+    ReplicaSets { revision_annotation: String, hash_label: String },
+    ControllerRevisions,
+}
+
+impl Entry {
+    /// The entries of `--extra-workload-kinds` (empty: none).
+    pub fn parse_list(json: &str) -> Result<Vec<Entry>, String> {
+        if json.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        serde_json::from_str(json).map_err(|e| format!("not a JSON array of kind entries: {e}"))
+    }
+
+    fn check(&self, i: usize) -> Result<Checked, String> {
+        if !names::is_dns_subdomain(&self.group) || !self.group.contains('.') {
+            return Err(format!("group {:?}: give the API group of its CustomResourceDefinition, such as argoproj.io", self.group));
+        }
+        if self.versions.is_empty() || !self.versions.iter().all(|v| names::is_dns_label(v)) {
+            return Err(format!("versions {:?}: give the versions served, preferred first, such as [v1alpha1]", self.versions));
+        }
+        let kind_ok = self.kind.len() <= 63
+            && self.kind.starts_with(|c: char| c.is_ascii_uppercase())
+            && self.kind.chars().all(|c| c.is_ascii_alphanumeric());
+        if !kind_ok {
+            return Err(format!("kind {:?}: give the kind as its objects say it, such as Rollout", self.kind));
+        }
+        if !names::is_dns_label(&self.resource) {
+            return Err(format!("resource {:?}: give the plural resource name, such as rollouts", self.resource));
+        }
+        let path = self.template_path.as_deref().unwrap_or("spec.template");
+        let segments: Vec<&str> = path.split('.').collect();
+        if segments.iter().any(|s| s.is_empty() || !s.chars().all(|c| c.is_ascii_alphanumeric())) {
+            return Err(format!("templatePath {path:?}: give the pod template's field path, dot-separated, such as spec.template"));
+        }
+        let template = segments.iter().map(|s| format!("/{s}")).collect();
+        let history = match &self.history {
+            None => CheckedHistory::None,
+            Some(h) => match (h.group.as_str(), h.resource.as_str()) {
+                ("apps", "replicasets") => {
+                    let (Some(revision), Some(hash)) = (&h.revision_annotation, &h.hash_label) else {
+                        return Err(
+                            "history in ReplicaSets needs revisionAnnotation and hashLabel (what its controller writes on them)".into()
+                        );
+                    };
+                    for (what, key) in [("revisionAnnotation", revision), ("hashLabel", hash)] {
+                        if !is_qualified_name(key) {
+                            return Err(format!("{what} {key:?} is not an annotation or label key"));
+                        }
+                    }
+                    CheckedHistory::ReplicaSets { revision_annotation: revision.clone(), hash_label: hash.clone() }
+                }
+                ("apps", "controllerrevisions") if h.revision_annotation.is_none() && h.hash_label.is_none() => {
+                    CheckedHistory::ControllerRevisions
+                }
+                ("apps", "controllerrevisions") => {
+                    return Err("history in ControllerRevisions takes no revisionAnnotation or hashLabel".into())
+                }
+                (g, r) => {
+                    return Err(format!(
+                        "unknown history store {g:?}/{r:?}: confighistory reads apps/replicasets (with revisionAnnotation and \
+                         hashLabel) or apps/controllerrevisions; leave history out for a kind without one"
+                    ))
+                }
+            },
+        };
+        Ok(Checked { template, history, order: 100 + u16::try_from(i).unwrap_or(u16::MAX - 100) })
+    }
+}
+
+impl Checked {
+    /// The definition, for the life of the process.
+    fn leak(self, e: &Entry) -> &'static KindDef {
+        fn s(v: &str) -> &'static str {
+            Box::leak(v.to_owned().into_boxed_str())
+        }
+        let history = match self.history {
+            CheckedHistory::ReplicaSets { revision_annotation, hash_label } => {
+                History::ReplicaSets { revision_annotation: s(&revision_annotation), hash_label: s(&hash_label) }
+            }
+            CheckedHistory::ControllerRevisions => History::ControllerRevisions,
+            CheckedHistory::None => History::None,
+        };
+        let versions: Vec<&'static str> = e.versions.iter().map(|v| s(v)).collect();
+        Box::leak(Box::new(KindDef {
+            group: s(&e.group),
+            versions: Box::leak(versions.into_boxed_slice()),
+            kind: s(&e.kind),
+            name: s(&format!("{}.{}", e.kind, e.group)),
+            resource: s(&e.resource),
+            template: s(&self.template),
+            shape: Shape::PodTemplate,
+            role: Role::Workload,
+            history,
+            template_mutable: true,
+            propagates: e.propagates,
+            run_of: None,
+            order: self.order,
+        }))
+    }
+}
+
+/// A Kubernetes qualified name (label and annotation keys): an optional DNS-subdomain prefix and
+/// `/`, then at most 63 alphanumerics, `-`, `_` or `.`, starting and ending alphanumeric.
+fn is_qualified_name(key: &str) -> bool {
+    let (prefix, name) = key.rsplit_once('/').map_or((None, key), |(p, n)| (Some(p), n));
+    let b = name.as_bytes();
+    prefix.is_none_or(names::is_dns_subdomain)
+        && !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c))
+}
+
 impl Default for &'static Registry {
     fn default() -> &'static Registry {
         Registry::builtin()
@@ -391,6 +611,7 @@ pub mod tests {
         group: "example.io",
         versions: &["v1alpha1"],
         kind: "Rollout",
+        name: "Rollout.example.io",
         resource: "rollouts",
         template: "/spec/workload/template",
         shape: Shape::PodTemplate,
@@ -407,6 +628,7 @@ pub mod tests {
         group: "apps.kruise.io",
         versions: &["v1beta1"],
         kind: "StatefulSet",
+        name: "StatefulSet.apps.kruise.io",
         resource: "statefulsets",
         template: "/spec/template",
         shape: Shape::PodTemplate,
@@ -486,5 +708,125 @@ pub mod tests {
         assert_eq!(r.replicaset_history(&owner("apps/v1", "Deployment")), ("deployment.kubernetes.io/revision", "pod-template-hash"));
         assert_eq!(r.replicaset_history(&owner("other.io/v1", "Rollout")), ("deployment.kubernetes.io/revision", "pod-template-hash"));
         assert_eq!(r.replicaset_history(&json!({})), ("deployment.kubernetes.io/revision", "pod-template-hash"));
+    }
+
+    /// The entry docs/install.md gives for Argo Rollouts (and the chart's values document).
+    pub const ARGO_ROLLOUTS: &str = r#"[{"group": "argoproj.io", "versions": ["v1alpha1"], "kind": "Rollout", "resource": "rollouts",
+        "templatePath": "spec.template", "propagates": true,
+        "history": {"group": "apps", "resource": "replicasets",
+                    "revisionAnnotation": "rollout.argoproj.io/revision", "hashLabel": "rollouts-pod-template-hash"}}]"#;
+
+    /// The chart's tested values for Argo Rollouts are this entry, and the server takes them.
+    #[test]
+    fn the_charts_argo_rollouts_values_are_the_documented_entry() {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Values {
+            extra_workload_kinds: Vec<Entry>,
+        }
+        let values: Values =
+            serde_saphyr::from_str(include_str!("../../charts/confighistory/tests/values-argo-rollouts.yaml")).expect("YAML");
+        assert_eq!(values.extra_workload_kinds, Entry::parse_list(ARGO_ROLLOUTS).unwrap());
+    }
+
+    fn register(json: &str) -> Result<Registry, String> {
+        Registry::builtin().clone().register(&Entry::parse_list(json)?)
+    }
+
+    #[test]
+    fn an_admin_registers_argo_rollouts() {
+        let r = register(ARGO_ROLLOUTS).unwrap();
+        let rollout = r.workload("argoproj.io", "Rollout").expect("registered");
+        assert_eq!((rollout.name(), rollout.template_pointer(), rollout.is_builtin()), ("Rollout.argoproj.io", "/spec/template", false));
+        assert_eq!(
+            rollout.history(),
+            History::ReplicaSets { revision_annotation: "rollout.argoproj.io/revision", hash_label: "rollouts-pod-template-hash" }
+        );
+        assert!(rollout.propagates() && rollout.template_mutable() && rollout.has_history());
+        assert_eq!(r.registered().collect::<Vec<_>>(), [rollout]);
+        assert_eq!(r.admits("argoproj.io", "v1alpha1", "Rollout", "rollouts"), Some(rollout));
+        assert_eq!(r.version(rollout), "v1alpha1");
+        let owner = json!({"ownerReferences": [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "controller": true}]});
+        assert_eq!(r.replicaset_history(&owner), ("rollout.argoproj.io/revision", "rollouts-pod-template-hash"));
+        // The built-ins come first in the loops' order, then the registered kinds as listed.
+        assert!(r.workloads().last() == Some(rollout) && Kind::BUILTIN.iter().all(|k| *k < rollout));
+        // A template elsewhere, no history, not moved.
+        let r = register(
+            r#"[{"group": "example.io", "versions": ["v1", "v1beta1"], "kind": "Batch", "resource": "batches",
+            "templatePath": "spec.runner.pod", "propagates": false}]"#,
+        )
+        .unwrap();
+        let batch = r.workload("example.io", "Batch").unwrap();
+        assert_eq!((batch.template_pointer(), batch.history(), batch.propagates()), ("/spec/runner/pod", History::None, false));
+        assert_eq!(Entry::parse_list(" ").unwrap(), []);
+    }
+
+    /// Each wrong entry is refused as a whole, naming the entry and what to give instead.
+    #[test]
+    fn a_wrong_entry_says_which_and_why() {
+        let entry = |fields: &str| {
+            format!(r#"[{{"group": "example.io", "versions": ["v1"], "kind": "Thing", "resource": "things", "propagates": true{fields}}}]"#)
+        };
+        let rs = r#""group": "apps", "resource": "replicasets""#;
+        let cases = [
+            (
+                entry(r#", "history": {"group": "example.io", "resource": "revisions"}"#),
+                "unknown history store \"example.io\"/\"revisions\"",
+            ),
+            (entry(&format!(r#", "history": {{{rs}}}"#)), "needs revisionAnnotation and hashLabel"),
+            (entry(&format!(r#", "history": {{{rs}, "revisionAnnotation": "a/b/c", "hashLabel": "h"}}"#)), "revisionAnnotation \"a/b/c\""),
+            (
+                entry(r#", "history": {"group": "apps", "resource": "controllerrevisions", "hashLabel": "h"}"#),
+                "takes no revisionAnnotation",
+            ),
+            (entry(r#", "templatePath": "spec..template""#), "templatePath \"spec..template\""),
+            (entry(r#", "templatePath": "/spec/template""#), "templatePath \"/spec/template\""),
+            (entry(r#", "templatepath": "spec.template""#), "unknown field `templatepath`"),
+            (entry("").replace("example.io", "example"), "group \"example\""),
+            (entry("").replace("Thing", "thing"), "kind \"thing\""),
+            (entry("").replace("\"v1\"", "\"V 1\""), "versions [\"V 1\"]"),
+            (entry("").replace("things", "Things"), "resource \"Things\""),
+            (
+                entry("").replace("example.io", "apps").replace("Thing", "Deployment"),
+                "entry 0 (Deployment.apps): Deployment of group \"apps\" is built in",
+            ),
+            (
+                entry("").replace("example.io", "apps").replace("things", "deployments"),
+                "resource \"deployments\" of group \"apps\" is the built-in Deployment's",
+            ),
+            (
+                format!("[{},{}]", &entry("")[1..entry("").len() - 1], &entry("")[1..entry("").len() - 1]),
+                "entry 1 (Thing.example.io): registered twice",
+            ),
+            ("{}".to_owned(), "not a JSON array"),
+            (format!("[{}]", vec![&entry("")[1..entry("").len() - 1]; MAX_REGISTERED + 1].join(",")), "33 kinds registered; at most 32"),
+        ];
+        for (json, want) in cases {
+            let e = register(&json).unwrap_err();
+            assert!(e.contains(want), "{json}\n  said: {e}\n  want: {want}");
+        }
+        assert!(register(&entry("")).is_ok(), "the base entry is right");
+    }
+
+    /// A registered `apps.kruise.io` StatefulSet is its own kind: found, named, watched and
+    /// ordered apart from apps/v1's, and the built-in keeps its data.
+    #[test]
+    fn a_registered_statefulset_of_another_group_is_never_the_builtin() {
+        let r = register(
+            r#"[{"group": "apps.kruise.io", "versions": ["v1beta1"], "kind": "StatefulSet", "resource": "statefulsets",
+                "propagates": true, "history": {"group": "apps", "resource": "controllerrevisions"}}]"#,
+        )
+        .unwrap();
+        let kruise = r.workload("apps.kruise.io", "StatefulSet").unwrap();
+        assert_ne!(kruise, Kind::StatefulSet);
+        assert_eq!(r.workload("apps", "StatefulSet"), Some(Kind::StatefulSet));
+        assert_eq!((kruise.name(), Kind::StatefulSet.name()), ("StatefulSet.apps.kruise.io", "StatefulSet"));
+        assert_eq!(r.admits("apps.kruise.io", "v1beta1", "StatefulSet", "statefulsets"), Some(kruise));
+        assert_eq!(r.admits("apps", "v1", "StatefulSet", "statefulsets"), Some(Kind::StatefulSet));
+        assert_eq!(r.admits("apps", "v1beta1", "StatefulSet", "statefulsets"), None, "apps serves no v1beta1");
+        assert_eq!(r.version(kruise), "v1beta1");
+        assert_eq!(r.version(Kind::StatefulSet), "v1");
+        assert_eq!(r.of(&json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "StatefulSet"})), Some(kruise));
+        assert!(kruise.is_workload() && !kruise.is_builtin() && Kind::StatefulSet.is_builtin());
     }
 }

@@ -50,6 +50,10 @@ pub struct EffectiveConfig {
     pub secrets: bool,
     /// Workload kinds whose pod templates are pinned.
     pub workload_kinds: Vec<String>,
+    /// The entries of the kinds the admin registered (`--extra-workload-kinds`), so the plugin
+    /// reads their objects and histories as the server does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_workload_kinds: Vec<crate::model::kinds::Entry>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -139,6 +143,7 @@ mod tests {
             propagation: Propagation { qps: 1.5, burst: 2, namespace_qps: 0.5, namespace_burst: 1 },
             secrets: false,
             workload_kinds: vec!["Deployment".into()],
+            extra_workload_kinds: Vec::new(),
         }
     }
 

@@ -19,8 +19,7 @@ use crate::model::template::{self, Kind};
 
 /// The revision annotation of a ReplicaSet-kept history (its owner's kind's), or of a workload
 /// that keeps its history in ReplicaSets.
-pub fn revision_annotation(obj: &Value) -> Option<&'static str> {
-    let kinds = Registry::builtin();
+pub fn revision_annotation(kinds: &Registry, obj: &Value) -> Option<&'static str> {
     let kind = kinds.of(obj)?;
     match kind.history() {
         _ if !kind.is_workload() => Some(kinds.replicaset_history(obj.get("metadata")?).0),
@@ -45,6 +44,8 @@ pub struct Inventory {
     pub revisions: Vec<Value>,
     /// What the server runs with, from its published configuration.
     pub server: Server,
+    /// The kinds the server handles: the built-ins and those its configuration registers.
+    pub kinds: &'static Registry,
 }
 
 /// The server's published effective configuration (docs/operations.md, "What the server
@@ -140,7 +141,7 @@ pub struct Workload {
 
 impl Workload {
     pub fn reference(&self) -> WorkloadRef {
-        WorkloadRef { kind: self.kind.as_str().into(), name: self.name.clone() }
+        WorkloadRef { kind: self.kind.name().into(), name: self.name.clone() }
     }
     pub fn template(&self) -> &Value {
         self.object.pointer(self.kind.template_pointer()).unwrap_or(&Value::Null)
@@ -149,12 +150,12 @@ impl Workload {
     /// (Deployments: their revision annotation when no ReplicaSet matches yet).
     pub fn current_revision(&self) -> Option<i64> {
         let live = self.kind.template_hash(self.template());
-        self.revisions
-            .iter()
-            .rev()
-            .find(|(_, t)| self.kind.template_hash(t) == live)
-            .map(|(r, _)| *r)
-            .or_else(|| annotation(&self.object, revision_annotation(&self.object)?).and_then(|r| r.parse().ok()))
+        self.revisions.iter().rev().find(|(_, t)| self.kind.template_hash(t) == live).map(|(r, _)| *r).or_else(|| {
+            match self.kind.history() {
+                kinds::History::ReplicaSets { revision_annotation, .. } => annotation(&self.object, revision_annotation)?.parse().ok(),
+                _ => None,
+            }
+        })
     }
     pub fn held(&self) -> BTreeSet<String> {
         source::holds(&self.object).into_keys().collect()
@@ -213,7 +214,7 @@ impl Inventory {
             .workloads
             .iter()
             .filter_map(|o| {
-                let kind = Registry::builtin().of(o).filter(|k| k.is_workload())?;
+                let kind = self.kinds.of(o).filter(|k| k.is_workload())?;
                 let uid = meta(o, "uid").unwrap_or_default();
                 let mut revisions: Vec<(i64, Value)> = self
                     .revisions
@@ -223,7 +224,7 @@ impl Inventory {
                             .and_then(Value::as_array)
                             .is_some_and(|refs| refs.iter().any(|x| is_controller_ref(x, uid)))
                     })
-                    .filter_map(|r| Some((revision_number(r)?, revision_template(r)?.clone())))
+                    .filter_map(|r| Some((revision_number(self.kinds, r)?, revision_template(self.kinds, r)?.clone())))
                     .collect();
                 revisions.sort_by_key(|(n, _)| *n);
                 Some(Workload { kind, name: meta(o, "name")?.to_owned(), object: o.clone(), revisions })
@@ -234,7 +235,27 @@ impl Inventory {
     }
 
     pub fn workload(&self, wanted: &WorkloadRef) -> Option<Workload> {
-        self.workloads().into_iter().find(|w| w.kind.as_str() == wanted.kind && w.name == wanted.name)
+        self.workloads().into_iter().find(|w| w.kind.name() == wanted.kind && w.name == wanted.name)
+    }
+
+    /// `wanted` with its kind as the server names it: a kind [`parse_workload`] left as typed
+    /// (not built in) must be one the server registers (`rollout`, `rollouts.argoproj.io`).
+    pub fn resolve(&self, wanted: WorkloadRef) -> Result<WorkloadRef> {
+        if self.kinds.workloads().any(|k| k.name() == wanted.kind) {
+            return Ok(wanted);
+        }
+        match self.kinds.registered_named(&wanted.kind) {
+            Some(k) => Ok(WorkloadRef { kind: k.name().into(), name: wanted.name }),
+            None => {
+                let registered: Vec<String> = self.kinds.registered().map(|k| k.as_str().to_ascii_lowercase()).collect();
+                let registered = if registered.is_empty() {
+                    "the server's configuration registers none".to_owned()
+                } else {
+                    format!("the server registers {}", registered.join(", "))
+                };
+                bail!("unsupported workload kind {:?}: use deployment/NAME, statefulset/NAME, daemonset/NAME, cronjob/NAME, NAME, or a kind the server registers ({registered})", wanted.kind)
+            }
+        }
     }
 
     /// The namespace's mode, by the server's own rule (excluded namespaces, allowed modes) when
@@ -273,15 +294,15 @@ impl Inventory {
 }
 
 /// The number of a revision object (a ReplicaSet or ControllerRevision).
-pub fn revision_number(obj: &Value) -> Option<i64> {
-    match Registry::builtin().of(obj).filter(|k| !k.is_workload())?.history() {
+pub fn revision_number(kinds: &Registry, obj: &Value) -> Option<i64> {
+    match kinds.of(obj).filter(|k| !k.is_workload())?.history() {
         kinds::History::ControllerRevisions => obj.get("revision")?.as_i64(),
-        _ => annotation(obj, revision_annotation(obj)?)?.parse().ok(),
+        _ => annotation(obj, revision_annotation(kinds, obj)?)?.parse().ok(),
     }
 }
 
-fn revision_template(obj: &Value) -> Option<&Value> {
-    obj.pointer(Registry::builtin().of(obj)?.template_pointer())
+fn revision_template<'a>(kinds: &Registry, obj: &'a Value) -> Option<&'a Value> {
+    obj.pointer(kinds.of(obj)?.template_pointer())
 }
 
 pub fn timestamp(s: Option<&str>) -> Option<Timestamp> {
@@ -330,7 +351,7 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
 
     // Every template that keeps snapshots: live templates (and Jobs), revisions of any owner.
     let live: Vec<&Value> = workloads.iter().map(|w| w.template()).collect();
-    let revision_templates: Vec<&Value> = inv.revisions.iter().filter_map(revision_template).collect();
+    let revision_templates: Vec<&Value> = inv.revisions.iter().filter_map(|r| revision_template(inv.kinds, r)).collect();
     let revision_hashes: BTreeSet<String> = revision_templates.iter().map(|t| template::template_hash(t)).collect();
 
     let n = snaps.len();
@@ -481,7 +502,7 @@ pub fn pick(inv: &Inventory, source: &str, spec: &str) -> Result<Picked> {
         return Ok(of(n - 1));
     }
     if let Some((workload, rev)) = spec.rsplit_once('@') {
-        let wanted = parse_workload(workload)?;
+        let wanted = inv.resolve(parse_workload(workload)?)?;
         let w = inv.workload(&wanted).ok_or_else(|| anyhow!("{wanted} not found in namespace {}", inv.namespace))?;
         let rev: i64 = rev.parse().map_err(|_| anyhow!("{spec:?}: expected WORKLOAD@REVISION, e.g. deployment/app@3"))?;
         let (_, template) = w.revisions.iter().find(|(r, _)| *r == rev).ok_or_else(|| anyhow!("{wanted} has no revision {rev}"))?;
@@ -568,11 +589,16 @@ pub fn parse_workload(s: &str) -> Result<WorkloadRef> {
         None => ("deployment", s),
         Some((k, n)) => (k, n),
     };
-    let kind = match kind.to_ascii_lowercase().trim_end_matches(".apps").trim_end_matches(".batch") {
+    let typed = kind.to_ascii_lowercase();
+    let kind = match typed.trim_end_matches(".apps").trim_end_matches(".batch") {
         "deployment" | "deployments" | "deploy" => "Deployment",
         "statefulset" | "statefulsets" | "sts" => "StatefulSet",
         "daemonset" | "daemonsets" | "ds" => "DaemonSet",
         "cronjob" | "cronjobs" | "cj" => "CronJob",
+        "job" | "jobs" => bail!("unsupported workload kind \"job\": use deployment/NAME, statefulset/NAME, daemonset/NAME, cronjob/NAME or NAME (a Job has no rollout history)"),
+        // Perhaps a kind the server registers: told once its configuration is read
+        // (`Inventory::resolve`). Only a Kubernetes name is kept.
+        _ if names::is_dns_subdomain(&typed) => typed.as_str(),
         other => bail!("unsupported workload kind {other:?}: use deployment/NAME, statefulset/NAME, daemonset/NAME, cronjob/NAME or NAME"),
     };
     // The name goes into a request path.

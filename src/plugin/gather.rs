@@ -50,8 +50,16 @@ fn api_err(e: kube::Error, what: &str) -> anyhow::Error {
 }
 
 async fn list(ctx: &Ctx, ar: &ApiResource, params: &ListParams) -> Result<Vec<Value>> {
+    list_or_missing(ctx, ar, params, false).await
+}
+
+/// [`list`]; with `missing_is_empty`, a resource the API server does not serve (404) has no objects.
+async fn list_or_missing(ctx: &Ctx, ar: &ApiResource, params: &ListParams, missing_is_empty: bool) -> Result<Vec<Value>> {
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, ar);
-    let list = api.list(params).await.map_err(|e| api_err(e, &format!("list {}", ar.plural)))?;
+    let list = match api.list(params).await {
+        Err(kube::Error::Api(s)) if missing_is_empty && s.code == 404 => return Ok(Vec::new()),
+        listed => listed.map_err(|e| api_err(e, &format!("list {}", ar.plural)))?,
+    };
     Ok(list
         .items
         .into_iter()
@@ -105,30 +113,23 @@ pub async fn inventory(ctx: &Ctx, sources: &[&str]) -> Result<Inventory> {
         Err(e) => return Err(api_err(e, &format!("get namespace {}", ctx.namespace))),
     };
     let all = ListParams::default();
-    let kinds = crate::cluster::watch::resolve_kinds(&ctx.client).await;
-    let cronjobs = resource(Kind::CronJob, kinds);
+    let server = server(ctx).await;
+    let kinds = kinds(ctx, &server).await;
     let snapshots_params = ListParams::default().labels(names::HASH_LABEL);
     let configmaps = ApiResource::erase::<ConfigMap>(&());
-    let [deploy, sts, ds, job, rs, cr] =
-        [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::Job, Kind::ReplicaSet, Kind::ControllerRevision]
-            .map(|k| resource(k, kinds));
-    let (snapshots, deployments, statefulsets, daemonsets, jobs, cjs, replicasets, controllerrevisions) = futures::try_join!(
+    let (snapshots, workloads, revisions) = futures::try_join!(
         list(ctx, &configmaps, &snapshots_params),
-        list(ctx, &deploy, &all),
-        list(ctx, &sts, &all),
-        list(ctx, &ds, &all),
-        list(ctx, &job, &all),
-        list(ctx, &cronjobs, &all),
-        list(ctx, &rs, &all),
-        list(ctx, &cr, &all),
+        futures::future::try_join_all(kinds.workloads().map(|k| list_kind(ctx, k, kinds, &all))),
+        futures::future::try_join_all(kinds.revisions().map(|k| list_kind(ctx, k, kinds, &all))),
     )?;
     let mut inv = Inventory {
         namespace: ctx.namespace.clone(),
         namespace_object,
         snapshots,
-        workloads: [deployments, statefulsets, daemonsets, cjs, jobs].concat(),
-        revisions: [replicasets, controllerrevisions].concat(),
-        server: server(ctx).await,
+        workloads: workloads.concat(),
+        revisions: revisions.concat(),
+        server,
+        kinds,
         ..Default::default()
     };
     // Sources: the ones asked for, those of snapshots in use, and plain references.
@@ -151,6 +152,21 @@ pub async fn inventory(ctx: &Ctx, sources: &[&str]) -> Result<Inventory> {
     Ok(inv)
 }
 
+/// The kinds the server handles: the built-ins and those its published configuration registers
+/// (the built-ins alone when it is unknown), resolved against discovery. Once per process.
+async fn kinds(ctx: &Ctx, server: &build::Server) -> &'static Registry {
+    let extra = server.config().map(|c| c.extra_workload_kinds.as_slice()).unwrap_or_default();
+    // The server checked the entries before publishing them; a document it did not write falls back.
+    let registry = Registry::builtin().clone().register(extra).unwrap_or_else(|_| Registry::builtin().clone());
+    crate::cluster::watch::resolve_kinds(&ctx.client, registry).await
+}
+
+/// The objects of `kind` in the namespace; none when it is a registered kind whose API is not
+/// served (its CRD not installed).
+async fn list_kind(ctx: &Ctx, kind: Kind, kinds: &Registry, params: &ListParams) -> Result<Vec<Value>> {
+    list_or_missing(ctx, &resource(kind, kinds), params, !kind.is_builtin()).await
+}
+
 /// The object of revision `n` of a workload (ReplicaSet or ControllerRevision).
 pub fn revision_object<'a>(inv: &'a Inventory, w: &Workload, n: i64) -> Option<&'a Value> {
     let uid = w.object.pointer("/metadata/uid").and_then(Value::as_str)?;
@@ -159,7 +175,7 @@ pub fn revision_object<'a>(inv: &'a Inventory, w: &Workload, n: i64) -> Option<&
             .pointer("/metadata/ownerReferences")
             .and_then(Value::as_array)
             .is_some_and(|refs| refs.iter().any(|x| build::is_controller_ref(x, uid)));
-        owned && build::revision_number(r) == Some(n)
+        owned && build::revision_number(inv.kinds, r) == Some(n)
     })
 }
 
@@ -175,7 +191,7 @@ pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, d
                     w.reference()
                 );
             }
-            let ar = resource(w.kind, Registry::builtin());
+            let ar = resource(w.kind, inv.kinds);
             let mut uri =
                 format!("/apis/{}/namespaces/{}/{}/{}?fieldManager={FIELD_MANAGER}", ar.api_version, ctx.namespace, ar.plural, w.name);
             if dry_run {
@@ -189,7 +205,7 @@ pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, d
             Ok(out)
         }
         History::ControllerRevisions => {
-            let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource(w.kind, Registry::builtin()));
+            let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &resource(w.kind, inv.kinds));
             let pp = PatchParams { dry_run, field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
             let out = api
                 .patch(&w.name, &pp, &Patch::Strategic(&patch))
@@ -239,10 +255,16 @@ pub async fn sources(ctx: &Ctx, all: bool) -> Result<super::model::Sources> {
         sources.insert(key, got.map(|o| json!({ "metadata": o.metadata })));
     }
     let mut workloads = Vec::new();
-    let kinds = crate::cluster::watch::resolve_kinds(client).await;
-    for ar in [Kind::Deployment, Kind::StatefulSet, Kind::DaemonSet, Kind::CronJob].map(|k| resource(k, kinds)) {
-        workloads
-            .extend(metas(api(&ar).list_metadata(&ListParams::default()).await.map_err(|e| api_err(e, &format!("list {}", ar.plural)))?));
+    let kinds = kinds(ctx, &server(ctx).await).await;
+    // Jobs are runs: they pin what their CronJob or creator pinned.
+    for kind in kinds.workloads().filter(|k| *k != Kind::Job) {
+        let ar = resource(kind, kinds);
+        match api(&ar).list_metadata(&ListParams::default()).await {
+            Ok(list) => workloads.extend(metas(list)),
+            // A registered kind whose API is not served: no objects.
+            Err(kube::Error::Api(s)) if s.code == 404 && !kind.is_builtin() => {}
+            Err(e) => return Err(api_err(e, &format!("list {}", ar.plural))),
+        }
     }
     Ok(build::sources((!all).then_some(ctx.namespace.as_str()), &snapshots, &sources, &workloads))
 }

@@ -217,8 +217,12 @@ pub fn emit<T: Serialize>(kind: &str, value: &T, names: &[String], output: Outpu
 
 /// `kind.group/name` of a workload, as `kubectl get -o name` prints it.
 fn workload_name(w: &model::WorkloadRef) -> String {
-    let group = if matches!(w.kind.as_str(), "CronJob" | "Job") { "batch" } else { "apps" };
-    format!("{}.{group}/{}", w.kind.to_lowercase(), w.name)
+    // A registered kind is named `Kind.group` already.
+    let (kind, group) = match w.kind.split_once('.') {
+        Some((kind, group)) => (kind, group),
+        None => (w.kind.as_str(), if matches!(w.kind.as_str(), "CronJob" | "Job") { "batch" } else { "apps" }),
+    };
+    format!("{}.{group}/{}", kind.to_lowercase(), w.name)
 }
 
 /// Names go into request paths: anything that is not a Kubernetes name (`../secrets/x`,
@@ -319,8 +323,8 @@ pub async fn run(cli: Cli) -> Result<Done> {
             Ok(Done { out, code: u8::from(!d.keys.is_empty()) })
         }
         Command::Status { workload } => {
-            let wanted = build::parse_workload(workload)?;
             let inv = gather::inventory(&ctx, &[]).await?;
+            let wanted = inv.resolve(build::parse_workload(workload)?)?;
             let s = build::status(&inv, &wanted)?;
             Ok(match cli.output.clone() {
                 Some(o) => emit("Status", &s, &[workload_name(&wanted)], o)?,
@@ -330,8 +334,8 @@ pub async fn run(cli: Cli) -> Result<Done> {
         }
         Command::Undo { workload, to_revision, dry_run } => {
             let dry_run = dry_run.as_deref().is_some_and(|d| d != "none");
-            let wanted = build::parse_workload(workload)?;
             let inv = gather::inventory(&ctx, &[]).await?;
+            let wanted = inv.resolve(build::parse_workload(workload)?)?;
             let w = inv.workload(&wanted).ok_or_else(|| anyhow::anyhow!("{wanted} not found in namespace {}", inv.namespace))?;
             let (rev, template) = build::undo_target(&w, *to_revision)?;
             let before = build::revision_config(&inv, w.current_revision(), w.template());

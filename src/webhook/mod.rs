@@ -242,7 +242,7 @@ fn kind_label(kinds: &Registry, k: &review::GroupVersionKind) -> &'static str {
     if source::is_source_kind(&k.group, &k.kind) {
         source::CONFIGMAP
     } else {
-        kinds.workload(&k.group, &k.kind).map_or("other", Kind::as_str)
+        kinds.workload(&k.group, &k.kind).map_or("other", Kind::name)
     }
 }
 

@@ -33,7 +33,7 @@ fn server_pods(cluster: &Cluster) -> Vec<Value> {
     pods["items"].as_array().cloned().unwrap_or_default().into_iter().filter(|p| p["metadata"]["deletionTimestamp"].is_null()).collect()
 }
 
-fn ready(pod: &Value) -> bool {
+pub(crate) fn ready(pod: &Value) -> bool {
     pod["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
 }
 
@@ -60,7 +60,7 @@ fn rollout_status(ns: &TestNamespace, target: &str) {
 
 /// What each running (not terminating) pod of `app` printed, once every one of them is Ready and
 /// there are `replicas` of them.
-fn app_output(ns: &TestNamespace, app: &str, replicas: usize) -> Vec<String> {
+pub(crate) fn app_output(ns: &TestNamespace, app: &str, replicas: usize) -> Vec<String> {
     wait_for_value(&format!("{replicas} Ready pods of {app} in {}", ns.name), Duration::from_secs(120), || {
         let pods = ns.kubectl(&["get", "pods", "-l", &format!("app={app}"), "-o", "json"]).expect_success().json();
         let live: Vec<Value> = pods["items"].as_array()?.iter().filter(|p| p["metadata"]["deletionTimestamp"].is_null()).cloned().collect();

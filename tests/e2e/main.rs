@@ -17,4 +17,5 @@ mod plugin;
 mod protection;
 mod readme;
 mod rollback;
+mod rollouts;
 mod smoke;

@@ -252,12 +252,12 @@ caBundle: {{ . }}
 
 {{/*
 Rules of the workload webhooks (mutating and validating): every kind of
-.Values.workloadKinds, one rule per API group (its kinds' versions and
+.Values.workloadKinds and .Values.extraWorkloadKinds, one rule per API group (its kinds' versions and
 resources). Main resources only (no "/*"): a scale or status write never changes
 a pod template. batch/v1beta1 serves CronJobs on clusters before 1.21.
 */}}
 {{- define "confighistory.workloadRules" -}}
-{{- range $i, $r := include "confighistory.byGroup" .Values.workloadKinds | fromJsonArray }}
+{{- range $i, $r := include "confighistory.byGroup" (include "confighistory.allKinds" . | fromJsonArray) | fromJsonArray }}
 {{- if $i }}{{ "\n" }}{{ end -}}
 - apiGroups: [{{ $r.group | quote }}]
   apiVersions: [{{ include "confighistory.quoted" $r.versions }}]
@@ -293,8 +293,16 @@ The workload kinds propagation moves (`propagates`), as JSON.
 */}}
 {{- define "confighistory.movedKinds" -}}
 {{- $moved := list }}
-{{- range .Values.workloadKinds }}{{ if .propagates }}{{ $moved = append $moved . }}{{ end }}{{ end }}
+{{- range include "confighistory.allKinds" . | fromJsonArray }}{{ if .propagates }}{{ $moved = append $moved . }}{{ end }}{{ end }}
 {{- toJson $moved }}
+{{- end }}
+
+{{/*
+Every workload kind, built in and registered (.Values.workloadKinds, then
+.Values.extraWorkloadKinds), as JSON.
+*/}}
+{{- define "confighistory.allKinds" -}}
+{{- concat .Values.workloadKinds .Values.extraWorkloadKinds | toJson }}
 {{- end }}
 
 {{/*

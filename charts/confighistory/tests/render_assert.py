@@ -178,6 +178,11 @@ def main():
         {"apiGroups": ["batch"], "apiVersions": ["v1", "v1beta1"], "resources": ["jobs", "cronjobs"],
          "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"},
     ]
+    argo = exp.get("argorollouts") == "true"
+    if argo:
+        # A registered kind (docs/behaviour.md §4b): its group's rule after the built-ins'.
+        workload_rules.append({"apiGroups": ["argoproj.io"], "apiVersions": ["v1alpha1"], "resources": ["rollouts"],
+                               "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"})
 
     def cm_rules(ops):
         return [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"],
@@ -273,6 +278,8 @@ def main():
         ("apps", "controllerrevisions"): {"get", "list", "watch"},
         ("events.k8s.io", "events"): {"create", "patch"},
     }
+    if argo:
+        want[("argoproj.io", "rollouts")] = {"get", "list", "watch", "patch"}
     check(granted == want, f"ClusterRole grants {granted}")
     role = one("Role", f"{fullname}-leader-election")
     lease = exp.get("lease", fullname)
@@ -311,7 +318,8 @@ def main():
         check(vap["spec"]["matchConditions"] == [{"name": "confighistory-itself", "expression":
               f"request.userInfo.username == 'system:serviceaccount:{ns}:{sa}'"}], f"guard binds {vap['spec']['matchConditions']}")
         rules = {r for rule in vap["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]}
-        check(rules == {"configmaps", "deployments", "statefulsets", "daemonsets", "cronjobs"}, f"guard resources {rules}")
+        check(rules == {"configmaps", "deployments", "statefulsets", "daemonsets", "cronjobs"} | ({"rollouts"} if argo else set()),
+              f"guard resources {rules}")
         msgs = [v["message"] for v in vap["spec"]["validations"]]
         for m in ("create only immutable snapshots", "delete only snapshots", "may not change labels",
                   "change only confighistory.io/ annotations", "may not change a ConfigMap's data", "images"):
@@ -413,6 +421,14 @@ def main():
                      "CONFIGHISTORY_LEADER_ELECTION_NAMESPACE", "CONFIGHISTORY_LEASE_NAME",
                      "CONFIGHISTORY_LOG_FORMAT", "RUST_LOG", "CONFIGHISTORY_SNAPSHOT_CREATORS"):
             check(name in env, f"env {name} missing")
+        extra = env.get("CONFIGHISTORY_EXTRA_WORKLOAD_KINDS", {}).get("value")
+        if argo:
+            # The server reads the entries as the chart's values give them.
+            got = json.loads(extra or "[]")
+            check([(k["group"], k["kind"], k["history"]["revisionAnnotation"]) for k in got]
+                  == [("argoproj.io", "Rollout", "rollout.argoproj.io/revision")], f"extra kinds {extra}")
+        else:
+            check(extra is None, f"no CONFIGHISTORY_EXTRA_WORKLOAD_KINDS without extraWorkloadKinds: {extra}")
         client_ca = exp.get("clientca", "")
         client_ca_from = exp.get("clientcafrom", "")
         mounts = {m["name"]: m for m in c.get("volumeMounts", [])}

@@ -109,7 +109,18 @@ impl Webhook {
     /// act in the run's namespaces. Stopped and unregistered when dropped (or when the test process
     /// exits).
     pub fn start(cluster: &'static Cluster, run: &str, extra_args: &[&str]) -> Webhook {
+        Webhook::start_with_kinds(cluster, run, extra_args, "")
+    }
+
+    /// [`Webhook::start`] with workload kinds registered: `kinds` is the chart's
+    /// `extraWorkloadKinds` as JSON (empty: none). The chart renders their webhook rules and RBAC
+    /// (the built-in configurations get their rules too), and the server is given them
+    /// (`--extra-workload-kinds`), as an install with those values would be.
+    pub fn start_with_kinds(cluster: &'static Cluster, run: &str, extra_args: &[&str], kinds: &str) -> Webhook {
         let registration = registration();
+        let kind_values: Vec<String> =
+            if kinds.is_empty() { Vec::new() } else { vec!["--set-json".into(), format!("extraWorkloadKinds={kinds}")] };
+        let kind_values: Vec<&str> = kind_values.iter().map(String::as_str).collect();
         let name = format!("confighistory-{run}");
         let host = cluster.webhook_host.as_str();
         let run_dir = cluster.state_dir.join(format!("run/{name}"));
@@ -145,7 +156,10 @@ impl Webhook {
                     &format!("-n {NAMESPACE} configmap/{name}-effective-config role/{name}-effective-config-reader rolebinding/{name}-effective-config-reader"),
                 ]);
                 cluster
-                    .kubectl_stdin(&["apply", "-f", "-"], &chart.render(&["templates/rbac.yaml", "templates/effective-config.yaml"], &[]))
+                    .kubectl_stdin(
+                        &["apply", "-f", "-"],
+                        &chart.render(&["templates/rbac.yaml", "templates/effective-config.yaml"], &kind_values),
+                    )
                     .expect_success();
                 let kubeconfig = match std::env::var_os("CONFIGHISTORY_E2E_WEBHOOK_KUBECONFIG").filter(|v| !v.is_empty()) {
                     Some(path) => PathBuf::from(path),
@@ -154,7 +168,7 @@ impl Webhook {
                 wait_until_authorized(cluster, &kubeconfig, &name);
                 let configurations = chart.render(
                     &["templates/mutatingwebhookconfiguration.yaml", "templates/validatingwebhookconfiguration.yaml"],
-                    &["--set", "webhook.failurePolicy=Fail"],
+                    &[&["--set", "webhook.failurePolicy=Fail"], kind_values.as_slice()].concat(),
                 );
                 (kubeconfig, configurations)
             }
@@ -162,7 +176,8 @@ impl Webhook {
                 command.args(["--cleanup", &format!("-n {NAMESPACE} configmap/{name}-effective-config")]);
                 let cm = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}-effective-config\n  namespace: {NAMESPACE}\n");
                 cluster.kubectl_stdin(&["apply", "-f", "-"], &cm).expect_success();
-                let configurations = run_webhook_configurations(&name, run, &url_base, &ca_pem);
+                let mut configurations = run_webhook_configurations(&name, run, &url_base, &ca_pem);
+                add_kind_rules(&mut configurations, kinds);
                 (cluster.webhook_kubeconfig.clone(), configurations.iter().map(Value::to_string).collect::<Vec<_>>().join("\n---\n"))
             }
         };
@@ -180,6 +195,7 @@ impl Webhook {
             .args(["--leader-election-namespace", NAMESPACE, "--lease-name", &name])
             .arg(format!("--effective-config={name}-effective-config"))
             .args(default_selector)
+            .args((!kinds.is_empty()).then(|| format!("--extra-workload-kinds={kinds}")))
             .args(extra_args)
             .env("KUBECONFIG", &kubeconfig)
             .env("CONFIGHISTORY_E2E_DIR", &cluster.state_dir)
@@ -269,6 +285,18 @@ impl Webhook {
             .find_map(|l| l.strip_prefix("VmHWM:"))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .expect("VmHWM in /proc status")
+    }
+
+    /// The server's /metrics (Prometheus text), from its health port.
+    pub fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let addr = self.health_url.trim_start_matches("http://").trim_end_matches("/readyz");
+        let mut stream = std::net::TcpStream::connect(addr).expect("the server's health port");
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("ask for /metrics");
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        response
     }
 
     /// The server's log so far.
@@ -421,6 +449,24 @@ pub fn http_ok(addr: &str, path: &str) -> bool {
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
     response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200")
+}
+
+/// Adds a rule per registered kind (`kinds`: JSON entries, empty for none) to the workload
+/// webhooks, as the chart does from `extraWorkloadKinds`.
+fn add_kind_rules(configurations: &mut [Value; 2], kinds: &str) {
+    let entries: Vec<Value> = if kinds.is_empty() { Vec::new() } else { serde_json::from_str(kinds).expect("kinds are a JSON array") };
+    for configuration in configurations.iter_mut() {
+        for webhook in configuration["webhooks"].as_array_mut().expect("webhooks") {
+            if webhook["name"] != "workloads.confighistory.io" {
+                continue;
+            }
+            for e in &entries {
+                let rule = json!({"apiGroups": [e["group"]], "apiVersions": e["versions"], "resources": [e["resource"]],
+                    "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"});
+                webhook["rules"].as_array_mut().expect("rules").push(rule);
+            }
+        }
+    }
 }
 
 /// [`webhook_configurations`] for one run: named `name`, selecting only the run's namespaces.
