@@ -13,7 +13,9 @@
 //!
 //! These need pods that run (current lane) and the built controllers: without them the tests say
 //! so and skip; under CI on the current lane a missing build is a failure (tests/run builds them
-//! first).
+//! first). `CONFIGHISTORY_E2E_FLUX_ARGS` adds flags to every controller (e.g. `--log-level=debug`:
+//! helm-controller then logs each drift's patch); their logs are in
+//! `$CONFIGHISTORY_E2E_DIR/run/flux-<run id>/logs/`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -99,7 +101,7 @@ impl Flux {
             }
             trap stop TERM INT HUP
             "$C" git-serve --root "$S/repos" --state-dir "$S" >"$S/git-url" || { echo failed >"$S/ready"; exit 1; }
-            "$C" start flux --kubeconfig "$KUBECONFIG" --state-dir "$S" --namespace "$NS" >"$S/env" || { echo failed >"$S/ready"; stop; }
+            "$C" start flux --kubeconfig "$KUBECONFIG" --state-dir "$S" --namespace "$NS" -- ${FLUX_ARGS:-} >"$S/env" || { echo failed >"$S/ready"; stop; }
             echo ok >"$S/ready"
             cat >/dev/null
             stop
@@ -111,6 +113,7 @@ impl Flux {
             .arg(&state)
             .arg(&namespace)
             .env("KUBECONFIG", &cluster.kubeconfig)
+            .env("FLUX_ARGS", std::env::var("CONFIGHISTORY_E2E_FLUX_ARGS").unwrap_or_default())
             .env("PATH", path_with_kubectl(cluster))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -372,12 +375,17 @@ fn flux_reconciling_unchanged_manifests_every_few_seconds_changes_nothing() {
     let source = written_parts(&ns.get_json("configmap", SOURCE).unwrap());
     let log_from = flux.log_len("kustomize-controller");
 
+    let reconciled = |k: &Value| k["status"]["history"][0]["totalReconciliations"].as_u64().unwrap_or(0);
+    let reconciled_before = reconciled(&flux.get("kustomization", &repo.name));
+    // Flux marks Ready Unknown while a reconcile runs ("Reconciliation in progress"); never False.
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(60) {
         let k = flux.get("kustomization", &repo.name);
-        assert!(ready(&k), "the Kustomization left Ready after {:?}: {:#}", start.elapsed(), k["status"]);
+        let status = condition(&k, "Ready").map(|c| c["status"].clone()).unwrap_or_default();
+        assert_ne!(status, "False", "the Kustomization failed after {:?}: {:#}", start.elapsed(), k["status"]);
         std::thread::sleep(Duration::from_secs(2));
     }
+    wait_for("the Kustomization to be Ready", Duration::from_secs(30), || ready(&flux.get("kustomization", &repo.name)));
 
     assert_eq!(ns.history_of("pricing"), before, "no new revision");
     assert_eq!(ns.snapshots(), snapshots, "no new snapshot");
@@ -387,6 +395,12 @@ fn flux_reconciling_unchanged_manifests_every_few_seconds_changes_nothing() {
     let ours: Vec<&str> = log.lines().filter(|l| l.contains(&repo.name)).collect();
     let reconciles = ours.iter().filter(|l| l.contains("Reconciliation finished")).count();
     assert!(reconciles >= 6, "a minute at 5 s intervals is many reconciles, saw {reconciles}:\n{}", ours.join("\n"));
+    // Flux's own record: one entry per distinct set of applied objects, all successful.
+    let k = flux.get("kustomization", &repo.name);
+    let history = k["status"]["history"].as_array().cloned().unwrap_or_default();
+    assert_eq!(history.len(), 1, "the applied objects never changed: {:#}", k["status"]["history"]);
+    assert_eq!(history[0]["lastReconciledStatus"], "ReconciliationSucceeded", "{:#}", k["status"]["history"]);
+    assert!(reconciled(&k) >= reconciled_before + 6, "{:#}", k["status"]["history"]);
     let applies: Vec<&str> = ours.iter().copied().filter(|l| l.contains("server-side apply completed")).collect();
     assert!(!applies.is_empty(), "each reconcile applies:\n{}", ours.join("\n"));
     let changed: Vec<&str> = applies.iter().copied().filter(|l| l.contains("configured") || l.contains("created")).collect();
