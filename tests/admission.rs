@@ -244,6 +244,44 @@ async fn create_pins_every_reference_of_a_source_to_one_snapshot() {
     assert!(created["metadata"]["labels"].get("app").is_none());
 }
 
+/// The head annotation of `source` in the cluster once the background write lands (up to 2 s).
+async fn recorded_head(f: &Fixture, source: &str) -> Option<String> {
+    for _ in 0..100 {
+        if let Some(head) = f.cluster.get(NS, source).and_then(|cm| annotation(&cm, "confighistory.io/head")) {
+            return Some(head);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    None
+}
+
+/// docs/behaviour.md §6.1, §10.11: a source created before any workload named it (GitOps tools apply
+/// ConfigMaps first) has no head. Pinning a workload to it records the head on it, so the next
+/// apply of the unchanged source writes nothing and a dry run of it matches the stored object;
+/// a dry run records nothing, and a source that has a head is not written.
+#[tokio::test]
+async fn pinning_a_source_without_a_head_records_its_head() {
+    let f = Fixture::new().source("pricing-config", A);
+    let d = deployment("pricing:4.11", "pricing-config");
+    let mut dry = review("Deployment", "apps", "v1", "CREATE", Some(&d), None);
+    dry["request"]["dryRun"] = json!(true);
+    f.send("/mutate", dry).await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(annotation(&f.cluster.get(NS, "pricing-config").unwrap(), "confighistory.io/head"), None, "a dry run writes nothing");
+
+    assert!(f.mutate_deployment("CREATE", &d, None).await.allowed());
+    assert_eq!(recorded_head(&f, "pricing-config").await, Some(content(A).hash()));
+
+    let with_head = Fixture::new().source("pricing-config", A);
+    let cm = with_annotations(with_head.cluster.get(NS, "pricing-config").unwrap(), &[("confighistory.io/head", &content(A).hash())]);
+    with_head.cluster.insert(cm.clone());
+    with_head.state.write().unwrap().apply_configmap(&cm);
+    assert!(with_head.mutate_deployment("CREATE", &d, None).await.allowed());
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let patches: Vec<String> = with_head.calls().into_iter().filter(|c| *c == format!("patch {NS}/pricing-config")).collect();
+    assert!(patches.is_empty(), "{:?}", with_head.calls());
+}
+
 #[tokio::test]
 async fn reapplying_unchanged_manifests_keeps_pins_without_api_calls() {
     let pinned = deployment("pricing:4.11", &snap("pricing-config", A));

@@ -219,6 +219,12 @@ pub enum Effect {
     /// sweep does not delete it while it is being pinned (docs/behaviour.md §8), by clearing GC's last-use
     /// record on it.
     UseSnapshot { namespace: String, source: String, name: String },
+    /// A source without a `head` (created before any workload named it, so §6.1 never annotated
+    /// it) that a workload is now pinned to its current content: record `hash` as its head, after
+    /// the answer and never for a dry run. Otherwise the next apply of the unchanged source (a
+    /// GitOps controller's, every interval) would be the one to add it: a write, and a drift
+    /// report from tools that diff a dry run against the stored object (docs/behaviour.md §10.11).
+    RecordHead { namespace: String, source: String, hash: String },
 }
 
 /// Where a rewritten reference points once effects have run.

@@ -421,7 +421,11 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             pending: source::pending_change(cm, &head).is_some(),
             adopted: if undo && plain { view.state.adopted_snapshot(a.namespace, source, &template_hash) } else { undone },
         };
-        out.apply(source, &refs, &choose(&facts), content, old_pin.map(|(_, h)| h), old_hold.cloned());
+        let choice = choose(&facts);
+        if choice.kept().is_none() && annotation(cm, names::HEAD).is_none() {
+            out.d.effects.push(Effect::RecordHead { namespace: a.namespace.to_owned(), source: source.to_owned(), hash: head.clone() });
+        }
+        out.apply(source, &refs, &choice, content, old_pin.map(|(_, h)| h), old_hold.cloned());
     }
     let Builder { mut d, pins, held, .. } = out;
     d.response.patch = annotation_ops(obj, &pin_annotations(&pins, &held));

@@ -418,6 +418,8 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
                     .await
                     .map_err(|e| (source.clone(), store_failure(e)))?
             }
+            Effect::RecordHead { namespace, source, hash } if !req.dry_run() => record_head(app, namespace, source, hash),
+            Effect::RecordHead { .. } => {}
         }
     }
     let mut response = decision.finish(&names);
@@ -425,6 +427,22 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
         response.warn(w);
     }
     Ok(response)
+}
+
+/// Records the head a workload was just pinned to on a source that had none, in the background (a
+/// no-op write the source's admission takes from confighistory alone, docs/behaviour.md §6.1); one
+/// that cannot be written is logged, and the next write of the source records it.
+fn record_head(app: &App, namespace: &str, source: &str, hash: &str) {
+    let patch = serde_json::json!({"metadata": {"annotations": {crate::model::names::HEAD: hash}}});
+    let (cluster, namespace, source) = (app.ctx.cluster.clone(), namespace.to_owned(), source.to_owned());
+    tokio::spawn(
+        async move {
+            if let Err(e) = cluster.patch_configmap(&namespace, &source, &patch).await {
+                tracing::warn!(namespace = %namespace, source = %source, error = %e, "could not record the source's head");
+            }
+        }
+        .instrument(tracing::Span::current()),
+    );
 }
 
 /// Says on the source that its snapshot met collisions (docs/behaviour.md §5), in the background: the answer

@@ -9,6 +9,7 @@ mod certs;
 mod chart;
 mod controller;
 mod faults;
+mod gitops;
 mod harness;
 mod incluster;
 mod modes;
