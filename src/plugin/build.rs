@@ -14,7 +14,7 @@ use crate::model::names;
 use crate::model::policy::{Policy, Selector};
 use crate::model::published::{self, EffectiveConfig};
 use crate::model::snapshot::{self, Content};
-use crate::model::source;
+use crate::model::source::{self, SourceId, SourceKind};
 use crate::model::template::{self, Kind};
 
 /// The revision annotation of a ReplicaSet-kept history (its owner's kind's), or of a workload
@@ -158,8 +158,19 @@ impl Workload {
         })
     }
     pub fn held(&self) -> BTreeSet<String> {
-        source::holds(&self.object).into_keys().collect()
+        configmap_names(source::holds(&self.object).into_keys())
     }
+}
+
+/// The names of the ConfigMaps among `ids`: the sources the plugin shows (an inventory of
+/// ConfigMaps, by name).
+fn configmap_names(ids: impl IntoIterator<Item = SourceId>) -> BTreeSet<String> {
+    ids.into_iter().filter(|id| id.kind == SourceKind::ConfigMap).map(|id| id.name).collect()
+}
+
+/// The ConfigMaps a template references, by name.
+pub fn configmap_refs(template: &Value) -> BTreeSet<String> {
+    configmap_names(template::ref_sources(template))
 }
 
 pub fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
@@ -364,15 +375,15 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
         let is_head = head.as_deref() == Some(s.hash.as_str());
         let mut used_by = Vec::new();
         for w in &workloads {
-            let current = template::ref_names(w.template()).contains(&s.name);
-            let pinned: Vec<i64> = w.revisions.iter().filter(|(_, t)| template::ref_names(t).contains(&s.name)).map(|(r, _)| *r).collect();
+            let current = configmap_refs(w.template()).contains(&s.name);
+            let pinned: Vec<i64> = w.revisions.iter().filter(|(_, t)| configmap_refs(t).contains(&s.name)).map(|(r, _)| *r).collect();
             if current || !pinned.is_empty() {
                 used_by.push(Usage { workload: w.reference(), current, revisions: pinned, adopted: false });
             }
             let adopted: Vec<i64> = w
                 .revisions
                 .iter()
-                .filter(|(_, t)| template::ref_names(t).contains(source) && s.adopted.contains(&template::template_hash(t)))
+                .filter(|(_, t)| configmap_refs(t).contains(source) && s.adopted.contains(&template::template_hash(t)))
                 .map(|(r, _)| *r)
                 .collect();
             if !adopted.is_empty() {
@@ -383,10 +394,10 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
         if is_head && source_obj.is_some() {
             kept_by.push("head".to_owned());
         }
-        if live.iter().any(|t| template::ref_names(t).contains(&s.name)) {
+        if live.iter().any(|t| configmap_refs(t).contains(&s.name)) {
             kept_by.push("workload".into());
         }
-        if revision_templates.iter().any(|t| template::ref_names(t).contains(&s.name)) {
+        if revision_templates.iter().any(|t| configmap_refs(t).contains(&s.name)) {
             kept_by.push("revision".into());
         }
         if s.adopted.iter().any(|h| revision_hashes.contains(h)) {
@@ -628,7 +639,7 @@ pub fn images(template: &Value) -> Vec<Image> {
 pub fn config_uses(inv: &Inventory, template: &Value) -> Vec<ConfigUse> {
     let snaps = inv.snaps();
     let tpl_hash = template::template_hash(template);
-    let mut out: Vec<ConfigUse> = template::ref_names(template)
+    let mut out: Vec<ConfigUse> = configmap_refs(template)
         .into_iter()
         .map(|name| {
             if let Some(s) = snaps.iter().find(|s| s.name == name) {
@@ -841,12 +852,13 @@ pub fn sources(
     }
     for w in workloads {
         let ns = meta(w, "namespace").unwrap_or_default().to_owned();
-        let pins: BTreeMap<String, String> = annotation(w, names::PINS).and_then(|p| serde_json::from_str(p).ok()).unwrap_or_default();
-        let held = source::holds(w);
+        let pins: BTreeMap<String, String> =
+            source::pins(w).into_iter().filter(|(id, _)| id.kind == SourceKind::ConfigMap).map(|(id, h)| (id.name, h)).collect();
+        let held = configmap_names(source::holds(w).into_keys());
         for (source, hash) in &pins {
             let Some(row) = rows.get_mut(&(ns.clone(), source.clone())) else { continue };
             row.workloads += 1;
-            if held.contains_key(source) {
+            if held.contains(source) {
                 row.held += 1;
             } else if row.head.as_ref().is_some_and(|h| h != hash) {
                 row.behind += 1;
