@@ -64,7 +64,7 @@ impl SourceId {
         SourceId::new(self.kind, name)
     }
 
-    /// `kind name`, for messages that say what was read or written (`ConfigMap shop/cfg`).
+    /// Its kind's name, for messages that name the object (`read ConfigMap shop/cfg`).
     pub fn kind_str(&self) -> &'static str {
         self.kind.as_str()
     }
