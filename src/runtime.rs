@@ -95,7 +95,13 @@ async fn start(
 /// ServiceAccount's root CA, which every namespace has).
 fn configmap_ref(namespace: &str, name: &str) -> ObjectRef {
     let name = if name.is_empty() { crate::model::names::ROOT_CA } else { name };
-    ObjectRef { api_version: "v1".into(), kind: "ConfigMap".into(), namespace: namespace.into(), name: name.into(), uid: String::new() }
+    ObjectRef {
+        api_version: "v1".into(),
+        kind: crate::model::source::CONFIGMAP.into(),
+        namespace: namespace.into(),
+        name: name.into(),
+        uid: String::new(),
+    }
 }
 
 /// Completes on SIGTERM or Ctrl-C: the one shutdown signal of every command.

@@ -597,26 +597,35 @@ fn text(v: Option<&(String, bool)>) -> &str {
 /// Parses `deployment/NAME`, `sts/NAME`, … or a bare NAME (a Deployment).
 pub fn parse_workload(s: &str) -> Result<WorkloadRef> {
     let (kind, name) = match s.split_once('/') {
-        None => ("deployment", s),
+        None => (Kind::Deployment.as_str(), s),
         Some((k, n)) => (k, n),
     };
     let typed = kind.to_ascii_lowercase();
-    let kind = match typed.trim_end_matches(".apps").trim_end_matches(".batch") {
-        "deployment" | "deployments" | "deploy" => "Deployment",
-        "statefulset" | "statefulsets" | "sts" => "StatefulSet",
-        "daemonset" | "daemonsets" | "ds" => "DaemonSet",
-        "cronjob" | "cronjobs" | "cj" => "CronJob",
-        "job" | "jobs" => bail!("unsupported workload kind \"job\": use deployment/NAME, statefulset/NAME, daemonset/NAME, cronjob/NAME or NAME (a Job has no rollout history)"),
+    let usage = || {
+        let kinds: Vec<String> = undoable().map(|k| format!("{}/NAME", k.as_str().to_ascii_lowercase())).collect();
+        format!("use {} or NAME", kinds.join(", "))
+    };
+    let builtin = Kind::BUILTIN.into_iter().filter(|k| k.is_workload()).find(|k| k.typed_as(&typed));
+    let kind = match builtin {
+        Some(k) if !k.template_mutable() => {
+            bail!("unsupported workload kind {typed:?}: {} (a {} has no rollout history)", usage(), k.as_str())
+        }
+        Some(k) => k.as_str(),
         // Perhaps a kind the server registers: told once its configuration is read
         // (`Inventory::resolve`). Only a Kubernetes name is kept.
-        _ if names::is_dns_subdomain(&typed) => typed.as_str(),
-        other => bail!("unsupported workload kind {other:?}: use deployment/NAME, statefulset/NAME, daemonset/NAME, cronjob/NAME or NAME"),
+        None if names::is_dns_subdomain(&typed) => typed.as_str(),
+        None => bail!("unsupported workload kind {typed:?}: {}", usage()),
     };
     // The name goes into a request path.
     if !names::is_dns_subdomain(name) {
         bail!("{s:?} is not a valid workload name: use KIND/NAME or NAME");
     }
     Ok(WorkloadRef { kind: kind.into(), name: name.into() })
+}
+
+/// The built-in kinds the plugin shows and undoes (a Job's template never changes).
+fn undoable() -> impl Iterator<Item = Kind> {
+    Kind::BUILTIN.into_iter().filter(|k| k.is_workload() && k.template_mutable())
 }
 
 /// Images of a template's containers.
