@@ -349,7 +349,7 @@ pub fn workload_request(data: &[u8]) -> Request {
         let w = world();
         let held: Vec<&str> = template::refs(&old_template)
             .iter()
-            .filter_map(|r| (r.name == w.names[8]).then_some("app-config").or((r.name == w.names[11]).then_some("pending")))
+            .filter_map(|r| (r.id.name == w.names[8]).then_some("app-config").or((r.id.name == w.names[11]).then_some("pending")))
             .collect::<BTreeSet<_>>()
             .into_iter()
             .filter(|_| c.chance(50))
@@ -413,9 +413,9 @@ pub fn rewrite_bytes(data: &[u8]) {
     // Only reference names and annotations change.
     let original = template::refs(req.object().pointer(tpl_ptr).expect("template"));
     let ref_pointers: BTreeSet<String> = original.iter().map(|r| format!("{tpl_ptr}{}", r.pointer)).collect();
-    let mut seen_names: BTreeSet<String> = original.iter().map(|r| r.name.clone()).collect();
+    let mut seen_names: BTreeSet<String> = original.iter().map(|r| r.id.name.clone()).collect();
     if let Some(old) = req.old_object.as_ref().and_then(|o| o.pointer(tpl_ptr)) {
-        seen_names.extend(template::refs(old).into_iter().map(|r| r.name));
+        seen_names.extend(template::refs(old).into_iter().map(|r| r.id.name));
     }
     for op in &response.patch {
         let path = op["path"].as_str().expect("path");
@@ -435,7 +435,7 @@ pub fn rewrite_bytes(data: &[u8]) {
     if !req.dry_run() && matches!(reason, Reason::Pinned | Reason::Propagation | Reason::Undo) {
         let mut by_source: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for r in template::refs(patched.pointer(tpl_ptr).expect("template")) {
-            by_source.entry(source_of(&cluster, &r.name)).or_default().insert(r.name);
+            by_source.entry(source_of(&cluster, &r.id.name)).or_default().insert(r.id.name);
         }
         for source in ["app-config", "other", "pending"] {
             let names = by_source.get(source).cloned().unwrap_or_default();

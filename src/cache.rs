@@ -15,11 +15,13 @@ use crate::model::meta::{self, Meta};
 use crate::model::names;
 use crate::model::policy;
 use crate::model::snapshot;
-use crate::model::source;
+use crate::model::source::{self, SourceId, SourceKind};
 use crate::model::template::{self, Kind};
 
 /// (namespace, name)
 pub type Key = (String, String);
+/// (namespace, source): a source, or a snapshot of one (an object of the source's kind).
+pub type SourceKey = (String, SourceId);
 
 #[derive(Clone, Debug, Default)]
 pub struct NamespaceInfo {
@@ -65,7 +67,7 @@ pub struct ConfigMapInfo {
     /// `immutable: true`, which is not metadata: `None` for a record the metadata-only watch made.
     /// Immutability is for good (an immutable ConfigMap never becomes mutable again), so `Some(true)`
     /// holds for the uid's lifetime; `Some(false)` only at `resource_version`. Learnt from full
-    /// objects ([`State::learn_configmap`]) where a decision needs it; see [`Meta::immutable`].
+    /// objects ([`State::learn_source`]) where a decision needs it; see [`Meta::immutable`].
     pub immutable: Option<bool>,
     pub labels: BTreeMap<String, String>,
     /// Only confighistory's own annotations: the rest may hold whole copies of the data
@@ -177,7 +179,7 @@ impl Meta for ConfigMapInfo {
 pub struct WorkloadInfo {
     pub uid: String,
     pub template_hash: String,
-    pub refs: Vec<String>,
+    pub refs: Vec<SourceId>,
     pub annotations: BTreeMap<String, String>,
     /// Kind of the controlling owner (a Job made by a CronJob).
     pub owner_kind: Option<String>,
@@ -204,7 +206,7 @@ pub struct RevisionInfo {
     /// creationTimestamp (RFC 3339): history older than this process is trusted as it is.
     pub created: String,
     pub template_hash: String,
-    pub refs: Vec<String>,
+    pub refs: Vec<SourceId>,
     pub revision: i64,
 }
 
@@ -223,14 +225,15 @@ pub struct Synced(pub HashSet<&'static str>);
 #[derive(Debug, Default)]
 pub struct State {
     pub namespaces: HashMap<String, NamespaceInfo>,
-    pub configmaps: HashMap<Key, ConfigMapInfo>,
+    /// Objects of the source kinds (sources and their snapshots), by (namespace, kind and name).
+    pub sources: HashMap<SourceKey, ConfigMapInfo>,
     pub workloads: HashMap<(Kind, String, String), WorkloadInfo>,
     pub revisions: HashMap<(Kind, String, String), RevisionInfo>,
-    /// References by (namespace, ConfigMap name), counted.
-    pub refs: HashMap<Key, RefCount>,
-    /// Names of sources referenced through a snapshot name, counted (so a source that is only
+    /// References by (namespace, object referenced), counted.
+    pub refs: HashMap<SourceKey, RefCount>,
+    /// Sources referenced through a snapshot name, counted (so a source that is only
     /// referenced through its snapshots still gets its head tracked).
-    pub snapshot_sources: HashMap<Key, u32>,
+    pub snapshot_sources: HashMap<SourceKey, u32>,
     /// Template hashes of revisions, per owner uid (undo detection).
     pub owner_templates: HashMap<String, HashSet<String>>,
     /// Template hashes that still exist as a revision, per namespace (live adoption records).
@@ -273,6 +276,14 @@ fn key_of(obj: &Value) -> Key {
     (str_at(&obj["metadata"], "namespace"), str_at(&obj["metadata"], "name"))
 }
 
+fn source_key(kind: SourceKind, obj: &Value) -> SourceKey {
+    (str_at(&obj["metadata"], "namespace"), SourceId::new(kind, str_at(&obj["metadata"], "name")))
+}
+
+fn skey(ns: &str, id: &SourceId) -> SourceKey {
+    (ns.to_owned(), id.clone())
+}
+
 impl State {
     /// A cache whose ConfigMap records keep, of all labels, only those the rules and `selector`
     /// read: a tenant's ConfigMap with thousands of labels costs what one with a few does.
@@ -290,29 +301,31 @@ impl State {
         self.synced.0.contains(Watched::Namespaces.name()) && !self.namespaces.contains_key(ns)
     }
 
-    pub fn configmap(&self, ns: &str, name: &str) -> Option<&ConfigMapInfo> {
-        self.configmaps.get(&(ns.to_owned(), name.to_owned()))
+    /// The record of a source (or snapshot) object.
+    pub fn source(&self, ns: &str, id: &SourceId) -> Option<&ConfigMapInfo> {
+        self.sources.get(&skey(ns, id))
     }
 
-    pub fn ref_count(&self, ns: &str, name: &str) -> RefCount {
-        self.refs.get(&(ns.to_owned(), name.to_owned())).copied().unwrap_or_default()
+    pub fn ref_count(&self, ns: &str, id: &SourceId) -> RefCount {
+        self.refs.get(&skey(ns, id)).copied().unwrap_or_default()
     }
 
     /// A source in the sense of docs/behaviour.md §6.1: referenced by some workload, plainly or through a
     /// snapshot. (The `head` annotation, the third way, is on the object itself.)
-    pub fn is_referenced_source(&self, ns: &str, name: &str) -> bool {
-        let key = (ns.to_owned(), name.to_owned());
+    pub fn is_referenced_source(&self, ns: &str, id: &SourceId) -> bool {
+        let key = skey(ns, id);
         self.refs.get(&key).is_some_and(|c| c.workloads > 0) || self.snapshot_sources.get(&key).is_some_and(|c| *c > 0)
     }
 
-    /// The source a referenced name belongs to, when it names a snapshot: (source, hash).
-    pub fn snapshot_of(&self, ns: &str, name: &str) -> Option<(String, String)> {
-        match self.configmap(ns, name) {
-            Some(cm) => cm.snapshot_of(name),
+    /// The source a referenced object belongs to, when it names a snapshot: (source, hash).
+    pub fn snapshot_of(&self, ns: &str, id: &SourceId) -> Option<(SourceId, String)> {
+        match self.source(ns, id) {
+            Some(cm) => cm.snapshot_of(&id.name).map(|(source, hash)| (id.with_name(source), hash)),
             // Not seen yet (just created, or deleted): trust the shape of the name.
             None => {
-                let (prefix, hash, index) = snapshot::parse_name(name)?;
-                Some((self.long_source(ns, prefix, hash, index, name).unwrap_or(prefix).to_owned(), hash.to_owned()))
+                let (prefix, hash, index) = snapshot::parse_name(&id.name)?;
+                let source = self.long_source(ns, id.kind, prefix, hash, index, &id.name).unwrap_or(prefix);
+                Some((id.with_name(source), hash.to_owned()))
             }
         }
     }
@@ -323,15 +336,16 @@ impl State {
     /// a prefix under 200 characters is taken as a whole source name.)
     /// Without it, a reinvocation that comes before the watch delivers the new snapshot would
     /// take the shortened prefix for the source and drop the pin from the workload's annotations.
-    fn long_source<'a>(&'a self, ns: &str, prefix: &str, hash: &str, index: u32, name: &str) -> Option<&'a str> {
+    fn long_source<'a>(&'a self, ns: &str, kind: SourceKind, prefix: &str, hash: &str, index: u32, name: &str) -> Option<&'a str> {
         if prefix.len() < 200 {
             return None;
         }
-        self.configmaps
+        self.sources
             .iter()
-            .filter(|((n, source), _)| n == ns && source.len() > snapshot::MAX_SOURCE_PART && source.starts_with(prefix))
-            .filter(|((_, source), _)| snapshot::name(source, hash, index) == name)
-            .map(|((_, source), cm)| (cm.annotation(names::HEAD) != Some(hash), source.as_str()))
+            .map(|((n, id), cm)| (n, id.kind, &id.name, cm))
+            .filter(|(n, k, source, _)| n == &ns && *k == kind && source.len() > snapshot::MAX_SOURCE_PART && source.starts_with(prefix))
+            .filter(|(_, _, source, _)| snapshot::name(source, hash, index) == name)
+            .map(|(_, _, source, cm)| (cm.annotation(names::HEAD) != Some(hash), source.as_str()))
             .min()
             .map(|(_, source)| source)
     }
@@ -355,13 +369,14 @@ impl State {
     /// The snapshot of `source` whose adoption record lists `template_hash`. When several do, the
     /// oldest record wins (then the name): it is the one written first, when the template ran,
     /// and no later object can displace it whatever name it picks.
-    pub fn adopted_snapshot(&self, ns: &str, source: &str, template_hash: &str) -> Option<(String, String)> {
-        self.configmaps
+    pub fn adopted_snapshot(&self, ns: &str, source: &SourceId, template_hash: &str) -> Option<(String, String)> {
+        self.sources
             .iter()
-            .filter(|((n, _), _)| n == ns)
-            .filter_map(|((_, name), cm)| {
-                let (src, hash) = cm.snapshot_of(name)?;
-                (src == source && source::adopted(cm).any(|t| t == template_hash)).then(|| (cm.created.as_str(), name.clone(), hash))
+            .filter(|((n, id), _)| n == ns && id.kind == source.kind)
+            .filter_map(|((_, id), cm)| {
+                let (src, hash) = cm.snapshot_of(&id.name)?;
+                (src == source.name && source::adopted(cm).any(|t| t == template_hash))
+                    .then(|| (cm.created.as_str(), id.name.clone(), hash))
             })
             .min()
             .map(|(_, name, hash)| (name, hash))
@@ -370,11 +385,11 @@ impl State {
     /// Workloads in a namespace that reference `name` plainly, with their template hashes. An
     /// ignored workload is none (only rewrite mode keeps content for plain users, and there it is
     /// left alone): no snapshot or adoption record is kept for it.
-    pub fn plain_users(&self, ns: &str, name: &str) -> Vec<String> {
+    pub fn plain_users(&self, ns: &str, id: &SourceId) -> Vec<String> {
         let mut v: Vec<String> = self
             .workloads
             .iter()
-            .filter(|((_, n, _), w)| n == ns && !w.deleting && !policy::ignored(*w) && w.refs.iter().any(|r| r == name))
+            .filter(|((_, n, _), w)| n == ns && !w.deleting && !policy::ignored(*w) && w.refs.contains(id))
             .map(|(_, w)| w.template_hash.clone())
             .collect();
         v.sort();
@@ -385,11 +400,11 @@ impl State {
     /// Workloads in a namespace whose template names `name`, as `Kind/name`, at most three;
     /// ignored ones only `with_ignored` (they still use what they name, but only enforce mode
     /// checks them).
-    pub fn user_names(&self, ns: &str, name: &str, with_ignored: bool) -> Vec<String> {
+    pub fn user_names(&self, ns: &str, id: &SourceId, with_ignored: bool) -> Vec<String> {
         let mut v: Vec<String> = self
             .workloads
             .iter()
-            .filter(|((_, n, _), w)| n == ns && (with_ignored || !policy::ignored(*w)) && w.refs.iter().any(|r| r == name))
+            .filter(|((_, n, _), w)| n == ns && (with_ignored || !policy::ignored(*w)) && w.refs.contains(id))
             .map(|((k, _, w), _)| format!("{}/{w}", k.as_str()))
             .collect();
         v.sort();
@@ -411,27 +426,33 @@ impl State {
         self.namespaces.remove(&str_at(&obj["metadata"], "name"));
     }
 
+    /// A ConfigMap as its watch delivers it.
     pub fn apply_configmap(&mut self, obj: &Value) {
-        let key = key_of(obj);
+        self.apply_source(SourceKind::ConfigMap, obj)
+    }
+
+    /// An object of a source kind as its watch delivers it.
+    pub fn apply_source(&mut self, kind: SourceKind, obj: &Value) {
+        let key = source_key(kind, obj);
         let mut info = ConfigMapInfo::from_object_keeping(obj, self.configmap_labels.as_ref());
-        if let (None, Some(old)) = (info.immutable, self.configmaps.get(&key)) {
+        if let (None, Some(old)) = (info.immutable, self.sources.get(&key)) {
             info.immutable = known_still(old, &info.uid, &info.resource_version);
         }
-        self.configmaps.insert(key, info);
+        self.sources.insert(key, info);
     }
 
     /// Records what a full object read from the API server says about immutability, when it is
-    /// the ConfigMap the cache holds: immutable for good, or mutable at the cached version.
-    pub fn learn_configmap(&mut self, ns: &str, name: &str, obj: &Value) {
-        let Some(cm) = self.configmaps.get_mut(&(ns.to_owned(), name.to_owned())) else { return };
+    /// the object the cache holds: immutable for good, or mutable at the cached version.
+    pub fn learn_source(&mut self, ns: &str, id: &SourceId, obj: &Value) {
+        let Some(cm) = self.sources.get_mut(&skey(ns, id)) else { return };
         let fresh = ConfigMapInfo::from_object_keeping(obj, Some(&BTreeSet::new()));
         if fresh.uid == cm.uid && (fresh.immutable == Some(true) || fresh.resource_version == cm.resource_version) {
             cm.immutable = fresh.immutable;
         }
     }
 
-    pub fn delete_configmap(&mut self, obj: &Value) {
-        self.configmaps.remove(&key_of(obj));
+    pub fn delete_source(&mut self, kind: SourceKind, obj: &Value) {
+        self.sources.remove(&source_key(kind, obj));
     }
 
     pub fn apply_workload(&mut self, kind: Kind, obj: &Value) {
@@ -441,7 +462,7 @@ impl State {
         let info = WorkloadInfo {
             uid: str_at(meta, "uid"),
             template_hash: kind.template_hash(&tpl),
-            refs: template::ref_names(&tpl).into_iter().collect(),
+            refs: template::ref_sources(&tpl).into_iter().collect(),
             annotations: kept_annotations(&meta["annotations"], &WORKLOAD_ANNOTATIONS),
             owner_kind: controller_owner(meta).map(|(k, _)| k),
             deleting: obj.deleting(),
@@ -490,7 +511,7 @@ impl State {
             owner_uid: controller_owner(meta).map(|(_, uid)| uid).unwrap_or_default(),
             created: str_at(meta, "creationTimestamp"),
             template_hash,
-            refs: template::ref_names(&tpl).into_iter().collect(),
+            refs: template::ref_sources(&tpl).into_iter().collect(),
             revision,
         };
         self.remove_revision(kind, &ns, &name);
@@ -526,9 +547,9 @@ impl State {
         }
     }
 
-    fn count_refs(&mut self, ns: &str, refs: &[String], delta: i32, workload: bool) {
-        for name in refs {
-            let key = (ns.to_owned(), name.clone());
+    fn count_refs(&mut self, ns: &str, refs: &[SourceId], delta: i32, workload: bool) {
+        for id in refs {
+            let key = skey(ns, id);
             let c = self.refs.entry(key.clone()).or_default();
             let slot = if workload { &mut c.workloads } else { &mut c.revisions };
             *slot = slot.saturating_add_signed(delta);
@@ -536,8 +557,8 @@ impl State {
                 self.refs.remove(&key);
             }
             if workload {
-                if let Some((source, _, _)) = snapshot::parse_name(name) {
-                    let key = (ns.to_owned(), source.to_owned());
+                if let Some((source, _, _)) = snapshot::parse_name(&id.name) {
+                    let key = (ns.to_owned(), id.with_name(source));
                     let c = self.snapshot_sources.entry(key.clone()).or_default();
                     *c = c.saturating_add_signed(delta);
                     if *c == 0 {
@@ -552,7 +573,8 @@ impl State {
     pub fn retain_seen(&mut self, what: Watched, seen: &HashSet<Key>) {
         match what {
             Watched::Namespaces => self.namespaces.retain(|n, _| seen.contains(&(String::new(), n.clone()))),
-            Watched::ConfigMaps => self.configmaps.retain(|k, _| seen.contains(k)),
+            // Each watch relists its own kind: a ConfigMap relist leaves other kinds' objects be.
+            Watched::Sources(kind) => self.sources.retain(|(ns, id), _| id.kind != kind || seen.contains(&(ns.clone(), id.name.clone()))),
             Watched::Workload(kind) => {
                 let gone: Vec<_> =
                     self.workloads.keys().filter(|(k, n, m)| *k == kind && !seen.contains(&(n.clone(), m.clone()))).cloned().collect();
@@ -573,7 +595,7 @@ impl State {
     pub fn apply(&mut self, what: Watched, obj: &Value) {
         match what {
             Watched::Namespaces => self.apply_namespace(obj),
-            Watched::ConfigMaps => self.apply_configmap(obj),
+            Watched::Sources(k) => self.apply_source(k, obj),
             Watched::Workload(k) => self.apply_workload(k, obj),
             Watched::Revision(k) => self.apply_revision(k, obj),
         }
@@ -582,7 +604,7 @@ impl State {
     pub fn delete(&mut self, what: Watched, obj: &Value) {
         match what {
             Watched::Namespaces => self.delete_namespace(obj),
-            Watched::ConfigMaps => self.delete_configmap(obj),
+            Watched::Sources(k) => self.delete_source(k, obj),
             Watched::Workload(k) => self.delete_workload(k, obj),
             Watched::Revision(k) => self.delete_revision(k, obj),
         }
@@ -593,7 +615,8 @@ impl State {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Watched {
     Namespaces,
-    ConfigMaps,
+    /// The objects of a source kind (sources and their snapshots).
+    Sources(SourceKind),
     Workload(Kind),
     Revision(Kind),
 }
@@ -602,13 +625,14 @@ impl Watched {
     pub fn name(self) -> &'static str {
         match self {
             Watched::Namespaces => "namespaces",
-            Watched::ConfigMaps => "configmaps",
+            Watched::Sources(k) => k.resource(),
             Watched::Workload(k) | Watched::Revision(k) => k.name(),
         }
     }
 
     pub fn all(kinds: &Registry) -> Vec<Watched> {
-        let mut v = vec![Watched::Namespaces, Watched::ConfigMaps];
+        let mut v = vec![Watched::Namespaces];
+        v.extend(SourceKind::ALL.map(Watched::Sources));
         v.extend(kinds.workloads().map(Watched::Workload));
         v.extend(kinds.revisions().map(Watched::Revision));
         v
@@ -639,16 +663,16 @@ mod tests {
         let mut s = State::default();
         s.apply_workload(Kind::Deployment, &deployment("a", "cfg"));
         s.apply_workload(Kind::Deployment, &deployment("b", "cfg"));
-        assert_eq!(s.ref_count("ns", "cfg").workloads, 2);
-        assert!(s.is_referenced_source("ns", "cfg"));
+        assert_eq!(s.ref_count("ns", &SourceId::configmap("cfg")).workloads, 2);
+        assert!(s.is_referenced_source("ns", &SourceId::configmap("cfg")));
         s.apply_workload(Kind::Deployment, &deployment("a", "cfg-0123456789ab"));
-        assert_eq!(s.ref_count("ns", "cfg").workloads, 1);
-        assert!(s.is_referenced_source("ns", "cfg"), "still referenced by b, and through a's snapshot");
+        assert_eq!(s.ref_count("ns", &SourceId::configmap("cfg")).workloads, 1);
+        assert!(s.is_referenced_source("ns", &SourceId::configmap("cfg")), "still referenced by b, and through a's snapshot");
         s.delete_workload(Kind::Deployment, &deployment("b", "cfg"));
-        assert_eq!(s.ref_count("ns", "cfg"), RefCount::default());
-        assert!(s.is_referenced_source("ns", "cfg"), "a references it through a snapshot");
+        assert_eq!(s.ref_count("ns", &SourceId::configmap("cfg")), RefCount::default());
+        assert!(s.is_referenced_source("ns", &SourceId::configmap("cfg")), "a references it through a snapshot");
         s.retain_seen(Watched::Workload(Kind::Deployment), &HashSet::new());
-        assert!(!s.is_referenced_source("ns", "cfg"));
+        assert!(!s.is_referenced_source("ns", &SourceId::configmap("cfg")));
         assert!(s.refs.is_empty() && s.snapshot_sources.is_empty());
     }
 
@@ -695,7 +719,7 @@ mod tests {
     fn configmap_record_builds_from_partial_object_metadata() {
         let mut s = State::default();
         s.apply_configmap(&partial("cfg", "u1", "7", json!({"app": "a"})));
-        let cm = s.configmap("ns", "cfg").expect("cached");
+        let cm = s.source("ns", &SourceId::configmap("cfg")).expect("cached");
         assert_eq!((cm.uid.as_str(), cm.resource_version.as_str(), cm.created.as_str()), ("u1", "7", "2026-12-03T15:00:00Z"));
         assert_eq!(cm.label("app"), Some("a"));
         assert_eq!(cm.annotations.len(), 1, "only confighistory's annotations");
@@ -706,8 +730,12 @@ mod tests {
         let name = snapshot::name("cfg", "0123456789ab", 0);
         let labels = json!({names::HASH_LABEL: "0123456789ab", names::MANAGED_BY: names::MANAGER});
         s.apply_configmap(&partial(&name, "u2", "8", labels));
-        assert_eq!(s.snapshot_of("ns", &name), Some(("cfg".to_owned(), "0123456789ab".to_owned())), "snapshots are told by labels");
-        assert!(!source::is_tracked(&name, s.configmap("ns", &name).unwrap()));
+        assert_eq!(
+            s.snapshot_of("ns", &SourceId::configmap(&name)),
+            Some((SourceId::configmap("cfg"), "0123456789ab".to_owned())),
+            "snapshots are told by labels"
+        );
+        assert!(!source::is_tracked(&name, s.source("ns", &SourceId::configmap(&name)).unwrap()));
     }
 
     #[test]
@@ -715,24 +743,28 @@ mod tests {
         let mut s = State::default();
         let full = |uid: &str, rv: &str, immutable: bool| json!({"metadata": {"namespace": "ns", "name": "cfg", "uid": uid, "resourceVersion": rv}, "data": {"k": "v"}, "immutable": immutable});
         s.apply_configmap(&partial("cfg", "u1", "7", json!({})));
-        s.learn_configmap("ns", "cfg", &full("u1", "6", false));
-        assert_eq!(s.configmap("ns", "cfg").unwrap().immutable, None, "mutable at another version says nothing of this one");
-        s.learn_configmap("ns", "cfg", &full("u0", "7", false));
-        assert_eq!(s.configmap("ns", "cfg").unwrap().immutable, None, "another object of the same name");
-        s.learn_configmap("ns", "cfg", &full("u1", "7", false));
-        assert!(s.configmap("ns", "cfg").unwrap().known_mutable());
+        s.learn_source("ns", &SourceId::configmap("cfg"), &full("u1", "6", false));
+        assert_eq!(
+            s.source("ns", &SourceId::configmap("cfg")).unwrap().immutable,
+            None,
+            "mutable at another version says nothing of this one"
+        );
+        s.learn_source("ns", &SourceId::configmap("cfg"), &full("u0", "7", false));
+        assert_eq!(s.source("ns", &SourceId::configmap("cfg")).unwrap().immutable, None, "another object of the same name");
+        s.learn_source("ns", &SourceId::configmap("cfg"), &full("u1", "7", false));
+        assert!(s.source("ns", &SourceId::configmap("cfg")).unwrap().known_mutable());
         s.apply_configmap(&partial("cfg", "u1", "7", json!({})));
-        assert!(s.configmap("ns", "cfg").unwrap().known_mutable(), "a relist of the same version");
+        assert!(s.source("ns", &SourceId::configmap("cfg")).unwrap().known_mutable(), "a relist of the same version");
         s.apply_configmap(&partial("cfg", "u1", "9", json!({})));
-        assert_eq!(s.configmap("ns", "cfg").unwrap().immutable, None, "an update may have made it immutable");
-        s.learn_configmap("ns", "cfg", &full("u1", "10", true));
-        assert!(s.configmap("ns", "cfg").unwrap().immutable(), "immutable at any version: for good");
+        assert_eq!(s.source("ns", &SourceId::configmap("cfg")).unwrap().immutable, None, "an update may have made it immutable");
+        s.learn_source("ns", &SourceId::configmap("cfg"), &full("u1", "10", true));
+        assert!(s.source("ns", &SourceId::configmap("cfg")).unwrap().immutable(), "immutable at any version: for good");
         s.apply_configmap(&partial("cfg", "u1", "11", json!({})));
-        assert!(s.configmap("ns", "cfg").unwrap().immutable(), "a metadata update keeps it");
+        assert!(s.source("ns", &SourceId::configmap("cfg")).unwrap().immutable(), "a metadata update keeps it");
         s.apply_configmap(&partial("cfg", "u2", "12", json!({})));
-        assert_eq!(s.configmap("ns", "cfg").unwrap().immutable, None, "re-created under the same name");
+        assert_eq!(s.source("ns", &SourceId::configmap("cfg")).unwrap().immutable, None, "re-created under the same name");
         s.apply_configmap(&full("u3", "13", true));
-        assert!(s.configmap("ns", "cfg").unwrap().immutable(), "a whole object says");
+        assert!(s.source("ns", &SourceId::configmap("cfg")).unwrap().immutable(), "a whole object says");
     }
 
     // Each rule of model::source and model::policy is written once over `Meta`; these check
@@ -794,7 +826,7 @@ mod tests {
         let mut s = State::default();
         s.apply_workload(Kind::Deployment, &obj);
         let info = &s.workloads[&(Kind::Deployment, "ns".to_owned(), "a".to_owned())];
-        let want: source::Holds = [("cfg".to_owned(), Some("h1".to_owned())), ("other".to_owned(), None)].into();
+        let want: source::Holds = [(SourceId::configmap("cfg"), Some("h1".to_owned())), (SourceId::configmap("other"), None)].into();
         assert_eq!(source::holds(&obj), want);
         assert_eq!(source::holds(info), want);
         obj["metadata"]["annotations"] = json!({});
@@ -821,7 +853,7 @@ mod tests {
         let obj = configmap(Value::Object(labels), annotations, false);
         let mut s = State::keeping_labels(&"ca-bundle=true".parse().unwrap());
         s.apply_configmap(&obj);
-        let cm = s.configmap("ns", "cfg").unwrap();
+        let cm = s.source("ns", &SourceId::configmap("cfg")).unwrap();
         assert!(cm.approx_bytes() < 4 * 1024, "{} bytes", cm.approx_bytes());
         assert_eq!(cm.labels.keys().collect::<Vec<_>>(), ["ca-bundle"], "only what the selector reads");
         // Malformed, not shortened, on the raw object and in the record alike.
@@ -843,7 +875,7 @@ mod tests {
         s.apply_workload(Kind::Deployment, &w);
         let info = &s.workloads[&(Kind::Deployment, "ns".to_owned(), "a".to_owned())];
         assert_eq!(info.annotations.len(), 2);
-        assert_eq!((source::holds(&w), source::holds(info)), (source::holds(info), [(meta::TOO_LONG.to_owned(), None)].into()));
+        assert_eq!((source::holds(&w), source::holds(info)), (source::holds(info), [(SourceId::configmap(meta::TOO_LONG), None)].into()));
     }
 
     /// The worst a tenant's ConfigMap can cost a record, with the API server's own limits: a
@@ -864,7 +896,7 @@ mod tests {
         s.apply_configmap(&obj);
         println!(
             "record keeping every label: {before} bytes; keeping what the rules read: {}",
-            s.configmap("ns", "cfg").unwrap().approx_bytes()
+            s.source("ns", &SourceId::configmap("cfg")).unwrap().approx_bytes()
         );
         let at: serde_json::Map<String, Value> =
             CONFIGMAP_ANNOTATIONS.iter().map(|k| (k.to_string(), json!("a".repeat(meta::max_len(k))))).collect();

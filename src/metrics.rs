@@ -367,11 +367,9 @@ impl Metrics {
     /// The `kind` label: a source kind or a handled workload kind's name ([`Kind::name`]), else
     /// `other`.
     fn kind_label(&self, kind: &str) -> &'static str {
-        if kind == source::CONFIGMAP {
-            return source::CONFIGMAP;
-        }
         let kinds = self.kinds.get().copied().unwrap_or_else(Kinds::builtin);
-        kinds.workloads().map(Kind::name).find(|k| *k == kind).unwrap_or("other")
+        let sources = source::SourceKind::ALL.into_iter().map(source::SourceKind::as_str);
+        sources.chain(kinds.workloads().map(Kind::name)).find(|k| *k == kind).unwrap_or("other")
     }
 }
 

@@ -95,7 +95,13 @@ async fn start(
 /// ServiceAccount's root CA, which every namespace has).
 fn configmap_ref(namespace: &str, name: &str) -> ObjectRef {
     let name = if name.is_empty() { crate::model::names::ROOT_CA } else { name };
-    ObjectRef { api_version: "v1".into(), kind: "ConfigMap".into(), namespace: namespace.into(), name: name.into(), uid: String::new() }
+    ObjectRef {
+        api_version: "v1".into(),
+        kind: crate::model::source::CONFIGMAP.into(),
+        namespace: namespace.into(),
+        name: name.into(),
+        uid: String::new(),
+    }
 }
 
 /// Completes on SIGTERM or Ctrl-C: the one shutdown signal of every command.
@@ -351,14 +357,14 @@ fn selftest_verdict(source: &k8s_openapi::api::core::v1::ConfigMap, answer: &ser
     let source = serde_json::to_value(source).map_err(|e| e.to_string())?;
     let name = source.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or_default();
     let hash = Content::from_object(&source).hash();
-    let refs = crate::model::template::ref_names(answer.pointer("/spec/template").unwrap_or(&serde_json::Value::Null));
-    if let Some(pinned) = refs.iter().find(|r| snapshot::parse_name(r).is_some_and(|(s, h, _)| s == name && h == hash)) {
-        return Ok(pinned.clone());
+    let refs = crate::model::template::ref_sources(answer.pointer("/spec/template").unwrap_or(&serde_json::Value::Null));
+    if let Some(pinned) = refs.iter().find(|r| snapshot::parse_name(&r.name).is_some_and(|(s, h, _)| s == name && h == hash)) {
+        return Ok(pinned.name.clone());
     }
     Err(format!(
         "the Deployment was admitted referencing {} instead of the snapshot of ConfigMap {name}: confighistory's webhook did not pin it \
          (is the server running and reachable by the API server, is this namespace in rewrite mode and not excluded?)",
-        refs.into_iter().collect::<Vec<_>>().join(", ")
+        refs.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ")
     ))
 }
 

@@ -10,6 +10,7 @@ use crate::cluster::{ApiError, Cluster, Created, Event, ObjectRef};
 use crate::metrics::METRICS;
 use crate::model::names;
 use crate::model::snapshot;
+use crate::model::source::SourceId;
 
 /// Why no snapshot could be made sure of.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -51,7 +52,7 @@ const EVENT_NAMES: usize = 3;
 
 /// The Event on source `source` (uid `uid`, when known) whose snapshot met `collisions` and took
 /// the name `taken`: a squatter is the namespace owner's to look at, not only the client's.
-pub fn collision_event(ns: &str, source: &str, uid: &str, taken: &str, collisions: &[Collision]) -> Event {
+pub fn collision_event(ns: &str, source: &SourceId, uid: &str, taken: &str, collisions: &[Collision]) -> Event {
     let mut squatted: Vec<String> = collisions.iter().take(EVENT_NAMES).map(|c| format!("{} ({})", c.name, c.why)).collect();
     if collisions.len() > EVENT_NAMES {
         squatted.push(format!("{} more", collisions.len() - EVENT_NAMES));
@@ -59,9 +60,9 @@ pub fn collision_event(ns: &str, source: &str, uid: &str, taken: &str, collision
     Event {
         regarding: ObjectRef {
             api_version: "v1".into(),
-            kind: "ConfigMap".into(),
+            kind: source.kind_str().into(),
             namespace: ns.to_owned(),
-            name: source.to_owned(),
+            name: source.name.clone(),
             uid: uid.to_owned(),
         },
         warning: true,
@@ -83,15 +84,17 @@ const MAX_RACES: u32 = 5;
 pub async fn ensure(
     cluster: &dyn Cluster,
     ns: &str,
-    source: &str,
+    source_id: &SourceId,
     content: &snapshot::Content,
     adopted: &[String],
     dry_run: bool,
 ) -> Result<(String, Vec<Collision>)> {
     let hash = content.hash();
+    let source = source_id.name.as_str();
     let mut collisions = Vec::new();
     let read = |name: String| async move {
-        cluster.get_configmap(ns, &name).await.map_err(|e| Error::Api { what: format!("read ConfigMap {ns}/{name}"), source: e })
+        let what = format!("read {} {ns}/{name}", source_id.kind_str());
+        cluster.get_source(ns, &source_id.with_name(name)).await.map_err(|e| Error::Api { what, source: e })
     };
     // Races (created or deleted by someone else between two calls, a concurrent adoption record)
     // look at the same name again, a few times.
@@ -103,7 +106,7 @@ pub async fn ensure(
         // dry run would answer differently from the real request.
         let Some(existing) = read(name.clone()).await? else {
             let obj = snapshot::object(ns, source, &name, content, adopted);
-            match cluster.create_configmap(ns, &obj, dry_run).await {
+            match cluster.create_source(ns, source_id.kind, &obj, dry_run).await {
                 Ok(Created::Created) => {
                     if !dry_run {
                         METRICS.snapshots_created.fetch_add(1, Ordering::Relaxed);
@@ -151,7 +154,7 @@ pub async fn ensure(
                     if let Some(rv) = existing.pointer("/metadata/resourceVersion") {
                         patch["metadata"]["resourceVersion"] = rv.clone();
                     }
-                    match cluster.patch_configmap(ns, &name, &patch).await {
+                    match cluster.patch_source(ns, &source_id.with_name(name.as_str()), &patch).await {
                         Ok(()) => {}
                         Err(e) if (e.is_conflict() || e.code == Some(404)) && races < MAX_RACES => {
                             races += 1;
@@ -186,18 +189,20 @@ pub async fn ensure(
 /// from the API server (never from a cache, which may lag), saving a read. A snapshot without the
 /// record (in use, or not looked at by GC yet) costs nothing more; a name that is not a valid
 /// snapshot is left to the decision.
-pub async fn keep(cluster: &dyn Cluster, ns: &str, name: &str, read: Option<&Value>, dry_run: bool) -> Result<()> {
+pub async fn keep(cluster: &dyn Cluster, ns: &str, snapshot_id: &SourceId, read: Option<&Value>, dry_run: bool) -> Result<()> {
     if dry_run {
         return Ok(());
     }
+    let name = snapshot_id.name.as_str();
     let mut read_before: Option<Value> = None;
     let mut first = read.cloned();
     for _ in 0..=MAX_RACES {
         let current = match first.take() {
             Some(obj) => Some(obj),
-            None => {
-                cluster.get_configmap(ns, name).await.map_err(|e| Error::Api { what: format!("read snapshot {ns}/{name}"), source: e })?
-            }
+            None => cluster
+                .get_source(ns, snapshot_id)
+                .await
+                .map_err(|e| Error::Api { what: format!("read snapshot {ns}/{name}"), source: e })?,
         };
         let Some(existing) = current else {
             // Never seen: nothing to keep. Seen and gone since: a sweep took it; make it again.
@@ -205,7 +210,7 @@ pub async fn keep(cluster: &dyn Cluster, ns: &str, name: &str, read: Option<&Val
             let source = crate::model::source::snapshot_source(name, &gone).unwrap_or_default().to_owned();
             let adopted: Vec<String> = crate::model::source::adopted(&gone).map(str::to_owned).collect();
             let obj = snapshot::object(ns, &source, name, &snapshot::Content::from_object(&gone), &adopted);
-            match cluster.create_configmap(ns, &obj, false).await {
+            match cluster.create_source(ns, snapshot_id.kind, &obj, false).await {
                 Ok(_) => continue,
                 Err(e) if e.is_quota() => return Err(Error::Quota { name: name.to_owned(), source_name: source, source: e }),
                 Err(e) => return Err(Error::Api { what: format!("create snapshot {ns}/{name}"), source: e }),
@@ -218,7 +223,7 @@ pub async fn keep(cluster: &dyn Cluster, ns: &str, name: &str, read: Option<&Val
         if let Some(rv) = existing.pointer("/metadata/resourceVersion") {
             patch["metadata"]["resourceVersion"] = rv.clone();
         }
-        match cluster.patch_configmap(ns, name, &patch).await {
+        match cluster.patch_source(ns, snapshot_id, &patch).await {
             Ok(()) => return Ok(()),
             Err(e) if e.is_conflict() || e.code == Some(404) => read_before = Some(existing),
             Err(e) => return Err(Error::Api { what: format!("record use of {ns}/{name}"), source: e }),
@@ -251,9 +256,9 @@ mod tests {
         assert_eq!((one.len(), two.len()), (253, 253));
         assert_eq!(snapshot::name(&one, &hash, 0), snapshot::name(&two, &hash, 0), "the shortened names agree");
 
-        let (first, none) = ensure(&cluster, "ns", &one, &content, &[], false).await.unwrap();
+        let (first, none) = ensure(&cluster, "ns", &SourceId::configmap(&one), &content, &[], false).await.unwrap();
         assert!(none.is_empty());
-        let (second, collisions) = ensure(&cluster, "ns", &two, &content, &[], false).await.unwrap();
+        let (second, collisions) = ensure(&cluster, "ns", &SourceId::configmap(&two), &content, &[], false).await.unwrap();
         assert_eq!(second, snapshot::name(&two, &hash, 1), "the next name of the sequence");
         assert_eq!(collisions.len(), 1);
         assert!(collisions[0].why.contains("another source"), "{}", collisions[0].why);
@@ -267,12 +272,12 @@ mod tests {
         }
         assert_ne!(snapshot::source_label(&one), snapshot::source_label(&two), "labels keep the full names apart");
         // Each source finds its own snapshot again.
-        assert_eq!(ensure(&cluster, "ns", &one, &content, &[], false).await.unwrap(), (first.clone(), vec![]));
-        assert_eq!(ensure(&cluster, "ns", &two, &content, &[], false).await.unwrap().0, second);
+        assert_eq!(ensure(&cluster, "ns", &SourceId::configmap(&one), &content, &[], false).await.unwrap(), (first.clone(), vec![]));
+        assert_eq!(ensure(&cluster, "ns", &SourceId::configmap(&two), &content, &[], false).await.unwrap().0, second);
         // A source of exactly `MAX_SOURCE_PART` characters is not shortened, and one more is.
         let (at, over) = (prefix.clone(), format!("{prefix}d"));
         assert_eq!(snapshot::parse_name(&snapshot::name(&at, &hash, 0)), Some((at.as_str(), hash.as_str(), 0)));
-        let (reused, _) = ensure(&cluster, "ns", &over, &content, &[], false).await.unwrap();
+        let (reused, _) = ensure(&cluster, "ns", &SourceId::configmap(&over), &content, &[], false).await.unwrap();
         assert_eq!(reused, snapshot::name(&over, &hash, 2), "past both others' names");
     }
 }

@@ -11,6 +11,7 @@ use confighistory::cache::State;
 use confighistory::cluster::{ApiError, MemoryCluster};
 use confighistory::model::policy::{Mode, Policy};
 use confighistory::model::snapshot::{self, Content};
+use confighistory::model::source::{SourceId, SourceKind};
 use confighistory::model::template::{template_hash, Kind};
 use confighistory::webhook::{self, App};
 use serde_json::{json, Value};
@@ -871,35 +872,36 @@ struct RacingAdopter {
 }
 
 impl confighistory::cluster::Cluster for RacingAdopter {
-    fn get_configmap<'a>(
+    fn get_source<'a>(
         &'a self,
         ns: &'a str,
-        name: &'a str,
+        id: &'a SourceId,
     ) -> futures::future::BoxFuture<'a, confighistory::cluster::Result<Option<Value>>> {
-        self.inner.get_configmap(ns, name)
+        self.inner.get_source(ns, id)
     }
-    fn create_configmap<'a>(
+    fn create_source<'a>(
         &'a self,
         ns: &'a str,
+        kind: SourceKind,
         obj: &'a Value,
         dry_run: bool,
     ) -> futures::future::BoxFuture<'a, confighistory::cluster::Result<confighistory::cluster::Created>> {
-        self.inner.create_configmap(ns, obj, dry_run)
+        self.inner.create_source(ns, kind, obj, dry_run)
     }
-    fn patch_configmap<'a>(
+    fn patch_source<'a>(
         &'a self,
         ns: &'a str,
-        name: &'a str,
+        id: &'a SourceId,
         patch: &'a Value,
     ) -> futures::future::BoxFuture<'a, confighistory::cluster::Result<()>> {
         Box::pin(async move {
             if !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst) {
-                let mut other = self.inner.get(ns, name).unwrap();
+                let mut other = self.inner.get(ns, &id.name).unwrap();
                 other["metadata"]["annotations"][confighistory::model::names::ADOPTED] = json!("t-other");
                 other["metadata"]["resourceVersion"] = json!("2");
                 self.inner.insert(other);
             }
-            self.inner.patch_configmap(ns, name, patch).await
+            self.inner.patch_source(ns, id, patch).await
         })
     }
 }
@@ -912,7 +914,9 @@ async fn adoption_records_written_concurrently_are_all_kept() {
     obj["metadata"]["resourceVersion"] = json!("1");
     let cluster = RacingAdopter { inner: MemoryCluster::default(), raced: Default::default() };
     cluster.inner.insert(obj);
-    let (got, _) = confighistory::store::ensure(&cluster, NS, "pricing-config", &c, &["t-mine".to_owned()], false).await.unwrap();
+    let (got, _) = confighistory::store::ensure(&cluster, NS, &SourceId::configmap("pricing-config"), &c, &["t-mine".to_owned()], false)
+        .await
+        .unwrap();
     assert_eq!(got, name);
     let adopted = annotation(&cluster.inner.get(NS, &name).unwrap(), confighistory::model::names::ADOPTED).unwrap();
     assert_eq!(adopted, "t-other,t-mine", "the concurrent record is kept");

@@ -22,6 +22,7 @@ use tower::ServiceExt;
 use confighistory::cache::State;
 use confighistory::cluster::{self, Cluster, Created};
 use confighistory::model::policy::Policy;
+use confighistory::model::source::{SourceId, SourceKind};
 use confighistory::webhook::{self, tls, App};
 
 fn tempdir(name: &str) -> PathBuf {
@@ -44,13 +45,13 @@ fn generate(dir: &Path) {
 struct Stalled;
 
 impl Cluster for Stalled {
-    fn get_configmap<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, cluster::Result<Option<Value>>> {
+    fn get_source<'a>(&'a self, _: &'a str, _: &'a SourceId) -> BoxFuture<'a, cluster::Result<Option<Value>>> {
         Box::pin(futures::future::pending())
     }
-    fn create_configmap<'a>(&'a self, _: &'a str, _: &'a Value, _: bool) -> BoxFuture<'a, cluster::Result<Created>> {
+    fn create_source<'a>(&'a self, _: &'a str, _: SourceKind, _: &'a Value, _: bool) -> BoxFuture<'a, cluster::Result<Created>> {
         Box::pin(futures::future::pending())
     }
-    fn patch_configmap<'a>(&'a self, _: &'a str, _: &'a str, _: &'a Value) -> BoxFuture<'a, cluster::Result<()>> {
+    fn patch_source<'a>(&'a self, _: &'a str, _: &'a SourceId, _: &'a Value) -> BoxFuture<'a, cluster::Result<()>> {
         Box::pin(futures::future::pending())
     }
 }
@@ -409,19 +410,19 @@ async fn a_begun_head_must_finish_within_the_client_timeout() {
 struct Slow(Duration);
 
 impl Cluster for Slow {
-    fn get_configmap<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, cluster::Result<Option<Value>>> {
+    fn get_source<'a>(&'a self, _: &'a str, _: &'a SourceId) -> BoxFuture<'a, cluster::Result<Option<Value>>> {
         Box::pin(async move {
             tokio::time::sleep(self.0).await;
             Ok(None)
         })
     }
-    fn create_configmap<'a>(&'a self, _: &'a str, _: &'a Value, _: bool) -> BoxFuture<'a, cluster::Result<Created>> {
+    fn create_source<'a>(&'a self, _: &'a str, _: SourceKind, _: &'a Value, _: bool) -> BoxFuture<'a, cluster::Result<Created>> {
         Box::pin(async move {
             tokio::time::sleep(self.0).await;
             Ok(Created::Created)
         })
     }
-    fn patch_configmap<'a>(&'a self, _: &'a str, _: &'a str, _: &'a Value) -> BoxFuture<'a, cluster::Result<()>> {
+    fn patch_source<'a>(&'a self, _: &'a str, _: &'a SourceId, _: &'a Value) -> BoxFuture<'a, cluster::Result<()>> {
         Box::pin(async move {
             tokio::time::sleep(self.0).await;
             Ok(())
@@ -639,7 +640,7 @@ struct Counting {
 }
 
 impl Cluster for Counting {
-    fn get_configmap<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, cluster::Result<Option<Value>>> {
+    fn get_source<'a>(&'a self, _: &'a str, _: &'a SourceId) -> BoxFuture<'a, cluster::Result<Option<Value>>> {
         use std::sync::atomic::Ordering::SeqCst;
         Box::pin(async move {
             self.reads.fetch_add(1, SeqCst);
@@ -650,10 +651,10 @@ impl Cluster for Counting {
             Ok(None)
         })
     }
-    fn create_configmap<'a>(&'a self, _: &'a str, _: &'a Value, _: bool) -> BoxFuture<'a, cluster::Result<Created>> {
+    fn create_source<'a>(&'a self, _: &'a str, _: SourceKind, _: &'a Value, _: bool) -> BoxFuture<'a, cluster::Result<Created>> {
         Box::pin(async { Ok(Created::Created) })
     }
-    fn patch_configmap<'a>(&'a self, _: &'a str, _: &'a str, _: &'a Value) -> BoxFuture<'a, cluster::Result<()>> {
+    fn patch_source<'a>(&'a self, _: &'a str, _: &'a SourceId, _: &'a Value) -> BoxFuture<'a, cluster::Result<()>> {
         Box::pin(async { Ok(()) })
     }
 }

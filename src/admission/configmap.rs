@@ -9,14 +9,19 @@ use crate::model::json::At;
 use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::snapshot::{self, Content};
-use crate::model::source;
+use crate::model::source::{self, SourceId, SourceKind};
 
 pub fn decide(req: &Request, view: &View) -> Outcome {
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
         return Outcome::Done(Decision::allow(Reason::NotIntercepted));
     }
+    // The router sends only source kinds here.
+    let Some(kind) = SourceKind::of(&req.kind.group, &req.kind.kind) else {
+        return Outcome::Done(Decision::allow(Reason::UnhandledKind));
+    };
     let obj = req.object();
     let name = req.name.as_str();
+    let id = SourceId::new(kind, name);
     if !source::is_tracked(name, obj) {
         return Outcome::Done(Decision::allow(Reason::NotASource));
     }
@@ -25,7 +30,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         Err(reason) => return Outcome::Done(Decision::allow(reason)),
     };
     let old = req.old_object.as_ref().filter(|_| req.operation == Operation::Update);
-    let is_source = view.state.is_referenced_source(&req.namespace, name)
+    let is_source = view.state.is_referenced_source(&req.namespace, &id)
         || annotation(obj, names::HEAD).is_some()
         || old.is_some_and(|o| annotation(o, names::HEAD).is_some());
     let versioned = |o: &Value| view.policy.versioned(o);
@@ -71,11 +76,12 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     // ConfigMap created mutable: the same mutable reference validation refuses, reached the other
     // way round (docs/behaviour.md §9a). Refused in enforce mode, flagged in audit mode.
     if req.operation == Operation::Create && matches!(mode, Mode::Enforce | Mode::Audit) {
-        let users = view.state.user_names(&req.namespace, name, mode == Mode::Enforce);
+        let users = view.state.user_names(&req.namespace, &id, mode == Mode::Enforce);
         if !users.is_empty() {
             let message = format!(
-                "ConfigMap {name} is mutable and {} use it by name: a rollback could not restore its content. \
+                "{} {name} is mutable and {} use it by name: a rollback could not restore its content. \
                  Fix: create it with immutable: true (e.g. kustomize configMapGenerator) or annotate it {}=false",
+                kind.as_str(),
                 users.join(", "),
                 names::VERSIONED
             );
@@ -90,7 +96,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     // versioned config under them from now on. Allowed (enforce never blocks a config edit),
     // and said (docs/how-it-works.md says what enforce guarantees).
     if req.operation == Operation::Update && matches!(mode, Mode::Enforce | Mode::Audit) && versioning_changed && versioned(obj) {
-        if let Some(first) = view.state.user_names(&req.namespace, name, mode == Mode::Enforce).first() {
+        if let Some(first) = view.state.user_names(&req.namespace, &id, mode == Mode::Enforce).first() {
             d.response.warn(format!("{name}: now versioned and mutable, read by name by {first} (enforce checks workloads only)"));
         }
     }
@@ -135,27 +141,28 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     // Workloads still on the plain name ran with the outgoing content: keep it, with their
     // template hashes as adoption records, so an undo to them finds it (docs/behaviour.md §9).
     if let (Some(old_content), true) = (old_content, content_changed) {
-        let users = view.state.plain_users(&req.namespace, name);
+        let users = view.state.plain_users(&req.namespace, &id);
         if !users.is_empty() {
             let old_hash = old_content.hash();
-            let recorded = view.state.configmaps.iter().any(|((n, cm_name), cm)| {
+            let recorded = view.state.sources.iter().any(|((n, other), cm)| {
                 n == &req.namespace
-                    && cm.snapshot_of(cm_name).is_some_and(|(s, h)| s == name && h == old_hash)
+                    && other.kind == kind
+                    && cm.snapshot_of(&other.name).is_some_and(|(s, h)| s == name && h == old_hash)
                     && users.iter().all(|u| source::adopted(cm).any(|a| a == u))
             });
             if !recorded {
                 // The snapshot's content is what the API server stores, never the request's word
                 // for it: a forged oldObject sent straight to the port must not plant content.
-                if let Some(failure) = view.failed.get(name) {
+                if let Some(failure) = view.failed.get(&id) {
                     return Outcome::Done(Decision { response: failure.denial.clone(), reason: Reason::ApiError, ..Default::default() });
                 }
-                let Some(stored) = view.fresh.get(name) else { return Outcome::Fetch(vec![name.to_owned()]) };
+                let Some(stored) = view.fresh.get(&id) else { return Outcome::Fetch(vec![id]) };
                 let version = |o: &Value| o.at("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
                 match stored {
                     Some(s) if version(s) == old.and_then(version) && Content::from_object(s) == old_content => {
                         d.effects.push(Effect::EnsureSnapshot {
                             namespace: req.namespace.clone(),
-                            source: name.to_owned(),
+                            source: id.clone(),
                             content: Content::from_object(s),
                             adopted: users,
                         })

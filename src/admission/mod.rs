@@ -12,6 +12,7 @@ use crate::model::json::At;
 use crate::model::meta::Meta;
 use crate::model::policy::{Mode, Policy};
 use crate::model::snapshot::{self, Content};
+use crate::model::source::SourceId;
 
 pub mod configmap;
 pub mod protect;
@@ -22,14 +23,14 @@ pub mod workload;
 
 pub use review::{Request, Response};
 
-/// Fresh reads of source ConfigMaps, and of names shaped like snapshot names that the caches have
-/// not seen, by name: `None` when the API server says 404.
-pub type Fresh = HashMap<String, Option<Value>>;
+/// Fresh reads of sources, and of names shaped like snapshot names that the caches have not
+/// seen, by kind and name: `None` when the API server says 404.
+pub type Fresh = HashMap<SourceId, Option<Value>>;
 
-/// Names whose read, or whose snapshot's write, failed for this request, with the denial that
+/// Sources whose read, or whose snapshot's write, failed for this request, with the denial that
 /// explains it. A decision that may be denied denies with it; an undo (or a CronJob's Job) goes
 /// through without what failed (docs/behaviour.md §6.2.1: fail open with a warning, repair finishes the job).
-pub type Failed = HashMap<String, Failure>;
+pub type Failed = HashMap<SourceId, Failure>;
 
 /// A read or write the API server refused or did not answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,17 +59,18 @@ pub struct View<'a> {
 }
 
 impl View<'_> {
-    /// (source, hash) when `name` names a snapshot. A name the watch has not delivered is judged
+    /// (source, hash) when `id` names a snapshot. A name the watch has not delivered is judged
     /// by the fresh read when the decision made one (a source whose own name merely looks like a
     /// snapshot name, created in the same apply as its first workload, is a source), and by the
     /// caches' rules otherwise ([`State::snapshot_of`]: the shape of the name).
-    pub fn snapshot_of(&self, ns: &str, name: &str) -> Option<(String, String)> {
-        if self.state.configmap(ns, name).is_none() {
-            if let Some(Some(obj)) = self.fresh.get(name) {
-                return crate::cache::ConfigMapInfo::from_object_keeping(obj, Some(&Default::default())).snapshot_of(name);
+    pub fn snapshot_of(&self, ns: &str, id: &SourceId) -> Option<(SourceId, String)> {
+        if self.state.source(ns, id).is_none() {
+            if let Some(Some(obj)) = self.fresh.get(id) {
+                let info = crate::cache::ConfigMapInfo::from_object_keeping(obj, Some(&Default::default()));
+                return info.snapshot_of(&id.name).map(|(source, hash)| (id.with_name(source), hash));
             }
         }
-        self.state.snapshot_of(ns, name)
+        self.state.snapshot_of(ns, id)
     }
 }
 
@@ -214,25 +216,25 @@ pub fn acting_mode(req: &Request, view: &View) -> Result<Mode, Reason> {
 pub enum Effect {
     /// Make sure a valid snapshot of `content` exists (creating it, or taking the next name of
     /// the collision sequence) and that its adoption record lists `adopted`.
-    EnsureSnapshot { namespace: String, source: String, content: Content, adopted: Vec<String> },
+    EnsureSnapshot { namespace: String, source: SourceId, content: Content, adopted: Vec<String> },
     /// The request chose an existing snapshot of `source` by name (6.2 rule 3): make sure a GC
     /// sweep does not delete it while it is being pinned (docs/behaviour.md §8), by clearing GC's last-use
     /// record on it.
-    UseSnapshot { namespace: String, source: String, name: String },
+    UseSnapshot { namespace: String, source: SourceId, name: String },
     /// A source without a `head` (created before any workload named it, so §6.1 never annotated
     /// it) that a workload is now pinned to its current content: record `hash` as its head, after
     /// the answer and never for a dry run. Otherwise the next apply of the unchanged source (a
     /// GitOps controller's, every interval) would be the one to add it: a write, and a drift
     /// report from tools that diff a dry run against the stored object (docs/behaviour.md §10.11).
-    RecordHead { namespace: String, source: String, hash: String },
+    RecordHead { namespace: String, source: SourceId, hash: String },
 }
 
 /// Where a rewritten reference points once effects have run.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Target {
     /// The snapshot of (source, hash), whatever name the collision sequence gave it.
-    Snapshot { source: String, hash: String },
-    /// An existing object, by name.
+    Snapshot { source: SourceId, hash: String },
+    /// An existing object of the reference's kind, by name.
     Name(String),
 }
 
@@ -258,7 +260,7 @@ pub struct Decision {
 #[derive(Debug, PartialEq)]
 pub enum Outcome {
     Done(Decision),
-    Fetch(Vec<String>),
+    Fetch(Vec<SourceId>),
 }
 
 impl Decision {
@@ -272,7 +274,7 @@ impl Decision {
 
     /// The response, with every rewrite resolved to the snapshot names the effects produced
     /// (`names`: (source, hash) → name). Unresolved snapshots take their first-choice name.
-    pub fn finish(self, names: &HashMap<(String, String), String>) -> Response {
+    pub fn finish(self, names: &HashMap<(SourceId, String), String>) -> Response {
         let mut response = self.response;
         let mut ops: Vec<Value> = self
             .rewrites
@@ -281,7 +283,7 @@ impl Decision {
                 let name = match rw.target {
                     Target::Name(n) => n,
                     Target::Snapshot { source, hash } => {
-                        names.get(&(source.clone(), hash.clone())).cloned().unwrap_or_else(|| snapshot::name(&source, &hash, 0))
+                        names.get(&(source.clone(), hash.clone())).cloned().unwrap_or_else(|| snapshot::name(&source.name, &hash, 0))
                     }
                 };
                 json!({"op": "replace", "path": rw.pointer, "value": name})
@@ -291,7 +293,7 @@ impl Decision {
         response.patch = ops;
         // Warnings were written with first-choice names; a collision moved some.
         for ((source, hash), name) in names {
-            let first = snapshot::name(source, hash, 0);
+            let first = snapshot::name(&source.name, hash, 0);
             if &first != name {
                 for w in &mut response.warnings {
                     *w = w.replace(&first, name);

@@ -9,10 +9,11 @@ use crate::model::json::At;
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::snapshot;
-use crate::model::source;
+use crate::model::source::{self, SourceId, SourceKind};
 
 pub fn decide(req: &Request, view: &View) -> Decision {
-    if req.kind.kind != "ConfigMap" || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
+    let Some(kind) = SourceKind::of(&req.kind.group, &req.kind.kind) else { return Decision::allow(Reason::UnhandledKind) };
+    if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
         return Decision::allow(Reason::UnhandledKind);
     }
     let name = subject_name(req);
@@ -75,14 +76,15 @@ pub fn decide(req: &Request, view: &View) -> Decision {
                 return Decision::allow(Reason::NotASnapshot);
             };
             let source = source::snapshot_source(name, old).unwrap_or_default();
+            let (snapshot_id, source_id) = (SourceId::new(kind, name), SourceId::new(kind, source));
             let mut reasons = Vec::new();
-            if view.state.configmap(ns, source).and_then(|c| c.annotation(names::HEAD)) == Some(hash) {
+            if view.state.source(ns, &source_id).and_then(|c| c.annotation(names::HEAD)) == Some(hash) {
                 reasons.push(format!("it is the current content of {source}"));
             }
-            let users = view.state.user_names(ns, name, true);
+            let users = view.state.user_names(ns, &snapshot_id, true);
             if !users.is_empty() {
                 reasons.push(format!("{} use it", users.join(", ")));
-            } else if view.state.ref_count(ns, name).revisions > 0 {
+            } else if view.state.ref_count(ns, &snapshot_id).revisions > 0 {
                 reasons.push("rollout history (ReplicaSets or ControllerRevisions) uses it".into());
             }
             if source::adopted(old).any(|t| view.state.template_exists(ns, t)) {

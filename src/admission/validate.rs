@@ -14,8 +14,8 @@ use super::workload::{admissible, is_undo, made_by_cronjob, SourcedRef};
 use super::{Decision, Failure, Outcome, Reason, View};
 use crate::model::json::At;
 use crate::model::meta::Meta;
-use crate::model::names;
 use crate::model::policy::Mode;
+use crate::model::source::{self, SourceId};
 
 /// The rule of docs/behaviour.md §6.3 that decides a changed template once its sources are read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,9 +82,9 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         // An emergency rollback must go through.
         return Outcome::Done(Decision::allow(Reason::Undo));
     }
-    let wanted: BTreeSet<&str> = a.refs.iter().map(|r| r.r.name.as_str()).filter(|n| *n != names::ROOT_CA).collect();
+    let wanted: BTreeSet<&SourceId> = a.refs.iter().map(|r| &r.r.id).filter(|n| !source::is_root_ca(n)).collect();
     if wanted.iter().any(|n| !view.fresh.contains_key(*n) && !view.failed.contains_key(*n)) {
-        return Outcome::Fetch(wanted.into_iter().filter(|n| !view.failed.contains_key(*n)).map(str::to_owned).collect());
+        return Outcome::Fetch(wanted.into_iter().filter(|n| !view.failed.contains_key(*n)).cloned().collect());
     }
     let (kind, obj) = (a.kind, req.object());
     let cronjob_run = made_by_cronjob(kind, &req.namespace, obj, a.template, view);
@@ -99,7 +99,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let mutable: Vec<(&SourcedRef, bool)> = a
         .refs
         .iter()
-        .filter_map(|r| match view.fresh.get(&r.r.name) {
+        .filter_map(|r| match view.fresh.get(&r.r.id) {
             Some(Some(cm)) if !cm.immutable() && view.policy.versioned(cm) => Some((r, created_during_admission(cm, view.now))),
             _ => None,
         })
@@ -112,9 +112,9 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let problems: Vec<String> = mutable
         .iter()
         .filter(|(_, recent)| !(mode == Mode::Rewrite && *recent))
-        .map(|(r, _)| format!("{prefix}.{} names mutable ConfigMap {}", r.r.field(), r.r.name))
+        .map(|(r, _)| format!("{prefix}.{} names mutable {} {}", r.r.field(), r.r.id.kind_str(), r.r.id))
         .collect();
-    let appeared: Vec<&str> = mutable.iter().filter(|(_, recent)| *recent).map(|(r, _)| r.r.name.as_str()).collect();
+    let appeared: Vec<&SourceId> = mutable.iter().filter(|(_, recent)| *recent).map(|(r, _)| &r.r.id).collect();
     let kind_name = format!("{} {}", kind.as_str(), req.name);
     let mut d = respond(choose(&facts), &kind_name, &problems, &appeared);
     if d.response.allowed {
@@ -134,13 +134,13 @@ const UNVERSIONED_NAMED: usize = 3;
 /// (docs/how-it-works.md, modes and opt-outs): once per
 /// source, however many references name it, a few per response.
 fn unversioned_warnings(refs: &[SourcedRef], view: &View, d: &mut Decision) {
-    let names: BTreeSet<&str> = refs
+    let names: BTreeSet<&SourceId> = refs
         .iter()
-        .map(|r| r.r.name.as_str())
+        .map(|r| &r.r.id)
         .filter(|n| matches!(view.fresh.get(*n), Some(Some(cm)) if !cm.immutable() && !view.policy.versioned(cm)))
         .collect();
-    for name in names.iter().take(UNVERSIONED_NAMED) {
-        d.response.warn(format!("ConfigMap {name} is not versioned: a rollback keeps its current content"));
+    for id in names.iter().take(UNVERSIONED_NAMED) {
+        d.response.warn(format!("{} {id} is not versioned: a rollback keeps its current content", id.kind_str()));
     }
     if names.len() > UNVERSIONED_NAMED {
         d.response.warn(format!("{} more ConfigMaps are not versioned", names.len() - UNVERSIONED_NAMED));
@@ -149,13 +149,13 @@ fn unversioned_warnings(refs: &[SourcedRef], view: &View, d: &mut Decision) {
 
 /// The answer for a choice: its reason, and the warnings or the denial naming each reference
 /// (`problems`: mutable references as field paths; `appeared`: a parallel creator's sources).
-fn respond(choice: Choice, kind_name: &str, problems: &[String], appeared: &[&str]) -> Decision {
+fn respond(choice: Choice, kind_name: &str, problems: &[String], appeared: &[&SourceId]) -> Decision {
     match choice {
         Choice::Valid => Decision::allow(Reason::Valid),
         Choice::ParallelCreator => {
             let mut d = Decision::allow(Reason::Appeared);
-            for name in appeared {
-                d.response.warn(format!("{kind_name}: ConfigMap {name} appeared while admitting; pinned shortly"));
+            for id in appeared {
+                d.response.warn(format!("{kind_name}: {} {id} appeared while admitting; pinned shortly", id.kind_str()));
             }
             d
         }
@@ -195,6 +195,7 @@ mod tests {
     use crate::admission::review::{GroupVersionKind, Operation};
     use crate::admission::{Failed, Fresh};
     use crate::cache::State;
+    use crate::model::names;
     use crate::model::policy::Policy;
     use crate::model::template::Kind;
 
@@ -256,7 +257,7 @@ mod tests {
 
     fn decide_in(mode: &str, req: &Request, cm: Value) -> Decision {
         let (policy, state) = (Policy::default(), state(mode));
-        let fresh: Fresh = [("cfg".to_owned(), Some(cm))].into();
+        let fresh: Fresh = [(SourceId::configmap("cfg"), Some(cm))].into();
         let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: NOW, namespace: None };
         match decide(req, &view) {
             Outcome::Done(d) => d,
@@ -354,8 +355,8 @@ mod tests {
         ];
         let policy = Policy::default();
         for (i, (mode, req, cm)) in cases.into_iter().enumerate() {
-            let fresh: Fresh = [("cfg".to_owned(), Some(cm))].into();
-            let deployment = decide_in(mode, req, fresh["cfg"].clone().unwrap());
+            let fresh: Fresh = [(SourceId::configmap("cfg"), Some(cm))].into();
+            let deployment = decide_in(mode, req, fresh[&SourceId::configmap("cfg")].clone().unwrap());
             let mut state = State { kinds: with_rollout(), ..state(mode) };
             state.apply_revision(Kind::ReplicaSet, &rs);
             let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: NOW, namespace: None };

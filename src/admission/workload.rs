@@ -14,14 +14,14 @@ use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::snapshot::{self, Content};
-use crate::model::source::{self, hold_stands, Holds};
+use crate::model::source::{self, hold_stands, Holds, SourceId};
 use crate::model::template::{self, Kind, Ref};
 
 /// A reference with the source it belongs to.
 #[derive(Clone, Debug)]
 pub struct SourcedRef {
     pub r: Ref,
-    pub source: String,
+    pub source: SourceId,
     /// The snapshot hash when the reference names a snapshot; `None` for a plain name.
     pub hash: Option<String>,
 }
@@ -34,7 +34,7 @@ pub struct Analysis<'a> {
     pub old_template: Option<&'a Value>,
     pub refs: Vec<SourcedRef>,
     /// Source → (snapshot name, hash) that `oldObject` pins.
-    pub old_pins: BTreeMap<String, (String, String)>,
+    pub old_pins: BTreeMap<SourceId, (String, String)>,
     /// The template counts as changed (docs/behaviour.md §6.2 "what counts as a change").
     pub changed: bool,
 }
@@ -44,15 +44,15 @@ pub fn analyze<'a>(req: &'a Request, kind: Kind, view: &View) -> Option<Analysis
     let template = req.object().at(kind.template_pointer())?;
     let old_template = req.old_object.as_ref().and_then(|o| o.at(kind.template_pointer()));
     let ns = req.namespace.as_str();
-    let sourced = |r: Ref| match view.snapshot_of(ns, &r.name) {
+    let sourced = |r: Ref| match view.snapshot_of(ns, &r.id) {
         Some((source, hash)) => SourcedRef { r, source, hash: Some(hash) },
-        None => SourcedRef { source: r.name.clone(), r, hash: None },
+        None => SourcedRef { source: r.id.clone(), r, hash: None },
     };
     let refs: Vec<SourcedRef> = template::refs(template).into_iter().map(sourced).collect();
     let mut old_pins = BTreeMap::new();
     for r in old_template.map(template::refs).unwrap_or_default().into_iter().map(sourced) {
         if let Some(hash) = r.hash {
-            old_pins.entry(r.source).or_insert((r.r.name, hash));
+            old_pins.entry(r.source).or_insert((r.r.id.name, hash));
         }
     }
     // The request's template with plain names replaced by oldObject's pins, compared with
@@ -61,7 +61,7 @@ pub fn analyze<'a>(req: &'a Request, kind: Kind, view: &View) -> Option<Analysis
     for r in &refs {
         if let (None, Some((pin, _))) = (&r.hash, old_pins.get(&r.source)) {
             pinning.at.insert(r.r.pointer.as_str(), pin.as_str());
-            pinning.names.insert(r.r.name.as_str());
+            pinning.names.insert(r.r.id.name.as_str());
         }
     }
     // A Job's references cannot change after its creation (`KindDef::template_mutable`): its UPDATE
@@ -74,8 +74,8 @@ pub fn analyze<'a>(req: &'a Request, kind: Kind, view: &View) -> Option<Analysis
 
 /// Names that look like snapshot names but are not in the cache: read fresh with the sources,
 /// so that [`View::snapshot_of`] can tell a new snapshot from a source with such a name.
-fn unseen_snapshot_names<'a>(a: &'a Analysis, view: &'a View) -> impl Iterator<Item = &'a str> {
-    a.refs.iter().filter(|r| r.hash.is_some() && view.state.configmap(a.namespace, &r.r.name).is_none()).map(|r| r.r.name.as_str())
+fn unseen_snapshot_names<'a>(a: &'a Analysis, view: &'a View) -> impl Iterator<Item = &'a SourceId> {
+    a.refs.iter().filter(|r| r.hash.is_some() && view.state.source(a.namespace, &r.r.id).is_none()).map(|r| &r.r.id)
 }
 
 /// Plain names to read as pins: JSON pointer (relative to the template) → pin.
@@ -126,21 +126,6 @@ impl Pinning<'_> {
             _ => new == old,
         }
     }
-}
-
-/// The items of `confighistory.io/propagate` (`source=hash,...`): each source named, with the hash
-/// the controller asks for (empty when an item names only the source).
-pub fn parse_trigger(value: &str) -> BTreeMap<String, String> {
-    value
-        .split(',')
-        .map(|p| p.split_once('=').unwrap_or((p, "")))
-        .map(|(s, h)| (s.trim().to_owned(), h.trim().to_owned()))
-        .filter(|(s, _)| !s.is_empty())
-        .collect()
-}
-
-pub fn format_trigger(items: &BTreeMap<String, String>) -> String {
-    items.iter().map(|(s, h)| format!("{s}={h}")).collect::<Vec<_>>().join(",")
 }
 
 /// Whether a workload is a run of another (a Job made by a CronJob: its references are the
@@ -350,7 +335,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     };
     let obj = req.object();
     let own = req.user_info.username == view.policy.identity;
-    let trigger: Option<BTreeMap<String, String>> = own.then(|| annotation(obj, names::PROPAGATE).map(parse_trigger)).flatten();
+    let trigger: Option<BTreeMap<SourceId, String>> = own.then(|| annotation(obj, names::PROPAGATE).map(names::parse_trigger)).flatten();
     let old_holds = source::holds(req.old_object());
 
     // In every mode that acts (docs/behaviour.md §6.2): enforce and audit never rewrite a changed template, but
@@ -368,10 +353,10 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let fail_open = undo || is_cronjob_run(&a, obj, view);
 
     // The template changed: read every source fresh (it was typically written milliseconds ago).
-    let wanted: BTreeSet<&str> =
-        a.refs.iter().map(|r| r.source.as_str()).chain(unseen_snapshot_names(&a, view)).filter(|s| *s != names::ROOT_CA).collect();
+    let wanted: BTreeSet<&SourceId> =
+        a.refs.iter().map(|r| &r.source).chain(unseen_snapshot_names(&a, view)).filter(|s| !source::is_root_ca(s)).collect();
     if wanted.iter().any(|s| !view.fresh.contains_key(*s) && !view.failed.contains_key(*s)) {
-        return Outcome::Fetch(wanted.into_iter().filter(|s| !view.failed.contains_key(*s)).map(str::to_owned).collect());
+        return Outcome::Fetch(wanted.into_iter().filter(|s| !view.failed.contains_key(*s)).cloned().collect());
     }
     if !fail_open {
         if let Some(failure) = wanted.iter().find_map(|s| view.failed.get(*s)) {
@@ -389,9 +374,9 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     d.fail_open = fail_open;
     let mut out = Builder { d, pins: BTreeMap::new(), held: Holds::new(), tpl_ptr: a.kind.template_pointer(), namespace: a.namespace };
 
-    let mut by_source: BTreeMap<&str, Vec<&SourcedRef>> = BTreeMap::new();
+    let mut by_source: BTreeMap<&SourceId, Vec<&SourcedRef>> = BTreeMap::new();
     for r in &a.refs {
-        by_source.entry(r.source.as_str()).or_default().push(r);
+        by_source.entry(&r.source).or_default().push(r);
     }
     for (source, refs) in by_source {
         let Some(cm) = out.outside_the_rules(source, &refs, view, &old_holds, undo, trigger.as_ref()) else { continue };
@@ -412,7 +397,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         let facts = Facts {
             undo: undo || undone.is_some(),
             plain,
-            requested: refs.iter().find_map(|r| r.hash.as_deref().map(|h| (r.r.name.as_str(), h))),
+            requested: refs.iter().find_map(|r| r.hash.as_deref().map(|h| (r.r.id.name.as_str(), h))),
             old_pin,
             head: &head,
             was_held: old_hold.is_some(),
@@ -442,7 +427,7 @@ fn keep_pins(obj: &Value, a: &Analysis, old_holds: Holds) -> Decision {
             d.rewrites.push(Rewrite { pointer: format!("{tpl_ptr}{}", r.r.pointer), target: Target::Name(pin.clone()) });
         }
     }
-    let pins: BTreeMap<String, String> = a.old_pins.iter().map(|(s, (_, h))| (s.clone(), h.clone())).collect();
+    let pins: BTreeMap<SourceId, String> = a.old_pins.iter().map(|(s, (_, h))| (s.clone(), h.clone())).collect();
     let held: Holds = old_holds.into_iter().filter(|(s, _)| pins.contains_key(s)).collect();
     d.response.patch = annotation_ops(obj, &pin_annotations(&pins, &held));
     d
@@ -451,7 +436,7 @@ fn keep_pins(obj: &Value, a: &Analysis, old_holds: Holds) -> Decision {
 /// The decision being built from the choices, with the pins and holds it records.
 struct Builder<'a> {
     d: Decision,
-    pins: BTreeMap<String, String>,
+    pins: BTreeMap<SourceId, String>,
     held: Holds,
     tpl_ptr: &'a str,
     namespace: &'a str,
@@ -463,14 +448,14 @@ impl Builder<'_> {
     /// immutable one, one that is not versioned. Returns the source as read when the rules decide it.
     fn outside_the_rules<'v>(
         &mut self,
-        source: &str,
+        source: &SourceId,
         refs: &[&SourcedRef],
         view: &'v View,
         old_holds: &Holds,
         undo: bool,
-        trigger: Option<&BTreeMap<String, String>>,
+        trigger: Option<&BTreeMap<SourceId, String>>,
     ) -> Option<&'v Value> {
-        if source == names::ROOT_CA {
+        if source::is_root_ca(source) {
             return None;
         }
         if let Some(failure) = view.failed.get(source) {
@@ -478,18 +463,18 @@ impl Builder<'_> {
             // pins and holds they imply are recorded from the caches (repair finishes the job).
             self.d.response.warn(format!("{source}: left as sent, repair pins it: could not {} ({})", failure.what, failure.cause));
             if let Some(hash) = refs.iter().find_map(|r| r.hash.clone()) {
-                let head = view.state.configmap(self.namespace, source).and_then(|c| c.annotation(names::HEAD));
+                let head = view.state.source(self.namespace, source).and_then(|c| c.annotation(names::HEAD));
                 let was_held = old_holds.get(source).is_some_and(|at| head.is_none_or(|h| hold_stands(at.as_deref(), h)));
                 if head.is_some_and(|h| h != hash) && (undo || was_held) {
-                    self.held.insert(source.to_owned(), if undo { head.map(str::to_owned) } else { old_holds[source].clone() });
+                    self.held.insert(source.clone(), if undo { head.map(str::to_owned) } else { old_holds[source].clone() });
                 }
-                self.pins.insert(source.to_owned(), hash);
+                self.pins.insert(source.clone(), hash);
             }
             return None;
         }
         let Some(Some(cm)) = view.fresh.get(source) else {
             if refs.iter().any(|r| r.hash.is_none() && !r.r.optional) {
-                self.d.response.warn(format!("ConfigMap {source} does not exist yet: left unpinned, pinned once it appears"));
+                self.d.response.warn(format!("{} {source} does not exist yet: left unpinned, pinned once it appears", source.kind_str()));
             }
             return None;
         };
@@ -503,7 +488,7 @@ impl Builder<'_> {
             // this one no later edit would reach the workload. The hold goes with the pin.
             if trigger.is_some_and(|t| t.contains_key(source)) {
                 for r in refs.iter().filter(|r| r.hash.is_some()) {
-                    self.rewrite(r, Target::Name(source.to_owned()));
+                    self.rewrite(r, Target::Name(source.name.clone()));
                 }
                 self.d.response.warn(format!("{source}: no longer versioned; back on the plain name"));
             }
@@ -520,7 +505,7 @@ impl Builder<'_> {
     /// the hold oldObject records for the source, when it stands against the head.
     fn apply(
         &mut self,
-        source: &str,
+        source: &SourceId,
         refs: &[&SourcedRef],
         choice: &Choice,
         content: Content,
@@ -535,14 +520,14 @@ impl Builder<'_> {
             None => {
                 self.d.effects.push(Effect::EnsureSnapshot {
                     namespace: self.namespace.to_owned(),
-                    source: source.to_owned(),
+                    source: source.clone(),
                     content,
                     adopted: Vec::new(),
                 });
                 for r in refs {
-                    self.rewrite(r, Target::Snapshot { source: source.to_owned(), hash: head.clone() });
+                    self.rewrite(r, Target::Snapshot { source: source.clone(), hash: head.clone() });
                 }
-                let name = snapshot::name(source, &head, 0);
+                let name = snapshot::name(&source.name, &head, 0);
                 (head, name)
             }
             Some((name, hash)) => {
@@ -551,11 +536,11 @@ impl Builder<'_> {
                 if matches!(choice, Choice::Chosen { .. }) {
                     self.d.effects.push(Effect::UseSnapshot {
                         namespace: self.namespace.to_owned(),
-                        source: source.to_owned(),
+                        source: source.clone(),
                         name: name.to_owned(),
                     });
                 }
-                for r in refs.iter().filter(|r| r.r.name != name) {
+                for r in refs.iter().filter(|r| r.r.id.name != name) {
                     self.rewrite(r, Target::Name(name.to_owned()));
                 }
                 if hash != head {
@@ -565,7 +550,7 @@ impl Builder<'_> {
                     let hold = if choice.takes_hold() { Some(Some(head.clone())) } else { old_hold };
                     match hold {
                         Some(at) => {
-                            self.held.insert(source.to_owned(), at);
+                            self.held.insert(source.clone(), at);
                             self.d.response.warn(format!("{source}: held on {name}, not the current config (next apply releases it)"));
                         }
                         None => self.d.response.warn(format!("{source}: stays on {name}; the current config is {head}")),
@@ -577,15 +562,15 @@ impl Builder<'_> {
         if old_pin != Some(hash.as_str()) {
             self.d.response.warn(format!("{source}: pinned to {name_for_warning}"));
         }
-        self.pins.insert(source.to_owned(), hash);
+        self.pins.insert(source.clone(), hash);
     }
 }
 
-fn pin_annotations(pins: &BTreeMap<String, String>, held: &Holds) -> Vec<(&'static str, Option<String>)> {
-    let heads: BTreeMap<&String, &String> = held.iter().filter_map(|(s, h)| Some((s, h.as_ref()?))).collect();
+fn pin_annotations(pins: &BTreeMap<SourceId, String>, held: &Holds) -> Vec<(&'static str, Option<String>)> {
+    let heads: BTreeMap<&SourceId, &String> = held.iter().filter_map(|(s, h)| Some((s, h.as_ref()?))).collect();
     vec![
         (names::PINS, (!pins.is_empty()).then(|| serde_json::to_string(pins).unwrap_or_default())),
-        (names::HELD, (!held.is_empty()).then(|| held.keys().cloned().collect::<Vec<_>>().join(","))),
+        (names::HELD, (!held.is_empty()).then(|| held.keys().map(SourceId::to_string).collect::<Vec<_>>().join(","))),
         (names::HELD_HEADS, (!heads.is_empty()).then(|| serde_json::to_string(&heads).unwrap_or_default())),
         // The trigger is consumed by this admission; from anyone else it is not trusted.
         (names::PROPAGATE, None),

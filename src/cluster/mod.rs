@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::cache::Watched;
 use crate::model::kinds::Registry;
 use crate::model::names;
+use crate::model::source::{SourceId, SourceKind};
 use crate::model::template::Kind;
 
 pub mod clock;
@@ -76,28 +77,29 @@ pub struct Event {
 }
 
 /// Every API-server read and write of admission and the controller loops (the Lease of leader
-/// election aside: `controller::leader` keeps it to itself). The methods past the ConfigMap
-/// ones default to an error, so a test double for admission implements only what admission calls.
+/// election aside: `controller::leader` keeps it to itself). Sources and their snapshots are
+/// objects of a source kind, named by [`SourceId`]. The methods past the first source ones
+/// default to an error, so a test double for admission implements only what admission calls.
 pub trait Cluster: Send + Sync + 'static {
     /// The kinds this cluster's objects are listed and written as (the built-ins by default).
     fn kinds(&self) -> &'static Registry {
         Registry::builtin()
     }
-    /// GET a ConfigMap; `None` on 404.
-    fn get_configmap<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Value>>>;
+    /// GET a source (or snapshot); `None` on 404.
+    fn get_source<'a>(&'a self, ns: &'a str, id: &'a SourceId) -> BoxFuture<'a, Result<Option<Value>>>;
     /// GET a Namespace; `None` on 404. Admission confirms a namespace the namespace watch does
     /// not know yet with it.
     fn get_namespace<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Value>>> {
         let _ = name;
         unsupported("get namespace")
     }
-    /// POST a ConfigMap (dryRun=All when `dry_run`).
-    fn create_configmap<'a>(&'a self, ns: &'a str, obj: &'a Value, dry_run: bool) -> BoxFuture<'a, Result<Created>>;
-    /// Merge-patch a ConfigMap's metadata.
-    fn patch_configmap<'a>(&'a self, ns: &'a str, name: &'a str, patch: &'a Value) -> BoxFuture<'a, Result<()>>;
-    /// DELETE a ConfigMap with uid and resourceVersion preconditions.
-    fn delete_configmap<'a>(&'a self, ns: &'a str, name: &'a str, uid: &'a str, resource_version: &'a str) -> BoxFuture<'a, Result<()>> {
-        let _ = (ns, name, uid, resource_version);
+    /// POST an object of a source kind (a snapshot; dryRun=All when `dry_run`).
+    fn create_source<'a>(&'a self, ns: &'a str, kind: SourceKind, obj: &'a Value, dry_run: bool) -> BoxFuture<'a, Result<Created>>;
+    /// Merge-patch a source's (or snapshot's) metadata.
+    fn patch_source<'a>(&'a self, ns: &'a str, id: &'a SourceId, patch: &'a Value) -> BoxFuture<'a, Result<()>>;
+    /// DELETE a source (a snapshot) with uid and resourceVersion preconditions.
+    fn delete_source<'a>(&'a self, ns: &'a str, id: &'a SourceId, uid: &'a str, resource_version: &'a str) -> BoxFuture<'a, Result<()>> {
+        let _ = (ns, id, uid, resource_version);
         unsupported("delete")
     }
     /// Merge-patch a workload's metadata (the propagation trigger).
@@ -110,17 +112,17 @@ pub trait Cluster: Send + Sync + 'static {
         let _ = (ns, what);
         unsupported("list")
     }
-    /// Every ConfigMap in `ns` as metadata only (`PartialObjectMetadata`: no data), paged: the
-    /// sources of a namespace, whatever the size of its other ConfigMaps (docs/behaviour.md §10).
-    fn list_configmap_metadata<'a>(&'a self, ns: &'a str) -> BoxFuture<'a, Result<Vec<Value>>> {
-        let _ = ns;
-        unsupported("list ConfigMap metadata")
+    /// Every object of source kind `kind` in `ns` as metadata only (`PartialObjectMetadata`: no
+    /// data), paged: the sources of a namespace, whatever the size of its other objects (docs/behaviour.md §10).
+    fn list_source_metadata<'a>(&'a self, ns: &'a str, kind: SourceKind) -> BoxFuture<'a, Result<Vec<Value>>> {
+        let _ = (ns, kind);
+        unsupported("list source metadata")
     }
-    /// The ConfigMaps in `ns` labelled as snapshots, whole (their content is checked), handed to
-    /// `each` one at a time as their page arrives: memory is one page, not every snapshot of the
-    /// namespace.
-    fn list_snapshots<'a>(&'a self, ns: &'a str, each: &'a mut (dyn FnMut(&Value) + Send)) -> BoxFuture<'a, Result<()>> {
-        let _ = (ns, each);
+    /// The objects of source kind `kind` in `ns` labelled as snapshots, whole (their content is
+    /// checked), handed to `each` one at a time as their page arrives: memory is one page, not
+    /// every snapshot of the namespace.
+    fn list_snapshots<'a>(&'a self, ns: &'a str, kind: SourceKind, each: &'a mut (dyn FnMut(&Value) + Send)) -> BoxFuture<'a, Result<()>> {
+        let _ = (ns, kind, each);
         unsupported("list snapshots")
     }
     /// The namespaces that hold snapshots (one metadata list for the cluster).
@@ -180,8 +182,11 @@ where
     }
 }
 
-fn configmaps(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+/// The API of a source kind's objects in `ns`.
+fn sources(client: &kube::Client, ns: &str, kind: SourceKind) -> Api<DynamicObject> {
+    let ar = match kind {
+        SourceKind::ConfigMap => ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+    };
     Api::namespaced_with(client.clone(), ns, &ar)
 }
 
@@ -190,10 +195,10 @@ impl Cluster for KubeCluster {
         self.kinds
     }
 
-    fn get_configmap<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Value>>> {
+    fn get_source<'a>(&'a self, ns: &'a str, id: &'a SourceId) -> BoxFuture<'a, Result<Option<Value>>> {
         Box::pin(async move {
             crate::metrics::METRICS.api_call("get");
-            let obj = configmaps(&self.client, ns).get_opt(name).await?;
+            let obj = sources(&self.client, ns, id.kind).get_opt(&id.name).await?;
             Ok(obj.map(|o| serde_json::to_value(o).unwrap_or_default()))
         })
     }
@@ -207,7 +212,7 @@ impl Cluster for KubeCluster {
         })
     }
 
-    fn create_configmap<'a>(&'a self, ns: &'a str, obj: &'a Value, dry_run: bool) -> BoxFuture<'a, Result<Created>> {
+    fn create_source<'a>(&'a self, ns: &'a str, kind: SourceKind, obj: &'a Value, dry_run: bool) -> BoxFuture<'a, Result<Created>> {
         Box::pin(async move {
             crate::metrics::METRICS.api_call("create");
             let dyn_obj: DynamicObject = serde_json::from_value(obj.clone()).map_err(|e| ApiError {
@@ -216,7 +221,7 @@ impl Cluster for KubeCluster {
                 message: e.to_string(),
             })?;
             let pp = PostParams { dry_run, field_manager: Some(self.field_manager.clone()) };
-            match configmaps(&self.client, ns).create(&pp, &dyn_obj).await {
+            match sources(&self.client, ns, kind).create(&pp, &dyn_obj).await {
                 Ok(_) => Ok(Created::Created),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(Created::AlreadyExists),
                 Err(e) => Err(e.into()),
@@ -224,22 +229,22 @@ impl Cluster for KubeCluster {
         })
     }
 
-    fn patch_configmap<'a>(&'a self, ns: &'a str, name: &'a str, patch: &'a Value) -> BoxFuture<'a, Result<()>> {
+    fn patch_source<'a>(&'a self, ns: &'a str, id: &'a SourceId, patch: &'a Value) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             crate::metrics::METRICS.api_call("patch");
             let pp = PatchParams { field_manager: Some(self.field_manager.clone()), ..Default::default() };
-            configmaps(&self.client, ns).patch(name, &pp, &Patch::Merge(patch)).await?;
+            sources(&self.client, ns, id.kind).patch(&id.name, &pp, &Patch::Merge(patch)).await?;
             Ok(())
         })
     }
 
-    fn delete_configmap<'a>(&'a self, ns: &'a str, name: &'a str, uid: &'a str, resource_version: &'a str) -> BoxFuture<'a, Result<()>> {
+    fn delete_source<'a>(&'a self, ns: &'a str, id: &'a SourceId, uid: &'a str, resource_version: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let dp = DeleteParams {
                 preconditions: Some(Preconditions { uid: Some(uid.to_owned()), resource_version: Some(resource_version.to_owned()) }),
                 ..Default::default()
             };
-            self.api(ns, Watched::ConfigMaps).delete(name, &dp).await?;
+            sources(&self.client, ns, id.kind).delete(&id.name, &dp).await?;
             Ok(())
         })
     }
@@ -256,10 +261,10 @@ impl Cluster for KubeCluster {
         Box::pin(list_all(self.api(ns, what), ListParams::default().limit(500), |o| serde_json::to_value(o).unwrap_or(Value::Null)))
     }
 
-    fn list_configmap_metadata<'a>(&'a self, ns: &'a str) -> BoxFuture<'a, Result<Vec<Value>>> {
+    fn list_source_metadata<'a>(&'a self, ns: &'a str, kind: SourceKind) -> BoxFuture<'a, Result<Vec<Value>>> {
         // `Api<PartialObjectMeta<_>>` asks for metadata only.
         let api: Api<PartialObjectMeta<DynamicObject>> =
-            Api::namespaced_with(self.client.clone(), ns, &watch::api_resource(Watched::ConfigMaps, self.kinds));
+            Api::namespaced_with(self.client.clone(), ns, &watch::api_resource(Watched::Sources(kind), self.kinds));
         Box::pin(list_all(
             api,
             ListParams::default().limit(500),
@@ -267,9 +272,9 @@ impl Cluster for KubeCluster {
         ))
     }
 
-    fn list_snapshots<'a>(&'a self, ns: &'a str, each: &'a mut (dyn FnMut(&Value) + Send)) -> BoxFuture<'a, Result<()>> {
+    fn list_snapshots<'a>(&'a self, ns: &'a str, kind: SourceKind, each: &'a mut (dyn FnMut(&Value) + Send)) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let api = self.api(ns, Watched::ConfigMaps);
+            let api = sources(&self.client, ns, kind);
             // Small pages: each is parsed whole, and snapshots can be 1 MiB each (60 of 900 KiB:
             // 118 MiB peak listed at once, 62 MiB in pages of 10, 44 MiB in pages of 5, debug build).
             let mut lp = ListParams::default().labels(names::HASH_LABEL).limit(10);
@@ -289,7 +294,8 @@ impl Cluster for KubeCluster {
 
     fn namespaces_with_snapshots(&self) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
-            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &watch::api_resource(Watched::ConfigMaps, self.kinds));
+            let api: Api<DynamicObject> =
+                Api::all_with(self.client.clone(), &watch::api_resource(Watched::Sources(SourceKind::ConfigMap), self.kinds));
             let list = api.list_metadata(&ListParams::default().labels(names::HASH_LABEL)).await?;
             let mut v: Vec<String> = list.items.into_iter().filter_map(|o| o.metadata.namespace).collect();
             v.sort();
@@ -323,9 +329,9 @@ impl Cluster for KubeCluster {
 }
 
 /// An in-memory stand-in for unit tests of the edge and of the controller loops, with injectable
-/// faults and pauses (to interleave two callers exactly). Calls are described as `get ns/name`,
-/// `get namespace name`,
-/// `create ns/name`, `patch ns/name`, `delete ns/name` (ConfigMaps), `patch Kind ns/name`
+/// faults and pauses (to interleave two callers exactly). It holds ConfigMaps as its sources.
+/// Calls are described as `get ns/name`, `get namespace name`,
+/// `create ns/name`, `patch ns/name`, `delete ns/name` (sources), `patch Kind ns/name`
 /// (workloads), `list what ns`, `list namespaces`, `event Reason ns/name`.
 #[derive(Default, Clone)]
 pub struct MemoryCluster {
@@ -410,6 +416,10 @@ impl MemoryCluster {
     pub fn get(&self, ns: &str, name: &str) -> Option<Value> {
         self.objects.lock().expect("lock").get(&(ns.to_owned(), name.to_owned())).cloned()
     }
+    /// A source or snapshot, as [`Cluster::get_source`] reads it (without recording a call).
+    pub fn source(&self, ns: &str, id: &SourceId) -> Option<Value> {
+        memory_name(id).ok().and_then(|name| self.get(ns, name))
+    }
     /// Holds the next call whose description starts with `prefix` before it runs (or, with
     /// `after`, once it has run: reads only): `reached` fires when it is held, and it goes on
     /// when `resume` is sent (or dropped). Lets a test interleave two callers exactly.
@@ -440,15 +450,22 @@ impl MemoryCluster {
     }
 }
 
+/// The name a [`MemoryCluster`] keeps a source under: it holds ConfigMaps only.
+fn memory_name(id: &SourceId) -> Result<&str> {
+    match id.kind {
+        SourceKind::ConfigMap => Ok(&id.name),
+    }
+}
+
 impl Cluster for MemoryCluster {
     fn kinds(&self) -> &'static Registry {
         self.kinds.unwrap_or_else(Registry::builtin)
     }
-    fn get_configmap<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Value>>> {
+    fn get_source<'a>(&'a self, ns: &'a str, id: &'a SourceId) -> BoxFuture<'a, Result<Option<Value>>> {
         Box::pin(async move {
-            let call = format!("get {ns}/{name}");
+            let call = format!("get {ns}/{id}");
             self.check(call.clone()).await?;
-            let obj = self.get(ns, name);
+            let obj = self.source(ns, id);
             self.hold(&call, true).await;
             Ok(obj)
         })
@@ -462,10 +479,11 @@ impl Cluster for MemoryCluster {
             Ok(obj)
         })
     }
-    fn create_configmap<'a>(&'a self, ns: &'a str, obj: &'a Value, dry_run: bool) -> BoxFuture<'a, Result<Created>> {
+    fn create_source<'a>(&'a self, ns: &'a str, kind: SourceKind, obj: &'a Value, dry_run: bool) -> BoxFuture<'a, Result<Created>> {
         Box::pin(async move {
-            let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-            self.check(format!("create {ns}/{name}{}", if dry_run { " (dry run)" } else { "" })).await?;
+            let id = SourceId::new(kind, obj["metadata"]["name"].as_str().unwrap_or_default());
+            self.check(format!("create {ns}/{id}{}", if dry_run { " (dry run)" } else { "" })).await?;
+            let name = memory_name(&id)?.to_owned();
             let mut objects = self.objects.lock().expect("lock");
             if objects.contains_key(&(ns.to_owned(), name.clone())) {
                 return Ok(Created::AlreadyExists);
@@ -476,17 +494,19 @@ impl Cluster for MemoryCluster {
             Ok(Created::Created)
         })
     }
-    fn patch_configmap<'a>(&'a self, ns: &'a str, name: &'a str, patch: &'a Value) -> BoxFuture<'a, Result<()>> {
+    fn patch_source<'a>(&'a self, ns: &'a str, id: &'a SourceId, patch: &'a Value) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            self.check(format!("patch {ns}/{name}")).await?;
+            self.check(format!("patch {ns}/{id}")).await?;
+            let name = memory_name(id)?;
             let mut objects = self.objects.lock().expect("lock");
             let obj = objects.get_mut(&(ns.to_owned(), name.to_owned())).ok_or_else(|| not_found("configmaps", name))?;
             merge_patch(obj, patch, "configmaps", name)
         })
     }
-    fn delete_configmap<'a>(&'a self, ns: &'a str, name: &'a str, uid: &'a str, resource_version: &'a str) -> BoxFuture<'a, Result<()>> {
+    fn delete_source<'a>(&'a self, ns: &'a str, id: &'a SourceId, uid: &'a str, resource_version: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            self.check(format!("delete {ns}/{name}")).await?;
+            self.check(format!("delete {ns}/{id}")).await?;
+            let name = memory_name(id)?;
             let mut objects = self.objects.lock().expect("lock");
             let key = (ns.to_owned(), name.to_owned());
             let obj = objects.get(&key).ok_or_else(|| not_found("configmaps", name))?;
@@ -510,7 +530,8 @@ impl Cluster for MemoryCluster {
         Box::pin(async move {
             self.check(format!("list {} {ns}", what.name())).await?;
             let mut out: Vec<Value> = match what {
-                Watched::ConfigMaps => {
+                Watched::Sources(kind) => {
+                    memory_name(&SourceId::new(kind, ""))?;
                     self.objects.lock().expect("lock").iter().filter(|((n, _), _)| n == ns).map(|(_, v)| v.clone()).collect()
                 }
                 Watched::Workload(kind) | Watched::Revision(kind) => self
@@ -527,9 +548,9 @@ impl Cluster for MemoryCluster {
             Ok(out)
         })
     }
-    fn list_configmap_metadata<'a>(&'a self, ns: &'a str) -> BoxFuture<'a, Result<Vec<Value>>> {
+    fn list_source_metadata<'a>(&'a self, ns: &'a str, kind: SourceKind) -> BoxFuture<'a, Result<Vec<Value>>> {
         Box::pin(async move {
-            self.check(format!("list ConfigMap metadata {ns}")).await?;
+            self.check(format!("list {} metadata {ns}", kind.as_str())).await?;
             let objects = self.objects.lock().expect("lock");
             let mut out: Vec<Value> = objects
                 .iter()
@@ -540,9 +561,10 @@ impl Cluster for MemoryCluster {
             Ok(out)
         })
     }
-    fn list_snapshots<'a>(&'a self, ns: &'a str, each: &'a mut (dyn FnMut(&Value) + Send)) -> BoxFuture<'a, Result<()>> {
+    fn list_snapshots<'a>(&'a self, ns: &'a str, kind: SourceKind, each: &'a mut (dyn FnMut(&Value) + Send)) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             self.check(format!("list snapshots {ns}")).await?;
+            memory_name(&SourceId::new(kind, ""))?;
             let mut out: Vec<Value> = {
                 let objects = self.objects.lock().expect("lock");
                 objects

@@ -15,7 +15,6 @@ use serde_json::{json, Value};
 use crate::cache::{Key, State, Watched, PARTIAL_OBJECT_METADATA};
 use crate::cluster::{Cluster, ObjectRef};
 use crate::model::kinds::{Kind, Registry};
-use crate::model::source;
 
 pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource {
@@ -50,7 +49,7 @@ pub async fn resolve_kinds(client: &kube::Client, registry: Registry) -> &'stati
 pub fn api_resource(what: Watched, kinds: &Registry) -> ApiResource {
     match what {
         Watched::Namespaces => resource("", "v1", "Namespace", "namespaces"),
-        Watched::ConfigMaps => resource("", "v1", source::CONFIGMAP, "configmaps"),
+        Watched::Sources(kind) => resource(kind.group(), "v1", kind.as_str(), kind.resource()),
         Watched::Workload(kind) | Watched::Revision(kind) => kind_resource(kind, kinds),
     }
 }
@@ -83,11 +82,11 @@ pub struct Reporter {
 /// the admin registered is watched once its API is served (looked for every [`UNSERVED_RETRY`]
 /// until it is, reported meanwhile: [`watch_when_served`]); it never holds readiness back.
 ///
-/// ConfigMaps are listed and watched as metadata (`PartialObjectMetadata`, served by every API
+/// Sources (ConfigMaps) are listed and watched as metadata (`PartialObjectMetadata`, served by every API
 /// server since 1.15): no page or event carries their data, which can be 1 MiB each (docs/behaviour.md §10;
 /// a page of 100 dashboards or release records parsed whole was ~90 MiB). Whether one is
 /// immutable is not metadata: the controller reads a source when a decision needs it
-/// ([`State::learn_configmap`]), and admission decides from the request and fresh reads.
+/// ([`State::learn_source`]), and admission decides from the request and fresh reads.
 /// `kinds`: the registry resolved at start ([`resolve_kinds`]).
 pub fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<AtomicBool>, kinds: &'static Registry, report: Option<Reporter>) {
     let registered = |w: &Watched| matches!(w, Watched::Workload(k) if !k.is_builtin());
@@ -108,7 +107,7 @@ pub fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<Atomic
 fn run_watch(client: kube::Client, what: Watched, kinds: &'static Registry, feed: Feed) {
     let resource = api_resource(what, kinds);
     let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
-    if what == Watched::ConfigMaps {
+    if matches!(what, Watched::Sources(_)) {
         // `Api<PartialObjectMeta<_>>` asks for metadata only (list and watch alike).
         let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &resource);
         let stream = watcher(api, config).default_backoff();

@@ -25,17 +25,17 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::propagate::{self, Plan};
-use crate::cache::State;
+use crate::cache::{SourceKey, State};
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::{self, Policy, Selector};
-use crate::model::source;
+use crate::model::source::{self, SourceId};
 
 /// Record `templates` in the adoption record of the snapshot of `source`'s current content.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Adoption {
     pub namespace: String,
-    pub source: String,
+    pub source: SourceId,
     pub templates: Vec<String>,
 }
 
@@ -46,18 +46,18 @@ pub struct Decisions {
     /// Plainly referenced sources whose immutability the cache does not know (its records are
     /// metadata): read them, then decide again. A workload that names an immutable ConfigMap is
     /// neither adopted nor repaired (docs/behaviour.md §3).
-    pub unknown: Vec<(String, String)>,
+    pub unknown: Vec<SourceKey>,
     /// Templates of the workloads left undecided until those reads: not seen yet, or an
     /// outage's would be adopted at the next pass instead of repaired.
     pub deferred: Vec<(String, String)>,
 }
 
 /// Template hashes recorded in adoption records, per (namespace, source).
-pub fn adoption_index(state: &State) -> HashMap<(String, String), HashSet<String>> {
-    let mut idx: HashMap<(String, String), HashSet<String>> = HashMap::new();
-    for ((ns, name), cm) in &state.configmaps {
-        if let Some((source, _)) = cm.snapshot_of(name) {
-            let set = idx.entry((ns.clone(), source)).or_default();
+pub fn adoption_index(state: &State) -> HashMap<SourceKey, HashSet<String>> {
+    let mut idx: HashMap<SourceKey, HashSet<String>> = HashMap::new();
+    for ((ns, id), cm) in &state.sources {
+        if let Some((source, _)) = cm.snapshot_of(&id.name) {
+            let set = idx.entry((ns.clone(), id.with_name(source))).or_default();
             set.extend(source::adopted(cm).map(str::to_owned));
         }
     }
@@ -78,22 +78,22 @@ pub fn current_templates(state: &State) -> Seen {
 
 /// Decides adoptions and repairs. `seen`: templates this controller saw before; `done`:
 /// (namespace, source, template) adoptions already made by this process.
-pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, done: &HashSet<(String, String, String)>) -> Decisions {
+pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, done: &HashSet<(String, SourceId, String)>) -> Decisions {
     let adopted = adoption_index(state);
-    let mut adoptions: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    let mut adoptions: BTreeMap<SourceKey, BTreeSet<String>> = BTreeMap::new();
     let mut repairs = Vec::new();
     let mut unknown = BTreeSet::new();
     let mut deferred = Vec::new();
     // (owner uid, source) pairs some revision pins, with the earliest such revision's creation:
     // confighistory pinned that workload before, from then on.
-    let mut revision_pins: HashMap<(&str, String), &str> = HashMap::new();
+    let mut revision_pins: HashMap<(&str, SourceId), &str> = HashMap::new();
     // (owner uid, template hash) → the earliest revision with that template.
     let mut revision_of: HashMap<(&str, &str), &str> = HashMap::new();
     for ((_, ns, _), r) in &state.revisions {
         let first = revision_of.entry((r.owner_uid.as_str(), r.template_hash.as_str())).or_insert(r.created.as_str());
         *first = (*first).min(r.created.as_str());
-        for name in &r.refs {
-            if let Some((source, _)) = state.snapshot_of(ns, name) {
+        for id in &r.refs {
+            if let Some((source, _)) = state.snapshot_of(ns, id) {
                 let first = revision_pins.entry((r.owner_uid.as_str(), source)).or_insert(r.created.as_str());
                 *first = (*first).min(r.created.as_str());
             }
@@ -110,7 +110,7 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
         }
         let new_template = !seen.contains(&(ns.clone(), w.template_hash.clone()));
         let pinned_before = w.annotations.contains_key(names::PINS);
-        let mut plain: Vec<(String, String)> = Vec::new(); // (source, hash to go to)
+        let mut plain: Vec<(SourceId, String)> = Vec::new(); // (source, hash to go to)
         let mut undone = Vec::new();
         let mut unknown_config = Vec::new();
         let mut read_first = false;
@@ -118,8 +118,8 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
             if !pins.contains(&None) {
                 continue;
             }
-            let Some(cm) = state.configmap(ns, &source) else { continue };
-            if !source::is_versioned_source(&source, cm, &policy.excluded_sources)
+            let Some(cm) = state.source(ns, &source) else { continue };
+            if !source::is_versioned_source(&source.name, cm, &policy.excluded_sources)
                 || propagate::pending_change(state, policy, ns, cm).is_some()
             {
                 continue;
@@ -217,7 +217,10 @@ mod tests {
         let seen = current_templates(&s);
         let d = decide(&s, &Policy::default(), &Selector::default(), &seen, &HashSet::new());
         assert!(d.repairs.is_empty());
-        assert_eq!(d.adoptions, [Adoption { namespace: "ns".into(), source: "cfg".into(), templates: vec![tpl_hash(&s, "old")] }]);
+        assert_eq!(
+            d.adoptions,
+            [Adoption { namespace: "ns".into(), source: SourceId::configmap("cfg"), templates: vec![tpl_hash(&s, "old")] }]
+        );
 
         // Once recorded, nothing more to do.
         let mut rec = snap("ns", "cfg", &h('a'));
@@ -266,7 +269,7 @@ mod tests {
         let run = |s: &State| decide(s, &Policy::default(), &Selector::default(), &seen, &HashSet::new());
         let d = run(&s);
         assert_eq!((d.adoptions.len(), d.repairs.len()), (0, 0));
-        assert_eq!(d.unknown, [("ns".to_owned(), "cfg".to_owned()), ("ns".to_owned(), "imm".to_owned())]);
+        assert_eq!(d.unknown, [("ns".to_owned(), SourceId::configmap("cfg")), ("ns".to_owned(), SourceId::configmap("imm"))]);
         let deferred: Vec<&str> = d.deferred.iter().map(|(_, t)| t.as_str()).collect();
         assert_eq!(deferred, [tpl_hash(&s, "both"), tpl_hash(&s, "old")], "not decided, so not seen yet");
 
@@ -276,11 +279,11 @@ mod tests {
             o["immutable"] = json!(immutable);
             o
         };
-        s.learn_configmap("ns", "cfg", &read("cfg", false));
-        s.learn_configmap("ns", "imm", &read("imm", true));
+        s.learn_source("ns", &SourceId::configmap("cfg"), &read("cfg", false));
+        s.learn_source("ns", &SourceId::configmap("imm"), &read("imm", true));
         let d = run(&s);
         assert!(d.unknown.is_empty() && d.repairs.is_empty());
-        let adopted: Vec<(&str, usize)> = d.adoptions.iter().map(|a| (a.source.as_str(), a.templates.len())).collect();
+        let adopted: Vec<(&str, usize)> = d.adoptions.iter().map(|a| (a.source.name.as_str(), a.templates.len())).collect();
         assert_eq!(adopted, [("cfg", 2)], "the immutable source is left alone");
     }
 
@@ -310,9 +313,9 @@ mod tests {
         let seen = current_templates(&s);
         let d = decide(&s, &Policy::default(), &Selector::default(), &seen, &HashSet::new());
         assert!(d.adoptions.is_empty(), "{d:?}");
-        let repairs: Vec<(&str, String, &[String])> =
+        let repairs: Vec<(&str, String, &[SourceId])> =
             d.repairs.iter().map(|p| (p.name.as_str(), p.trigger_value(), &p.unknown[..])).collect();
-        assert_eq!(repairs, [("app", format!("cfg={}", h('a')), &["cfg".to_owned()][..])]);
+        assert_eq!(repairs, [("app", format!("cfg={}", h('a')), &[SourceId::configmap("cfg")][..])]);
     }
 
     #[test]

@@ -31,11 +31,14 @@ use crate::metrics::METRICS;
 use crate::model::kinds::{History, Registry};
 use crate::model::names;
 use crate::model::snapshot;
+use crate::model::source::{SourceId, SourceKind};
 use crate::model::template::{self, Kind};
 
 /// A snapshot as the sweep sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SnapshotInfo {
+    /// The kind of its source, which it is an object of.
+    pub kind: SourceKind,
     pub name: String,
     pub uid: String,
     pub resource_version: String,
@@ -50,7 +53,8 @@ pub struct SnapshotInfo {
 }
 
 impl SnapshotInfo {
-    pub fn from_object(obj: &Value) -> Option<SnapshotInfo> {
+    /// The record of `obj`, a listed object of source kind `kind`.
+    pub fn from_object(kind: SourceKind, obj: &Value) -> Option<SnapshotInfo> {
         let meta = &obj["metadata"];
         let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
         let name = s(&meta["name"]);
@@ -58,6 +62,7 @@ impl SnapshotInfo {
         let ann = |k: &str| meta["annotations"].get(k).and_then(Value::as_str);
         let source = crate::model::source::snapshot_source(&name, obj).unwrap_or_default().to_owned();
         Some(SnapshotInfo {
+            kind,
             uid: s(&meta["uid"]),
             resource_version: s(&meta["resourceVersion"]),
             source,
@@ -82,8 +87,8 @@ pub struct SourceInfo {
 /// What references snapshots in a namespace, from fresh lists.
 #[derive(Clone, Debug, Default)]
 pub struct References {
-    /// ConfigMap name → who references it (`Kind/name`).
-    pub by_name: HashMap<String, Vec<String>>,
+    /// Object referenced → who references it (`Kind/name`).
+    pub by_name: HashMap<SourceId, Vec<String>>,
     /// Template hashes of ReplicaSets and ControllerRevisions.
     pub live_templates: HashSet<String>,
 }
@@ -94,8 +99,8 @@ impl References {
     pub fn add(&mut self, kinds: &Registry, kind: Kind, obj: &Value) {
         let Some(tpl) = obj.pointer(kind.template_pointer()) else { return };
         let who = format!("{}/{}", kind.as_str(), obj["metadata"]["name"].as_str().unwrap_or_default());
-        for name in template::ref_names(tpl) {
-            self.by_name.entry(name).or_default().push(who.clone());
+        for id in template::ref_sources(tpl) {
+            self.by_name.entry(id).or_default().push(who.clone());
         }
         if !kind.is_workload() {
             let hash = match kind.history() {
@@ -149,7 +154,7 @@ fn ago(now_ms: i64, t_ms: i64) -> String {
 /// Decides, for every snapshot in a namespace, whether to keep it (and why) or delete it.
 pub fn plan(
     snapshots: &[SnapshotInfo],
-    sources: &HashMap<String, SourceInfo>,
+    sources: &HashMap<SourceId, SourceInfo>,
     refs: &References,
     now_ms: i64,
     settings: Settings,
@@ -157,12 +162,12 @@ pub fn plan(
     let grace_ms = i64::try_from(settings.grace.as_millis()).unwrap_or(i64::MAX / 4);
     // Newest N valid snapshots per existing source.
     let mut newest: HashSet<&str> = HashSet::new();
-    let mut by_source: BTreeMap<&str, Vec<&SnapshotInfo>> = BTreeMap::new();
+    let mut by_source: BTreeMap<SourceId, Vec<&SnapshotInfo>> = BTreeMap::new();
     for s in snapshots.iter().filter(|s| s.valid.is_ok()) {
-        by_source.entry(s.source.as_str()).or_default().push(s);
+        by_source.entry(SourceId::new(s.kind, s.source.as_str())).or_default().push(s);
     }
     for (source, mut list) in by_source {
-        let Some(src) = sources.get(source) else { continue };
+        let Some(src) = sources.get(&source) else { continue };
         list.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then_with(|| b.name.cmp(&a.name)));
         newest.extend(list.iter().take(src.keep.unwrap_or(settings.keep)).map(|s| s.name.as_str()));
     }
@@ -170,11 +175,11 @@ pub fn plan(
     let mut items: Vec<Item> = snapshots
         .iter()
         .map(|s| {
-            let src = sources.get(&s.source);
+            let src = sources.get(&SourceId::new(s.kind, s.source.as_str()));
             let mut in_use = None;
             if src.and_then(|x| x.head.as_deref()) == Some(s.hash.as_str()) {
                 in_use = Some(format!("the head of {}", s.source));
-            } else if let Some(users) = refs.by_name.get(&s.name) {
+            } else if let Some(users) = refs.by_name.get(&SourceId::new(s.kind, s.name.as_str())) {
                 let mut users = users.clone();
                 users.sort();
                 users.dedup();
@@ -273,9 +278,22 @@ pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Setti
     // Sources as metadata (their head and keep annotations), snapshots whole (validity is
     // checked from content), each reduced to its record as its page arrives: a namespace's other
     // ConfigMaps, however large, are never read whole, nor all its snapshots at once (docs/behaviour.md §10).
-    let configmaps = cluster.list_configmap_metadata(ns).await?;
     let mut snapshots: Vec<SnapshotInfo> = Vec::new();
-    cluster.list_snapshots(ns, &mut |obj| snapshots.extend(SnapshotInfo::from_object(obj))).await?;
+    let mut sources: HashMap<SourceId, SourceInfo> = HashMap::new();
+    for kind in SourceKind::ALL {
+        let objects = cluster.list_source_metadata(ns, kind).await?;
+        cluster.list_snapshots(ns, kind, &mut |obj| snapshots.extend(SnapshotInfo::from_object(kind, obj))).await?;
+        for obj in &objects {
+            if obj["metadata"]["labels"].get(names::HASH_LABEL).is_some() {
+                continue; // a snapshot: listed whole above
+            }
+            let ann = |k: &str| obj["metadata"]["annotations"].get(k).and_then(Value::as_str);
+            sources.insert(
+                SourceId::new(kind, obj["metadata"]["name"].as_str().unwrap_or_default()),
+                SourceInfo { head: ann(names::HEAD).map(str::to_owned), keep: ann(names::KEEP).and_then(|k| k.trim().parse().ok()) },
+            );
+        }
+    }
     let mut refs = References::default();
     let kinds = cluster.kinds();
     for kind in kinds.workloads() {
@@ -294,17 +312,6 @@ pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Setti
             refs.add(kinds, kind, &obj);
         }
     }
-    let mut sources: HashMap<String, SourceInfo> = HashMap::new();
-    for cm in &configmaps {
-        if cm["metadata"]["labels"].get(names::HASH_LABEL).is_some() {
-            continue; // a snapshot: listed whole above
-        }
-        let ann = |k: &str| cm["metadata"]["annotations"].get(k).and_then(Value::as_str);
-        sources.insert(
-            cm["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
-            SourceInfo { head: ann(names::HEAD).map(str::to_owned), keep: ann(names::KEEP).and_then(|k| k.trim().parse().ok()) },
-        );
-    }
     let mut items = plan(&snapshots, &sources, &refs, now, settings);
     let mut report = Report {
         namespace: ns.to_owned(),
@@ -318,7 +325,7 @@ pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Setti
         for item in &mut items {
             let s = by_name[item.name.as_str()];
             if let Verdict::Delete(why) = &item.verdict {
-                match cluster.delete_configmap(ns, &s.name, &s.uid, &s.resource_version).await {
+                match cluster.delete_source(ns, &SourceId::new(s.kind, s.name.as_str()), &s.uid, &s.resource_version).await {
                     Ok(_) => {
                         tracing::info!(namespace = ns, snapshot = %s.name, reason = %why, "deleted snapshot");
                         METRICS.gc_deleted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -348,7 +355,7 @@ pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Setti
                 None => continue,
             };
             let patch = json!({"metadata": {"uid": s.uid, "annotations": {names::LAST_USED: value}}});
-            match cluster.patch_configmap(ns, &s.name, &patch).await {
+            match cluster.patch_source(ns, &SourceId::new(s.kind, s.name.as_str()), &patch).await {
                 Ok(()) => {}
                 // Gone since the list (another sweep, a person, the namespace), or another
                 // object under its name now (the uid precondition): nothing to record on it.
@@ -377,6 +384,7 @@ mod tests {
 
     fn snap(name: &str, source: &str, hash: &str, created_min: i64, last_used_min: Option<i64>) -> SnapshotInfo {
         SnapshotInfo {
+            kind: SourceKind::ConfigMap,
             name: name.into(),
             uid: format!("uid-{name}"),
             resource_version: "1".into(),
@@ -417,9 +425,9 @@ mod tests {
         ];
         let mut snaps = snaps;
         snaps[3].adopted = vec!["tpl".into()];
-        let sources = HashMap::from([("s".to_owned(), SourceInfo { head: Some("h6".into()), keep: None })]);
+        let sources = HashMap::from([(SourceId::configmap("s"), SourceInfo { head: Some("h6".into()), keep: None })]);
         let mut refs = References::default();
-        refs.by_name.insert("s-2".into(), vec!["ReplicaSet/app-1".into()]);
+        refs.by_name.insert(SourceId::configmap("s-2"), vec!["ReplicaSet/app-1".into()]);
         refs.live_templates.insert("tpl".into());
         let items = plan(&snaps, &sources, &refs, 200 * MIN, settings());
         let v = verdicts(&items);
@@ -440,7 +448,7 @@ mod tests {
     #[test]
     fn per_source_keep_and_deleted_sources() {
         let snaps = vec![snap("a-1", "a", "h1", 1, Some(0)), snap("a-2", "a", "h2", 2, Some(0)), snap("gone-1", "gone", "g", 9, Some(0))];
-        let sources = HashMap::from([("a".to_owned(), SourceInfo { head: None, keep: Some(1) })]);
+        let sources = HashMap::from([(SourceId::configmap("a"), SourceInfo { head: None, keep: Some(1) })]);
         let items = plan(&snaps, &sources, &References::default(), 100 * MIN, settings());
         let v = verdicts(&items);
         assert!(v[0].1, "a-1 is not among the newest 1: {v:?}");
@@ -468,7 +476,7 @@ mod tests {
             &json!({"metadata": {"name": "c"}, "spec": {"jobTemplate": {"spec": {"template": tpl}}}}),
         );
         refs.add(Registry::builtin(), Kind::ControllerRevision, &json!({"metadata": {"name": "r"}, "data": {"spec": {"template": tpl}}}));
-        assert_eq!(refs.by_name["cfg-aaaaaaaaaaaa"], ["Job/j", "CronJob/c", "ControllerRevision/r"]);
+        assert_eq!(refs.by_name[&SourceId::configmap("cfg-aaaaaaaaaaaa")], ["Job/j", "CronJob/c", "ControllerRevision/r"]);
         assert!(refs.live_templates.contains(&template::template_hash(&tpl)));
     }
 
@@ -502,11 +510,11 @@ mod tests {
             let mut refs = References::default();
             refs.add(kinds, kind, &workload);
             refs.add(kinds, Kind::ReplicaSet, &rs);
-            assert_eq!(refs.by_name["s-1"], [format!("{}/app", kind.as_str()), "ReplicaSet/app-5d8f".to_owned()]);
+            assert_eq!(refs.by_name[&SourceId::configmap("s-1")], [format!("{}/app", kind.as_str()), "ReplicaSet/app-5d8f".to_owned()]);
             let mut adopted = snap("s-2", "s", "h2", 2, Some(100));
             adopted.adopted = vec![kind.template_hash(&tpl)];
             let snaps = [snap("s-1", "s", "h1", 1, Some(100)), adopted, snap("s-3", "s", "h3", 3, Some(100))];
-            let sources = HashMap::from([("s".to_owned(), SourceInfo { head: Some("h3".into()), keep: None })]);
+            let sources = HashMap::from([(SourceId::configmap("s"), SourceInfo { head: Some("h3".into()), keep: None })]);
             let items = plan(&snaps, &sources, &refs, 200 * MIN, settings());
             let v: Vec<(String, bool, String)> =
                 verdicts(&items).into_iter().map(|(n, d, why)| (n.to_owned(), d, why.to_owned())).collect();
@@ -524,7 +532,8 @@ mod tests {
     fn a_thousand_snapshots_plan_quickly() {
         let snaps: Vec<SnapshotInfo> =
             (0..1000).map(|i| snap(&format!("s{}-{i}", i % 50), &format!("s{}", i % 50), &format!("h{i}"), i, Some(0))).collect();
-        let sources: HashMap<String, SourceInfo> = (0..50).map(|i| (format!("s{i}"), SourceInfo::default())).collect();
+        let sources: HashMap<SourceId, SourceInfo> =
+            (0..50).map(|i| (SourceId::configmap(format!("s{i}")), SourceInfo::default())).collect();
         let start = Instant::now();
         let items = plan(&snaps, &sources, &References::default(), 10_000 * MIN, settings());
         assert_eq!(items.iter().filter(|i| matches!(i.verdict, Verdict::Delete(_))).count(), 900);

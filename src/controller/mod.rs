@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::sync::Mutex;
 
+use crate::cache::SourceKey;
 use crate::cache::Watched;
 use crate::cli::ControllerArgs;
 use crate::cluster::watch::api_resource;
@@ -29,6 +30,7 @@ use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Selector;
 use crate::model::snapshot::Content;
+use crate::model::source::SourceId;
 
 pub mod adopt;
 pub mod gc;
@@ -199,14 +201,14 @@ struct PropagationState {
     /// Workloads patched recently, with the trigger value and when.
     in_flight: HashMap<WorkloadKey, (String, Instant)>,
     /// Sources whose propagated head was just written, while the cache catches up.
-    recorded: HashMap<(String, String, String), Instant>,
+    recorded: HashMap<(String, SourceId, String), Instant>,
     workload_backoff: Option<Backoff<WorkloadKey>>,
-    source_backoff: Option<Backoff<(String, String, String)>>,
+    source_backoff: Option<Backoff<(String, SourceId, String)>>,
     /// Workloads this replica moved to a change (namespace, source, head), for the source's Event.
-    moved: HashMap<(String, String, String), usize>,
+    moved: HashMap<(String, SourceId, String), usize>,
     /// Sources read for their immutability, and when (one read a second per source at most,
     /// should the watch lag behind the reads).
-    read_at: HashMap<(String, String), Instant>,
+    read_at: HashMap<SourceKey, Instant>,
 }
 
 impl PropagationState {
@@ -242,7 +244,7 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
     // Read as the change arrives (it is inside its settle window), so the read adds no delay;
     // a few per pass, the rest on the next ones.
     st.read_at.retain(|k, at| plan.unknown.contains(k) && at.elapsed() < Duration::from_secs(1));
-    let reads: Vec<(String, String)> =
+    let reads: Vec<SourceKey> =
         plan.unknown.iter().filter(|k| !st.read_at.contains_key(*k)).take(UNKNOWN_READS_PER_PASS).cloned().collect();
     st.read_at.extend(reads.iter().map(|k| (k.clone(), Instant::now())));
     learn_immutability(ctx, reads.iter(), None).await;
@@ -276,19 +278,18 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
         }
         let (ns, source, head) = key;
         let patch = json!({"metadata": {"annotations": {names::PROPAGATED: head}}});
-        match ctx.shared.cluster.patch_configmap(ns, source, &patch).await {
+        match ctx.shared.cluster.patch_source(ns, source, &patch).await {
             Ok(()) => {
                 sb.succeeded(key);
                 st.recorded.insert(key.clone(), Instant::now());
                 tracing::info!(namespace = %ns, source = %source, head = %head, "change propagated");
                 if let Some(n) = st.moved.remove(key) {
-                    let uid =
-                        ctx.shared.state.read().expect("state lock").configmaps.get(&(ns.clone(), source.clone())).map(|c| c.uid.clone());
+                    let uid = ctx.shared.state.read().expect("state lock").source(ns, source).map(|c| c.uid.clone());
                     let regarding = ObjectRef {
                         api_version: "v1".into(),
-                        kind: "ConfigMap".into(),
+                        kind: source.kind_str().into(),
                         namespace: ns.clone(),
-                        name: source.clone(),
+                        name: source.name.clone(),
                         uid: uid.unwrap_or_default(),
                     };
                     let note = format!("Propagated {head} to {n} workload{}", if n == 1 { "" } else { "s" });
@@ -331,7 +332,8 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
                 let note = format!("Moving to the current content of {}", sources.join(", "));
                 event(ctx, workload_ref(ctx, p), false, "ConfigPropagated", "Propagate", note).await;
                 if !p.released.is_empty() {
-                    let note = format!("{} changed after the hold an undo took: the pin moves to the new content", p.released.join(", "));
+                    let released: Vec<String> = p.released.iter().map(SourceId::to_string).collect();
+                    let note = format!("{} changed after the hold an undo took: the pin moves to the new content", released.join(", "));
                     event(ctx, workload_ref(ctx, p), false, "HoldReleased", "Propagate", note).await;
                 }
             }
@@ -410,7 +412,7 @@ async fn resync_loop(ctx: Arc<Ctx>) {
 #[derive(Default)]
 struct ResyncState {
     /// (namespace, source, template) adoption records written.
-    adopted: HashSet<(String, String, String)>,
+    adopted: HashSet<(String, SourceId, String)>,
     /// Workloads given a repair trigger recently, with the trigger value and when.
     repaired: HashMap<WorkloadKey, (String, Instant)>,
 }
@@ -470,7 +472,7 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) {
             );
             event(ctx, workload_ref(ctx, p), true, "ConfigUnknown", "Repair", message).await;
         }
-        let recorded = |s: &&String| template.is_some() && !p.undone.contains(*s) && !p.unknown.contains(*s);
+        let recorded = |s: &&SourceId| template.is_some() && !p.undone.contains(*s) && !p.unknown.contains(*s);
         for source in p.trigger.keys().filter(recorded) {
             let a =
                 adopt::Adoption { namespace: p.namespace.clone(), source: source.clone(), templates: template.iter().cloned().collect() };
@@ -525,7 +527,7 @@ fn repair_note(ctx: &Ctx, p: &Plan) -> String {
     let state = ctx.shared.state.read().expect("state lock");
     for source in &p.undone {
         let hash = &p.trigger[source];
-        let head = state.configmap(&p.namespace, source).and_then(|c| c.annotation(names::HEAD));
+        let head = state.source(&p.namespace, source).and_then(|c| c.annotation(names::HEAD));
         note.push_str(&format!("; undone to a revision from before confighistory: {source} back to its config {hash}"));
         if head.is_some_and(|h| h != hash) {
             note.push_str(&format!(", held (the current config is {})", head.unwrap_or_default()));
@@ -549,7 +551,7 @@ async fn rehash(ctx: &Ctx) {
             return;
         }
         Limiter::acquire(&ctx.reads, &ns).await;
-        let obj = match ctx.shared.cluster.get_configmap(&ns, &name).await {
+        let obj = match ctx.shared.cluster.get_source(&ns, &name).await {
             Ok(Some(o)) => o,
             Ok(None) => continue,
             Err(e) => {
@@ -557,7 +559,7 @@ async fn rehash(ctx: &Ctx) {
                 continue;
             }
         };
-        ctx.shared.state.write().expect("state lock").learn_configmap(&ns, &name, &obj);
+        ctx.shared.state.write().expect("state lock").learn_source(&ns, &name, &obj);
         if obj.immutable() {
             continue; // made immutable after it was a source: never touched (docs/behaviour.md §3)
         }
@@ -571,7 +573,7 @@ async fn rehash(ctx: &Ctx) {
         // A no-op write (or, without a head, one naming the pin): the webhook sees a stale head
         // and records the change as first seen now.
         let patch = json!({"metadata": {"annotations": {names::HEAD: stored}}});
-        if let Err(e) = ctx.shared.cluster.patch_configmap(&ns, &name, &patch).await {
+        if let Err(e) = ctx.shared.cluster.patch_source(&ns, &name, &patch).await {
             tracing::warn!(namespace = %ns, source = %name, error = %e, "could not touch the source");
         }
     }
@@ -598,7 +600,7 @@ async fn touch_versioning(ctx: &Ctx) {
         // the head confighistory last knew, which the webhook takes from it alone.
         let head = {
             let state = ctx.shared.state.read().expect("state lock");
-            let head = state.configmap(&ns, &name).and_then(|c| c.annotation(names::HEAD)).map(str::to_owned);
+            let head = state.source(&ns, &name).and_then(|c| c.annotation(names::HEAD)).map(str::to_owned);
             head.or_else(|| propagate::pinned_hash(&state, &ns, &name))
         };
         let Some(head) = head else { continue };
@@ -606,7 +608,7 @@ async fn touch_versioning(ctx: &Ctx) {
         tracing::info!(namespace = %ns, source = %name, "the excluded-sources selector changed this source's versioning; recording the change now");
         // A no-op write: the webhook sees the versioning the source was recorded with differ.
         let patch = json!({"metadata": {"annotations": {names::HEAD: head}}});
-        if let Err(e) = ctx.shared.cluster.patch_configmap(&ns, &name, &patch).await {
+        if let Err(e) = ctx.shared.cluster.patch_source(&ns, &name, &patch).await {
             tracing::warn!(namespace = %ns, source = %name, error = %e, "could not touch the source");
         }
     }
@@ -615,9 +617,9 @@ async fn touch_versioning(ctx: &Ctx) {
 /// Reads of sources whose immutability the cache does not know, per propagation pass.
 const UNKNOWN_READS_PER_PASS: usize = 16;
 
-/// Reads ConfigMaps the planners need to know immutability of (the cache's records are
+/// Reads sources the planners need to know immutability of (the cache's records are
 /// metadata, docs/behaviour.md §10) and records what the reads say; `limiter` paces them.
-async fn learn_immutability(ctx: &Ctx, sources: impl Iterator<Item = &(String, String)>, limiter: Option<&Mutex<Limiter>>) {
+async fn learn_immutability(ctx: &Ctx, sources: impl Iterator<Item = &SourceKey>, limiter: Option<&Mutex<Limiter>>) {
     for (ns, name) in sources {
         if !ctx.leadership.is_leader() {
             return;
@@ -625,8 +627,8 @@ async fn learn_immutability(ctx: &Ctx, sources: impl Iterator<Item = &(String, S
         if let Some(l) = limiter {
             Limiter::acquire(l, ns).await;
         }
-        match ctx.shared.cluster.get_configmap(ns, name).await {
-            Ok(Some(obj)) => ctx.shared.state.write().expect("state lock").learn_configmap(ns, name, &obj),
+        match ctx.shared.cluster.get_source(ns, name).await {
+            Ok(Some(obj)) => ctx.shared.state.write().expect("state lock").learn_source(ns, name, &obj),
             Ok(None) => {}
             Err(e) => tracing::debug!(namespace = %ns, source = %name, error = %e, "could not read the source; retried"),
         }
@@ -635,8 +637,8 @@ async fn learn_immutability(ctx: &Ctx, sources: impl Iterator<Item = &(String, S
 
 /// Records the templates in the adoption record of the snapshot of the source's current content.
 async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> Result<String> {
-    let (namespace, name) = (a.namespace.clone(), a.source.clone());
-    let obj = match ctx.shared.cluster.get_configmap(&a.namespace, &a.source).await {
+    let (namespace, name) = (a.namespace.clone(), a.source.name.clone());
+    let obj = match ctx.shared.cluster.get_source(&a.namespace, &a.source).await {
         Ok(Some(obj)) => obj,
         Ok(None) => return Err(Error::SourceGone { namespace, name }),
         Err(source) => return Err(Error::Read { namespace, name, source }),
@@ -689,9 +691,9 @@ async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
     let namespaces: Vec<String> = {
         let state = ctx.shared.state.read().expect("state lock");
         let mut v: Vec<String> = state
-            .configmaps
+            .sources
             .iter()
-            .filter(|((_, name), cm)| cm.snapshot_of(name).is_some())
+            .filter(|((_, id), cm)| cm.snapshot_of(&id.name).is_some())
             .map(|((ns, _), _)| ns.clone())
             .filter(|ns| gc_namespace_allowed(&state, &ctx.shared.policy, &ctx.selector, ns))
             .collect();

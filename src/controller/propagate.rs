@@ -7,11 +7,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use crate::cache::{ConfigMapInfo, Key, State};
+use crate::cache::{ConfigMapInfo, SourceKey, State};
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::{self, Mode, Policy};
-use crate::model::source::{self, hold_stands};
+use crate::model::source::{self, hold_stands, SourceId};
 use crate::model::template::Kind;
 
 /// (kind, namespace, name) of a workload.
@@ -40,17 +40,17 @@ pub struct Plan {
     pub namespace: String,
     pub name: String,
     pub uid: String,
-    pub trigger: BTreeMap<String, String>,
+    pub trigger: BTreeMap<SourceId, String>,
     /// Sources of `trigger` whose pin was held (an undo) and changed after the hold: the move
     /// releases the hold (docs/behaviour.md §2), which the workload's owner is told with an Event.
-    pub released: Vec<String>,
+    pub released: Vec<SourceId>,
     /// Repair only: sources of `trigger` going back to the snapshot whose adoption record lists
     /// the workload's plain template (an undo admitted while the webhook was away), not the head.
-    pub undone: Vec<String>,
+    pub undone: Vec<SourceId>,
     /// Repair only: sources of `trigger` whose config the workload's revision ran with cannot be
     /// told (an undo while the webhook was away to a revision from before the install that no
     /// adoption record lists): to the head, with no adoption record and a ConfigUnknown Event.
-    pub unknown: Vec<String>,
+    pub unknown: Vec<SourceId>,
 }
 
 impl Plan {
@@ -58,7 +58,7 @@ impl Plan {
         (self.kind, self.namespace.clone(), self.name.clone())
     }
     pub fn trigger_value(&self) -> String {
-        crate::admission::workload::format_trigger(&self.trigger)
+        names::format_trigger(&self.trigger)
     }
 }
 
@@ -68,7 +68,7 @@ pub struct Propagation {
     /// Workload updates to make now.
     pub plans: Vec<Plan>,
     /// Settled sources that no workload is behind on any more: record `propagated = head`.
-    pub done: Vec<(String, String, String)>,
+    pub done: Vec<(String, SourceId, String)>,
     /// Changes still inside their settle window.
     pub waiting: usize,
     /// Earliest time (ms) something waiting becomes due.
@@ -78,7 +78,7 @@ pub struct Propagation {
     pub held: BTreeMap<String, u64>,
     /// Sources with a pending change whose immutability the cache does not know: read them,
     /// and the workloads behind on them wait until then.
-    pub unknown: Vec<(String, String)>,
+    pub unknown: Vec<SourceKey>,
 }
 
 /// Parses an RFC 3339 time into ms since the epoch.
@@ -116,8 +116,8 @@ pub fn pending_change(state: &State, policy: &Policy, ns: &str, cm: &ConfigMapIn
 }
 
 /// Sources a workload's template uses: source → hashes it is pinned to (`None` = plain name).
-pub fn sources_of(state: &State, ns: &str, refs: &[String]) -> BTreeMap<String, BTreeSet<Option<String>>> {
-    let mut out: BTreeMap<String, BTreeSet<Option<String>>> = BTreeMap::new();
+pub fn sources_of(state: &State, ns: &str, refs: &[SourceId]) -> BTreeMap<SourceId, BTreeSet<Option<String>>> {
+    let mut out: BTreeMap<SourceId, BTreeSet<Option<String>>> = BTreeMap::new();
     for r in refs {
         match state.snapshot_of(ns, r) {
             Some((source, hash)) => out.entry(source).or_default().insert(Some(hash)),
@@ -146,24 +146,24 @@ pub fn is_stale(pins: &BTreeSet<Option<String>>, change: &Change, held: bool) ->
 pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selector, now: i64) -> Propagation {
     let mut out = Propagation::default();
     // Pending changes, by (namespace, source).
-    let mut changes: HashMap<(String, String), Change> = HashMap::new();
-    for ((ns, name), cm) in &state.configmaps {
-        if !source::is_tracked(name, cm) || !namespace_active(state, policy, selector, ns) {
+    let mut changes: HashMap<SourceKey, Change> = HashMap::new();
+    for ((ns, id), cm) in &state.sources {
+        if !source::is_tracked(&id.name, cm) || !namespace_active(state, policy, selector, ns) {
             continue;
         }
         if let Some(change) = pending_change(state, policy, ns, cm) {
             if !change.known_mutable {
-                out.unknown.push((ns.clone(), name.clone()));
+                out.unknown.push((ns.clone(), id.clone()));
             }
             if change.due_ms > now {
                 out.waiting += 1;
                 out.next_due_ms = Some(out.next_due_ms.map_or(change.due_ms, |d: i64| d.min(change.due_ms)));
             }
-            changes.insert((ns.clone(), name.clone()), change);
+            changes.insert((ns.clone(), id.clone()), change);
         }
     }
 
-    let mut behind_any: HashMap<(String, String), bool> = HashMap::new();
+    let mut behind_any: HashMap<SourceKey, bool> = HashMap::new();
     let mut workloads: Vec<_> = state.workloads.iter().collect();
     workloads.sort_by(|a, b| a.0.cmp(b.0));
     for ((kind, ns, name), w) in workloads {
@@ -178,7 +178,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
         // Metrics: pins that are not the head, and held pins.
         let mut is_behind = false;
         for (source, pins) in &sources {
-            let head = state.configmap(ns, source).and_then(|c| c.annotation(names::HEAD));
+            let head = state.source(ns, source).and_then(|c| c.annotation(names::HEAD));
             if head.is_some_and(|h| pins.iter().flatten().any(|p| p != h)) {
                 is_behind = true;
             }
@@ -191,7 +191,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
             *out.held.entry(ns.clone()).or_default() += held_count;
         }
 
-        let stale: Vec<(&String, &Change)> = sources
+        let stale: Vec<(&SourceId, &Change)> = sources
             .iter()
             .filter_map(|(source, pins)| {
                 let change = changes.get(&(ns.clone(), source.clone()))?;
@@ -212,7 +212,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
         let latest = stale.iter().map(|(_, c)| c.due_ms).max().unwrap_or(now);
         let first = stale.iter().min_by_key(|(_, c)| c.due_ms).map(|(_, c)| *c).expect("not empty");
         let overdue = first.due_ms.saturating_add(first.due_ms - first.changed_ms) <= now;
-        let trigger: BTreeMap<String, String> = if latest <= now {
+        let trigger: BTreeMap<SourceId, String> = if latest <= now {
             stale.iter().map(|(s, c)| ((*s).clone(), c.head.clone())).collect()
         } else if overdue {
             stale.iter().filter(|(_, c)| c.due_ms <= now).map(|(s, c)| ((*s).clone(), c.head.clone())).collect()
@@ -233,7 +233,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
         });
     }
 
-    let mut done: Vec<(String, String, String)> = changes
+    let mut done: Vec<(String, SourceId, String)> = changes
         .into_iter()
         .filter(|(key, c)| c.due_ms <= now && c.known_mutable && !behind_any.contains_key(key))
         .map(|((ns, source), c)| (ns, source, c.head))
@@ -253,10 +253,10 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
 /// again. A no-op write of each lets the webhook record the change, which propagation then
 /// carries as any other. Returns those sources, and those whose immutability a read must tell
 /// first (never written before it does).
-pub fn versioning_touches(state: &State, policy: &Policy, selector: &policy::Selector) -> (Vec<Key>, Vec<Key>) {
+pub fn versioning_touches(state: &State, policy: &Policy, selector: &policy::Selector) -> (Vec<SourceKey>, Vec<SourceKey>) {
     // (namespace, source) with a workload pinned to one of its snapshots, held or not: leaving
     // versioning moves held pins too (is_stale).
-    let mut pinned: HashSet<(&str, String)> = HashSet::new();
+    let mut pinned: HashSet<(&str, SourceId)> = HashSet::new();
     for ((kind, ns, _), w) in &state.workloads {
         if !kind.propagates() || w.deleting || policy::ignored(w) {
             continue;
@@ -268,19 +268,19 @@ pub fn versioning_touches(state: &State, policy: &Policy, selector: &policy::Sel
         }
     }
     let (mut touches, mut unknown) = (Vec::new(), Vec::new());
-    for ((ns, name), cm) in &state.configmaps {
-        if !source::is_tracked(name, cm) || !state.is_referenced_source(ns, name) || !namespace_active(state, policy, selector, ns) {
+    for ((ns, id), cm) in &state.sources {
+        if !source::is_tracked(&id.name, cm) || !state.is_referenced_source(ns, id) || !namespace_active(state, policy, selector, ns) {
             continue;
         }
         let versioned = policy.versioned(cm);
-        let is_pinned = pinned.contains(&(ns.as_str(), name.clone()));
+        let is_pinned = pinned.contains(&(ns.as_str(), id.clone()));
         // A source without a head (never written while a workload named it) was versioned when
         // workloads were pinned to it.
         let was_versioned = source::was_versioned(cm, &policy.excluded_sources) || (cm.annotation(names::HEAD).is_none() && is_pinned);
         if was_versioned == versioned || (!versioned && !is_pinned) {
             continue;
         }
-        let key = (ns.clone(), name.clone());
+        let key = (ns.clone(), id.clone());
         if cm.known_mutable() {
             touches.push(key);
         } else {
@@ -302,8 +302,8 @@ pub struct PinnedTo {
 
 /// Snapshots of each source the workloads propagation moves are pinned to, per (namespace,
 /// source).
-fn pins_by_source(state: &State) -> HashMap<(String, String), Vec<PinnedTo>> {
-    let mut out: HashMap<(String, String), Vec<PinnedTo>> = HashMap::new();
+fn pins_by_source(state: &State) -> HashMap<SourceKey, Vec<PinnedTo>> {
+    let mut out: HashMap<SourceKey, Vec<PinnedTo>> = HashMap::new();
     for ((kind, ns, _), w) in &state.workloads {
         if !kind.propagates() || w.deleting || policy::ignored(w) {
             continue;
@@ -324,14 +324,14 @@ fn pins_by_source(state: &State) -> HashMap<(String, String), Vec<PinnedTo>> {
 /// the webhook was away is the first) is compared with the snapshots workloads are pinned to,
 /// given here; one only plain-name workloads use has nothing to compare with and is not read
 /// (installing confighistory restarts nothing).
-pub fn rehash_sources(state: &State, policy: &Policy, selector: &policy::Selector) -> Vec<(Key, Vec<PinnedTo>)> {
+pub fn rehash_sources(state: &State, policy: &Policy, selector: &policy::Selector) -> Vec<(SourceKey, Vec<PinnedTo>)> {
     let mut pins = pins_by_source(state);
-    let mut out: Vec<(Key, Vec<PinnedTo>)> = state
-        .configmaps
+    let mut out: Vec<(SourceKey, Vec<PinnedTo>)> = state
+        .sources
         .iter()
-        .filter(|((ns, name), cm)| {
-            source::is_versioned_source(name, *cm, &policy.excluded_sources)
-                && state.is_referenced_source(ns, name)
+        .filter(|((ns, id), cm)| {
+            source::is_versioned_source(&id.name, *cm, &policy.excluded_sources)
+                && state.is_referenced_source(ns, id)
                 && namespace_active(state, policy, selector, ns)
         })
         .filter_map(|(key, cm)| {
@@ -356,8 +356,8 @@ pub fn missed_change<'a>(pins: &'a [PinnedTo], actual: &str) -> Option<&'a str> 
 
 /// A snapshot hash some workload moved by propagation is pinned to, for a source without a
 /// `head`: what confighistory's touch names as the head it last knew.
-pub fn pinned_hash(state: &State, ns: &str, src: &str) -> Option<String> {
-    pins_by_source(state).remove(&(ns.to_owned(), src.to_owned()))?.into_iter().map(|p| p.hash).min()
+pub fn pinned_hash(state: &State, ns: &str, src: &SourceId) -> Option<String> {
+    pins_by_source(state).remove(&(ns.to_owned(), src.clone()))?.into_iter().map(|p| p.hash).min()
 }
 
 /// Orders plans round-robin over namespaces, so one busy namespace does not hold up the others.
@@ -460,7 +460,11 @@ pub(crate) mod tests {
         s.apply_configmap(&as_metadata(source("ns", "untouched", &h('e'), &[(names::CHANGED_AT, T0)])));
 
         let early = run(&s, ms(T0));
-        assert_eq!(early.unknown, [("ns".to_owned(), "cfg".to_owned()), ("ns".to_owned(), "untouched".to_owned())], "read at once");
+        assert_eq!(
+            early.unknown,
+            [("ns".to_owned(), SourceId::configmap("cfg")), ("ns".to_owned(), SourceId::configmap("untouched"))],
+            "read at once"
+        );
         let due = run(&s, ms(t1) + 10_000);
         assert!(due.plans.is_empty(), "sources changed together still move together: {:?}", due.plans);
         assert!(due.done.is_empty(), "no source is written before it is known: {:?}", due.done);
@@ -468,13 +472,13 @@ pub(crate) mod tests {
         for (name, head) in [("cfg", h('b')), ("untouched", h('e'))] {
             let mut read = source("ns", name, &head, &[(names::CHANGED_AT, T0)]);
             read["metadata"]["resourceVersion"] = json!("2");
-            s.learn_configmap("ns", name, &read);
+            s.learn_source("ns", &SourceId::configmap(name), &read);
         }
         let known = run(&s, ms(t1) + 10_000);
         assert!(known.unknown.is_empty());
         assert_eq!(known.plans.len(), 1);
         assert_eq!(known.plans[0].trigger_value(), format!("cfg={},other={}", h('b'), h('d')));
-        assert_eq!(known.done, [("ns".to_owned(), "untouched".to_owned(), h('e'))]);
+        assert_eq!(known.done, [("ns".to_owned(), SourceId::configmap("untouched"), h('e'))]);
     }
 
     #[test]
@@ -556,7 +560,7 @@ pub(crate) mod tests {
         s.apply_workload(Kind::CronJob, &cronjob("ns", "cron", &[&new]));
         let after = run(&s, ms(T0) + 11_000);
         assert!(after.plans.is_empty());
-        assert_eq!(after.done, [("ns".into(), "cfg".into(), h('b'))]);
+        assert_eq!(after.done, [("ns".into(), SourceId::configmap("cfg"), h('b'))]);
         s.apply_configmap(&source("ns", "cfg", &h('b'), &[(names::CHANGED_AT, T0), (names::PROPAGATED, &h('b'))]));
         assert_eq!(run(&s, ms(T0) + 12_000), Propagation { behind: after.behind.clone(), held: after.held.clone(), ..Default::default() });
     }
@@ -582,7 +586,7 @@ pub(crate) mod tests {
         let names: Vec<&str> = due.plans.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["held-at-x"]);
         assert_eq!(due.plans[0].trigger_value(), format!("cfg={}", h('b')));
-        assert_eq!(due.plans[0].released, ["cfg"], "the move releases the hold");
+        assert_eq!(due.plans[0].released, [SourceId::configmap("cfg")], "the move releases the hold");
     }
 
     #[test]
@@ -599,12 +603,12 @@ pub(crate) mod tests {
         // Issue 27.11: a hold stands against changes of a versioned source; there are none any
         // more, and the plain name is where later edits reach it.
         assert_eq!(names, ["held", "pinned"], "plain already stays; held moves too");
-        assert_eq!(due.plans[0].released, ["cfg"], "its owner is told the hold went");
+        assert_eq!(due.plans[0].released, [SourceId::configmap("cfg")], "its owner is told the hold went");
         s.apply_workload(Kind::Deployment, &workload("ns", "pinned", &["cfg"], &[]));
         s.apply_workload(Kind::Deployment, &workload("ns", "held", &["cfg"], &[]));
         let after = run(&s, ms(T0) + 11_000);
         assert!(after.plans.is_empty());
-        assert_eq!(after.done, [("ns".into(), "cfg".into(), h('b'))], "recorded, so never again");
+        assert_eq!(after.done, [("ns".into(), SourceId::configmap("cfg"), h('b'))], "recorded, so never again");
     }
 
     /// Issue 27.11, the admin's selector: a source it newly excludes whose only pinned workload
@@ -620,7 +624,7 @@ pub(crate) mod tests {
         s.apply_workload(Kind::Deployment, &workload("ns", "held", &[&old], &[(names::HELD, "cfg"), (names::HELD_HEADS, &heads)]));
         let policy = Policy { excluded_sources: "ca-bundle=true".parse().unwrap(), ..Policy::default() };
         let (touches, unknown) = versioning_touches(&s, &policy, &policy::Selector::default());
-        assert_eq!((touches, unknown), (vec![("ns".to_owned(), "cfg".to_owned())], vec![]));
+        assert_eq!((touches, unknown), (vec![("ns".to_owned(), SourceId::configmap("cfg"))], vec![]));
     }
 
     /// Issue 27.8, the admin's selector: a source that never had a head (no write of it passed
@@ -636,7 +640,7 @@ pub(crate) mod tests {
         s.apply_workload(Kind::Deployment, &workload("ns", "plain", &["idle"], &[]));
         let policy = Policy { excluded_sources: "ca-bundle=true".parse().unwrap(), ..Policy::default() };
         let (touches, unknown) = versioning_touches(&s, &policy, &policy::Selector::default());
-        assert_eq!((touches, unknown), (vec![("ns".to_owned(), "cfg".to_owned())], vec![]));
+        assert_eq!((touches, unknown), (vec![("ns".to_owned(), SourceId::configmap("cfg"))], vec![]));
     }
 
     #[test]

@@ -65,6 +65,8 @@ pub struct KindDef {
     pub name: &'static str,
     /// Plural resource name.
     pub resource: &'static str,
+    /// kubectl's short names for the resource (`deploy`), which the plugin also takes.
+    pub short_names: &'static [&'static str],
     /// JSON pointer of the pod template in an object of this kind.
     pub template: &'static str,
     pub shape: Shape,
@@ -108,6 +110,7 @@ const fn workload(
         kind,
         name: kind,
         resource,
+        short_names: &[],
         template,
         shape: Shape::PodTemplate,
         role: Role::Workload,
@@ -119,16 +122,26 @@ const fn workload(
     }
 }
 
-static DEPLOYMENT: KindDef = workload("apps", &["v1"], "Deployment", "deployments", "/spec/template", DEPLOYMENT_HISTORY, 0);
-static STATEFULSET: KindDef = workload("apps", &["v1"], "StatefulSet", "statefulsets", "/spec/template", History::ControllerRevisions, 1);
-static DAEMONSET: KindDef = workload("apps", &["v1"], "DaemonSet", "daemonsets", "/spec/template", History::ControllerRevisions, 2);
+static DEPLOYMENT: KindDef =
+    KindDef { short_names: &["deploy"], ..workload("apps", &["v1"], "Deployment", "deployments", "/spec/template", DEPLOYMENT_HISTORY, 0) };
+static STATEFULSET: KindDef = KindDef {
+    short_names: &["sts"],
+    ..workload("apps", &["v1"], "StatefulSet", "statefulsets", "/spec/template", History::ControllerRevisions, 1)
+};
+static DAEMONSET: KindDef = KindDef {
+    short_names: &["ds"],
+    ..workload("apps", &["v1"], "DaemonSet", "daemonsets", "/spec/template", History::ControllerRevisions, 2)
+};
 static JOB: KindDef = KindDef {
     template_mutable: false,
     propagates: false,
     run_of: Some(("batch", "CronJob")),
     ..workload("batch", &["v1"], "Job", "jobs", "/spec/template", History::None, 3)
 };
-static CRONJOB: KindDef = workload("batch", &["v1", "v1beta1"], "CronJob", "cronjobs", "/spec/jobTemplate/spec/template", History::None, 4);
+static CRONJOB: KindDef = KindDef {
+    short_names: &["cj"],
+    ..workload("batch", &["v1", "v1beta1"], "CronJob", "cronjobs", "/spec/jobTemplate/spec/template", History::None, 4)
+};
 // A revision kind's `history` says which store it is.
 static REPLICASET: KindDef = KindDef {
     role: Role::Revision,
@@ -187,6 +200,14 @@ impl Kind {
 
     pub fn group(self) -> &'static str {
         self.0.group
+    }
+
+    /// Whether a user typed this kind as `typed` (lower case), as kubectl takes it: the kind,
+    /// its resource or a short name, with or without `.group` (`deploy`, `deployments.apps`).
+    pub fn typed_as(self, typed: &str) -> bool {
+        let suffix = [".", self.0.group].concat();
+        let base = typed.strip_suffix(suffix.as_str()).filter(|_| !self.0.group.is_empty()).unwrap_or(typed);
+        base.eq_ignore_ascii_case(self.0.kind) || base == self.0.resource || self.0.short_names.contains(&base)
     }
 
     /// JSON pointer of the pod template.
@@ -570,6 +591,7 @@ impl Checked {
             kind: s(&e.kind),
             name: s(&format!("{}.{}", e.kind, e.group)),
             resource: s(&e.resource),
+            short_names: &[],
             template: s(&self.template),
             shape: Shape::PodTemplate,
             role: Role::Workload,
@@ -613,6 +635,7 @@ pub mod tests {
         kind: "Rollout",
         name: "Rollout.example.io",
         resource: "rollouts",
+        short_names: &[],
         template: "/spec/workload/template",
         shape: Shape::PodTemplate,
         role: Role::Workload,
@@ -630,6 +653,7 @@ pub mod tests {
         kind: "StatefulSet",
         name: "StatefulSet.apps.kruise.io",
         resource: "statefulsets",
+        short_names: &["sts"],
         template: "/spec/template",
         shape: Shape::PodTemplate,
         role: Role::Workload,
@@ -643,6 +667,22 @@ pub mod tests {
     pub fn with_rollout() -> &'static Registry {
         static R: LazyLock<Registry> = LazyLock::new(|| Registry::builtin().clone().with(&ROLLOUT).expect("one Rollout"));
         &R
+    }
+
+    #[test]
+    fn kinds_are_typed_as_kubectl_takes_them() {
+        for typed in ["deployment", "deployments", "deploy", "deployments.apps", "deploy.apps", "Deployment"] {
+            assert!(Kind::Deployment.typed_as(&typed.to_ascii_lowercase()), "{typed}");
+        }
+        for typed in ["cj", "cronjobs.batch", "cronjob"] {
+            assert!(Kind::CronJob.typed_as(typed), "{typed}");
+        }
+        // Another group's kind of the same name is not the built-in.
+        assert!(!Kind::StatefulSet.typed_as("statefulsets.apps.kruise.io"));
+        assert!(!Kind::Deployment.typed_as("deployments.batch"));
+        assert!(!Kind::Deployment.typed_as("sts"));
+        assert!(!Kind::StatefulSet.typed_as("statefulsets.apps.kruise.io"));
+        assert!(Kind::new(&KRUISE_STATEFULSET).typed_as("sts.apps.kruise.io"));
     }
 
     #[test]

@@ -1,5 +1,9 @@
 //! Every label and annotation confighistory reads or writes, in one place, so a reader can find
-//! what a key means and which rule owns it.
+//! what a key means and which rule owns it, and how annotation entries name sources.
+
+use std::collections::BTreeMap;
+
+use super::source::{SourceId, SourceKind};
 
 /// The prefix of every annotation and label confighistory reads or writes: the caches, and the
 /// parse of a workload review, keep only annotations under it.
@@ -64,6 +68,62 @@ pub const ROOT_CA: &str = "kube-root-ca.crt";
 /// Namespaces confighistory never acts in, whatever the webhook configuration says.
 pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
 
+/// The separator of a kind prefix from a name in an annotation entry naming a source
+/// (`secret/db`): object names cannot contain it, so no bare name is ever read as prefixed.
+pub const KIND_SEPARATOR: char = '/';
+
+/// The source an annotation entry names (pins, holds, held heads, the propagation trigger): a
+/// bare name is a ConfigMap, as every entry was before there were other source kinds; another
+/// kind is written `prefix/name` ([`SourceKind::entry_prefix`]), so adding one migrates nothing.
+///
+/// An entry whose prefix this version does not know (`secret/db` before Secrets are sources) is
+/// `None`, and its caller leaves the entry out rather than failing the whole annotation: such an
+/// entry can only have been written by a newer version (a rollback, or two versions side by side
+/// during an upgrade) or by hand, it cannot name a ConfigMap (names have no `/`), and refusing it
+/// would lose the ConfigMap entries beside it, or deny the workload's every update.
+pub fn parse_source(entry: &str) -> Option<SourceId> {
+    match entry.split_once(KIND_SEPARATOR) {
+        None => Some(SourceId::configmap(entry)),
+        Some((prefix, name)) => {
+            let kind = SourceKind::ALL.into_iter().find(|k| k.entry_prefix() == Some(prefix))?;
+            Some(SourceId::new(kind, name))
+        }
+    }
+}
+
+/// The annotation entry naming `id`, as [`parse_source`] reads it (also `SourceId`'s `Display`).
+pub fn write_source_entry(id: &SourceId, f: &mut impl std::fmt::Write) -> std::fmt::Result {
+    if let Some(prefix) = id.kind.entry_prefix() {
+        f.write_str(prefix)?;
+        f.write_char(KIND_SEPARATOR)?;
+    }
+    f.write_str(&id.name)
+}
+
+/// A JSON object of source entries → strings (`pins`, `held-heads`); a malformed value is empty,
+/// an entry of an unknown kind left out ([`parse_source`]).
+pub fn parse_source_map(value: &str) -> BTreeMap<SourceId, String> {
+    let entries: BTreeMap<String, String> = serde_json::from_str(value).unwrap_or_default();
+    entries.into_iter().filter_map(|(k, v)| Some((parse_source(&k)?, v))).collect()
+}
+
+/// The items of [`PROPAGATE`] (`source=hash,...`): each source named, with the hash the
+/// controller asks for (empty when an item names only the source).
+pub fn parse_trigger(value: &str) -> BTreeMap<SourceId, String> {
+    value
+        .split(',')
+        .map(|p| p.split_once('=').unwrap_or((p, "")))
+        .map(|(s, h)| (s.trim(), h.trim()))
+        .filter(|(s, _)| !s.is_empty())
+        .filter_map(|(s, h)| Some((parse_source(s)?, h.to_owned())))
+        .collect()
+}
+
+/// The value of [`PROPAGATE`] asking for `items`, as [`parse_trigger`] reads it.
+pub fn format_trigger(items: &BTreeMap<SourceId, String>) -> String {
+    items.iter().map(|(s, h)| format!("{s}={h}")).collect::<Vec<_>>().join(",")
+}
+
 /// An RFC 1123 DNS label (namespace names): at most 63 lowercase alphanumerics or `-`, starting
 /// and ending alphanumeric. Checked before a request-supplied name is logged or put in a path.
 pub fn is_dns_label(s: &str) -> bool {
@@ -92,5 +152,39 @@ mod tests {
         assert!(is_dns_subdomain("pricing-config.v1") && !is_dns_subdomain("../secrets/x") && !is_dns_subdomain("a..b"));
         assert!(!is_dns_subdomain("a\nb") && !is_dns_subdomain(&"a".repeat(254)) && !is_dns_subdomain("x/status"));
         assert!(is_dns_subdomain(&"a".repeat(253)), "no per-part limit in object names");
+    }
+
+    #[test]
+    fn an_entry_without_a_kind_is_a_configmap_and_reads_back_as_written() {
+        let db = SourceId::configmap("db");
+        assert_eq!(parse_source("db"), Some(db.clone()));
+        assert_eq!(db.to_string(), "db", "written byte for byte as before kinds");
+        for id in [db, SourceId::configmap("pricing-config.v1"), SourceId::configmap("<too long>")] {
+            assert_eq!(parse_source(&id.to_string()).as_ref(), Some(&id));
+        }
+    }
+
+    #[test]
+    fn a_prefixed_entry_is_never_the_configmap_of_its_name() {
+        // `secret/db` is how a Secret named db will be written; until Secrets are sources it is
+        // an entry of an unknown kind, left out, and never the ConfigMap db.
+        assert_ne!(parse_source("secret/db"), parse_source("db"));
+        assert_eq!(parse_source("secret/db"), None);
+        assert_eq!(parse_source("/db"), None, "an empty prefix is no kind either");
+        let pins = parse_source_map(r#"{"db":"h1","secret/db":"h2"}"#);
+        assert_eq!(pins, [(SourceId::configmap("db"), "h1".to_owned())].into());
+        assert!(parse_source_map("not json").is_empty());
+        let trigger = parse_trigger(" db=h1, secret/db=h2 ,other,");
+        assert_eq!(trigger, [(SourceId::configmap("db"), "h1".to_owned()), (SourceId::configmap("other"), String::new())].into());
+        assert_eq!(format_trigger(&trigger), "db=h1,other=");
+    }
+
+    #[test]
+    fn source_maps_serialize_as_the_annotations_always_did() {
+        let pins: BTreeMap<SourceId, String> =
+            [(SourceId::configmap("b"), "h2".to_owned()), (SourceId::configmap("a\"\\"), "h1".to_owned())].into();
+        let strings: BTreeMap<String, String> = pins.iter().map(|(k, v)| (k.name.clone(), v.clone())).collect();
+        assert_eq!(serde_json::to_string(&pins).unwrap(), serde_json::to_string(&strings).unwrap());
+        assert_eq!(parse_source_map(&serde_json::to_string(&pins).unwrap()), pins);
     }
 }

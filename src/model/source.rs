@@ -20,16 +20,102 @@ pub enum SourceKind {
 }
 
 impl SourceKind {
+    /// Every source kind, for parsing and tests.
+    pub const ALL: [SourceKind; 1] = [SourceKind::ConfigMap];
+
     pub fn as_str(self) -> &'static str {
         match self {
             SourceKind::ConfigMap => CONFIGMAP,
         }
     }
+
+    /// The prefix of this kind's entries in workload annotations (`secret/db`), `None` for a
+    /// bare name: ConfigMaps, the one kind entries named before there were others
+    /// ([`names::parse_source`]).
+    pub fn entry_prefix(self) -> Option<&'static str> {
+        match self {
+            SourceKind::ConfigMap => None,
+        }
+    }
+}
+
+/// Which source: its kind and its name (namespaces are the caller's). The key of every map,
+/// cache record, port call, fresh read, effect and annotation entry about a source, so that a
+/// ConfigMap and (later) a Secret of the same name never meet. Ordered by kind, then name: the
+/// order annotations list their entries in. Its `Display` is its annotation entry
+/// ([`names::source_entry`]): a ConfigMap's bare name, as every message has always named it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceId {
+    pub kind: SourceKind,
+    pub name: String,
+}
+
+impl SourceId {
+    pub fn new(kind: SourceKind, name: impl Into<String>) -> SourceId {
+        SourceId { kind, name: name.into() }
+    }
+
+    pub fn configmap(name: impl Into<String>) -> SourceId {
+        SourceId::new(SourceKind::ConfigMap, name)
+    }
+
+    /// The same kind, another name: a snapshot of a source is an object of the source's kind.
+    pub fn with_name(&self, name: impl Into<String>) -> SourceId {
+        SourceId::new(self.kind, name)
+    }
+
+    /// Its kind's name, for messages that name the object (`read ConfigMap shop/cfg`).
+    pub fn kind_str(&self) -> &'static str {
+        self.kind.as_str()
+    }
+}
+
+impl std::fmt::Display for SourceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        names::write_source_entry(self, f)
+    }
+}
+
+/// As its annotation entry: a map keyed by source serializes as the JSON object annotations hold.
+impl serde::Serialize for SourceId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.kind.entry_prefix() {
+            None => s.serialize_str(&self.name),
+            Some(_) => s.collect_str(self),
+        }
+    }
+}
+
+/// The root CA bundle Kubernetes publishes into every namespace: never a versioned source.
+pub fn is_root_ca(id: &SourceId) -> bool {
+    id.kind == SourceKind::ConfigMap && id.name == names::ROOT_CA
 }
 
 /// Whether (group, kind) is a source kind.
 pub fn is_source_kind(group: &str, kind: &str) -> bool {
-    group.is_empty() && kind == CONFIGMAP
+    SourceKind::of(group, kind).is_some()
+}
+
+impl SourceKind {
+    /// The source kind of (group, kind), if it is one: identified by both, never by the kind
+    /// string alone.
+    pub fn of(group: &str, kind: &str) -> Option<SourceKind> {
+        SourceKind::ALL.into_iter().find(|k| k.group() == group && k.as_str() == kind)
+    }
+
+    /// The API group (core: empty).
+    pub fn group(self) -> &'static str {
+        match self {
+            SourceKind::ConfigMap => "",
+        }
+    }
+
+    /// The API resource (plural) its objects are served as.
+    pub fn resource(self) -> &'static str {
+        match self {
+            SourceKind::ConfigMap => "configmaps",
+        }
+    }
 }
 
 /// A mutable ConfigMap that is not a snapshot (nor the root CA bundle Kubernetes publishes),
@@ -87,12 +173,18 @@ pub fn snapshot_source<'a>(name: &'a str, obj: &'a impl Meta) -> Option<&'a str>
 
 /// Held sources, each with the head its hold was taken at (docs/behaviour.md §2); `None` for a hold recorded
 /// without its head (held against every change, as holds were before heads were recorded).
-pub type Holds = BTreeMap<String, Option<String>>;
+pub type Holds = BTreeMap<SourceId, Option<String>>;
 
-/// A workload's holds, from its `held` and `held-heads` annotations.
+/// A workload's holds, from its `held` and `held-heads` annotations (entries of a kind this
+/// version does not know are left out: [`names::parse_source`]).
 pub fn holds(obj: &impl Meta) -> Holds {
     let heads: BTreeMap<String, String> = obj.annotation(names::HELD_HEADS).and_then(|h| serde_json::from_str(h).ok()).unwrap_or_default();
-    list(obj.annotation(names::HELD)).map(|s| (s.to_owned(), heads.get(s).cloned())).collect()
+    list(obj.annotation(names::HELD)).filter_map(|s| Some((names::parse_source(s)?, heads.get(s).cloned()))).collect()
+}
+
+/// A workload's pins, from its `pins` annotation: source → hash (a malformed value pins nothing).
+pub fn pins(obj: &impl Meta) -> BTreeMap<SourceId, String> {
+    names::parse_source_map(obj.annotation(names::PINS).unwrap_or_default())
 }
 
 /// Whether a hold taken at head `held_at` stands against the source's head `head`: a hold stands

@@ -7,16 +7,18 @@ use crate::model::digest::{Digest, Sha256};
 use serde_json::Value;
 
 use crate::model::names;
+use crate::model::source::{SourceId, SourceKind};
 
 /// Workload kinds live in [`crate::model::kinds`]; re-exported where templates are read.
 pub use crate::model::kinds::Kind;
 
-/// One ConfigMap reference inside a pod template.
+/// One reference to a source inside a pod template.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ref {
     /// JSON pointer to the name string, relative to the template.
     pub pointer: String,
-    pub name: String,
+    /// The object named: a source, or a snapshot of one (of the same kind).
+    pub id: SourceId,
     pub optional: bool,
 }
 
@@ -42,19 +44,19 @@ impl Ref {
     }
 }
 
-/// Every ConfigMap reference in a pod template, in document order.
+/// Every source reference in a pod template (ConfigMaps), in document order.
 pub fn refs(template: &Value) -> Vec<Ref> {
     let mut out = Vec::new();
     let Some(spec) = template.get("spec") else { return out };
     if let Some(volumes) = spec.get("volumes").and_then(Value::as_array) {
         for (i, vol) in volumes.iter().enumerate() {
             if let Some(cm) = vol.get("configMap") {
-                push(&mut out, cm, format!("/spec/volumes/{i}/configMap"));
+                push(&mut out, SourceKind::ConfigMap, cm, format!("/spec/volumes/{i}/configMap"));
             }
             if let Some(sources) = vol.get("projected").and_then(|p| p.get("sources")).and_then(Value::as_array) {
                 for (j, src) in sources.iter().enumerate() {
                     if let Some(cm) = src.get("configMap") {
-                        push(&mut out, cm, format!("/spec/volumes/{i}/projected/sources/{j}/configMap"));
+                        push(&mut out, SourceKind::ConfigMap, cm, format!("/spec/volumes/{i}/projected/sources/{j}/configMap"));
                     }
                 }
             }
@@ -66,14 +68,14 @@ pub fn refs(template: &Value) -> Vec<Ref> {
             if let Some(env) = container.get("env").and_then(Value::as_array) {
                 for (e, var) in env.iter().enumerate() {
                     if let Some(r) = var.get("valueFrom").and_then(|v| v.get("configMapKeyRef")) {
-                        push(&mut out, r, format!("/spec/{list}/{c}/env/{e}/valueFrom/configMapKeyRef"));
+                        push(&mut out, SourceKind::ConfigMap, r, format!("/spec/{list}/{c}/env/{e}/valueFrom/configMapKeyRef"));
                     }
                 }
             }
             if let Some(env_from) = container.get("envFrom").and_then(Value::as_array) {
                 for (e, from) in env_from.iter().enumerate() {
                     if let Some(r) = from.get("configMapRef") {
-                        push(&mut out, r, format!("/spec/{list}/{c}/envFrom/{e}/configMapRef"));
+                        push(&mut out, SourceKind::ConfigMap, r, format!("/spec/{list}/{c}/envFrom/{e}/configMapRef"));
                     }
                 }
             }
@@ -82,16 +84,17 @@ pub fn refs(template: &Value) -> Vec<Ref> {
     out
 }
 
-fn push(out: &mut Vec<Ref>, holder: &Value, mut pointer: String) {
+fn push(out: &mut Vec<Ref>, kind: SourceKind, holder: &Value, mut pointer: String) {
     if let Some(name) = holder.get("name").and_then(Value::as_str) {
         pointer.push_str("/name");
-        out.push(Ref { pointer, name: name.to_owned(), optional: holder.get("optional").and_then(Value::as_bool).unwrap_or(false) });
+        let id = SourceId::new(kind, name);
+        out.push(Ref { pointer, id, optional: holder.get("optional").and_then(Value::as_bool).unwrap_or(false) });
     }
 }
 
-/// Distinct names referenced by a template.
-pub fn ref_names(template: &Value) -> BTreeSet<String> {
-    refs(template).into_iter().map(|r| r.name).collect()
+/// Distinct objects referenced by a template.
+pub fn ref_sources(template: &Value) -> BTreeSet<SourceId> {
+    refs(template).into_iter().map(|r| r.id).collect()
 }
 
 /// Canonical hash of a pod template, comparable across a workload and its revisions:
@@ -173,7 +176,7 @@ mod tests {
     #[test]
     fn finds_every_reference_kind() {
         let r = refs(&template());
-        let got: Vec<(&str, &str, bool)> = r.iter().map(|r| (r.pointer.as_str(), r.name.as_str(), r.optional)).collect();
+        let got: Vec<(&str, &str, bool)> = r.iter().map(|r| (r.pointer.as_str(), r.id.name.as_str(), r.optional)).collect();
         assert_eq!(
             got,
             vec![
@@ -186,7 +189,7 @@ mod tests {
         );
         let t = template();
         for r in &r {
-            assert_eq!(t.pointer(&r.pointer).and_then(Value::as_str), Some(r.name.as_str()));
+            assert_eq!(t.pointer(&r.pointer).and_then(Value::as_str), Some(r.id.name.as_str()));
         }
         let fields: Vec<String> = r.iter().map(Ref::field).collect();
         assert_eq!(

@@ -14,7 +14,7 @@ use crate::model::names;
 use crate::model::policy::{Policy, Selector};
 use crate::model::published::{self, EffectiveConfig};
 use crate::model::snapshot::{self, Content};
-use crate::model::source;
+use crate::model::source::{self, SourceId, SourceKind};
 use crate::model::template::{self, Kind};
 
 /// The revision annotation of a ReplicaSet-kept history (its owner's kind's), or of a workload
@@ -158,8 +158,19 @@ impl Workload {
         })
     }
     pub fn held(&self) -> BTreeSet<String> {
-        source::holds(&self.object).into_keys().collect()
+        configmap_names(source::holds(&self.object).into_keys())
     }
+}
+
+/// The names of the ConfigMaps among `ids`: the sources the plugin shows (an inventory of
+/// ConfigMaps, by name).
+fn configmap_names(ids: impl IntoIterator<Item = SourceId>) -> BTreeSet<String> {
+    ids.into_iter().filter(|id| id.kind == SourceKind::ConfigMap).map(|id| id.name).collect()
+}
+
+/// The ConfigMaps a template references, by name.
+pub fn configmap_refs(template: &Value) -> BTreeSet<String> {
+    configmap_names(template::ref_sources(template))
 }
 
 pub fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
@@ -364,15 +375,15 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
         let is_head = head.as_deref() == Some(s.hash.as_str());
         let mut used_by = Vec::new();
         for w in &workloads {
-            let current = template::ref_names(w.template()).contains(&s.name);
-            let pinned: Vec<i64> = w.revisions.iter().filter(|(_, t)| template::ref_names(t).contains(&s.name)).map(|(r, _)| *r).collect();
+            let current = configmap_refs(w.template()).contains(&s.name);
+            let pinned: Vec<i64> = w.revisions.iter().filter(|(_, t)| configmap_refs(t).contains(&s.name)).map(|(r, _)| *r).collect();
             if current || !pinned.is_empty() {
                 used_by.push(Usage { workload: w.reference(), current, revisions: pinned, adopted: false });
             }
             let adopted: Vec<i64> = w
                 .revisions
                 .iter()
-                .filter(|(_, t)| template::ref_names(t).contains(source) && s.adopted.contains(&template::template_hash(t)))
+                .filter(|(_, t)| configmap_refs(t).contains(source) && s.adopted.contains(&template::template_hash(t)))
                 .map(|(r, _)| *r)
                 .collect();
             if !adopted.is_empty() {
@@ -383,10 +394,10 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
         if is_head && source_obj.is_some() {
             kept_by.push("head".to_owned());
         }
-        if live.iter().any(|t| template::ref_names(t).contains(&s.name)) {
+        if live.iter().any(|t| configmap_refs(t).contains(&s.name)) {
             kept_by.push("workload".into());
         }
-        if revision_templates.iter().any(|t| template::ref_names(t).contains(&s.name)) {
+        if revision_templates.iter().any(|t| configmap_refs(t).contains(&s.name)) {
             kept_by.push("revision".into());
         }
         if s.adopted.iter().any(|h| revision_hashes.contains(h)) {
@@ -586,26 +597,35 @@ fn text(v: Option<&(String, bool)>) -> &str {
 /// Parses `deployment/NAME`, `sts/NAME`, … or a bare NAME (a Deployment).
 pub fn parse_workload(s: &str) -> Result<WorkloadRef> {
     let (kind, name) = match s.split_once('/') {
-        None => ("deployment", s),
+        None => (Kind::Deployment.as_str(), s),
         Some((k, n)) => (k, n),
     };
     let typed = kind.to_ascii_lowercase();
-    let kind = match typed.trim_end_matches(".apps").trim_end_matches(".batch") {
-        "deployment" | "deployments" | "deploy" => "Deployment",
-        "statefulset" | "statefulsets" | "sts" => "StatefulSet",
-        "daemonset" | "daemonsets" | "ds" => "DaemonSet",
-        "cronjob" | "cronjobs" | "cj" => "CronJob",
-        "job" | "jobs" => bail!("unsupported workload kind \"job\": use deployment/NAME, statefulset/NAME, daemonset/NAME, cronjob/NAME or NAME (a Job has no rollout history)"),
+    let usage = || {
+        let kinds: Vec<String> = undoable().map(|k| format!("{}/NAME", k.as_str().to_ascii_lowercase())).collect();
+        format!("use {} or NAME", kinds.join(", "))
+    };
+    let builtin = Kind::BUILTIN.into_iter().filter(|k| k.is_workload()).find(|k| k.typed_as(&typed));
+    let kind = match builtin {
+        Some(k) if !k.template_mutable() => {
+            bail!("unsupported workload kind {typed:?}: {} (a {} has no rollout history)", usage(), k.as_str())
+        }
+        Some(k) => k.as_str(),
         // Perhaps a kind the server registers: told once its configuration is read
         // (`Inventory::resolve`). Only a Kubernetes name is kept.
-        _ if names::is_dns_subdomain(&typed) => typed.as_str(),
-        other => bail!("unsupported workload kind {other:?}: use deployment/NAME, statefulset/NAME, daemonset/NAME, cronjob/NAME or NAME"),
+        None if names::is_dns_subdomain(&typed) => typed.as_str(),
+        None => bail!("unsupported workload kind {typed:?}: {}", usage()),
     };
     // The name goes into a request path.
     if !names::is_dns_subdomain(name) {
         bail!("{s:?} is not a valid workload name: use KIND/NAME or NAME");
     }
     Ok(WorkloadRef { kind: kind.into(), name: name.into() })
+}
+
+/// The built-in kinds the plugin shows and undoes (a Job's template never changes).
+fn undoable() -> impl Iterator<Item = Kind> {
+    Kind::BUILTIN.into_iter().filter(|k| k.is_workload() && k.template_mutable())
 }
 
 /// Images of a template's containers.
@@ -628,7 +648,7 @@ pub fn images(template: &Value) -> Vec<Image> {
 pub fn config_uses(inv: &Inventory, template: &Value) -> Vec<ConfigUse> {
     let snaps = inv.snaps();
     let tpl_hash = template::template_hash(template);
-    let mut out: Vec<ConfigUse> = template::ref_names(template)
+    let mut out: Vec<ConfigUse> = configmap_refs(template)
         .into_iter()
         .map(|name| {
             if let Some(s) = snaps.iter().find(|s| s.name == name) {
@@ -841,12 +861,13 @@ pub fn sources(
     }
     for w in workloads {
         let ns = meta(w, "namespace").unwrap_or_default().to_owned();
-        let pins: BTreeMap<String, String> = annotation(w, names::PINS).and_then(|p| serde_json::from_str(p).ok()).unwrap_or_default();
-        let held = source::holds(w);
+        let pins: BTreeMap<String, String> =
+            source::pins(w).into_iter().filter(|(id, _)| id.kind == SourceKind::ConfigMap).map(|(id, h)| (id.name, h)).collect();
+        let held = configmap_names(source::holds(w).into_keys());
         for (source, hash) in &pins {
             let Some(row) = rows.get_mut(&(ns.clone(), source.clone())) else { continue };
             row.workloads += 1;
-            if held.contains_key(source) {
+            if held.contains(source) {
                 row.held += 1;
             } else if row.head.as_ref().is_some_and(|h| h != hash) {
                 row.behind += 1;

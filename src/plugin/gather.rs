@@ -10,7 +10,8 @@ use serde_json::{json, Value};
 use super::build::{self, Inventory, Workload};
 use crate::model::kinds::{History, Registry};
 use crate::model::names;
-use crate::model::template::{self, Kind};
+use crate::model::source::SourceKind;
+use crate::model::template::Kind;
 
 /// Field manager of the plugin's writes.
 pub const FIELD_MANAGER: &str = "kubectl-confighistory";
@@ -136,7 +137,7 @@ pub async fn inventory(ctx: &Ctx, sources: &[&str]) -> Result<Inventory> {
     let mut wanted: std::collections::BTreeSet<String> = sources.iter().map(|s| s.to_string()).collect();
     let snap_names: std::collections::BTreeMap<String, String> = inv.snaps().into_iter().map(|s| (s.name, s.source)).collect();
     for w in inv.workloads() {
-        for name in template::ref_names(w.template()) {
+        for name in build::configmap_refs(w.template()) {
             wanted.insert(snap_names.get(&name).cloned().unwrap_or(name));
         }
     }
@@ -145,7 +146,7 @@ pub async fn inventory(ctx: &Ctx, sources: &[&str]) -> Result<Inventory> {
     for name in wanted.into_iter().filter(|n| names::is_dns_subdomain(n)) {
         if let Some(cm) = cms.get_opt(&name).await.map_err(|e| api_err(e, &format!("get configmap {name}")))? {
             let mut v = serde_json::to_value(cm)?;
-            v["kind"] = json!("ConfigMap");
+            v["kind"] = json!(SourceKind::ConfigMap.as_str());
             inv.sources.insert(name, v);
         }
     }

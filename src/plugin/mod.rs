@@ -220,7 +220,10 @@ fn workload_name(w: &model::WorkloadRef) -> String {
     // A registered kind is named `Kind.group` already.
     let (kind, group) = match w.kind.split_once('.') {
         Some((kind, group)) => (kind, group),
-        None => (w.kind.as_str(), if matches!(w.kind.as_str(), "CronJob" | "Job") { "batch" } else { "apps" }),
+        None => {
+            let group = crate::model::template::Kind::BUILTIN.into_iter().find(|k| k.as_str() == w.kind).map_or("apps", |k| k.group());
+            (w.kind.as_str(), group)
+        }
     };
     format!("{}.{group}/{}", kind.to_lowercase(), w.name)
 }

@@ -21,7 +21,7 @@ use crate::cluster::{ApiError, Cluster};
 use crate::context::Context;
 use crate::model::kinds::{Kind, Registry};
 use crate::model::policy::{Mode, Policy};
-use crate::model::source;
+use crate::model::source::{self, SourceId};
 use crate::store;
 
 pub mod limits;
@@ -202,7 +202,8 @@ pub fn expected(endpoint: Endpoint, req: &review::Request, kinds: &Registry) -> 
     let (k, r) = (&req.kind, &req.resource);
     let same_resource = r.group == k.group && r.version == k.version;
     let workload = || same_resource && kinds.admits(&k.group, &k.version, &k.kind, &r.resource).is_some();
-    let source = || same_resource && k.version == "v1" && r.resource == "configmaps" && source::is_source_kind(&k.group, &k.kind);
+    let source =
+        || same_resource && k.version == "v1" && source::SourceKind::of(&k.group, &k.kind).is_some_and(|s| s.resource() == r.resource);
     let (known, operations): (bool, &[review::Operation]) = match endpoint {
         Endpoint::Mutate => (workload() || source(), &[review::Operation::Create, review::Operation::Update]),
         Endpoint::Validate => (workload(), &[review::Operation::Create, review::Operation::Update]),
@@ -239,10 +240,9 @@ pub fn expected(endpoint: Endpoint, req: &review::Request, kinds: &Registry) -> 
 /// The `kind` label of a request: its registered kind's name, else `other` (a request-supplied
 /// string never becomes a label value).
 fn kind_label(kinds: &Registry, k: &review::GroupVersionKind) -> &'static str {
-    if source::is_source_kind(&k.group, &k.kind) {
-        source::CONFIGMAP
-    } else {
-        kinds.workload(&k.group, &k.kind).map_or("other", Kind::name)
+    match source::SourceKind::of(&k.group, &k.kind) {
+        Some(kind) => kind.as_str(),
+        None => kinds.workload(&k.group, &k.kind).map_or("other", Kind::name),
     }
 }
 
@@ -301,47 +301,47 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                     Err((_, failure)) => return (failure.denial, Reason::ApiError),
                 }
             }
-            Outcome::Fetch(names) if fetches < 2 => {
+            Outcome::Fetch(ids) if fetches < 2 => {
                 fetches += 1;
-                let unread: Vec<String> = names.into_iter().filter(|n| !fresh.contains_key(n) && !failed.contains_key(n)).collect();
+                let unread: Vec<SourceId> = ids.into_iter().filter(|n| !fresh.contains_key(n) && !failed.contains_key(n)).collect();
                 if place.is_none() {
                     place = Some(Box::pin(limits::api_place(&req.namespace)).await);
                 }
                 // At most MAX_SOURCES_READ distinct names per request are read (docs/behaviour.md §9a): the
                 // rest count as failed reads, and the decision says whether that denies.
                 let mut reads = Vec::new();
-                for name in unread {
+                for id in unread {
                     // A name from the request's template goes into an API path only when it is a
-                    // valid ConfigMap name (`../secrets/x` is not); any other cannot exist.
-                    if !crate::model::names::is_dns_subdomain(&name) {
-                        fresh.insert(name, None);
+                    // valid object name (`../secrets/x` is not); any other cannot exist.
+                    if !crate::model::names::is_dns_subdomain(&id.name) {
+                        fresh.insert(id, None);
                     } else if fresh.len() + failed.len() + reads.len() >= MAX_SOURCES_READ {
-                        failed.insert(name, too_many_sources(&req.namespace));
+                        failed.insert(id, too_many_sources(&req.namespace));
                     } else {
-                        reads.push(name);
+                        reads.push(id);
                     }
                 }
                 // Read concurrently, a few at a time: one after another, N sources cost N round trips.
                 use futures::StreamExt as _;
                 let results: Vec<_> = Box::pin(
                     futures::stream::iter(reads)
-                        .map(|name| async move {
-                            let read = app.ctx.cluster.get_configmap(&req.namespace, &name).await;
-                            (name, read)
+                        .map(|id| async move {
+                            let read = app.ctx.cluster.get_source(&req.namespace, &id).await;
+                            (id, read)
                         })
                         .buffer_unordered(READ_CONCURRENCY)
                         .collect(),
                 )
                 .await;
-                for (name, read) in results {
+                for (id, read) in results {
                     match read {
                         Ok(obj) => {
-                            fresh.insert(name, obj);
+                            fresh.insert(id, obj);
                         }
                         // The decision says whether this denies the request (docs/behaviour.md §6.2.1).
                         Err(e) => {
-                            let failure = failure(&format!("read ConfigMap {}/{name}", req.namespace), &e);
-                            failed.insert(name, failure);
+                            let failure = failure(&format!("read {} {}/{}", id.kind_str(), req.namespace, id.name), &e);
+                            failed.insert(id, failure);
                         }
                     }
                 }
@@ -397,7 +397,7 @@ const MAX_PASSES: usize = 3 + 8;
 
 /// Runs the effects and answers; or the source whose snapshot could not be written, and why.
 /// `fresh`: what this admission read from the API server (effects may start from it).
-async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &Fresh) -> Result<Response, (String, Failure)> {
+async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &Fresh) -> Result<Response, (SourceId, Failure)> {
     let mut names = HashMap::new();
     let mut warnings = Vec::new();
     for effect in &decision.effects {
@@ -413,8 +413,9 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
                 names.insert((source.clone(), content.hash()), name);
             }
             Effect::UseSnapshot { namespace, source, name } => {
-                let read = fresh.get(name).and_then(Option::as_ref);
-                store::keep(app.ctx.cluster.as_ref(), namespace, name, read, req.dry_run())
+                let snapshot = source.with_name(name.as_str());
+                let read = fresh.get(&snapshot).and_then(Option::as_ref);
+                store::keep(app.ctx.cluster.as_ref(), namespace, &snapshot, read, req.dry_run())
                     .await
                     .map_err(|e| (source.clone(), store_failure(e)))?
             }
@@ -432,12 +433,12 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
 /// Records the head a workload was just pinned to on a source that had none, in the background (a
 /// no-op write the source's admission takes from confighistory alone, docs/behaviour.md §6.1); one
 /// that cannot be written is logged, and the next write of the source records it.
-fn record_head(app: &App, namespace: &str, source: &str, hash: &str) {
+fn record_head(app: &App, namespace: &str, source: &SourceId, hash: &str) {
     let patch = serde_json::json!({"metadata": {"annotations": {crate::model::names::HEAD: hash}}});
-    let (cluster, namespace, source) = (app.ctx.cluster.clone(), namespace.to_owned(), source.to_owned());
+    let (cluster, namespace, source) = (app.ctx.cluster.clone(), namespace.to_owned(), source.clone());
     tokio::spawn(
         async move {
-            if let Err(e) = cluster.patch_configmap(&namespace, &source, &patch).await {
+            if let Err(e) = cluster.patch_source(&namespace, &source, &patch).await {
                 tracing::warn!(namespace = %namespace, source = %source, error = %e, "could not record the source's head");
             }
         }
@@ -447,8 +448,8 @@ fn record_head(app: &App, namespace: &str, source: &str, hash: &str) {
 
 /// Says on the source that its snapshot met collisions (docs/behaviour.md §5), in the background: the answer
 /// does not wait for an Event, and one that cannot be written is logged, not retried.
-fn record_collision(app: &App, namespace: &str, source: &str, name: &str, collisions: &[store::Collision]) {
-    let uid = app.ctx.state.read().expect("state lock").configmap(namespace, source).map(|c| c.uid.clone()).unwrap_or_default();
+fn record_collision(app: &App, namespace: &str, source: &SourceId, name: &str, collisions: &[store::Collision]) {
+    let uid = app.ctx.state.read().expect("state lock").source(namespace, source).map(|c| c.uid.clone()).unwrap_or_default();
     let event = store::collision_event(namespace, source, &uid, name, collisions);
     let cluster = app.ctx.cluster.clone();
     tokio::spawn(
