@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use serde_json::Value;
 
 use crate::model::json::At;
-use crate::model::kinds::{History, Registry};
+use crate::model::kinds::Registry;
 use crate::model::meta::{self, Meta};
 use crate::model::names;
 use crate::model::policy;
@@ -498,15 +498,7 @@ impl State {
         let (ns, name) = key_of(obj);
         let meta = &obj["metadata"];
         let tpl = obj.at(kind.template_pointer()).cloned().unwrap_or(Value::Null);
-        let (revision, template_hash) = match kind.history() {
-            History::ControllerRevisions => (obj.get("revision").and_then(Value::as_i64).unwrap_or(0), kind.template_hash(&tpl)),
-            _ => {
-                // A ReplicaSet is numbered and labelled as its owner's kind does it.
-                let (annotation, hash_label) = self.kinds.replicaset_history(meta);
-                let revision = meta.get("annotations").and_then(|a| a.get(annotation)).and_then(Value::as_str);
-                (revision.and_then(|s| s.parse().ok()).unwrap_or(0), template::template_hash_without(&tpl, hash_label))
-            }
-        };
+        let (revision, template_hash) = self.kinds.revision_of(kind, obj);
         let info = RevisionInfo {
             owner_uid: controller_owner(meta).map(|(_, uid)| uid).unwrap_or_default(),
             created: str_at(meta, "creationTimestamp"),

@@ -173,6 +173,11 @@ fn a_registered_kinds_status_and_undo_are_a_deployments() {
     assert_eq!(rw.kind.template_hash(&r_target.1), dw.kind.template_hash(&d_target.1));
     let patch = build::rollback_patch(rw.kind, &rollout.revisions[1]).unwrap();
     assert!(patch[0]["value"]["metadata"]["labels"].get("rollouts-pod-template-hash").is_none(), "{patch}");
+    // The source's history names the Rollout's revisions where it named the Deployment's.
+    let (dh, rh) = (build::history(&deployment, SOURCE).unwrap(), build::history(&rollout, SOURCE).unwrap());
+    let rh = serde_json::to_string(&rh).unwrap();
+    assert!(rh.contains("Rollout.argoproj.io"), "{rh}");
+    assert_eq!(as_deployment(rh), serde_json::to_string(&dh).unwrap());
 }
 
 /// The server's published configuration, as `kubectl confighistory` reads it from the
@@ -202,9 +207,9 @@ fn pricing() -> WorkloadRef {
 fn undo_model(inv: &Inventory) -> Undo {
     let w = inv.workload(&pricing()).unwrap();
     let (rev, template) = build::undo_target(&w, 0).unwrap();
-    let before = build::revision_config(inv, w.current_revision(), w.template());
-    let target = build::revision_config(inv, Some(rev), &template);
-    let after = build::revision_config(inv, None, &template);
+    let before = build::revision_config(inv, w.kind, w.current_revision(), w.template());
+    let target = build::revision_config(inv, w.kind, Some(rev), &template);
+    let after = build::revision_config(inv, w.kind, None, &template);
     Undo { namespace: NS.into(), workload: pricing(), dry_run: false, skipped: false, before, target, after, held: vec![SOURCE.into()] }
 }
 
@@ -282,7 +287,7 @@ fn undo_golden_and_refusal() {
     // Revision 1 predates confighistory: its content is the adopted snapshot.
     let w = inv.workload(&pricing()).unwrap();
     let (_, t1) = build::undo_target(&w, 1).unwrap();
-    let r1 = build::revision_config(&inv, Some(1), &t1);
+    let r1 = build::revision_config(&inv, w.kind, Some(1), &t1);
     assert_eq!(r1.config[0].via, "adoption");
     assert!(build::check_target(&pricing(), &r1).is_ok());
 
@@ -291,7 +296,7 @@ fn undo_golden_and_refusal() {
     let s1 = snap_name(SOURCE, &contents()[0]);
     gone.snapshots.retain(|s| s["metadata"]["name"] != s1.as_str());
     let (_, t2) = build::undo_target(&w, 0).unwrap();
-    let err = build::check_target(&pricing(), &build::revision_config(&gone, Some(2), &t2)).unwrap_err().to_string();
+    let err = build::check_target(&pricing(), &build::revision_config(&gone, w.kind, Some(2), &t2)).unwrap_err().to_string();
     assert!(err.contains("refusing") && err.contains(&s1), "{err}");
     assert!(build::undo_target(&w, 7).unwrap_err().to_string().contains("unable to find specified revision 7"));
 }

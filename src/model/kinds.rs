@@ -437,6 +437,22 @@ impl Registry {
         self.find(group_of(api_version), obj.get("kind").and_then(Value::as_str)?)
     }
 
+    /// A revision object's number and template hash, as its history keeps them (a ReplicaSet's
+    /// numbered and labelled as its owner's kind does it): what adoption records and undo
+    /// compares against, so the server and the plugin read a revision the same way.
+    pub fn revision_of(&self, kind: Kind, obj: &Value) -> (i64, String) {
+        let tpl = crate::model::json::At::at(obj, kind.template_pointer()).unwrap_or(&Value::Null);
+        match kind.history() {
+            History::ControllerRevisions => (obj.get("revision").and_then(Value::as_i64).unwrap_or(0), kind.template_hash(tpl)),
+            _ => {
+                let meta = &obj["metadata"];
+                let (annotation, hash_label) = self.replicaset_history(meta);
+                let revision = meta.get("annotations").and_then(|a| a.get(annotation)).and_then(Value::as_str);
+                (revision.and_then(|s| s.parse().ok()).unwrap_or(0), crate::model::template::template_hash_without(tpl, hash_label))
+            }
+        }
+    }
+
     /// The history a revision object belongs to: its controlling owner's kind's, when that is a
     /// ReplicaSet-kept history; otherwise a Deployment's (what Kubernetes' own ReplicaSets carry).
     pub fn replicaset_history(&self, meta: &Value) -> (&'static str, &'static str) {

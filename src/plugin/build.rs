@@ -363,7 +363,9 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
     // Every template that keeps snapshots: live templates (and Jobs), revisions of any owner.
     let live: Vec<&Value> = workloads.iter().map(|w| w.template()).collect();
     let revision_templates: Vec<&Value> = inv.revisions.iter().filter_map(|r| revision_template(inv.kinds, r)).collect();
-    let revision_hashes: BTreeSet<String> = revision_templates.iter().map(|t| template::template_hash(t)).collect();
+    // Hashed as the server hashes them (adoption records are these hashes).
+    let revision_hashes: BTreeSet<String> =
+        inv.revisions.iter().filter_map(|r| Some(inv.kinds.revision_of(inv.kinds.of(r)?, r).1)).collect();
 
     let n = snaps.len();
     let mut entries = Vec::new();
@@ -383,7 +385,7 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
             let adopted: Vec<i64> = w
                 .revisions
                 .iter()
-                .filter(|(_, t)| configmap_refs(t).contains(source) && s.adopted.contains(&template::template_hash(t)))
+                .filter(|(_, t)| configmap_refs(t).contains(source) && s.adopted.contains(&w.kind.template_hash(t)))
                 .map(|(r, _)| *r)
                 .collect();
             if !adopted.is_empty() {
@@ -517,7 +519,7 @@ pub fn pick(inv: &Inventory, source: &str, spec: &str) -> Result<Picked> {
         let w = inv.workload(&wanted).ok_or_else(|| anyhow!("{wanted} not found in namespace {}", inv.namespace))?;
         let rev: i64 = rev.parse().map_err(|_| anyhow!("{spec:?}: expected WORKLOAD@REVISION, e.g. deployment/app@3"))?;
         let (_, template) = w.revisions.iter().find(|(r, _)| *r == rev).ok_or_else(|| anyhow!("{wanted} has no revision {rev}"))?;
-        let used = config_uses(inv, template).into_iter().find(|c| c.source == source);
+        let used = config_uses(inv, w.kind, template).into_iter().find(|c| c.source == source);
         let Some(used) = used else { bail!("revision {rev} of {wanted} does not use {source}") };
         let Some(name) = used.snapshot.filter(|_| used.exists) else {
             bail!("revision {rev} of {wanted} references {source} plainly and no snapshot records what it ran with (it predates confighistory)")
@@ -644,10 +646,10 @@ pub fn images(template: &Value) -> Vec<Image> {
         .unwrap_or_default()
 }
 
-/// Which content of each source a template runs with.
-pub fn config_uses(inv: &Inventory, template: &Value) -> Vec<ConfigUse> {
+/// Which content of each source a template of `kind` runs with.
+pub fn config_uses(inv: &Inventory, kind: Kind, template: &Value) -> Vec<ConfigUse> {
     let snaps = inv.snaps();
-    let tpl_hash = template::template_hash(template);
+    let tpl_hash = kind.template_hash(template);
     let mut out: Vec<ConfigUse> = configmap_refs(template)
         .into_iter()
         .map(|name| {
@@ -691,8 +693,8 @@ pub fn config_uses(inv: &Inventory, template: &Value) -> Vec<ConfigUse> {
     out
 }
 
-pub fn revision_config(inv: &Inventory, revision: Option<i64>, template: &Value) -> RevisionConfig {
-    RevisionConfig { revision, images: images(template), config: config_uses(inv, template) }
+pub fn revision_config(inv: &Inventory, kind: Kind, revision: Option<i64>, template: &Value) -> RevisionConfig {
+    RevisionConfig { revision, images: images(template), config: config_uses(inv, kind, template) }
 }
 
 /// Whether an ownerReference names `uid` as the object's controller.
@@ -763,7 +765,7 @@ pub fn status(inv: &Inventory, wanted: &WorkloadRef) -> Result<Status> {
     let held = w.held();
     let template = w.template();
     let mut pins = Vec::new();
-    for used in config_uses(inv, template) {
+    for used in config_uses(inv, w.kind, template) {
         let source_obj = inv.sources.get(&used.source);
         let head = source_obj.map(head_of);
         let manual = source_obj.and_then(|s| annotation(s, names::ROLLOUT)) == Some("manual");
@@ -798,7 +800,7 @@ pub fn status(inv: &Inventory, wanted: &WorkloadRef) -> Result<Status> {
         });
     }
     let (undo, undo_unavailable) = match undo_target(&w, 0) {
-        Ok((rev, t)) => (Some(revision_config(inv, Some(rev), &t)), None),
+        Ok((rev, t)) => (Some(revision_config(inv, w.kind, Some(rev), &t)), None),
         Err(e) => (None, Some(e.to_string())),
     };
     Ok(Status {

@@ -341,8 +341,8 @@ pub async fn run(cli: Cli) -> Result<Done> {
             let wanted = inv.resolve(build::parse_workload(workload)?)?;
             let w = inv.workload(&wanted).ok_or_else(|| anyhow::anyhow!("{wanted} not found in namespace {}", inv.namespace))?;
             let (rev, template) = build::undo_target(&w, *to_revision)?;
-            let before = build::revision_config(&inv, w.current_revision(), w.template());
-            let target = build::revision_config(&inv, Some(rev), &template);
+            let before = build::revision_config(&inv, w.kind, w.current_revision(), w.template());
+            let target = build::revision_config(&inv, w.kind, Some(rev), &template);
             build::check_target(&wanted, &target)?;
             let skipped = w.kind.template_hash(&template) == w.kind.template_hash(w.template());
             let (after, held) = if skipped {
@@ -352,7 +352,7 @@ pub async fn run(cli: Cli) -> Result<Done> {
                 let mut inv = inv.clone();
                 inv.snapshots = gather::snapshots(&ctx).await?;
                 let after_w = build::Workload { object: stored, ..w.clone() };
-                (build::revision_config(&inv, None, after_w.template()), after_w.held().into_iter().collect())
+                (build::revision_config(&inv, w.kind, None, after_w.template()), after_w.held().into_iter().collect())
             };
             let u = model::Undo { namespace: inv.namespace.clone(), workload: wanted, dry_run, skipped, before, target, after, held };
             Ok(match cli.output.clone() {
