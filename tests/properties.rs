@@ -207,11 +207,8 @@ fn decode(bytes: &[u8]) -> Option<Content> {
 /// characters that also appear in the framing (NUL, 'd', 'b', digits).
 fn tricky_content() -> impl Strategy<Value = Content> {
     let s = "[db\\x00=,:0-9]{0,5}";
-    (prop::collection::btree_map(s, s, 0..4), prop::collection::btree_map(s, s, 0..3)).prop_map(|(data, binary_data)| Content {
-        data,
-        binary_data,
-        ..Content::default()
-    })
+    (prop::collection::btree_map(s, s, 0..4), prop::collection::btree_map(s, s, 0..3))
+        .prop_map(|(data, binary_data)| Content { data, binary_data })
 }
 
 proptest! {
@@ -235,7 +232,6 @@ fn classic_framing_ambiguities_hash_apart() {
     let c = |data: &[(&str, &str)], bin: &[(&str, &str)]| Content {
         data: data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         binary_data: bin.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        ..Content::default()
     };
     let cases = [
         c(&[("ab", "c")], &[]),

@@ -186,6 +186,7 @@ where
 fn sources(client: &kube::Client, ns: &str, kind: SourceKind) -> Api<DynamicObject> {
     let ar = match kind {
         SourceKind::ConfigMap => ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        SourceKind::Secret => ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
     };
     Api::namespaced_with(client.clone(), ns, &ar)
 }
@@ -450,10 +451,14 @@ impl MemoryCluster {
     }
 }
 
-/// The name a [`MemoryCluster`] keeps a source under: it holds ConfigMaps only.
+/// The name a [`MemoryCluster`] keeps a source under: it holds ConfigMaps only (no source kind
+/// it does not hold is acted on: `model::source::ACTED_ON`), and a call about another kind fails.
 fn memory_name(id: &SourceId) -> Result<&str> {
     match id.kind {
         SourceKind::ConfigMap => Ok(&id.name),
+        SourceKind::Secret => {
+            Err(ApiError { code: None, reason: "NotSupported".into(), message: format!("MemoryCluster holds no {}s", id.kind_str()) })
+        }
     }
 }
 
