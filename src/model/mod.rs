@@ -2,6 +2,7 @@
 
 pub mod digest;
 pub mod json;
+pub mod keys;
 pub mod kinds;
 pub mod meta;
 pub mod names;
