@@ -8,6 +8,7 @@ pub mod meta;
 pub mod names;
 pub mod policy;
 pub mod published;
+pub mod secret;
 pub mod snapshot;
 pub mod source;
 pub mod template;
