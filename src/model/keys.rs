@@ -47,6 +47,8 @@ pub enum KeyError {
     BadId(String),
     #[error("the current key's entry does not hold a key id")]
     BadCurrent,
+    #[error("no {CURRENT_ENTRY:?} entry naming the current key")]
+    NoCurrentEntry,
     #[error("key id {0} is held twice")]
     Duplicate(KeyId),
     #[error("the current key {0} is not among the keys")]
@@ -202,7 +204,7 @@ impl Keyring {
                 return Err(KeyError::Unexpected(entry.chars().take(64).collect()));
             }
         }
-        let current = current.ok_or_else(|| KeyError::Unexpected(format!("no {CURRENT_ENTRY:?} entry")))?;
+        let current = current.ok_or(KeyError::NoCurrentEntry)?;
         let at = keys.iter().position(|k| k.id == current).ok_or(KeyError::NoCurrent(current))?;
         let now = keys.remove(at);
         Keyring::new(now, keys)
@@ -284,6 +286,10 @@ pub(crate) mod tests {
         let mut no_current = data.clone();
         no_current.insert("current".into(), b"3".to_vec());
         assert_eq!(Keyring::from_data(&no_current).unwrap_err(), KeyError::NoCurrent(KeyId(3)));
+        let mut no_entry = data.clone();
+        no_entry.remove("current");
+        assert_eq!(Keyring::from_data(&no_entry).unwrap_err(), KeyError::NoCurrentEntry);
+        assert_eq!(KeyError::NoCurrentEntry.to_string(), "no \"current\" entry naming the current key");
         let mut stray = data.clone();
         stray.insert("password".into(), b"x".to_vec());
         assert!(matches!(Keyring::from_data(&stray), Err(KeyError::Unexpected(_))));
