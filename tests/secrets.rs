@@ -133,6 +133,20 @@ fn target() -> Target {
     Target { namespace: "confighistory".into(), secret: "confighistory-keys".into() }
 }
 
+/// The keys Secret is `--keys-secret` (default `confighistory-keys`) in `--namespace`.
+#[test]
+fn the_keys_secret_is_named_by_its_flag_in_the_servers_namespace() {
+    use clap::Parser as _;
+    #[derive(clap::Parser)]
+    struct Args {
+        #[command(flatten)]
+        policy: confighistory::cli::PolicyArgs,
+    }
+    let parse = |args: &[&str]| Target::from_args(&Args::parse_from(std::iter::once("test").chain(args.iter().copied())).policy);
+    assert_eq!(parse(&[]), target());
+    assert_eq!(parse(&["--namespace=ops", "--keys-secret=ch-keys"]), Target { namespace: "ops".into(), secret: "ch-keys".into() });
+}
+
 fn keys_id() -> SourceId {
     SourceId::new(SourceKind::Secret, "confighistory-keys")
 }

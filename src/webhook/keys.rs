@@ -42,6 +42,11 @@ pub struct Target {
 }
 
 impl Target {
+    /// The Secret `--keys-secret` names, in `--namespace`.
+    pub fn from_args(args: &crate::cli::PolicyArgs) -> Target {
+        Target { namespace: args.namespace.clone(), secret: args.keys_secret.clone() }
+    }
+
     fn id(&self) -> SourceId {
         SourceId::new(SourceKind::Secret, self.secret.clone())
     }
