@@ -462,7 +462,7 @@ impl State {
         let info = WorkloadInfo {
             uid: str_at(meta, "uid"),
             template_hash: kind.template_hash(&tpl),
-            refs: template::ref_sources(&tpl).into_iter().collect(),
+            refs: template::ref_sources(&tpl, source::ACTED_ON).into_iter().collect(),
             annotations: kept_annotations(&meta["annotations"], &WORKLOAD_ANNOTATIONS),
             owner_kind: controller_owner(meta).map(|(k, _)| k),
             deleting: obj.deleting(),
@@ -503,7 +503,7 @@ impl State {
             owner_uid: controller_owner(meta).map(|(_, uid)| uid).unwrap_or_default(),
             created: str_at(meta, "creationTimestamp"),
             template_hash,
-            refs: template::ref_sources(&tpl).into_iter().collect(),
+            refs: template::ref_sources(&tpl, source::ACTED_ON).into_iter().collect(),
             revision,
         };
         self.remove_revision(kind, &ns, &name);
@@ -624,7 +624,7 @@ impl Watched {
 
     pub fn all(kinds: &Registry) -> Vec<Watched> {
         let mut v = vec![Watched::Namespaces];
-        v.extend(SourceKind::ALL.map(Watched::Sources));
+        v.extend(source::ACTED_ON.iter().map(Watched::Sources));
         v.extend(kinds.workloads().map(Watched::Workload));
         v.extend(kinds.revisions().map(Watched::Revision));
         v

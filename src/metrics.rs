@@ -364,11 +364,11 @@ impl Metrics {
 }
 
 impl Metrics {
-    /// The `kind` label: a source kind or a handled workload kind's name ([`Kind::name`]), else
+    /// The `kind` label: a source kind acted on (`source::ACTED_ON`) or a handled workload kind's name ([`Kind::name`]), else
     /// `other`.
     fn kind_label(&self, kind: &str) -> &'static str {
         let kinds = self.kinds.get().copied().unwrap_or_else(Kinds::builtin);
-        let sources = source::SourceKind::ALL.into_iter().map(source::SourceKind::as_str);
+        let sources = source::ACTED_ON.iter().map(source::SourceKind::as_str);
         sources.chain(kinds.workloads().map(Kind::name)).find(|k| *k == kind).unwrap_or("other")
     }
 }

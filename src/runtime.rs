@@ -357,7 +357,10 @@ fn selftest_verdict(source: &k8s_openapi::api::core::v1::ConfigMap, answer: &ser
     let source = serde_json::to_value(source).map_err(|e| e.to_string())?;
     let name = source.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or_default();
     let hash = Content::from_object(&source).hash();
-    let refs = crate::model::template::ref_sources(answer.pointer("/spec/template").unwrap_or(&serde_json::Value::Null));
+    let refs = crate::model::template::ref_sources(
+        answer.pointer("/spec/template").unwrap_or(&serde_json::Value::Null),
+        crate::model::source::ACTED_ON,
+    );
     if let Some(pinned) = refs.iter().find(|r| snapshot::parse_name(&r.name).is_some_and(|(s, h, _)| s == name && h == hash)) {
         return Ok(pinned.name.clone());
     }

@@ -1668,6 +1668,13 @@ async fn requests_the_webhooks_never_send_are_refused_without_state() {
         ("/mutate", review("ConfigMap", "", "v1", "DELETE", None, Some(&cm))),
         ("/mutate", review("Deployment", "apps", "v1", "CONNECT", Some(&d), None)),
     ];
+    // Secrets are a source kind this server does not act on (model::source::ACTED_ON): a Secret
+    // review is one no webhook configuration sends, refused before anything reads its data.
+    let secret =
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": NS}, "data": {"password": "aHVudGVyMg=="}});
+    for path in ["/mutate", "/protect"] {
+        cases.push((path, review("Secret", "", "v1", "CREATE", Some(&secret), None)));
+    }
     let mut resource = review("Deployment", "apps", "v1", "CREATE", Some(&d), None);
     resource["request"]["resource"]["resource"] = json!("pods");
     cases.push(("/mutate", resource));

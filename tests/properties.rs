@@ -1,5 +1,7 @@
 //! Property tests (issue 8): mutation is idempotent under reinvocation, snapshot names are
-//! deterministic and independent of key order, and the hash framing is unambiguous. Also replays
+//! deterministic and independent of key order, and the hash framing is unambiguous; Secret
+//! snapshot names are unrelated across namespaces and cluster keys, and no Secret value (nor a
+//! form of one) shows in a `Debug`, error or warning of the Secret model. Also replays
 //! the committed fuzz corpus (`fuzz/corpus/`) through the fuzz targets' checks, so every input
 //! the fuzzer ever kept stays a regression test of `cargo test`.
 //!
@@ -207,11 +209,8 @@ fn decode(bytes: &[u8]) -> Option<Content> {
 /// characters that also appear in the framing (NUL, 'd', 'b', digits).
 fn tricky_content() -> impl Strategy<Value = Content> {
     let s = "[db\\x00=,:0-9]{0,5}";
-    (prop::collection::btree_map(s, s, 0..4), prop::collection::btree_map(s, s, 0..3)).prop_map(|(data, binary_data)| Content {
-        data,
-        binary_data,
-        ..Content::default()
-    })
+    (prop::collection::btree_map(s, s, 0..4), prop::collection::btree_map(s, s, 0..3))
+        .prop_map(|(data, binary_data)| Content { data, binary_data })
 }
 
 proptest! {
@@ -235,7 +234,6 @@ fn classic_framing_ambiguities_hash_apart() {
     let c = |data: &[(&str, &str)], bin: &[(&str, &str)]| Content {
         data: data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         binary_data: bin.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        ..Content::default()
     };
     let cases = [
         c(&[("ab", "c")], &[]),
@@ -413,4 +411,198 @@ proptest! {
         model["kind"] = "History".into();
         prop_assert_eq!(read, model, "{}", yaml);
     }
+}
+
+// ---------- Secret snapshot names (docs/behaviour.md §4a) ----------
+
+use confighistory::model::keys::{ClusterKey, KeyId, Keyring};
+use confighistory::model::secret::{self, SecretContent};
+
+fn secret_content() -> impl Strategy<Value = SecretContent> {
+    let types = prop::sample::select(vec!["Opaque", "kubernetes.io/basic-auth", "kubernetes.io/tls", "example.com/config"]);
+    let data = prop::collection::btree_map("[a-zA-Z0-9._-]{1,12}", prop::collection::vec(any::<u8>(), 0..24), 0..5);
+    (types, data).prop_map(|(t, d)| SecretContent::new(t, d))
+}
+
+fn cluster_key(id: u32) -> impl Strategy<Value = ClusterKey> {
+    prop::collection::vec(any::<u8>(), 32..48).prop_map(move |b| ClusterKey::new(KeyId(id), b).unwrap())
+}
+
+/// A namespace name (a DNS label).
+fn namespace() -> impl Strategy<Value = String> {
+    "[a-z]([a-z0-9-]{0,20}[a-z0-9])?"
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    /// The same content in two namespaces gets two names, and one namespace's names say nothing
+    /// about another's: two contents named alike in one namespace (never, but if) would not be
+    /// named alike elsewhere, and no content is named in `b` as another is in `a`.
+    #[test]
+    fn the_same_secret_in_two_namespaces_gets_unrelated_names(
+        c in secret_content(), other in secret_content(), key in cluster_key(1), a in namespace(), b in namespace(),
+    ) {
+        prop_assume!(a != b);
+        let (ka, kb) = (key.namespace_key(&a), key.namespace_key(&b));
+        prop_assert_ne!(secret::snapshot_name("db", &c, &ka, 0), secret::snapshot_name("db", &c, &kb, 0));
+        prop_assert_eq!(secret::snapshot_name("db", &c, &ka, 0), secret::snapshot_name("db", &c.clone(), &key.namespace_key(&a), 0));
+        if other != c {
+            prop_assert_ne!(c.mac(&ka), other.mac(&ka));
+            prop_assert_ne!(c.mac(&ka), other.mac(&kb));
+        }
+    }
+
+    /// Under another cluster key, the same content in the same namespace gets another name.
+    #[test]
+    fn secret_names_differ_under_different_cluster_keys(c in secret_content(), k1 in cluster_key(1), k2 in cluster_key(2), ns in namespace()) {
+        prop_assert_ne!(secret::snapshot_name("db", &c, &k1.namespace_key(&ns), 0), secret::snapshot_name("db", &c, &k2.namespace_key(&ns), 0));
+    }
+
+    /// A Secret snapshot's name is a valid object name that parses back to its MAC, and the
+    /// object validates under the keyring it was made with.
+    #[test]
+    fn secret_snapshots_are_valid_names_and_objects(
+        source in source_name(), c in secret_content(), key in cluster_key(3), ns in namespace(), index in 0u32..=snapshot::MAX_COLLISION_INDEX,
+    ) {
+        let k = key.namespace_key(&ns);
+        let name = secret::snapshot_name(&source, &c, &k, index);
+        prop_assert!(is_dns_subdomain(&name), "{} is not a valid Secret name", name);
+        let mac = c.mac(&k);
+        prop_assert_eq!(snapshot::parse_name(&name).map(|(_, h, i)| (h, i)), Some((mac.as_str(), index)));
+        let obj = secret::snapshot_object(&ns, &source, &name, &c, &k, &[]);
+        let ring = Keyring::new(key, []).unwrap();
+        prop_assert_eq!(secret::validate(&obj, &ns, &ring), Ok(mac));
+    }
+}
+
+/// Across many contents, the names in two namespaces (and under two cluster keys) agree at a
+/// position about as often as unrelated random strings do (1 in 32 per character): no structure
+/// of one carries over to the other.
+#[test]
+fn secret_names_in_two_namespaces_agree_only_by_chance() {
+    let key = ClusterKey::new(KeyId(1), (0u8..32).collect()).unwrap();
+    let other_key = ClusterKey::new(KeyId(2), (32u8..64).collect()).unwrap();
+    let (a, b, a2) = (key.namespace_key("shop"), key.namespace_key("billing"), other_key.namespace_key("shop"));
+    let (mut same_ns, mut same_key, mut total) = (0, 0, 0);
+    for i in 0..2000u32 {
+        let c = SecretContent::new("Opaque", [("password".to_owned(), i.to_string().into_bytes())].into());
+        let (x, y, z) = (c.mac(&a), c.mac(&b), c.mac(&a2));
+        same_ns += x.bytes().zip(y.bytes()).filter(|(p, q)| p == q).count();
+        same_key += x.bytes().zip(z.bytes()).filter(|(p, q)| p == q).count();
+        total += x.len();
+    }
+    // Expected 1/32 = 0.031; a related pair (one a function of the other's low bits, say) lands far out.
+    for (what, agree) in [("namespaces", same_ns), ("cluster keys", same_key)] {
+        let rate = agree as f64 / total as f64;
+        assert!((0.02..0.045).contains(&rate), "{what}: {rate}");
+    }
+}
+
+// ---------- no Secret value leaks through a Debug, an error or a warning ----------
+
+const CANARY: &str = "canary-s3cr3t-value";
+
+/// The canary and every form of it that must never appear: itself, its base64 (padded, and the
+/// unpadded prefix a longer value would carry), its bytes as `Debug` of a `Vec<u8>` lists them
+/// and in hex, its hex SHA-256 in both cases, and the unkeyed snapshot hashes a ConfigMap of it
+/// would be named by.
+fn canary_forms() -> Vec<(&'static str, String)> {
+    use base64::Engine as _;
+    use confighistory::model::digest::{digest, Sha256};
+    let b64 = base64::engine::general_purpose::STANDARD.encode(CANARY);
+    let hex: String = digest::<Sha256>(CANARY.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let configmap = snapshot::Content { data: [("password".to_owned(), CANARY.to_owned())].into(), ..Content::default() };
+    vec![
+        ("the canary", CANARY.to_owned()),
+        ("its base64", b64.clone()),
+        ("its base64, unpadded prefix", b64.trim_end_matches('=')[..24].to_owned()),
+        ("its bytes as Debug lists them", CANARY.bytes().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")),
+        ("its bytes in hex", CANARY.bytes().map(|b| format!("{b:02x}")).collect()),
+        ("its SHA-256 in hex", hex.clone()),
+        ("its SHA-256 in upper-case hex", hex.to_uppercase()),
+        ("its short hash", snapshot::short_hash(CANARY)),
+        ("the hash of a ConfigMap of it", configmap.hash()),
+    ]
+}
+
+#[test]
+fn no_secret_type_shows_the_canary() {
+    use confighistory::model::digest::{HmacSha256, Mac};
+    let forms = canary_forms();
+    let mut shown: Vec<(String, String)> = Vec::new();
+    let mut show = |what: &str, text: String| shown.push((what.to_owned(), text));
+
+    let key_bytes = format!("{CANARY}{CANARY}").into_bytes();
+    let key = ClusterKey::new(KeyId(1), key_bytes.clone()).unwrap();
+    let ns_key = key.namespace_key("shop");
+    show("ClusterKey", format!("{key:?}"));
+    show("NamespaceKey", format!("{ns_key:?}"));
+    let ring = Keyring::new(key.clone(), []).unwrap();
+    show("Keyring", format!("{ring:?}"));
+    let mut mac = HmacSha256::new(CANARY.as_bytes());
+    show("HmacSha256 keyed", format!("{mac:?}"));
+    mac.update(CANARY.as_bytes());
+    show("HmacSha256 fed", format!("{mac:?}"));
+    let short = ClusterKey::new(KeyId(2), CANARY.as_bytes().to_vec()).unwrap_err();
+    show("KeyError short key", format!("{short:?} {short}"));
+    let mut data = ring.to_data();
+    data.insert("current".into(), key_bytes.clone());
+    let bad_current = Keyring::from_data(&data).unwrap_err();
+    show("KeyError key in the current entry", format!("{bad_current:?} {bad_current}"));
+
+    let content = SecretContent::new("Opaque", [("password".to_owned(), CANARY.as_bytes().to_vec())].into());
+    show("SecretContent", format!("{content:?}"));
+    let from_obj = SecretContent::from_object(&json!({"data": {"password": forms[1].1}, "stringData": {"other": CANARY}})).unwrap();
+    show("SecretContent from an object", format!("{from_obj:?}"));
+    let malformed = SecretContent::from_object(&json!({"data": {"password": format!("{CANARY}!")}})).unwrap_err();
+    show("Malformed", format!("{malformed:?} {malformed}"));
+    let empty = SecretContent::new("Opaque", Default::default());
+    let changes = secret::key_changes(&empty, &content);
+    show("KeyChanges", format!("{changes:?}"));
+    let changed = SecretContent::new("Opaque", [("password".to_owned(), b"other".to_vec())].into());
+    for (old, new) in [(&empty, &content), (&content, &changed), (&changed, &content)] {
+        show("update warning", secret::update_warning("secret/db", old, new).unwrap_or_default());
+    }
+
+    // The snapshot's name and labels (its data is the snapshot: base64 there is the point), and
+    // every way it can be invalid.
+    let name = secret::snapshot_name("db", &content, &ns_key, 0);
+    let obj = secret::snapshot_object("shop", "db", &name, &content, &ns_key, &[]);
+    show("snapshot name and labels", format!("{name} {}", obj["metadata"]));
+    let invalid = |f: &dyn Fn(&mut Value)| {
+        let mut o = obj.clone();
+        f(&mut o);
+        secret::validate(&o, "shop", &ring).unwrap_err()
+    };
+    let errors = [
+        invalid(&|o| o["immutable"] = json!(false)),
+        invalid(&|o| o["data"]["password"] = json!(format!("{CANARY}!"))),
+        invalid(&|o| o["data"]["extra"] = json!(forms[1].1)),
+        invalid(&|o| o["metadata"]["labels"]["confighistory.io/key-id"] = json!(CANARY)),
+        invalid(&|o| o["metadata"]["labels"]["confighistory.io/key-id"] = json!("7")),
+        invalid(&|o| o["metadata"]["name"] = json!("db-0000000000zz")),
+        secret::validate(&obj, "billing", &ring).unwrap_err(),
+    ];
+    for e in errors {
+        show("Invalid", format!("{e:?} {e}"));
+    }
+    for t in ["kubernetes.io/service-account-token", "Opaque"] {
+        let never = secret::never_source(
+            &json!({"metadata": {"annotations": {"cert-manager.io/certificate-name": CANARY}}}),
+            t,
+            &Default::default(),
+        );
+        show("NeverSource", format!("{never:?} {}", never.map(|n| n.to_string()).unwrap_or_default()));
+    }
+
+    assert_eq!(shown.len(), 24, "every form above is checked");
+    for (what, text) in &shown {
+        for (form, value) in &forms {
+            // Said without the canary, so a failure prints none of it either.
+            assert!(!text.contains(value.as_str()), "{what} shows {form} (text {} bytes long)", text.len());
+        }
+    }
+    // The check itself sees a leak: a plain Debug of the bytes would fail it.
+    assert!(format!("{:?}", String::from_utf8(key_bytes).unwrap()).contains(CANARY));
 }

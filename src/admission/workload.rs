@@ -48,9 +48,9 @@ pub fn analyze<'a>(req: &'a Request, kind: Kind, view: &View) -> Option<Analysis
         Some((source, hash)) => SourcedRef { r, source, hash: Some(hash) },
         None => SourcedRef { source: r.id.clone(), r, hash: None },
     };
-    let refs: Vec<SourcedRef> = template::refs(template).into_iter().map(sourced).collect();
+    let refs: Vec<SourcedRef> = template::refs(template, source::ACTED_ON).into_iter().map(sourced).collect();
     let mut old_pins = BTreeMap::new();
-    for r in old_template.map(template::refs).unwrap_or_default().into_iter().map(sourced) {
+    for r in old_template.map(|t| template::refs(t, source::ACTED_ON)).unwrap_or_default().into_iter().map(sourced) {
         if let Some(hash) = r.hash {
             old_pins.entry(r.source).or_insert((r.r.id.name, hash));
         }

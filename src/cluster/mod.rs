@@ -38,13 +38,44 @@ impl From<kube::Error> for ApiError {
     }
 }
 
+/// Why kube gave up on a body of an error response that is not a `Status`.
+const UNPARSED_STATUS: &str = "Failed to parse error data";
+
 impl ApiError {
+    /// What a call about an object of source kind `kind` failed with. For a Secret, only what
+    /// the API server said in a `Status` (code, reason, message) is kept: an error body that is
+    /// not a `Status` (a proxy's, or an echo of what was sent) and a response or object that does
+    /// not parse are described, never quoted, since either could hold the Secret's data
+    /// (docs/behaviour.md §4a: no value in any error). A ConfigMap's errors are as `From` makes them.
+    pub fn from_source(kind: SourceKind, e: kube::Error) -> ApiError {
+        match (kind, e) {
+            (SourceKind::ConfigMap, e) => e.into(),
+            (SourceKind::Secret, kube::Error::Api(s)) if s.reason == UNPARSED_STATUS => ApiError {
+                code: Some(s.code),
+                reason: "Unknown".into(),
+                message: format!("HTTP {} with an error body that is not a Kubernetes Status (not shown)", s.code),
+            },
+            (SourceKind::Secret, kube::Error::SerdeError(se)) => ApiError {
+                code: None,
+                reason: "Invalid".into(),
+                message: format!("a response about a Secret does not parse ({}; not shown)", serde_category(&se)),
+            },
+            (SourceKind::Secret, e) => e.into(),
+        }
+    }
+
     pub fn is_conflict(&self) -> bool {
         self.code == Some(409)
     }
     pub fn is_quota(&self) -> bool {
         self.code == Some(403) && self.message.contains("exceeded quota")
     }
+}
+
+/// The kind of a serde_json error and where it was, without its message (which can quote the
+/// value it choked on).
+fn serde_category(e: &serde_json::Error) -> String {
+    format!("{:?} error at line {}, column {}", e.classify(), e.line(), e.column())
 }
 
 pub enum Created {
@@ -95,7 +126,9 @@ pub trait Cluster: Send + Sync + 'static {
     }
     /// POST an object of a source kind (a snapshot; dryRun=All when `dry_run`).
     fn create_source<'a>(&'a self, ns: &'a str, kind: SourceKind, obj: &'a Value, dry_run: bool) -> BoxFuture<'a, Result<Created>>;
-    /// Merge-patch a source's (or snapshot's) metadata.
+    /// Merge-patch a source's (or snapshot's) metadata; a `metadata.resourceVersion` in the
+    /// patch is a precondition (409 when the object changed). The cluster keys' Secret is
+    /// written through it too, data and all (`webhook::keys`).
     fn patch_source<'a>(&'a self, ns: &'a str, id: &'a SourceId, patch: &'a Value) -> BoxFuture<'a, Result<()>>;
     /// DELETE a source (a snapshot) with uid and resourceVersion preconditions.
     fn delete_source<'a>(&'a self, ns: &'a str, id: &'a SourceId, uid: &'a str, resource_version: &'a str) -> BoxFuture<'a, Result<()>> {
@@ -114,6 +147,8 @@ pub trait Cluster: Send + Sync + 'static {
     }
     /// Every object of source kind `kind` in `ns` as metadata only (`PartialObjectMetadata`: no
     /// data), paged: the sources of a namespace, whatever the size of its other objects (docs/behaviour.md §10).
+    /// A Secret's comes without kubectl's last-applied annotation, which holds its data
+    /// ([`source_metadata`]).
     fn list_source_metadata<'a>(&'a self, ns: &'a str, kind: SourceKind) -> BoxFuture<'a, Result<Vec<Value>>> {
         let _ = (ns, kind);
         unsupported("list source metadata")
@@ -166,7 +201,7 @@ impl KubeCluster {
 }
 
 /// Every page of a list, each item turned into JSON as its page arrives.
-async fn list_all<K>(api: Api<K>, mut lp: ListParams, item: impl Fn(K) -> Value) -> Result<Vec<Value>>
+async fn list_all<K>(api: Api<K>, mut lp: ListParams, item: impl Fn(K) -> Value) -> Result<Vec<Value>, kube::Error>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -182,10 +217,38 @@ where
     }
 }
 
+/// kubectl's annotation holding the whole object it last applied: a Secret's data, base64.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// One item of [`Cluster::list_source_metadata`] from an object's `metadata`: for a Secret,
+/// without [`LAST_APPLIED`], so a metadata list of Secrets holds no value of theirs.
+pub fn source_metadata(kind: SourceKind, mut metadata: Value) -> Value {
+    if kind == SourceKind::Secret {
+        if let Some(a) = metadata.get_mut("annotations").and_then(Value::as_object_mut) {
+            a.remove(LAST_APPLIED);
+        }
+    }
+    serde_json::json!({"kind": crate::cache::PARTIAL_OBJECT_METADATA, "metadata": metadata})
+}
+
+/// An object to send as a source kind's: for a Secret, an object that is none is described,
+/// never quoted ([`ApiError::from_source`]).
+fn to_dynamic(kind: SourceKind, obj: &Value) -> Result<DynamicObject> {
+    serde_json::from_value(obj.clone()).map_err(|e| ApiError {
+        code: None,
+        reason: "Invalid".into(),
+        message: match kind {
+            SourceKind::ConfigMap => e.to_string(),
+            SourceKind::Secret => format!("not a Secret object ({}; not shown)", serde_category(&e)),
+        },
+    })
+}
+
 /// The API of a source kind's objects in `ns`.
 fn sources(client: &kube::Client, ns: &str, kind: SourceKind) -> Api<DynamicObject> {
     let ar = match kind {
         SourceKind::ConfigMap => ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        SourceKind::Secret => ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
     };
     Api::namespaced_with(client.clone(), ns, &ar)
 }
@@ -198,7 +261,7 @@ impl Cluster for KubeCluster {
     fn get_source<'a>(&'a self, ns: &'a str, id: &'a SourceId) -> BoxFuture<'a, Result<Option<Value>>> {
         Box::pin(async move {
             crate::metrics::METRICS.api_call("get");
-            let obj = sources(&self.client, ns, id.kind).get_opt(&id.name).await?;
+            let obj = sources(&self.client, ns, id.kind).get_opt(&id.name).await.map_err(|e| ApiError::from_source(id.kind, e))?;
             Ok(obj.map(|o| serde_json::to_value(o).unwrap_or_default()))
         })
     }
@@ -215,16 +278,12 @@ impl Cluster for KubeCluster {
     fn create_source<'a>(&'a self, ns: &'a str, kind: SourceKind, obj: &'a Value, dry_run: bool) -> BoxFuture<'a, Result<Created>> {
         Box::pin(async move {
             crate::metrics::METRICS.api_call("create");
-            let dyn_obj: DynamicObject = serde_json::from_value(obj.clone()).map_err(|e| ApiError {
-                code: None,
-                reason: "Invalid".into(),
-                message: e.to_string(),
-            })?;
+            let dyn_obj = to_dynamic(kind, obj)?;
             let pp = PostParams { dry_run, field_manager: Some(self.field_manager.clone()) };
             match sources(&self.client, ns, kind).create(&pp, &dyn_obj).await {
                 Ok(_) => Ok(Created::Created),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(Created::AlreadyExists),
-                Err(e) => Err(e.into()),
+                Err(e) => Err(ApiError::from_source(kind, e)),
             }
         })
     }
@@ -233,7 +292,10 @@ impl Cluster for KubeCluster {
         Box::pin(async move {
             crate::metrics::METRICS.api_call("patch");
             let pp = PatchParams { field_manager: Some(self.field_manager.clone()), ..Default::default() };
-            sources(&self.client, ns, id.kind).patch(&id.name, &pp, &Patch::Merge(patch)).await?;
+            sources(&self.client, ns, id.kind)
+                .patch(&id.name, &pp, &Patch::Merge(patch))
+                .await
+                .map_err(|e| ApiError::from_source(id.kind, e))?;
             Ok(())
         })
     }
@@ -244,7 +306,7 @@ impl Cluster for KubeCluster {
                 preconditions: Some(Preconditions { uid: Some(uid.to_owned()), resource_version: Some(resource_version.to_owned()) }),
                 ..Default::default()
             };
-            sources(&self.client, ns, id.kind).delete(&id.name, &dp).await?;
+            sources(&self.client, ns, id.kind).delete(&id.name, &dp).await.map_err(|e| ApiError::from_source(id.kind, e))?;
             Ok(())
         })
     }
@@ -258,18 +320,23 @@ impl Cluster for KubeCluster {
     }
 
     fn list<'a>(&'a self, ns: &'a str, what: Watched) -> BoxFuture<'a, Result<Vec<Value>>> {
-        Box::pin(list_all(self.api(ns, what), ListParams::default().limit(500), |o| serde_json::to_value(o).unwrap_or(Value::Null)))
+        let all = list_all(self.api(ns, what), ListParams::default().limit(500), |o| serde_json::to_value(o).unwrap_or(Value::Null));
+        Box::pin(async move {
+            all.await.map_err(|e| match what {
+                Watched::Sources(kind) => ApiError::from_source(kind, e),
+                _ => e.into(),
+            })
+        })
     }
 
     fn list_source_metadata<'a>(&'a self, ns: &'a str, kind: SourceKind) -> BoxFuture<'a, Result<Vec<Value>>> {
         // `Api<PartialObjectMeta<_>>` asks for metadata only.
         let api: Api<PartialObjectMeta<DynamicObject>> =
             Api::namespaced_with(self.client.clone(), ns, &watch::api_resource(Watched::Sources(kind), self.kinds));
-        Box::pin(list_all(
-            api,
-            ListParams::default().limit(500),
-            |o: PartialObjectMeta<DynamicObject>| serde_json::json!({"kind": crate::cache::PARTIAL_OBJECT_METADATA, "metadata": serde_json::to_value(o.metadata).unwrap_or(Value::Null)}),
-        ))
+        let all = list_all(api, ListParams::default().limit(500), move |o: PartialObjectMeta<DynamicObject>| {
+            source_metadata(kind, serde_json::to_value(o.metadata).unwrap_or(Value::Null))
+        });
+        Box::pin(async move { all.await.map_err(|e| ApiError::from_source(kind, e)) })
     }
 
     fn list_snapshots<'a>(&'a self, ns: &'a str, kind: SourceKind, each: &'a mut (dyn FnMut(&Value) + Send)) -> BoxFuture<'a, Result<()>> {
@@ -279,7 +346,7 @@ impl Cluster for KubeCluster {
             // 118 MiB peak listed at once, 62 MiB in pages of 10, 44 MiB in pages of 5, debug build).
             let mut lp = ListParams::default().labels(names::HASH_LABEL).limit(10);
             loop {
-                let page = api.list(&lp).await?;
+                let page = api.list(&lp).await.map_err(|e| ApiError::from_source(kind, e))?;
                 let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
                 for o in page.items {
                     each(&serde_json::to_value(o).unwrap_or(Value::Null));
@@ -329,14 +396,18 @@ impl Cluster for KubeCluster {
 }
 
 /// An in-memory stand-in for unit tests of the edge and of the controller loops, with injectable
-/// faults and pauses (to interleave two callers exactly). It holds ConfigMaps as its sources.
+/// faults and pauses (to interleave two callers exactly). It holds ConfigMaps and Secrets as its
+/// sources, each kind apart, and gives a created object a resourceVersion as the API server does.
 /// Calls are described as `get ns/name`, `get namespace name`,
-/// `create ns/name`, `patch ns/name`, `delete ns/name` (sources), `patch Kind ns/name`
-/// (workloads), `list what ns`, `list namespaces`, `event Reason ns/name`.
+/// `create ns/name`, `patch ns/name`, `delete ns/name` (sources, named by their annotation
+/// entry: `ns/secret/name` for a Secret), `patch Kind ns/name` (workloads), `list what ns`,
+/// `list namespaces`, `event Reason ns/name`. Its errors name objects, never their content.
 #[derive(Default, Clone)]
 pub struct MemoryCluster {
     /// ConfigMaps by (namespace, name).
     pub objects: Arc<Mutex<HashMap<(String, String), Value>>>,
+    /// Secrets by (namespace, name).
+    pub secrets: Arc<Mutex<HashMap<(String, String), Value>>>,
     /// Workloads and revisions by (kind, namespace, name).
     pub workloads: Arc<Mutex<HashMap<WorkloadKey, Value>>>,
     /// Namespaces by name.
@@ -408,17 +479,27 @@ impl MemoryCluster {
     pub fn events(&self) -> Vec<Event> {
         self.events.lock().expect("lock").clone()
     }
+    /// Adds or replaces a source or snapshot: a Secret when its `kind` says so, else a ConfigMap.
     pub fn insert(&self, obj: Value) {
         let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default().to_owned();
         let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        self.objects.lock().expect("lock").insert((ns, name), obj);
+        let kind = if obj["kind"] == crate::model::source::SECRET { SourceKind::Secret } else { SourceKind::ConfigMap };
+        self.store(kind).lock().expect("lock").insert((ns, name), obj);
     }
+    /// A ConfigMap.
     pub fn get(&self, ns: &str, name: &str) -> Option<Value> {
-        self.objects.lock().expect("lock").get(&(ns.to_owned(), name.to_owned())).cloned()
+        self.source(ns, &SourceId::configmap(name))
     }
     /// A source or snapshot, as [`Cluster::get_source`] reads it (without recording a call).
     pub fn source(&self, ns: &str, id: &SourceId) -> Option<Value> {
-        memory_name(id).ok().and_then(|name| self.get(ns, name))
+        self.store(id.kind).lock().expect("lock").get(&(ns.to_owned(), id.name.clone())).cloned()
+    }
+    /// The objects of a source kind, by (namespace, name).
+    fn store(&self, kind: SourceKind) -> &Arc<Mutex<HashMap<(String, String), Value>>> {
+        match kind {
+            SourceKind::ConfigMap => &self.objects,
+            SourceKind::Secret => &self.secrets,
+        }
     }
     /// Holds the next call whose description starts with `prefix` before it runs (or, with
     /// `after`, once it has run: reads only): `reached` fires when it is held, and it goes on
@@ -450,13 +531,6 @@ impl MemoryCluster {
     }
 }
 
-/// The name a [`MemoryCluster`] keeps a source under: it holds ConfigMaps only.
-fn memory_name(id: &SourceId) -> Result<&str> {
-    match id.kind {
-        SourceKind::ConfigMap => Ok(&id.name),
-    }
-}
-
 impl Cluster for MemoryCluster {
     fn kinds(&self) -> &'static Registry {
         self.kinds.unwrap_or_else(Registry::builtin)
@@ -483,13 +557,17 @@ impl Cluster for MemoryCluster {
         Box::pin(async move {
             let id = SourceId::new(kind, obj["metadata"]["name"].as_str().unwrap_or_default());
             self.check(format!("create {ns}/{id}{}", if dry_run { " (dry run)" } else { "" })).await?;
-            let name = memory_name(&id)?.to_owned();
-            let mut objects = self.objects.lock().expect("lock");
-            if objects.contains_key(&(ns.to_owned(), name.clone())) {
+            let mut objects = self.store(kind).lock().expect("lock");
+            let key = (ns.to_owned(), id.name);
+            if objects.contains_key(&key) {
                 return Ok(Created::AlreadyExists);
             }
             if !dry_run {
-                objects.insert((ns.to_owned(), name), obj.clone());
+                let mut obj = obj.clone();
+                if obj["metadata"]["resourceVersion"].as_str().is_none_or(str::is_empty) {
+                    obj["metadata"]["resourceVersion"] = Value::String("1".into());
+                }
+                objects.insert(key, obj);
             }
             Ok(Created::Created)
         })
@@ -497,22 +575,22 @@ impl Cluster for MemoryCluster {
     fn patch_source<'a>(&'a self, ns: &'a str, id: &'a SourceId, patch: &'a Value) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             self.check(format!("patch {ns}/{id}")).await?;
-            let name = memory_name(id)?;
-            let mut objects = self.objects.lock().expect("lock");
-            let obj = objects.get_mut(&(ns.to_owned(), name.to_owned())).ok_or_else(|| not_found("configmaps", name))?;
-            merge_patch(obj, patch, "configmaps", name)
+            let (resource, name) = (id.kind.resource(), id.name.as_str());
+            let mut objects = self.store(id.kind).lock().expect("lock");
+            let obj = objects.get_mut(&(ns.to_owned(), name.to_owned())).ok_or_else(|| not_found(resource, name))?;
+            merge_patch(obj, patch, resource, name)
         })
     }
     fn delete_source<'a>(&'a self, ns: &'a str, id: &'a SourceId, uid: &'a str, resource_version: &'a str) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             self.check(format!("delete {ns}/{id}")).await?;
-            let name = memory_name(id)?;
-            let mut objects = self.objects.lock().expect("lock");
+            let (resource, name) = (id.kind.resource(), id.name.as_str());
+            let mut objects = self.store(id.kind).lock().expect("lock");
             let key = (ns.to_owned(), name.to_owned());
-            let obj = objects.get(&key).ok_or_else(|| not_found("configmaps", name))?;
+            let obj = objects.get(&key).ok_or_else(|| not_found(resource, name))?;
             let have = |k: &str| obj["metadata"][k].as_str().unwrap_or_default();
             if have("uid") != uid || have("resourceVersion") != resource_version {
-                return Err(conflict("configmaps", name, "Precondition failed"));
+                return Err(conflict(resource, name, "Precondition failed"));
             }
             objects.remove(&key);
             Ok(())
@@ -531,8 +609,7 @@ impl Cluster for MemoryCluster {
             self.check(format!("list {} {ns}", what.name())).await?;
             let mut out: Vec<Value> = match what {
                 Watched::Sources(kind) => {
-                    memory_name(&SourceId::new(kind, ""))?;
-                    self.objects.lock().expect("lock").iter().filter(|((n, _), _)| n == ns).map(|(_, v)| v.clone()).collect()
+                    self.store(kind).lock().expect("lock").iter().filter(|((n, _), _)| n == ns).map(|(_, v)| v.clone()).collect()
                 }
                 Watched::Workload(kind) | Watched::Revision(kind) => self
                     .workloads
@@ -551,22 +628,22 @@ impl Cluster for MemoryCluster {
     fn list_source_metadata<'a>(&'a self, ns: &'a str, kind: SourceKind) -> BoxFuture<'a, Result<Vec<Value>>> {
         Box::pin(async move {
             self.check(format!("list {} metadata {ns}", kind.as_str())).await?;
-            let objects = self.objects.lock().expect("lock");
-            let mut out: Vec<Value> = objects
-                .iter()
-                .filter(|((n, _), _)| n == ns)
-                .map(|(_, o)| serde_json::json!({"kind": crate::cache::PARTIAL_OBJECT_METADATA, "metadata": o["metadata"]}))
-                .collect();
+            let objects = self.store(kind).lock().expect("lock");
+            let mut out: Vec<Value> =
+                objects.iter().filter(|((n, _), _)| n == ns).map(|(_, o)| source_metadata(kind, o["metadata"].clone())).collect();
             out.sort_by(|a, b| a["metadata"]["name"].as_str().cmp(&b["metadata"]["name"].as_str()));
             Ok(out)
         })
     }
     fn list_snapshots<'a>(&'a self, ns: &'a str, kind: SourceKind, each: &'a mut (dyn FnMut(&Value) + Send)) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            self.check(format!("list snapshots {ns}")).await?;
-            memory_name(&SourceId::new(kind, ""))?;
+            let what = match kind {
+                SourceKind::ConfigMap => String::new(),
+                SourceKind::Secret => format!("{} ", kind.as_str()),
+            };
+            self.check(format!("list {what}snapshots {ns}")).await?;
             let mut out: Vec<Value> = {
-                let objects = self.objects.lock().expect("lock");
+                let objects = self.store(kind).lock().expect("lock");
                 objects
                     .iter()
                     .filter(|((n, _), o)| n == ns && o["metadata"]["labels"].get(names::HASH_LABEL).is_some())
@@ -598,5 +675,64 @@ impl Cluster for MemoryCluster {
             self.events.lock().expect("lock").push(event.clone());
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CANARY: &str = "canary-s3cr3t-value";
+
+    /// Whether `text` shows the canary, or its base64.
+    fn shows_canary(text: &str) -> bool {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(CANARY);
+        text.contains(CANARY) || text.contains(b64.trim_end_matches('='))
+    }
+
+    /// An error body that is not a Status (a proxy's, or one echoing the Secret sent), and a
+    /// response or an object that does not parse: for a Secret each is described, not quoted;
+    /// a ConfigMap's are as before (which shows the test would see a quote).
+    #[test]
+    fn a_secret_calls_errors_quote_nothing_but_the_api_servers_status() {
+        let body = format!(r#"{{"kind":"Secret","data":{{"password":"{CANARY}"}}}}"#);
+        let unparsed = || kube::Error::Api(kube::core::Status::failure(&body, UNPARSED_STATUS).with_code(502).boxed());
+        let serde = || kube::Error::SerdeError(serde_json::from_str::<u32>(&format!("\"{CANARY}\"")).unwrap_err());
+        let not_object = serde_json::json!({"kind": "Secret", "metadata": CANARY});
+        for (what, e) in [
+            ("unparsed body", ApiError::from_source(SourceKind::Secret, unparsed())),
+            ("response that does not parse", ApiError::from_source(SourceKind::Secret, serde())),
+            ("object that does not parse", to_dynamic(SourceKind::Secret, &not_object).unwrap_err()),
+        ] {
+            let shown = format!("{e} {e:?}");
+            assert!(!shows_canary(&shown), "{what}: the error shows the canary");
+            assert!(shown.contains("not shown"), "{what}: {shown}");
+        }
+        let e = ApiError::from_source(SourceKind::Secret, unparsed());
+        assert_eq!((e.code, e.reason.as_str()), (Some(502), "Unknown"));
+        // ConfigMaps' errors are unchanged, and would show it.
+        assert!(shows_canary(&ApiError::from_source(SourceKind::ConfigMap, unparsed()).message));
+        assert!(shows_canary(&ApiError::from_source(SourceKind::ConfigMap, serde()).message));
+        assert!(shows_canary(&to_dynamic(SourceKind::ConfigMap, &not_object).unwrap_err().message));
+        // The API server's own Status is kept whole, for either kind.
+        let status = kube::core::Status::failure("secrets \"db\" already exists", "AlreadyExists").with_code(409);
+        for kind in SourceKind::ALL {
+            let e = ApiError::from_source(kind, kube::Error::Api(status.clone().boxed()));
+            assert_eq!((e.code, e.reason.as_str(), e.message.as_str()), (Some(409), "AlreadyExists", "secrets \"db\" already exists"));
+        }
+    }
+
+    /// kubectl's last-applied annotation holds a Secret's data: a metadata list of Secrets drops
+    /// it, and keeps it on ConfigMaps (as before).
+    #[test]
+    fn a_secrets_metadata_comes_without_the_last_applied_annotation() {
+        let metadata =
+            serde_json::json!({"name": "db", "annotations": {LAST_APPLIED: format!("{{\"data\":{{\"p\":\"{CANARY}\"}}}}"), "a": "b"}});
+        let item = source_metadata(SourceKind::Secret, metadata.clone());
+        assert_eq!(item["metadata"]["annotations"], serde_json::json!({"a": "b"}));
+        assert_eq!(item["kind"], crate::cache::PARTIAL_OBJECT_METADATA);
+        assert!(!shows_canary(&item.to_string()));
+        assert_eq!(source_metadata(SourceKind::ConfigMap, metadata.clone())["metadata"], metadata);
     }
 }

@@ -2,11 +2,13 @@
 
 pub mod digest;
 pub mod json;
+pub mod keys;
 pub mod kinds;
 pub mod meta;
 pub mod names;
 pub mod policy;
 pub mod published;
+pub mod secret;
 pub mod snapshot;
 pub mod source;
 pub mod template;

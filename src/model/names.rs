@@ -36,6 +36,10 @@ pub const EXCLUDED: &str = "confighistory.io/excluded-by-selector";
 pub const HASH_LABEL: &str = "confighistory.io/hash";
 /// Snapshot label: source name (shortened with a hash when over 63 characters).
 pub const SOURCE_LABEL: &str = "confighistory.io/source";
+/// Secret snapshot label: the id of the cluster key whose namespace key MACs its content
+/// (docs/behaviour.md §4a): validity looks the key up by it, and a rotation can tell by it which
+/// old keys snapshots still need.
+pub const KEY_ID_LABEL: &str = "confighistory.io/key-id";
 /// Snapshot annotation: the full source name.
 pub const SOURCE_NAME: &str = "confighistory.io/source-name";
 /// Snapshot annotation: pod-template hashes that ran with this content before being pinned.
@@ -62,6 +66,9 @@ pub const PROPAGATE: &str = "confighistory.io/propagate";
 
 /// Label the Deployment controller adds to ReplicaSet templates; ignored when comparing revisions.
 pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+/// cert-manager's annotation on the Secrets it issues: a Secret a certificate issuer manages is
+/// never a source (docs/behaviour.md §4a).
+pub const CERTIFICATE_NAME: &str = "cert-manager.io/certificate-name";
 /// Kubernetes publishes this ConfigMap into every namespace; never versioned.
 pub const ROOT_CA: &str = "kube-root-ca.crt";
 
@@ -76,8 +83,8 @@ pub const KIND_SEPARATOR: char = '/';
 /// bare name is a ConfigMap, as every entry was before there were other source kinds; another
 /// kind is written `prefix/name` ([`SourceKind::entry_prefix`]), so adding one migrates nothing.
 ///
-/// An entry whose prefix this version does not know (`secret/db` before Secrets are sources) is
-/// `None`, and its caller leaves the entry out rather than failing the whole annotation: such an
+/// An entry whose prefix this version does not know (`widget/db`; `secret/db` before there were
+/// Secrets) is `None`, and its caller leaves the entry out rather than failing the whole annotation: such an
 /// entry can only have been written by a newer version (a rollback, or two versions side by side
 /// during an upgrade) or by hand, it cannot name a ConfigMap (names have no `/`), and refusing it
 /// would lose the ConfigMap entries beside it, or deny the workload's every update.
@@ -166,17 +173,40 @@ mod tests {
 
     #[test]
     fn a_prefixed_entry_is_never_the_configmap_of_its_name() {
-        // `secret/db` is how a Secret named db will be written; until Secrets are sources it is
-        // an entry of an unknown kind, left out, and never the ConfigMap db.
-        assert_ne!(parse_source("secret/db"), parse_source("db"));
-        assert_eq!(parse_source("secret/db"), None);
+        // `widget/db` names a kind this version does not know: left out, never the ConfigMap db.
+        assert_ne!(parse_source("widget/db"), parse_source("db"));
+        assert_eq!(parse_source("widget/db"), None);
         assert_eq!(parse_source("/db"), None, "an empty prefix is no kind either");
-        let pins = parse_source_map(r#"{"db":"h1","secret/db":"h2"}"#);
+        assert_eq!(parse_source("Secret/db"), None, "prefixes are exact");
+        let pins = parse_source_map(r#"{"db":"h1","widget/db":"h2"}"#);
         assert_eq!(pins, [(SourceId::configmap("db"), "h1".to_owned())].into());
         assert!(parse_source_map("not json").is_empty());
-        let trigger = parse_trigger(" db=h1, secret/db=h2 ,other,");
+        let trigger = parse_trigger(" db=h1, widget/db=h2 ,other,");
         assert_eq!(trigger, [(SourceId::configmap("db"), "h1".to_owned()), (SourceId::configmap("other"), String::new())].into());
         assert_eq!(format_trigger(&trigger), "db=h1,other=");
+    }
+
+    #[test]
+    fn a_secret_entry_is_its_own_key_and_reads_back_as_written() {
+        let (cm, secret) = (SourceId::configmap("db"), SourceId::new(SourceKind::Secret, "db"));
+        assert_eq!(parse_source("secret/db"), Some(secret.clone()));
+        assert_eq!(secret.to_string(), "secret/db");
+        assert_ne!(cm, secret);
+        // A pins map with both: two keys, each written back as it was read.
+        let text = r#"{"db":"h1","secret/db":"h2"}"#;
+        let pins = parse_source_map(text);
+        assert_eq!(pins, [(cm.clone(), "h1".to_owned()), (secret.clone(), "h2".to_owned())].into());
+        assert_eq!(serde_json::to_string(&pins).unwrap(), text);
+        let trigger = parse_trigger("secret/db=h2,db=h1");
+        assert_eq!(trigger, pins);
+        assert_eq!(format_trigger(&trigger), "db=h1,secret/db=h2", "ConfigMaps first, then Secrets");
+        // Every kind's entries parse back, whatever the name.
+        for kind in SourceKind::ALL {
+            for name in ["db", "a.b-c", "x"] {
+                let id = SourceId::new(kind, name);
+                assert_eq!(parse_source(&id.to_string()), Some(id));
+            }
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use crate::model::digest::{self, Digest, Sha256};
 use crate::model::json::At;
 use crate::model::names;
-use crate::model::source::SourceKind;
+use crate::model::source::CONFIGMAP;
 
 /// Crockford's base32, lowercase: DNS-safe and free of look-alike letters.
 const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
@@ -24,12 +24,13 @@ const SUFFIX_ROOM: usize = 4;
 /// How far the collision sequence goes before giving up.
 pub const MAX_COLLISION_INDEX: u32 = 100;
 
-/// The content of a source that a snapshot copies: a ConfigMap's `data` and `binaryData`. Its
-/// `Debug` names the keys and sizes, never a value (values may be credentials).
+/// The content of a ConfigMap that a snapshot copies: its `data` and `binaryData`, hashed with
+/// SHA-256. Its `Debug` names the keys and sizes, never a value (values may be credentials). A
+/// Secret's content is another type, `model::secret::SecretContent`, hashed only under a key
+/// (docs/behaviour.md §4a): no Secret is ever read into this one, so nothing that takes a
+/// `Content` (the settings parser, the unkeyed hash) can be handed a Secret's values.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Content {
-    /// The kind of source it was read from, and that its snapshot is written as.
-    pub kind: SourceKind,
     pub data: BTreeMap<String, String>,
     /// binaryData, still base64 as the API serves it (copied byte for byte).
     pub binary_data: BTreeMap<String, String>,
@@ -44,14 +45,12 @@ impl Content {
                 .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect())
                 .unwrap_or_default()
         };
-        Content { kind: SourceKind::ConfigMap, data: field("data"), binary_data: field("binaryData") }
+        Content { data: field("data"), binary_data: field("binaryData") }
     }
 
-    /// Hash of this content, see [`hash`]: the digest its kind is hashed with.
+    /// Hash of this content, see [`hash`].
     pub fn hash(&self) -> String {
-        match self.kind {
-            SourceKind::ConfigMap => hash_with::<Sha256>(self),
-        }
+        hash_with::<Sha256>(self)
     }
 
     /// Size in bytes of keys and values, for metrics.
@@ -69,20 +68,16 @@ impl Content {
 
 impl std::fmt::Debug for Content {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Content")
-            .field("kind", &self.kind)
-            .field("data", &Sizes(&self.data))
-            .field("binary_data", &Sizes(&self.binary_data))
-            .finish()
+        f.debug_struct("Content").field("data", &Sizes(&self.data)).field("binary_data", &Sizes(&self.binary_data)).finish()
     }
 }
 
 /// Keys with the size of their values, for [`Content`]'s `Debug`.
-struct Sizes<'a>(&'a BTreeMap<String, String>);
+pub(crate) struct Sizes<'a, V: AsRef<[u8]>>(pub(crate) &'a BTreeMap<String, V>);
 
-impl std::fmt::Debug for Sizes<'_> {
+impl<V: AsRef<[u8]>> std::fmt::Debug for Sizes<'_, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(self.0.iter().map(|(k, v)| (k, Bytes(v.len())))).finish()
+        f.debug_map().entries(self.0.iter().map(|(k, v)| (k, Bytes(v.as_ref().len())))).finish()
     }
 }
 
@@ -94,7 +89,7 @@ impl std::fmt::Debug for Bytes {
     }
 }
 
-/// The digest of the content's kind over an unambiguous framing of `data` and `binaryData`: a
+/// SHA-256 over an unambiguous framing of `data` and `binaryData`: a
 /// section tag, then each key and value length-prefixed, keys in sorted order (BTreeMap).
 /// Lengths make the framing injective: no two different contents produce the same byte stream.
 pub fn hash(content: &Content) -> String {
@@ -104,7 +99,13 @@ pub fn hash(content: &Content) -> String {
 fn hash_with<D: Digest>(content: &Content) -> String {
     let mut h = D::default();
     frame(content, |bytes| h.update(bytes));
-    encode(&h.finish()[..8], HASH_LEN)
+    encode_digest(&h.finish())
+}
+
+/// The hash a snapshot name and its hash label carry, from a 32-byte digest (or MAC): its first
+/// 60 bits in [`ALPHABET`], [`HASH_LEN`] characters.
+pub(crate) fn encode_digest(digest: &[u8; 32]) -> String {
+    encode(&digest[..8], HASH_LEN)
 }
 
 /// The byte stream [`hash`] digests, for tests that prove it decodes back to one content.
@@ -130,7 +131,7 @@ fn frame(content: &Content, mut sink: impl FnMut(&[u8])) {
 
 /// Short DNS-safe hash of any string (used to shorten over-long label values).
 pub fn short_hash(s: &str) -> String {
-    encode(&digest::digest::<Sha256>(s.as_bytes())[..8], HASH_LEN)
+    encode_digest(&digest::digest::<Sha256>(s.as_bytes()))
 }
 
 fn encode(bytes: &[u8], len: usize) -> String {
@@ -209,7 +210,7 @@ pub fn object(namespace: &str, source: &str, snapshot_name: &str, content: &Cont
     }
     let mut obj = json!({
         "apiVersion": "v1",
-        "kind": content.kind.as_str(),
+        "kind": CONFIGMAP,
         "metadata": {
             "name": snapshot_name,
             "namespace": namespace,
@@ -288,7 +289,7 @@ mod tests {
         let c = Content { binary_data: content(&[("key.bin", "c2VjcmV0")]).data, ..content(&[("password", "hunter2")]) };
         let shown = format!("{c:?}");
         assert!(!shown.contains("hunter2") && !shown.contains("c2VjcmV0"), "{shown}");
-        assert!(shown.contains("\"password\": 7 bytes") && shown.contains("ConfigMap"), "{shown}");
+        assert!(shown.contains("\"password\": 7 bytes"), "{shown}");
         assert_eq!(object("ns", "cfg", "cfg-x", &c, &[])["kind"], "ConfigMap");
     }
 

@@ -1,4 +1,4 @@
-//! Rules about source ConfigMaps and what workloads record about them (docs/behaviour.md §2, §6.1, §7, §9),
+//! Rules about sources and what workloads record about them (docs/behaviour.md §2, §6.1, §7, §9),
 //! each written once over [`Meta`]: admission and the plugin call them on raw objects, the
 //! controller's planners on cache records.
 
@@ -11,21 +11,27 @@ use super::snapshot;
 
 /// The kind of sources: ConfigMaps, in the core group.
 pub const CONFIGMAP: &str = "ConfigMap";
+/// The kind of sources where the admin turns Secrets on (docs/behaviour.md §4a), in the core group.
+pub const SECRET: &str = "Secret";
 
-/// The kinds of source a snapshot copies (ConfigMaps; Secrets are planned).
+/// The kinds of source a snapshot copies: ConfigMaps, and Secrets where the admin turns them on
+/// (docs/behaviour.md §4a; which kinds a server acts on: [`SourceKinds`], [`ACTED_ON`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SourceKind {
     #[default]
     ConfigMap,
+    Secret,
 }
 
 impl SourceKind {
-    /// Every source kind, for parsing and tests.
-    pub const ALL: [SourceKind; 1] = [SourceKind::ConfigMap];
+    /// Every source kind this version knows: what annotation entries may name. Which of them a
+    /// server acts on is [`ACTED_ON`].
+    pub const ALL: [SourceKind; 2] = [SourceKind::ConfigMap, SourceKind::Secret];
 
     pub fn as_str(self) -> &'static str {
         match self {
             SourceKind::ConfigMap => CONFIGMAP,
+            SourceKind::Secret => SECRET,
         }
     }
 
@@ -35,13 +41,59 @@ impl SourceKind {
     pub fn entry_prefix(self) -> Option<&'static str> {
         match self {
             SourceKind::ConfigMap => None,
+            SourceKind::Secret => Some("secret"),
         }
     }
 }
 
+/// A set of source kinds: which kinds a decision, watch or sweep acts on. ConfigMaps always;
+/// Secrets only where the admin turned them on (docs/behaviour.md §4a: for all namespaces or a
+/// selector of them, so the set is chosen per namespace by whoever wires it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SourceKinds {
+    secrets: bool,
+}
+
+impl SourceKinds {
+    /// ConfigMaps only: Secrets off, the default.
+    pub const CONFIGMAPS: SourceKinds = SourceKinds { secrets: false };
+    /// ConfigMaps and Secrets.
+    pub const WITH_SECRETS: SourceKinds = SourceKinds { secrets: true };
+
+    /// ConfigMaps, and Secrets when `secrets`.
+    pub fn new(secrets: bool) -> SourceKinds {
+        SourceKinds { secrets }
+    }
+
+    pub fn contains(self, kind: SourceKind) -> bool {
+        match kind {
+            SourceKind::ConfigMap => true,
+            SourceKind::Secret => self.secrets,
+        }
+    }
+
+    /// Its kinds, in [`SourceKind::ALL`]'s order.
+    pub fn iter(self) -> impl Iterator<Item = SourceKind> {
+        SourceKind::ALL.into_iter().filter(move |k| self.contains(*k))
+    }
+
+    /// The source kind of (group, kind) when it is one of these: identified by both, never by
+    /// the kind string alone.
+    pub fn of(self, group: &str, kind: &str) -> Option<SourceKind> {
+        self.iter().find(|k| k.group() == group && k.as_str() == kind)
+    }
+}
+
+/// The source kinds this server acts on: ConfigMaps. Secrets are modelled (their references in
+/// [`crate::model::template::refs`], their never-source rules, content, keyed snapshot names and
+/// validity in `model::secret` and `model::keys`) but not wired in (docs/architecture.md): the
+/// webhook's routing, the watches, GC and every reading of references take this set, so a Secret
+/// is never read, hashed, pinned or written until the admin's choice replaces it there.
+pub const ACTED_ON: SourceKinds = SourceKinds::CONFIGMAPS;
+
 /// Which source: its kind and its name (namespaces are the caller's). The key of every map,
 /// cache record, port call, fresh read, effect and annotation entry about a source, so that a
-/// ConfigMap and (later) a Secret of the same name never meet. Ordered by kind, then name: the
+/// ConfigMap and a Secret of the same name never meet. Ordered by kind, then name: the
 /// order annotations list their entries in. Its `Display` is its annotation entry
 /// ([`names::source_entry`]): a ConfigMap's bare name, as every message has always named it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -91,22 +143,22 @@ pub fn is_root_ca(id: &SourceId) -> bool {
     id.kind == SourceKind::ConfigMap && id.name == names::ROOT_CA
 }
 
-/// Whether (group, kind) is a source kind.
+/// Whether (group, kind) is a source kind this server acts on ([`ACTED_ON`]).
 pub fn is_source_kind(group: &str, kind: &str) -> bool {
     SourceKind::of(group, kind).is_some()
 }
 
 impl SourceKind {
-    /// The source kind of (group, kind), if it is one: identified by both, never by the kind
-    /// string alone.
+    /// The source kind of (group, kind), if it is one this server acts on ([`ACTED_ON`]): the
+    /// webhook's routing, so a request about a kind not acted on is never decided as a source.
     pub fn of(group: &str, kind: &str) -> Option<SourceKind> {
-        SourceKind::ALL.into_iter().find(|k| k.group() == group && k.as_str() == kind)
+        ACTED_ON.of(group, kind)
     }
 
     /// The API group (core: empty).
     pub fn group(self) -> &'static str {
         match self {
-            SourceKind::ConfigMap => "",
+            SourceKind::ConfigMap | SourceKind::Secret => "",
         }
     }
 
@@ -114,6 +166,7 @@ impl SourceKind {
     pub fn resource(self) -> &'static str {
         match self {
             SourceKind::ConfigMap => "configmaps",
+            SourceKind::Secret => "secrets",
         }
     }
 }
@@ -201,4 +254,29 @@ pub fn adopted(obj: &impl Meta) -> impl Iterator<Item = &str> {
 /// The items of a comma-separated annotation value.
 fn list(value: Option<&str>) -> impl Iterator<Item = &str> {
     value.unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_a_source_kind_of_their_own_and_off_unless_chosen() {
+        let secret = SourceKind::Secret;
+        assert_eq!((secret.as_str(), secret.group(), secret.resource(), secret.entry_prefix()), ("Secret", "", "secrets", Some("secret")));
+        assert_eq!(SourceKinds::default(), SourceKinds::CONFIGMAPS);
+        assert_eq!(SourceKinds::CONFIGMAPS.iter().collect::<Vec<_>>(), [SourceKind::ConfigMap]);
+        assert_eq!(SourceKinds::WITH_SECRETS.iter().collect::<Vec<_>>(), SourceKind::ALL);
+        assert_eq!(SourceKinds::new(true), SourceKinds::WITH_SECRETS);
+        assert_eq!(SourceKinds::WITH_SECRETS.of("", "Secret"), Some(secret));
+        assert_eq!(SourceKinds::WITH_SECRETS.of("example.io", "Secret"), None, "by group and kind");
+        assert_eq!(SourceKinds::CONFIGMAPS.of("", "Secret"), None);
+        // This server acts on ConfigMaps alone: the webhook's routing never takes a Secret
+        // request for a source, whatever it is sent.
+        assert_eq!(ACTED_ON, SourceKinds::CONFIGMAPS);
+        assert_eq!(SourceKind::of("", "Secret"), None);
+        assert!(!is_source_kind("", "Secret") && is_source_kind("", "ConfigMap"));
+        // The root CA bundle is a ConfigMap's name; a Secret of that name is not it.
+        assert!(is_root_ca(&SourceId::configmap(names::ROOT_CA)) && !is_root_ca(&SourceId::new(secret, names::ROOT_CA)));
+    }
 }

@@ -1,4 +1,4 @@
-//! Pod templates: the ConfigMap references inside them (docs/behaviour.md §4),
+//! Pod templates: the source references inside them (docs/behaviour.md §4, §4a),
 //! and a canonical hash that makes revisions comparable.
 
 use std::collections::BTreeSet;
@@ -7,7 +7,7 @@ use crate::model::digest::{Digest, Sha256};
 use serde_json::Value;
 
 use crate::model::names;
-use crate::model::source::{SourceId, SourceKind};
+use crate::model::source::{SourceId, SourceKind, SourceKinds};
 
 /// Workload kinds live in [`crate::model::kinds`]; re-exported where templates are read.
 pub use crate::model::kinds::Kind;
@@ -44,19 +44,30 @@ impl Ref {
     }
 }
 
-/// Every source reference in a pod template (ConfigMaps), in document order.
-pub fn refs(template: &Value) -> Vec<Ref> {
+/// Every reference in a pod template to a source of `kinds`, in document order: ConfigMaps
+/// (docs/behaviour.md §4) and, when `kinds` has them, Secrets (§4a: secret volumes by
+/// `secretName`, projected secrets, `secretKeyRef`, `secretRef`; `imagePullSecrets` are not
+/// config and never a reference). A kind not in `kinds` is not a reference at all, so with
+/// Secrets off the answer is the ConfigMap references alone.
+pub fn refs(template: &Value, kinds: SourceKinds) -> Vec<Ref> {
     let mut out = Vec::new();
     let Some(spec) = template.get("spec") else { return out };
+    let secrets = kinds.contains(SourceKind::Secret);
     if let Some(volumes) = spec.get("volumes").and_then(Value::as_array) {
         for (i, vol) in volumes.iter().enumerate() {
             if let Some(cm) = vol.get("configMap") {
-                push(&mut out, SourceKind::ConfigMap, cm, format!("/spec/volumes/{i}/configMap"));
+                push(&mut out, SourceKind::ConfigMap, cm, "name", format!("/spec/volumes/{i}/configMap"));
+            }
+            if let Some(s) = vol.get("secret").filter(|_| secrets) {
+                push(&mut out, SourceKind::Secret, s, "secretName", format!("/spec/volumes/{i}/secret"));
             }
             if let Some(sources) = vol.get("projected").and_then(|p| p.get("sources")).and_then(Value::as_array) {
                 for (j, src) in sources.iter().enumerate() {
                     if let Some(cm) = src.get("configMap") {
-                        push(&mut out, SourceKind::ConfigMap, cm, format!("/spec/volumes/{i}/projected/sources/{j}/configMap"));
+                        push(&mut out, SourceKind::ConfigMap, cm, "name", format!("/spec/volumes/{i}/projected/sources/{j}/configMap"));
+                    }
+                    if let Some(s) = src.get("secret").filter(|_| secrets) {
+                        push(&mut out, SourceKind::Secret, s, "name", format!("/spec/volumes/{i}/projected/sources/{j}/secret"));
                     }
                 }
             }
@@ -67,15 +78,22 @@ pub fn refs(template: &Value) -> Vec<Ref> {
         for (c, container) in containers.iter().enumerate() {
             if let Some(env) = container.get("env").and_then(Value::as_array) {
                 for (e, var) in env.iter().enumerate() {
-                    if let Some(r) = var.get("valueFrom").and_then(|v| v.get("configMapKeyRef")) {
-                        push(&mut out, SourceKind::ConfigMap, r, format!("/spec/{list}/{c}/env/{e}/valueFrom/configMapKeyRef"));
+                    let Some(from) = var.get("valueFrom") else { continue };
+                    if let Some(r) = from.get("configMapKeyRef") {
+                        push(&mut out, SourceKind::ConfigMap, r, "name", format!("/spec/{list}/{c}/env/{e}/valueFrom/configMapKeyRef"));
+                    }
+                    if let Some(r) = from.get("secretKeyRef").filter(|_| secrets) {
+                        push(&mut out, SourceKind::Secret, r, "name", format!("/spec/{list}/{c}/env/{e}/valueFrom/secretKeyRef"));
                     }
                 }
             }
             if let Some(env_from) = container.get("envFrom").and_then(Value::as_array) {
                 for (e, from) in env_from.iter().enumerate() {
                     if let Some(r) = from.get("configMapRef") {
-                        push(&mut out, SourceKind::ConfigMap, r, format!("/spec/{list}/{c}/envFrom/{e}/configMapRef"));
+                        push(&mut out, SourceKind::ConfigMap, r, "name", format!("/spec/{list}/{c}/envFrom/{e}/configMapRef"));
+                    }
+                    if let Some(r) = from.get("secretRef").filter(|_| secrets) {
+                        push(&mut out, SourceKind::Secret, r, "name", format!("/spec/{list}/{c}/envFrom/{e}/secretRef"));
                     }
                 }
             }
@@ -84,17 +102,19 @@ pub fn refs(template: &Value) -> Vec<Ref> {
     out
 }
 
-fn push(out: &mut Vec<Ref>, kind: SourceKind, holder: &Value, mut pointer: String) {
-    if let Some(name) = holder.get("name").and_then(Value::as_str) {
-        pointer.push_str("/name");
+/// The reference in `holder` (its name at `field`), with the JSON pointer to that name.
+fn push(out: &mut Vec<Ref>, kind: SourceKind, holder: &Value, field: &str, mut pointer: String) {
+    if let Some(name) = holder.get(field).and_then(Value::as_str) {
+        pointer.push('/');
+        pointer.push_str(field);
         let id = SourceId::new(kind, name);
         out.push(Ref { pointer, id, optional: holder.get("optional").and_then(Value::as_bool).unwrap_or(false) });
     }
 }
 
-/// Distinct objects referenced by a template.
-pub fn ref_sources(template: &Value) -> BTreeSet<SourceId> {
-    refs(template).into_iter().map(|r| r.id).collect()
+/// Distinct objects of `kinds` referenced by a template.
+pub fn ref_sources(template: &Value, kinds: SourceKinds) -> BTreeSet<SourceId> {
+    refs(template, kinds).into_iter().map(|r| r.id).collect()
 }
 
 /// Canonical hash of a pod template, comparable across a workload and its revisions:
@@ -175,7 +195,7 @@ mod tests {
 
     #[test]
     fn finds_every_reference_kind() {
-        let r = refs(&template());
+        let r = refs(&template(), SourceKinds::CONFIGMAPS);
         let got: Vec<(&str, &str, bool)> = r.iter().map(|r| (r.pointer.as_str(), r.id.name.as_str(), r.optional)).collect();
         assert_eq!(
             got,
@@ -202,6 +222,72 @@ mod tests {
                 "spec.containers[0].envFrom[1].configMapRef.name",
             ]
         );
+    }
+
+    /// Every Secret reference of docs/behaviour.md §4a beside ConfigMap ones, in every container
+    /// list, with `imagePullSecrets` and a secret volume's other fields around them.
+    fn template_with_secrets() -> Value {
+        json!({
+            "spec": {
+                "imagePullSecrets": [{"name": "registry"}],
+                "volumes": [
+                    {"name": "tls", "secret": {"secretName": "db", "optional": true, "items": [{"key": "k", "path": "p"}]}},
+                    {"name": "cfg", "configMap": {"name": "db"}},
+                    {"name": "p", "projected": {"sources": [{"secret": {"name": "proj"}}, {"configMap": {"name": "extra"}}, {"serviceAccountToken": {"path": "t"}}]}},
+                    {"name": "bad", "secret": {"name": "not-the-field"}}
+                ],
+                "initContainers": [{"name": "i", "envFrom": [{"secretRef": {"name": "init-env"}}]}],
+                "containers": [{
+                    "name": "app",
+                    "env": [
+                        {"name": "A", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}},
+                        {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "db", "key": "url"}}},
+                        {"name": "C", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+                    ],
+                    "envFrom": [{"configMapRef": {"name": "env-cm"}}, {"secretRef": {"name": "env-s", "optional": false}}]
+                }],
+                "ephemeralContainers": [{"name": "debug", "envFrom": [{"secretRef": {"name": "dbg"}}]}]
+            }
+        })
+    }
+
+    #[test]
+    fn secret_references_only_when_secrets_are_on() {
+        let t = template_with_secrets();
+        let off = refs(&t, SourceKinds::CONFIGMAPS);
+        assert!(off.iter().all(|r| r.id.kind == SourceKind::ConfigMap), "{off:?}");
+        assert_eq!(off.len(), 4);
+        // The existing template (a projected secret and a secretRef in it) is read as before.
+        assert_eq!(refs(&template(), SourceKinds::CONFIGMAPS), refs(&template(), SourceKinds::default()));
+        let on = refs(&t, SourceKinds::WITH_SECRETS);
+        let got: Vec<(&str, SourceKind, &str, bool)> =
+            on.iter().map(|r| (r.pointer.as_str(), r.id.kind, r.id.name.as_str(), r.optional)).collect();
+        use SourceKind::{ConfigMap as C, Secret as S};
+        assert_eq!(
+            got,
+            vec![
+                ("/spec/volumes/0/secret/secretName", S, "db", true),
+                ("/spec/volumes/1/configMap/name", C, "db", false),
+                ("/spec/volumes/2/projected/sources/0/secret/name", S, "proj", false),
+                ("/spec/volumes/2/projected/sources/1/configMap/name", C, "extra", false),
+                ("/spec/initContainers/0/envFrom/0/secretRef/name", S, "init-env", false),
+                ("/spec/containers/0/env/0/valueFrom/secretKeyRef/name", S, "db", false),
+                ("/spec/containers/0/env/1/valueFrom/configMapKeyRef/name", C, "db", false),
+                ("/spec/containers/0/envFrom/0/configMapRef/name", C, "env-cm", false),
+                ("/spec/containers/0/envFrom/1/secretRef/name", S, "env-s", false),
+                ("/spec/ephemeralContainers/0/envFrom/0/secretRef/name", S, "dbg", false),
+            ]
+        );
+        // Each pointer names the reference, so it can be repointed at a snapshot.
+        for r in &on {
+            assert_eq!(t.pointer(&r.pointer).and_then(Value::as_str), Some(r.id.name.as_str()), "{}", r.pointer);
+        }
+        assert_eq!(on[0].field(), "spec.volumes[0].secret.secretName");
+        // The ConfigMap db and the Secret db are two sources; imagePullSecrets are none.
+        let ids = ref_sources(&t, SourceKinds::WITH_SECRETS);
+        assert!(ids.contains(&SourceId::configmap("db")) && ids.contains(&SourceId::new(S, "db")));
+        assert!(!ids.iter().any(|id| id.name == "registry" || id.name == "not-the-field"), "{ids:?}");
+        assert_eq!(ids.len(), 8);
     }
 
     #[test]

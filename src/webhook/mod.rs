@@ -24,6 +24,7 @@ use crate::model::policy::{Mode, Policy};
 use crate::model::source::{self, SourceId};
 use crate::store;
 
+pub mod keys;
 pub mod limits;
 pub mod managed;
 pub mod serve;

@@ -1,0 +1,506 @@
+//! Secrets as sources (docs/behaviour.md §4a), the pure pieces: which Secrets are never sources,
+//! a Secret's content, its snapshot (named by a MAC under the namespace's key, `model::keys`),
+//! the snapshot's validity, and what an UPDATE warning may say (key names only).
+//!
+//! Nothing here reads or writes a cluster, and nothing here is acted on until Secrets are wired
+//! in (`model::source::ACTED_ON`). A Secret's values live only in [`SecretContent`], whose fields
+//! are private: no `Debug`, error or warning built here holds a value, nor an unkeyed hash of one,
+//! and there is no way from a `SecretContent` to a ConfigMap's `model::snapshot::Content`, so the
+//! settings parser (which takes a `Content`) is never handed a Secret's values:
+//!
+//! ```compile_fail,E0308
+//! use confighistory::model::secret::SecretContent;
+//! let s = SecretContent::new("Opaque", Default::default());
+//! confighistory::admission::settings::warnings("db", &s, &s);
+//! ```
+//! ```
+//! use confighistory::model::snapshot::Content;
+//! let c = Content::default();
+//! confighistory::admission::settings::warnings("db", &c, &c);
+//! ```
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use serde_json::{json, Map, Value};
+
+use super::digest::Mac;
+use super::json::At;
+use super::keys::{KeyId, Keyring, NamespaceKey};
+use super::meta::Meta;
+use super::names;
+use super::policy::Selector;
+use super::snapshot::{self, Sizes};
+use super::source::SECRET;
+
+/// The type of a Secret that says none.
+pub const OPAQUE: &str = "Opaque";
+
+/// Secret types that are never sources: credentials Kubernetes and Helm manage, not config.
+pub const NEVER_SOURCE_TYPES: [&str; 3] = ["kubernetes.io/service-account-token", "bootstrap.kubernetes.io/token", "helm.sh/release.v1"];
+
+/// Why a Secret is never a source (docs/behaviour.md §4a): it is never versioned, never
+/// snapshotted and never written (no head, no annotation): left exactly as it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NeverSource {
+    /// A token or a release record ([`NEVER_SOURCE_TYPES`]).
+    #[error("Secrets of type {0} are never versioned")]
+    Type(&'static str),
+    /// A certificate issuer manages it: rotating a certificate must not roll out its users, and an
+    /// undo must not bring back an expired certificate.
+    #[error("a certificate issuer manages it ({})", names::CERTIFICATE_NAME)]
+    CertificateIssuer,
+    /// The admin's selector of Secrets that are never sources.
+    #[error("the admin's selector of excluded Secrets matches it")]
+    Selector,
+}
+
+/// The type of a Secret object (`Opaque` when it says none, as the API server defaults it).
+pub fn secret_type(obj: &Value) -> &str {
+    obj.get("type").and_then(Value::as_str).filter(|t| !t.is_empty()).unwrap_or(OPAQUE)
+}
+
+/// Whether, and why, a Secret of type `secret_type` is never a source: its type, a certificate
+/// issuer's annotation, or the admin's selector (`excluded`, matched as the ConfigMaps' selector
+/// of excluded sources is: `Selector::selects`; an empty one matches nothing).
+pub fn never_source(obj: &impl Meta, secret_type: &str, excluded: &Selector) -> Option<NeverSource> {
+    if let Some(t) = NEVER_SOURCE_TYPES.iter().find(|t| **t == secret_type) {
+        return Some(NeverSource::Type(t));
+    }
+    if obj.annotation(names::CERTIFICATE_NAME).is_some() {
+        return Some(NeverSource::CertificateIssuer);
+    }
+    excluded.selects(obj).then_some(NeverSource::Selector)
+}
+
+/// A Secret whose changes are tracked (docs/behaviour.md §6.1 for Secrets): mutable, not a
+/// snapshot, and not a never-source. Versioned or not: [`is_versioned`].
+pub fn is_tracked(obj: &impl Meta, secret_type: &str, excluded: &Selector) -> bool {
+    !obj.immutable() && obj.label(names::HASH_LABEL).is_none() && never_source(obj, secret_type, excluded).is_none()
+}
+
+/// A tracked Secret that is versioned: not opted out by its `versioned: "false"` annotation, as
+/// for ConfigMaps (docs/behaviour.md §3).
+pub fn is_versioned(obj: &impl Meta, secret_type: &str, excluded: &Selector) -> bool {
+    is_tracked(obj, secret_type, excluded) && obj.annotation(names::VERSIONED) != Some("false")
+}
+
+/// A Secret's data that is not what the API serves (values are base64): names the key only.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    #[error("the value of key {0:?} is not base64")]
+    NotBase64(String),
+}
+
+/// What a Secret snapshot copies and its name is MAC'd over: its `type` and its `data`, values as
+/// bytes. The fields are private: its `Debug` names the type, keys and sizes, never a value, and
+/// nothing hands the values out but the snapshot object written to the API server.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct SecretContent {
+    secret_type: String,
+    data: BTreeMap<String, Vec<u8>>,
+}
+
+impl SecretContent {
+    pub fn new(secret_type: impl Into<String>, data: BTreeMap<String, Vec<u8>>) -> SecretContent {
+        SecretContent { secret_type: secret_type.into(), data }
+    }
+
+    /// Reads `type` and `data` (base64) from a Secret object. `stringData` (write-only; the API
+    /// server merges it into `data` before admission sees the object) is merged the same way, its
+    /// keys over `data`'s, for objects read from elsewhere.
+    pub fn from_object(obj: &Value) -> Result<SecretContent, Malformed> {
+        let mut data = BTreeMap::new();
+        for (k, v) in obj.get("data").and_then(Value::as_object).into_iter().flatten() {
+            let bytes = v
+                .as_str()
+                .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
+                .ok_or_else(|| Malformed::NotBase64(k.clone()))?;
+            data.insert(k.clone(), bytes);
+        }
+        for (k, v) in obj.get("stringData").and_then(Value::as_object).into_iter().flatten() {
+            data.insert(k.clone(), v.as_str().unwrap_or_default().as_bytes().to_vec());
+        }
+        Ok(SecretContent { secret_type: secret_type(obj).to_owned(), data })
+    }
+
+    pub fn secret_type(&self) -> &str {
+        &self.secret_type
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.data.keys().map(String::as_str)
+    }
+
+    /// Size in bytes of keys and values, for metrics.
+    pub fn bytes(&self) -> usize {
+        self.data.iter().map(|(k, v)| k.len() + v.len()).sum()
+    }
+
+    /// The MAC of this content under `key`, encoded as a snapshot's hash is
+    /// (`snapshot::encode_digest`): the hash part of its snapshot's name and its hash label.
+    pub fn mac(&self, key: &NamespaceKey) -> String {
+        let mut m = key.mac();
+        self.frame(|bytes| m.update(bytes));
+        snapshot::encode_digest(&m.finish())
+    }
+
+    /// The byte stream [`Self::mac`] MACs: a version tag, then the type and each key and value,
+    /// length-prefixed, keys in sorted order (BTreeMap). Lengths make it injective: no two
+    /// contents, nor a type and a key, produce the same stream.
+    fn frame(&self, mut sink: impl FnMut(&[u8])) {
+        sink(b"confighistory/secret/v1\0");
+        sink(&(self.secret_type.len() as u64).to_be_bytes());
+        sink(self.secret_type.as_bytes());
+        sink(&(self.data.len() as u64).to_be_bytes());
+        for (k, v) in &self.data {
+            sink(&(k.len() as u64).to_be_bytes());
+            sink(k.as_bytes());
+            sink(&(v.len() as u64).to_be_bytes());
+            sink(v);
+        }
+    }
+
+    #[cfg(test)]
+    fn framing(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.frame(|b| out.extend_from_slice(b));
+        out
+    }
+}
+
+impl std::fmt::Debug for SecretContent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretContent").field("type", &self.secret_type).field("data", &Sizes(&self.data)).finish()
+    }
+}
+
+/// The name of the snapshot of `content` of Secret `source` under the namespace's `key`:
+/// `<source>-<mac>`, then `-1`, `-2`, … in the collision sequence, shortened as a ConfigMap
+/// snapshot's name is (`snapshot::name`).
+pub fn snapshot_name(source: &str, content: &SecretContent, key: &NamespaceKey, index: u32) -> String {
+    snapshot::name(source, &content.mac(key), index)
+}
+
+/// The Secret object a snapshot is created as: immutable, the source's type and data, the
+/// snapshot labels of a ConfigMap snapshot (hash: the MAC) and the key id it was MAC'd under.
+pub fn snapshot_object(
+    namespace: &str,
+    source: &str,
+    snapshot_name: &str,
+    content: &SecretContent,
+    key: &NamespaceKey,
+    adopted: &[String],
+) -> Value {
+    let mut annotations = Map::new();
+    annotations.insert(names::SOURCE_NAME.into(), Value::String(source.into()));
+    if !adopted.is_empty() {
+        annotations.insert(names::ADOPTED.into(), Value::String(adopted.join(",")));
+    }
+    let mut obj = json!({
+        "apiVersion": "v1",
+        "kind": SECRET,
+        "metadata": {
+            "name": snapshot_name,
+            "namespace": namespace,
+            "labels": {
+                names::HASH_LABEL: content.mac(key),
+                names::SOURCE_LABEL: snapshot::source_label(source),
+                names::MANAGED_BY: names::MANAGER,
+                names::KEY_ID_LABEL: key.id().to_string(),
+            },
+            "annotations": annotations,
+        },
+        "immutable": true,
+        "type": content.secret_type,
+    });
+    if !content.data.is_empty() {
+        let b64 = |v: &Vec<u8>| Value::String(base64::engine::general_purpose::STANDARD.encode(v));
+        obj["data"] = Value::Object(content.data.iter().map(|(k, v)| (k.clone(), b64(v))).collect());
+    }
+    obj
+}
+
+/// Why an object is not a valid Secret snapshot (docs/behaviour.md §4a, §5). Names labels, key
+/// ids and the claimed MAC (from the object's own name and label), never content or a MAC of it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    #[error("it is not immutable")]
+    Mutable,
+    #[error("it has no {0} label")]
+    MissingLabel(&'static str),
+    #[error("its key id {0:?} is not a key id")]
+    BadKeyId(String),
+    #[error("its key {0} is not kept")]
+    UnknownKey(KeyId),
+    #[error("its data is malformed: {0}")]
+    Malformed(Malformed),
+    #[error("its content does not MAC to {0} under its namespace's key {1}")]
+    WrongContent(String, KeyId),
+    #[error("its name does not end in its MAC {0}")]
+    NameMismatch(String),
+}
+
+/// Checks a Secret snapshot in `namespace` from the object itself: immutable, labelled as a
+/// snapshot, its key id one the keyring keeps, and its content's MAC under that key's namespace
+/// key the one in its hash label and name. `Ok` with the MAC.
+pub fn validate(obj: &Value, namespace: &str, keys: &Keyring) -> Result<String, Invalid> {
+    let label = |k: &'static str| obj.at("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str);
+    if obj.get("immutable").and_then(Value::as_bool) != Some(true) {
+        return Err(Invalid::Mutable);
+    }
+    let claimed = label(names::HASH_LABEL).ok_or(Invalid::MissingLabel(names::HASH_LABEL))?;
+    label(names::SOURCE_LABEL).ok_or(Invalid::MissingLabel(names::SOURCE_LABEL))?;
+    if label(names::MANAGED_BY) != Some(names::MANAGER) {
+        return Err(Invalid::MissingLabel(names::MANAGED_BY));
+    }
+    let id_text = label(names::KEY_ID_LABEL).ok_or(Invalid::MissingLabel(names::KEY_ID_LABEL))?;
+    let id: KeyId = id_text.parse().map_err(|_| Invalid::BadKeyId(id_text.chars().take(16).collect()))?;
+    let key = keys.get(id).ok_or(Invalid::UnknownKey(id))?.namespace_key(namespace);
+    let content = SecretContent::from_object(obj).map_err(Invalid::Malformed)?;
+    if content.mac(&key) != claimed {
+        return Err(Invalid::WrongContent(claimed.chars().take(snapshot::HASH_LEN).collect(), id));
+    }
+    let name = obj.at("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    match snapshot::parse_name(name) {
+        Some((_, h, _)) if h == claimed => Ok(claimed.to_owned()),
+        _ => Err(Invalid::NameMismatch(claimed.to_owned())),
+    }
+}
+
+/// Keys removed, added and changed between two contents of a Secret, by name: what an UPDATE
+/// warning says about a Secret (docs/behaviour.md §4a: keys, never values; the settings inside a
+/// value are never parsed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyChanges {
+    pub removed: Vec<String>,
+    pub added: Vec<String>,
+    /// Keys in both whose values differ.
+    pub changed: Vec<String>,
+    /// Whether the type changed (the type is said, it is not a value).
+    pub type_changed: bool,
+}
+
+pub fn key_changes(old: &SecretContent, new: &SecretContent) -> KeyChanges {
+    let names = |m: &BTreeMap<String, Vec<u8>>, other: &BTreeMap<String, Vec<u8>>| -> Vec<String> {
+        m.keys().filter(|k| !other.contains_key(*k)).cloned().collect()
+    };
+    KeyChanges {
+        removed: names(&old.data, &new.data),
+        added: names(&new.data, &old.data),
+        changed: old.data.iter().filter(|(k, v)| new.data.get(*k).is_some_and(|n| n != *v)).map(|(k, _)| k.clone()).collect(),
+        type_changed: old.secret_type != new.secret_type,
+    }
+}
+
+/// At most this many key names in each list of a warning; the rest are counted.
+const MAX_WARNED_KEYS: usize = 16;
+
+/// The UPDATE warning for Secret `source` (its annotation entry, `secret/db`) whose content
+/// changed, naming keys only: `secret/db: keys removed [a], added [b]`, or `values changed in
+/// [c]` when the keys are the same. `None` when nothing changed.
+pub fn update_warning(source: &str, old: &SecretContent, new: &SecretContent) -> Option<String> {
+    let c = key_changes(old, new);
+    let list = |keys: &[String]| {
+        let shown: Vec<&str> = keys.iter().take(MAX_WARNED_KEYS).map(String::as_str).collect();
+        match keys.len().saturating_sub(MAX_WARNED_KEYS) {
+            0 => shown.join(", "),
+            more => format!("{}, +{more}", shown.join(", ")),
+        }
+    };
+    let mut parts = Vec::new();
+    if !c.removed.is_empty() || !c.added.is_empty() {
+        parts.push(format!("keys removed [{}], added [{}]", list(&c.removed), list(&c.added)));
+    } else if !c.changed.is_empty() {
+        parts.push(format!("values changed in [{}], same keys", list(&c.changed)));
+    }
+    if c.type_changed {
+        parts.push(format!("type changed from {} to {}", old.secret_type, new.secret_type));
+    }
+    (!parts.is_empty()).then(|| format!("{source}: {}", parts.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::keys::tests::key;
+
+    fn content(t: &str, pairs: &[(&str, &[u8])]) -> SecretContent {
+        SecretContent::new(t, pairs.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect())
+    }
+
+    fn secret(t: Option<&str>, labels: Value, annotations: Value) -> Value {
+        let mut obj = json!({"metadata": {"name": "s", "labels": labels, "annotations": annotations}});
+        if let Some(t) = t {
+            obj["type"] = json!(t);
+        }
+        obj
+    }
+
+    #[test]
+    fn never_sources_and_opt_outs() {
+        let none = Selector::default();
+        let sel: Selector = "ca-bundle=true".parse().unwrap();
+        let plain = secret(None, json!({}), json!({}));
+        assert_eq!(secret_type(&plain), OPAQUE);
+        assert_eq!(never_source(&plain, secret_type(&plain), &sel), None);
+        assert!(is_tracked(&plain, OPAQUE, &sel) && is_versioned(&plain, OPAQUE, &sel));
+        for t in NEVER_SOURCE_TYPES {
+            let obj = secret(Some(t), json!({}), json!({}));
+            assert_eq!(never_source(&obj, secret_type(&obj), &none), Some(NeverSource::Type(t)));
+            assert!(!is_tracked(&obj, t, &none) && !is_versioned(&obj, t, &none));
+        }
+        for t in ["kubernetes.io/tls", "kubernetes.io/dockerconfigjson", "Opaque", "example.com/x"] {
+            assert_eq!(never_source(&plain, t, &none), None, "{t}");
+        }
+        let cert = secret(Some("kubernetes.io/tls"), json!({}), json!({names::CERTIFICATE_NAME: "web"}));
+        assert_eq!(never_source(&cert, secret_type(&cert), &none), Some(NeverSource::CertificateIssuer));
+        let selected = secret(None, json!({"ca-bundle": "true"}), json!({}));
+        assert_eq!(never_source(&selected, OPAQUE, &sel), Some(NeverSource::Selector));
+        assert_eq!(never_source(&selected, OPAQUE, &none), None, "an empty selector excludes nothing");
+        // `versioned: "false"`: tracked (leaving versioning is a change), not versioned.
+        let opted_out = secret(None, json!({}), json!({names::VERSIONED: "false"}));
+        assert!(is_tracked(&opted_out, OPAQUE, &none) && !is_versioned(&opted_out, OPAQUE, &none));
+        // Immutable Secrets and snapshots are never tracked.
+        let mut immutable = plain.clone();
+        immutable["immutable"] = json!(true);
+        assert!(!is_tracked(&immutable, OPAQUE, &none));
+        assert!(!is_tracked(&secret(None, json!({names::HASH_LABEL: "x"}), json!({})), OPAQUE, &none));
+        assert_eq!(NeverSource::Type(NEVER_SOURCE_TYPES[2]).to_string(), "Secrets of type helm.sh/release.v1 are never versioned");
+    }
+
+    #[test]
+    fn content_reads_base64_data_and_string_data() {
+        let obj = json!({"type": "kubernetes.io/basic-auth", "data": {"username": "YWRtaW4=", "password": "b2xk"}, "stringData": {"password": "new"}});
+        let c = SecretContent::from_object(&obj).unwrap();
+        assert_eq!(c, content("kubernetes.io/basic-auth", &[("username", b"admin"), ("password", b"new")]));
+        assert_eq!(
+            (c.secret_type(), c.keys().collect::<Vec<_>>(), c.bytes()),
+            ("kubernetes.io/basic-auth", vec!["password", "username"], 24)
+        );
+        let bad = json!({"data": {"k": "not base64!"}});
+        assert_eq!(SecretContent::from_object(&bad), Err(Malformed::NotBase64("k".into())));
+        assert!(!Malformed::NotBase64("k".into()).to_string().contains("not base64!"));
+        assert_eq!(SecretContent::from_object(&json!({})).unwrap(), content(OPAQUE, &[]));
+    }
+
+    #[test]
+    fn the_mac_covers_type_and_data_unambiguously() {
+        let k = key(1, 1).namespace_key("ns");
+        let base = content(OPAQUE, &[("a", b"1"), ("b", b"2")]);
+        let mac = base.mac(&k);
+        assert!(snapshot::is_hash(&mac), "{mac}");
+        assert_eq!(content(OPAQUE, &[("b", b"2"), ("a", b"1")]).mac(&k), mac, "key order does not matter");
+        let others = [
+            content("kubernetes.io/tls", &[("a", b"1"), ("b", b"2")]),
+            content(OPAQUE, &[("a", b"1")]),
+            content(OPAQUE, &[("a", b"12")]),
+            content(OPAQUE, &[("a1", b"")]),
+            content(OPAQUE, &[("a", b"")]),
+            content(OPAQUE, &[]),
+            content("", &[]),
+            // The type's bytes moved into a key.
+            content("", &[("Opaque", b"")]),
+        ];
+        let mut framings = vec![base.framing()];
+        for o in &others {
+            assert_ne!(o.mac(&k), mac, "{o:?}");
+            framings.push(o.framing());
+        }
+        framings.sort();
+        framings.dedup();
+        assert_eq!(framings.len(), others.len() + 1, "every framing differs");
+        // Not an unkeyed hash: another key, another MAC; and not the ConfigMap hash of the same text.
+        assert_ne!(base.mac(&key(1, 2).namespace_key("ns")), mac);
+        let as_configmap = snapshot::Content { data: [("a".into(), "1".into()), ("b".into(), "2".into())].into(), ..Default::default() };
+        assert_ne!(as_configmap.hash(), mac);
+    }
+
+    #[test]
+    fn a_snapshot_is_valid_under_its_key_only() {
+        let ring = Keyring::new(key(1, 1), []).unwrap();
+        let k = ring.current().namespace_key("shop");
+        let c = content("kubernetes.io/basic-auth", &[("password", b"hunter2")]);
+        let name = snapshot_name("db", &c, &k, 0);
+        assert_eq!(snapshot::parse_name(&name), Some(("db", c.mac(&k).as_str(), 0)));
+        let obj = snapshot_object("shop", "db", &name, &c, &k, &["t1".to_owned()]);
+        assert_eq!(obj["kind"], "Secret");
+        assert_eq!(obj["type"], "kubernetes.io/basic-auth");
+        assert_eq!(obj["immutable"], true);
+        assert_eq!(obj["data"]["password"], "aHVudGVyMg==");
+        assert_eq!(obj["metadata"]["labels"][names::KEY_ID_LABEL], "1");
+        assert_eq!(obj["metadata"]["labels"][names::HASH_LABEL], c.mac(&k));
+        assert_eq!(obj["metadata"]["annotations"][names::SOURCE_NAME], "db");
+        assert_eq!(obj["metadata"]["annotations"][names::ADOPTED], "t1");
+        assert_eq!(SecretContent::from_object(&obj).unwrap(), c, "the snapshot holds the content byte for byte");
+        assert_eq!(validate(&obj, "shop", &ring), Ok(c.mac(&k)));
+        // Another namespace's key does not validate it (a copy into another namespace is invalid).
+        assert!(matches!(validate(&obj, "billing", &ring), Err(Invalid::WrongContent(..))));
+        let broken = |f: &dyn Fn(&mut Value)| {
+            let mut o = obj.clone();
+            f(&mut o);
+            validate(&o, "shop", &ring)
+        };
+        assert_eq!(broken(&|o| o["immutable"] = json!(false)), Err(Invalid::Mutable));
+        assert!(matches!(broken(&|o| o["data"]["password"] = json!("b3RoZXI=")), Err(Invalid::WrongContent(..))));
+        assert!(matches!(broken(&|o| o["type"] = json!("Opaque")), Err(Invalid::WrongContent(..))), "the type is MAC'd");
+        assert_eq!(
+            broken(&|o| {
+                o["metadata"]["labels"].as_object_mut().unwrap().remove(names::KEY_ID_LABEL);
+            }),
+            Err(Invalid::MissingLabel(names::KEY_ID_LABEL))
+        );
+        assert_eq!(broken(&|o| o["metadata"]["labels"][names::KEY_ID_LABEL] = json!("2")), Err(Invalid::UnknownKey(KeyId(2))));
+        assert_eq!(broken(&|o| o["metadata"]["labels"][names::KEY_ID_LABEL] = json!("x")), Err(Invalid::BadKeyId("x".into())));
+        assert_eq!(broken(&|o| o["metadata"]["name"] = json!("db-0000000000zz")), Err(Invalid::NameMismatch(c.mac(&k))));
+        assert!(matches!(broken(&|o| o["data"]["password"] = json!("%%%")), Err(Invalid::Malformed(_))));
+        // The collision sequence's names are valid too.
+        let mut second = snapshot_object("shop", "db", &snapshot_name("db", &c, &k, 2), &c, &k, &[]);
+        assert_eq!(validate(&second, "shop", &ring), Ok(c.mac(&k)));
+        second["metadata"]["labels"][names::MANAGED_BY] = json!("someone");
+        assert_eq!(validate(&second, "shop", &ring), Err(Invalid::MissingLabel(names::MANAGED_BY)));
+    }
+
+    #[test]
+    fn a_snapshot_stays_valid_across_a_rotation_while_its_key_is_kept() {
+        let ring1 = Keyring::new(key(1, 1), []).unwrap();
+        let c = content(OPAQUE, &[("url", b"postgres://db")]);
+        let k1 = ring1.current().namespace_key("shop");
+        let old = snapshot_object("shop", "db", &snapshot_name("db", &c, &k1, 0), &c, &k1, &[]);
+        let ring2 = ring1.rotate(key(2, 2)).unwrap();
+        assert_eq!(validate(&old, "shop", &ring2), Ok(c.mac(&k1)), "key 1 kept: still valid");
+        // New snapshots are MAC'd under key 2: another name for the same content.
+        let k2 = ring2.current().namespace_key("shop");
+        assert_eq!(k2.id(), KeyId(2));
+        assert_ne!(snapshot_name("db", &c, &k2, 0), snapshot_name("db", &c, &k1, 0));
+        let new = snapshot_object("shop", "db", &snapshot_name("db", &c, &k2, 0), &c, &k2, &[]);
+        assert_eq!(validate(&new, "shop", &ring2), Ok(c.mac(&k2)));
+        let ring3 = ring2.without(KeyId(1));
+        assert_eq!(validate(&old, "shop", &ring3), Err(Invalid::UnknownKey(KeyId(1))), "key 1 dropped: invalid");
+        assert_eq!(validate(&new, "shop", &ring3), Ok(c.mac(&k2)));
+    }
+
+    #[test]
+    fn update_warnings_name_keys_never_values() {
+        let old = content(OPAQUE, &[("db_url", b"postgres://old"), ("token", b"t0"), ("same", b"x")]);
+        let renamed = content(OPAQUE, &[("database.url", b"postgres://old"), ("token", b"t1"), ("same", b"x")]);
+        let c = key_changes(&old, &renamed);
+        assert_eq!(
+            (c.removed, c.added, c.changed, c.type_changed),
+            (vec!["db_url".into()], vec!["database.url".into()], vec!["token".into()], false)
+        );
+        let w = update_warning("secret/db", &old, &renamed).unwrap();
+        assert_eq!(w, "secret/db: keys removed [db_url], added [database.url]");
+        let values_only = content(OPAQUE, &[("db_url", b"postgres://new"), ("token", b"t0"), ("same", b"x")]);
+        assert_eq!(update_warning("secret/db", &old, &values_only).unwrap(), "secret/db: values changed in [db_url], same keys");
+        assert_eq!(update_warning("secret/db", &old, &old), None);
+        let retyped = SecretContent { secret_type: "kubernetes.io/tls".into(), ..old.clone() };
+        assert_eq!(update_warning("secret/db", &old, &retyped).unwrap(), "secret/db: type changed from Opaque to kubernetes.io/tls");
+        for w in [update_warning("secret/db", &old, &renamed), update_warning("secret/db", &old, &values_only)].into_iter().flatten() {
+            assert!(!w.contains("postgres") && !w.contains("t0") && !w.contains("t1"), "{w}");
+        }
+        let many = SecretContent::new(OPAQUE, (0..40).map(|i| (format!("k{i:02}"), b"v".to_vec())).collect());
+        let w = update_warning("secret/db", &content(OPAQUE, &[]), &many).unwrap();
+        assert!(w.ends_with("k15, +24]") && w.len() < 200, "{w}");
+    }
+}
