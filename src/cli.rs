@@ -406,6 +406,35 @@ mod tests {
         let e = policy(&["--excluded-sources-selector", "a in b"]).unwrap_err().to_string();
         assert!(e.contains("CONFIGHISTORY_EXCLUDED_SOURCES_SELECTOR") && e.contains("give a label selector"), "{e}");
         assert!(policy(&["--excluded-sources-selector", "a in (b)"]).is_ok());
+        let e = policy(&["--secrets", "--secrets-namespace-selector", "a in b"]).unwrap_err().to_string();
+        assert!(e.starts_with("--secrets-namespace-selector (CONFIGHISTORY_SECRETS_NAMESPACE_SELECTOR): "), "{e}");
+    }
+
+    /// Secrets are off unless the admin's flags (or their variables) turn them on, for every
+    /// namespace or the selected ones; the published configuration says which.
+    #[test]
+    fn secrets_are_off_unless_the_flags_turn_them_on() {
+        use crate::model::source::{SourceKind, SourceKinds};
+        let ns = |labels: serde_json::Value| serde_json::json!({"metadata": {"name": "shop", "labels": labels}});
+        let off = policy(&[]).unwrap();
+        assert!(!off.secrets.enabled && off.acted_on() == SourceKinds::CONFIGMAPS);
+        assert_eq!(off.source_kinds(Some(&ns(serde_json::json!({"secrets": "on"})))), SourceKinds::CONFIGMAPS);
+        let all = policy(&["--secrets"]).unwrap();
+        assert!(all.acted_on().contains(SourceKind::Secret));
+        assert_eq!(all.source_kinds::<serde_json::Value>(None), SourceKinds::WITH_SECRETS, "empty selector: every namespace");
+        let some = policy(&["--secrets", "--secrets-namespace-selector=secrets=on"]).unwrap();
+        assert_eq!(some.source_kinds(Some(&ns(serde_json::json!({"secrets": "on"})))), SourceKinds::WITH_SECRETS);
+        assert_eq!(some.source_kinds(Some(&ns(serde_json::json!({})))), SourceKinds::CONFIGMAPS);
+        assert_eq!(some.source_kinds::<serde_json::Value>(None), SourceKinds::CONFIGMAPS, "a namespace not seen is not selected");
+        assert!(some.secrets.keys.is_none(), "the keys are read at start, not from flags");
+        let serve = Serve::parse_from(["test", "--secrets", "--secrets-namespace-selector=secrets=on"]).serve;
+        let doc = serve.effective_config(&serve.policy.policy().unwrap(), Registry::builtin());
+        assert!(doc.secrets && doc.secrets_namespace_selector == "secrets=on");
+        let back = doc.policy().unwrap();
+        assert!(back.secrets.enabled && back.secrets.namespaces.to_string() == "secrets=on");
+        let plain = Serve::parse_from(["test"]).serve;
+        let doc = serde_json::to_value(plain.effective_config(&plain.policy.policy().unwrap(), Registry::builtin())).unwrap();
+        assert_eq!((&doc["secrets"], doc.get("secretsNamespaceSelector")), (&serde_json::json!(false), None));
     }
 
     /// Kinds an admin registers come with the policy's flags; a wrong entry names the flag.

@@ -334,6 +334,29 @@ async fn denials_collisions_and_quotas_speak_of_secrets() {
     a_full_quota_is_explained("hunter2").await;
 }
 
+/// Every kind of Secret reference is pinned: a projected volume's Secret and an envFrom
+/// `secretRef`, beside a volume and a `secretKeyRef`; `imagePullSecrets` never (a registry
+/// credential is no config, and the kubelet reads it by name).
+#[tokio::test]
+async fn projected_and_env_from_references_are_pinned_and_image_pull_secrets_never() {
+    let s = opaque("db", "hunter2");
+    let f = Fixture::new(secrets_on("")).source(s.clone()).source(configmap("cfg")).source(opaque("regcred", "x"));
+    let mut d = deployment("app:1", "db", "cfg");
+    let spec = &mut d["spec"]["template"]["spec"];
+    spec["volumes"].as_array_mut().unwrap().push(json!({"name": "all", "projected": {"sources": [{"secret": {"name": "db"}}]}}));
+    spec["containers"][0]["envFrom"] = json!([{"secretRef": {"name": "db"}}]);
+    spec["imagePullSecrets"] = json!([{"name": "regcred"}]);
+    let a = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await;
+    assert!(a.allowed(), "{}", a.body);
+    let out = a.patched(&d);
+    let name = json!(snapshot::name("db", &mac_of(&s), 0));
+    let spec = &out["spec"]["template"]["spec"];
+    assert_eq!(spec["volumes"][2]["projected"]["sources"][0]["secret"]["name"], name);
+    assert_eq!(spec["containers"][0]["envFrom"][0]["secretRef"]["name"], name);
+    assert_eq!(spec["imagePullSecrets"][0]["name"], json!("regcred"));
+    assert!(f.secret(&snapshot::name("regcred", &mac_of(&opaque("regcred", "x")), 0)).is_none());
+}
+
 /// Service-account and bootstrap tokens, Helm release records, a certificate issuer's Secret and
 /// one opted out are never touched: their writes pass without a patch, warning or read, and a
 /// Deployment reading them keeps the plain names (no snapshot, no warning about them).

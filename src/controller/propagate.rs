@@ -539,6 +539,37 @@ pub(crate) mod tests {
         assert_eq!((due.behind.get("ns"), due.held.get("ns")), (Some(&4), Some(&2)));
     }
 
+    /// Where the admin turned Secrets on, the cache holds Secret sources, snapshots and references
+    /// (admission needs them), but no loop plans anything about a Secret yet (`LOOP_KINDS`): a
+    /// Secret's pending change is not propagated, re-hashed, touched or adopted, while the same
+    /// ConfigMap change beside it is.
+    #[test]
+    fn the_loops_leave_secrets_alone_where_the_cache_holds_them() {
+        let mut s = State { source_kinds: source::SourceKinds::WITH_SECRETS, ..setup() };
+        let secret = |mut o: Value| {
+            o["kind"] = json!("Secret");
+            o
+        };
+        s.apply_source(source::SourceKind::Secret, &secret(source("ns", "db", &h('b'), &[(names::CHANGED_AT, T0)])));
+        s.apply_source(source::SourceKind::Secret, &secret(snap("ns", "db", &h('a'))));
+        let old = snapshot::name("cfg", &h('a'), 0);
+        let mut w = workload("ns", "app", &[&old], &[]);
+        w["spec"]["template"]["spec"]["volumes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "s", "secret": {"secretName": snapshot::name("db", &h('a'), 0)}}));
+        s.apply_workload(Kind::Deployment, &w);
+        assert!(s.workloads.values().any(|w| w.refs.iter().any(|r| r.kind == source::SourceKind::Secret)), "the cache keeps Secret refs");
+        let due = run(&s, ms(T0) + 10_000);
+        assert_eq!(due.plans.len(), 1);
+        assert_eq!(due.plans[0].trigger_value(), format!("cfg={}", h('b')), "the ConfigMap's change only");
+        let (policy, selector) = (Policy::default(), policy::Selector::default());
+        assert!(rehash_sources(&s, &policy, &selector).iter().all(|((_, id), _)| id.kind == source::SourceKind::ConfigMap));
+        let (touches, unknown) = versioning_touches(&s, &policy, &selector);
+        assert!(touches.iter().chain(&unknown).all(|(_, id)| id.kind == source::SourceKind::ConfigMap));
+        assert!(sources_of(&s, "ns", &s.workloads.values().next().unwrap().refs).keys().all(|id| id.kind == source::SourceKind::ConfigMap));
+    }
+
     #[test]
     fn waits_for_the_settle_window_then_moves_stale_unheld_workloads() {
         let mut s = setup();

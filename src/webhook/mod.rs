@@ -417,8 +417,14 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
                 names.insert((source.clone(), content.hash()), name);
             }
             Effect::EnsureSecretSnapshot { namespace, source, content, adopted } => {
-                // A decision makes this effect only with the keys loaded (admission::secret).
-                let Some(keys) = app.ctx.policy.secrets.keys.as_deref() else { continue };
+                // A decision makes this effect only with the keys loaded (admission::secret,
+                // workload): without them no snapshot could be named, so nothing is pinned.
+                let Some(keys) = app.ctx.policy.secrets.keys.as_deref() else {
+                    let message = "confighistory could not name a Secret snapshot: the cluster keys are not loaded; retrying is safe";
+                    let failure =
+                        Failure { what: "name a Secret snapshot".into(), cause: message.into(), denial: Response::deny(503, message) };
+                    return Err((source.clone(), failure));
+                };
                 let snap = store::Snap::Secret(content, keys);
                 let (name, collisions) = store::ensure_snap(app.ctx.cluster.as_ref(), namespace, source, snap, adopted, req.dry_run())
                     .await
