@@ -397,8 +397,12 @@ fn argocd_rollback_to_a_previous_sync_runs_the_old_image_with_the_old_config() {
         let op = &app["status"]["operationState"];
         op["phase"] == "Succeeded" && op["syncResult"]["revision"] == a.as_str() && app["status"]["health"]["status"] == "Healthy"
     });
-    // Git's head is still B: Argo CD says so, and (automated sync off) leaves A running.
-    assert_eq!(app["status"]["sync"]["status"], "OutOfSync", "{:#}", app["status"]);
+    assert_eq!(app["status"]["operationState"]["operation"]["initiatedBy"]["username"], "e2e", "{:#}", app["status"]);
+    // Git's head is still B: Argo CD says so once it has compared again, and (automated sync off)
+    // leaves A running.
+    repo.wait("Argo CD to report the rollback OutOfSync with Git's head", Duration::from_secs(60), |app| {
+        app["status"]["sync"]["status"] == "OutOfSync" && app["status"]["sync"]["revision"] == b.as_str()
+    });
 
     assert_reads(&running(&ns, APP_A), "4.11", KEY_A, KEY_B);
     ns.wait_observed("deployment", "pricing");
