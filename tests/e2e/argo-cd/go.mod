@@ -3,7 +3,9 @@
 // replace directives only apply when argo-cd is the main module, so they are copied here.
 // v3.2 is the newest line buildable from the module proxy alone: from v3.3 on, gitops-engine is a
 // nested module of the argo-cd repository, replaced into ./gitops-engine (not in the module zip),
-// and no published version of it matches a v3.3-v3.5 release (docs/testing.md).
+// and no published version of it matches a v3.3-v3.5 release (docs/testing.md). v3.2.11, not
+// v3.2.12: v3.2.12's module does not compile (controller/cache calls a settings.ValidateExternalURL
+// that is not in it).
 module confighistory.local/e2e-argo-cd
 
 go 1.25.5
@@ -42,8 +44,8 @@ require (
 	github.com/RocketChat/Rocket.Chat.Go.SDK v0.0.0-20240116134246-a8cbe886bab0 // indirect
 	github.com/TomOnTime/utfutil v1.0.0 // indirect
 	github.com/alicebob/miniredis/v2 v2.35.0 // indirect
-	github.com/argoproj/argo-cd/v3 v3.2.12 // indirect
-	github.com/argoproj/gitops-engine v0.7.1-0.20260512161450-ff8d2f5207dc // indirect
+	github.com/argoproj/argo-cd/v3 v3.2.11 // indirect
+	github.com/argoproj/gitops-engine v0.7.1-0.20251217140045-5baed5604d2d // indirect
 	github.com/argoproj/notifications-engine v0.5.1-0.20260316232552-d27ba0152c1c // indirect
 	github.com/argoproj/pkg v0.13.6 // indirect
 	github.com/argoproj/pkg/v2 v2.0.1 // indirect
@@ -175,7 +177,7 @@ require (
 	github.com/mitchellh/go-wordwrap v1.0.1 // indirect
 	github.com/mitchellh/mapstructure v1.5.0 // indirect
 	github.com/mitchellh/reflectwalk v1.0.2 // indirect
-	github.com/moby/spdystream v0.5.1 // indirect
+	github.com/moby/spdystream v0.5.0 // indirect
 	github.com/moby/term v0.5.2 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
