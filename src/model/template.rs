@@ -58,7 +58,7 @@ pub fn refs(template: &Value, kinds: SourceKinds) -> Vec<Ref> {
             if let Some(cm) = vol.get("configMap") {
                 push(&mut out, SourceKind::ConfigMap, cm, "name", format!("/spec/volumes/{i}/configMap"));
             }
-            if let Some(s) = vol.get("secret").filter(|_| secrets) {
+            if let Some(s) = secrets.then(|| vol.get("secret")).flatten() {
                 push(&mut out, SourceKind::Secret, s, "secretName", format!("/spec/volumes/{i}/secret"));
             }
             if let Some(sources) = vol.get("projected").and_then(|p| p.get("sources")).and_then(Value::as_array) {
@@ -66,7 +66,7 @@ pub fn refs(template: &Value, kinds: SourceKinds) -> Vec<Ref> {
                     if let Some(cm) = src.get("configMap") {
                         push(&mut out, SourceKind::ConfigMap, cm, "name", format!("/spec/volumes/{i}/projected/sources/{j}/configMap"));
                     }
-                    if let Some(s) = src.get("secret").filter(|_| secrets) {
+                    if let Some(s) = secrets.then(|| src.get("secret")).flatten() {
                         push(&mut out, SourceKind::Secret, s, "name", format!("/spec/volumes/{i}/projected/sources/{j}/secret"));
                     }
                 }
@@ -82,7 +82,7 @@ pub fn refs(template: &Value, kinds: SourceKinds) -> Vec<Ref> {
                     if let Some(r) = from.get("configMapKeyRef") {
                         push(&mut out, SourceKind::ConfigMap, r, "name", format!("/spec/{list}/{c}/env/{e}/valueFrom/configMapKeyRef"));
                     }
-                    if let Some(r) = from.get("secretKeyRef").filter(|_| secrets) {
+                    if let Some(r) = secrets.then(|| from.get("secretKeyRef")).flatten() {
                         push(&mut out, SourceKind::Secret, r, "name", format!("/spec/{list}/{c}/env/{e}/valueFrom/secretKeyRef"));
                     }
                 }
@@ -92,7 +92,7 @@ pub fn refs(template: &Value, kinds: SourceKinds) -> Vec<Ref> {
                     if let Some(r) = from.get("configMapRef") {
                         push(&mut out, SourceKind::ConfigMap, r, "name", format!("/spec/{list}/{c}/envFrom/{e}/configMapRef"));
                     }
-                    if let Some(r) = from.get("secretRef").filter(|_| secrets) {
+                    if let Some(r) = secrets.then(|| from.get("secretRef")).flatten() {
                         push(&mut out, SourceKind::Secret, r, "name", format!("/spec/{list}/{c}/envFrom/{e}/secretRef"));
                     }
                 }
