@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use super::digest::Mac;
 use super::json::At;
@@ -192,28 +192,9 @@ pub fn snapshot_object(
     key: &NamespaceKey,
     adopted: &[String],
 ) -> Value {
-    let mut annotations = Map::new();
-    annotations.insert(names::SOURCE_NAME.into(), Value::String(source.into()));
-    if !adopted.is_empty() {
-        annotations.insert(names::ADOPTED.into(), Value::String(adopted.join(",")));
-    }
-    let mut obj = json!({
-        "apiVersion": "v1",
-        "kind": SECRET,
-        "metadata": {
-            "name": snapshot_name,
-            "namespace": namespace,
-            "labels": {
-                names::HASH_LABEL: content.mac(key),
-                names::SOURCE_LABEL: snapshot::source_label(source),
-                names::MANAGED_BY: names::MANAGER,
-                names::KEY_ID_LABEL: key.id().to_string(),
-            },
-            "annotations": annotations,
-        },
-        "immutable": true,
-        "type": content.secret_type,
-    });
+    let mut obj = snapshot::skeleton(SECRET, namespace, source, snapshot_name, &content.mac(key), adopted);
+    obj["metadata"]["labels"][names::KEY_ID_LABEL] = Value::String(key.id().to_string());
+    obj["type"] = Value::String(content.secret_type.clone());
     if !content.data.is_empty() {
         let b64 = |v: &Vec<u8>| Value::String(base64::engine::general_purpose::STANDARD.encode(v));
         obj["data"] = Value::Object(content.data.iter().map(|(k, v)| (k.clone(), b64(v))).collect());
@@ -324,6 +305,7 @@ pub fn update_warning(source: &str, old: &SecretContent, new: &SecretContent) ->
 mod tests {
     use super::*;
     use crate::model::keys::tests::key;
+    use serde_json::json;
 
     fn content(t: &str, pairs: &[(&str, &[u8])]) -> SecretContent {
         SecretContent::new(t, pairs.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect())

@@ -202,15 +202,27 @@ pub fn source_label(source: &str) -> String {
 
 /// The ConfigMap object a snapshot is created as.
 pub fn object(namespace: &str, source: &str, snapshot_name: &str, content: &Content, adopted: &[String]) -> Value {
-    let hash = content.hash();
+    let mut obj = skeleton(CONFIGMAP, namespace, source, snapshot_name, &content.hash(), adopted);
+    if !content.data.is_empty() {
+        obj["data"] = json!(content.data);
+    }
+    if !content.binary_data.is_empty() {
+        obj["binaryData"] = json!(content.binary_data);
+    }
+    obj
+}
+
+/// What every snapshot object is, whatever its kind (docs/behaviour.md §5): immutable, named and
+/// labelled by its hash, its source named in full, and the revisions it was adopted for.
+pub fn skeleton(kind: &str, namespace: &str, source: &str, snapshot_name: &str, hash: &str, adopted: &[String]) -> Value {
     let mut annotations = Map::new();
     annotations.insert(names::SOURCE_NAME.into(), Value::String(source.into()));
     if !adopted.is_empty() {
         annotations.insert(names::ADOPTED.into(), Value::String(adopted.join(",")));
     }
-    let mut obj = json!({
+    json!({
         "apiVersion": "v1",
-        "kind": CONFIGMAP,
+        "kind": kind,
         "metadata": {
             "name": snapshot_name,
             "namespace": namespace,
@@ -222,14 +234,7 @@ pub fn object(namespace: &str, source: &str, snapshot_name: &str, content: &Cont
             "annotations": annotations,
         },
         "immutable": true,
-    });
-    if !content.data.is_empty() {
-        obj["data"] = json!(content.data);
-    }
-    if !content.binary_data.is_empty() {
-        obj["binaryData"] = json!(content.binary_data);
-    }
-    obj
+    })
 }
 
 /// Why an object is not a valid snapshot (docs/behaviour.md §5), or `Ok` with its hash.

@@ -30,8 +30,8 @@ use crate::support::{ci, cluster, repo_root, run_id, wait_for, wait_for_value, C
 
 /// The test app's images in the loopback registry (docker.io/library/pricing:...): the app prints
 /// `app <version> started` and every file under /etc/pricing, then waits.
-const APP_A: &str = "pricing:4.11";
-const APP_B: &str = "pricing:4.12";
+pub(crate) const APP_A: &str = "pricing:4.11";
+pub(crate) const APP_B: &str = "pricing:4.12";
 /// How often the controllers look at Git and reconcile ("every few seconds").
 const INTERVAL: &str = "5s";
 
@@ -181,7 +181,7 @@ impl Flux {
     }
 }
 
-fn path_with_kubectl(cluster: &Cluster) -> std::ffi::OsString {
+pub(crate) fn path_with_kubectl(cluster: &Cluster) -> std::ffi::OsString {
     let mut dirs = vec![cluster.kubectl.parent().map(Path::to_path_buf).unwrap_or_default()];
     dirs.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
     std::env::join_paths(dirs).expect("PATH")
@@ -203,7 +203,7 @@ fn install_crds(cluster: &Cluster) {
     cluster.kubectl(&args).expect_success();
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(["-c", "user.email=e2e@confighistory.invalid", "-c", "user.name=e2e", "-c", "commit.gpgsign=false"])
         .args(args)
@@ -313,13 +313,13 @@ fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
 }
 
 /// The incident's release: the pricing ConfigMap (`key`) and the Deployment running `image`.
-fn release(image: &str, key: &str) -> String {
+pub(crate) fn release(image: &str, key: &str) -> String {
     format!("{}---\n{}", configmap(SOURCE, &[(key, "/etc/rules")]), workload("deployment", "pricing", image, SOURCE))
 }
 
 /// What the running (not terminating) pods of the pricing Deployment printed, once there is one,
 /// Ready, running `image`.
-fn running(ns: &TestNamespace, image: &str) -> String {
+pub(crate) fn running(ns: &TestNamespace, image: &str) -> String {
     wait_for_value(&format!("one Ready pod of pricing running {image} in {}", ns.name), Duration::from_secs(180), || {
         let pods = ns.kubectl(&["get", "pods", "-l", "app=pricing", "-o", "json"]).expect_success().json();
         let live: Vec<&Value> = pods["items"].as_array()?.iter().filter(|p| p["metadata"]["deletionTimestamp"].is_null()).collect();
@@ -335,7 +335,7 @@ fn running(ns: &TestNamespace, image: &str) -> String {
 
 /// Asserts the running pod is `version` of the app reading config key `key` (and not `other`).
 #[track_caller]
-fn assert_reads(output: &str, version: &str, key: &str, other: &str) {
+pub(crate) fn assert_reads(output: &str, version: &str, key: &str, other: &str) {
     assert!(output.contains(&format!("app {version} started")), "{output}");
     assert!(output.contains(&format!("== /etc/pricing/{key}")), "runs {version} with {key}:\n{output}");
     assert!(!output.contains(&format!("== /etc/pricing/{other}")), "{version} reads {other}:\n{output}");
@@ -343,7 +343,7 @@ fn assert_reads(output: &str, version: &str, key: &str, other: &str) {
 
 /// The parts of an object a write by Flux or confighistory would change: generation, labels,
 /// annotations, spec (or data).
-fn written_parts(obj: &Value) -> Value {
+pub(crate) fn written_parts(obj: &Value) -> Value {
     serde_json::json!({
         "generation": obj["metadata"]["generation"],
         "labels": obj["metadata"]["labels"],

@@ -5,6 +5,7 @@
 mod support;
 
 mod admission;
+mod argocd;
 mod certs;
 mod chart;
 mod controller;
