@@ -333,7 +333,7 @@ pub fn workload_request(data: &[u8]) -> Request {
         let old_template = match c.pick(3) {
             0 => {
                 let mut t = template.clone();
-                for r in template::refs(&template, source::ACTED_ON) {
+                for r in template::refs(&template, source::SourceKinds::CONFIGMAPS) {
                     if c.chance(60) {
                         if let Some(slot) = t.pointer_mut(&r.pointer) {
                             *slot = json!(c.name());
@@ -348,7 +348,7 @@ pub fn workload_request(data: &[u8]) -> Request {
         // Holds as admission leaves them: on sources pinned to a snapshot that is not the head.
         let mut ann = serde_json::Map::new();
         let w = world();
-        let held: Vec<&str> = template::refs(&old_template, source::ACTED_ON)
+        let held: Vec<&str> = template::refs(&old_template, source::SourceKinds::CONFIGMAPS)
             .iter()
             .filter_map(|r| (r.id.name == w.names[8]).then_some("app-config").or((r.id.name == w.names[11]).then_some("pending")))
             .collect::<BTreeSet<_>>()
@@ -412,11 +412,11 @@ pub fn rewrite_bytes(data: &[u8]) {
     assert!(response.allowed, "reference rewriting never denies these requests: {:?} ({reason})", response.message);
 
     // Only reference names and annotations change.
-    let original = template::refs(req.object().pointer(tpl_ptr).expect("template"), source::ACTED_ON);
+    let original = template::refs(req.object().pointer(tpl_ptr).expect("template"), source::SourceKinds::CONFIGMAPS);
     let ref_pointers: BTreeSet<String> = original.iter().map(|r| format!("{tpl_ptr}{}", r.pointer)).collect();
     let mut seen_names: BTreeSet<String> = original.iter().map(|r| r.id.name.clone()).collect();
     if let Some(old) = req.old_object.as_ref().and_then(|o| o.pointer(tpl_ptr)) {
-        seen_names.extend(template::refs(old, source::ACTED_ON).into_iter().map(|r| r.id.name));
+        seen_names.extend(template::refs(old, source::SourceKinds::CONFIGMAPS).into_iter().map(|r| r.id.name));
     }
     for op in &response.patch {
         let path = op["path"].as_str().expect("path");
@@ -435,7 +435,7 @@ pub fn rewrite_bytes(data: &[u8]) {
     // One name per versioned, mutable, existing source, when the template was decided afresh.
     if !req.dry_run() && matches!(reason, Reason::Pinned | Reason::Propagation | Reason::Undo) {
         let mut by_source: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for r in template::refs(patched.pointer(tpl_ptr).expect("template"), source::ACTED_ON) {
+        for r in template::refs(patched.pointer(tpl_ptr).expect("template"), source::SourceKinds::CONFIGMAPS) {
             by_source.entry(source_of(&cluster, &r.id.name)).or_default().insert(r.id.name);
         }
         for source in ["app-config", "other", "pending"] {

@@ -251,6 +251,9 @@ pub struct State {
     pub configmap_labels: Option<BTreeSet<String>>,
     /// The kinds watched (the built-ins unless set at start).
     pub kinds: &'static Registry,
+    /// The source kinds the admin turned on anywhere (`Policy::acted_on`): the references workload
+    /// and revision records keep. ConfigMaps alone unless set at start.
+    pub source_kinds: source::SourceKinds,
 }
 
 fn str_at(v: &Value, k: &str) -> String {
@@ -435,6 +438,15 @@ impl State {
     pub fn apply_source(&mut self, kind: SourceKind, obj: &Value) {
         let key = source_key(kind, obj);
         let mut info = ConfigMapInfo::from_object_keeping(obj, self.configmap_labels.as_ref());
+        if kind == SourceKind::Secret {
+            // What never_source reads besides the type (docs/behaviour.md §4a): a certificate
+            // issuer's annotation. A Secret's record keeps no value: its metadata only (the
+            // annotations above are confighistory's own, heads are MACs).
+            let cert = obj["metadata"]["annotations"].get(names::CERTIFICATE_NAME).and_then(Value::as_str);
+            if let Some(c) = cert {
+                info.annotations.insert(names::CERTIFICATE_NAME.to_owned(), meta::bounded(names::CERTIFICATE_NAME, c).to_owned());
+            }
+        }
         if let (None, Some(old)) = (info.immutable, self.sources.get(&key)) {
             info.immutable = known_still(old, &info.uid, &info.resource_version);
         }
@@ -462,7 +474,7 @@ impl State {
         let info = WorkloadInfo {
             uid: str_at(meta, "uid"),
             template_hash: kind.template_hash(&tpl),
-            refs: template::ref_sources(&tpl, source::ACTED_ON).into_iter().collect(),
+            refs: template::ref_sources(&tpl, self.source_kinds).into_iter().collect(),
             annotations: kept_annotations(&meta["annotations"], &WORKLOAD_ANNOTATIONS),
             owner_kind: controller_owner(meta).map(|(k, _)| k),
             deleting: obj.deleting(),
@@ -503,7 +515,7 @@ impl State {
             owner_uid: controller_owner(meta).map(|(_, uid)| uid).unwrap_or_default(),
             created: str_at(meta, "creationTimestamp"),
             template_hash,
-            refs: template::ref_sources(&tpl, source::ACTED_ON).into_iter().collect(),
+            refs: template::ref_sources(&tpl, self.source_kinds).into_iter().collect(),
             revision,
         };
         self.remove_revision(kind, &ns, &name);
@@ -622,9 +634,11 @@ impl Watched {
         }
     }
 
-    pub fn all(kinds: &Registry) -> Vec<Watched> {
+    /// Every watch: namespaces, the source kinds acted on (`sources`: `Policy::acted_on`), the
+    /// registry's workloads and revisions.
+    pub fn all(kinds: &Registry, sources: source::SourceKinds) -> Vec<Watched> {
         let mut v = vec![Watched::Namespaces];
-        v.extend(source::ACTED_ON.iter().map(Watched::Sources));
+        v.extend(sources.iter().map(Watched::Sources));
         v.extend(kinds.workloads().map(Watched::Workload));
         v.extend(kinds.revisions().map(Watched::Revision));
         v

@@ -112,11 +112,18 @@ pub struct PolicyArgs {
     /// history; docs/install.md).
     #[arg(long, env = "CONFIGHISTORY_EXTRA_WORKLOAD_KINDS", default_value = "")]
     pub extra_workload_kinds: String,
-    /// Secret in --namespace holding the cluster keys Secret snapshots' names will be MAC'd under
+    /// Secret in --namespace holding the cluster keys Secret snapshots' names are MAC'd under
     /// (made by the server when missing, never overwritten; docs/operations.md, "Secrets' cluster
-    /// key"). Not read yet: this version versions no Secrets.
+    /// key"). Read only with --secrets.
     #[arg(long, env = "CONFIGHISTORY_KEYS_SECRET", default_value = DEFAULT_KEYS_SECRET)]
     pub keys_secret: String,
+    /// Version Secrets too (docs/behaviour.md §4a): off unless given. Only this flag and
+    /// --secrets-namespace-selector decide; nothing a namespace owner writes turns it on or off.
+    #[arg(long, env = "CONFIGHISTORY_SECRETS")]
+    pub secrets: bool,
+    /// With --secrets: label selector of the namespaces Secrets are versioned in (empty: all).
+    #[arg(long, env = "CONFIGHISTORY_SECRETS_NAMESPACE_SELECTOR", default_value = "")]
+    pub secrets_namespace_selector: String,
 }
 
 /// A setting that does not parse; each names the flag, its variable and what it takes.
@@ -130,6 +137,8 @@ pub enum Error {
     ExcludedSources(String),
     #[error("--extra-workload-kinds (CONFIGHISTORY_EXTRA_WORKLOAD_KINDS): {0}")]
     ExtraWorkloadKinds(String),
+    #[error("--secrets-namespace-selector (CONFIGHISTORY_SECRETS_NAMESPACE_SELECTOR): {0}; give a label selector such as `a=b,c!=d`, or leave it empty")]
+    SecretsNamespaces(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -144,6 +153,8 @@ impl PolicyArgs {
         p.excluded_sources = self.excluded_sources_selector.parse().map_err(Error::ExcludedSources)?;
         p.settle = std::time::Duration::from_secs(self.settle);
         p.snapshot_creators = self.snapshot_creators.iter().filter(|s| !s.is_empty()).cloned().collect();
+        p.secrets.enabled = self.secrets;
+        p.secrets.namespaces = self.secrets_namespace_selector.parse().map_err(Error::SecretsNamespaces)?;
         Ok(p)
     }
 
@@ -264,8 +275,8 @@ pub fn effective_config(policy: &Policy, controller: &ControllerArgs, controller
             namespace_qps: controller.propagation_namespace_qps,
             namespace_burst: controller.propagation_namespace_burst,
         },
-        // Secrets are not versioned by this version.
-        secrets: false,
+        secrets: policy.secrets.enabled,
+        secrets_namespace_selector: if policy.secrets.enabled { policy.secrets.namespaces.to_string() } else { String::new() },
         workload_kinds: kinds.workloads().map(|k| k.name().to_owned()).collect(),
         extra_workload_kinds: Vec::new(),
     }
@@ -395,6 +406,35 @@ mod tests {
         let e = policy(&["--excluded-sources-selector", "a in b"]).unwrap_err().to_string();
         assert!(e.contains("CONFIGHISTORY_EXCLUDED_SOURCES_SELECTOR") && e.contains("give a label selector"), "{e}");
         assert!(policy(&["--excluded-sources-selector", "a in (b)"]).is_ok());
+        let e = policy(&["--secrets", "--secrets-namespace-selector", "a in b"]).unwrap_err().to_string();
+        assert!(e.starts_with("--secrets-namespace-selector (CONFIGHISTORY_SECRETS_NAMESPACE_SELECTOR): "), "{e}");
+    }
+
+    /// Secrets are off unless the admin's flags (or their variables) turn them on, for every
+    /// namespace or the selected ones; the published configuration says which.
+    #[test]
+    fn secrets_are_off_unless_the_flags_turn_them_on() {
+        use crate::model::source::{SourceKind, SourceKinds};
+        let ns = |labels: serde_json::Value| serde_json::json!({"metadata": {"name": "shop", "labels": labels}});
+        let off = policy(&[]).unwrap();
+        assert!(!off.secrets.enabled && off.acted_on() == SourceKinds::CONFIGMAPS);
+        assert_eq!(off.source_kinds(Some(&ns(serde_json::json!({"secrets": "on"})))), SourceKinds::CONFIGMAPS);
+        let all = policy(&["--secrets"]).unwrap();
+        assert!(all.acted_on().contains(SourceKind::Secret));
+        assert_eq!(all.source_kinds::<serde_json::Value>(None), SourceKinds::WITH_SECRETS, "empty selector: every namespace");
+        let some = policy(&["--secrets", "--secrets-namespace-selector=secrets=on"]).unwrap();
+        assert_eq!(some.source_kinds(Some(&ns(serde_json::json!({"secrets": "on"})))), SourceKinds::WITH_SECRETS);
+        assert_eq!(some.source_kinds(Some(&ns(serde_json::json!({})))), SourceKinds::CONFIGMAPS);
+        assert_eq!(some.source_kinds::<serde_json::Value>(None), SourceKinds::CONFIGMAPS, "a namespace not seen is not selected");
+        assert!(some.secrets.keys.is_none(), "the keys are read at start, not from flags");
+        let serve = Serve::parse_from(["test", "--secrets", "--secrets-namespace-selector=secrets=on"]).serve;
+        let doc = serve.effective_config(&serve.policy.policy().unwrap(), Registry::builtin());
+        assert!(doc.secrets && doc.secrets_namespace_selector == "secrets=on");
+        let back = doc.policy().unwrap();
+        assert!(back.secrets.enabled && back.secrets.namespaces.to_string() == "secrets=on");
+        let plain = Serve::parse_from(["test"]).serve;
+        let doc = serde_json::to_value(plain.effective_config(&plain.policy.policy().unwrap(), Registry::builtin())).unwrap();
+        assert_eq!((&doc["secrets"], doc.get("secretsNamespaceSelector")), (&serde_json::json!(false), None));
     }
 
     /// Kinds an admin registers come with the policy's flags; a wrong entry names the flag.

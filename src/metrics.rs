@@ -128,6 +128,8 @@ pub struct Metrics {
     kind_served: Family<One, Gauge>,
     /// The kinds the process handles, for the `kind` label (the built-ins until set at start).
     kinds: std::sync::OnceLock<&'static Kinds>,
+    /// The source kinds acted on (`Policy::acted_on`): ConfigMaps unless set at start.
+    sources: std::sync::OnceLock<source::SourceKinds>,
     per_namespace: [PerNamespace; GAUGES.len()],
 }
 
@@ -264,6 +266,7 @@ impl Metrics {
             cache_synced,
             kind_served,
             kinds: std::sync::OnceLock::new(),
+            sources: std::sync::OnceLock::new(),
             per_namespace,
         }
     }
@@ -288,6 +291,12 @@ impl Metrics {
     /// The kinds this process handles: their names become `kind` label values (set once, at start).
     pub fn set_kinds(&self, kinds: &'static Kinds) {
         let _ = self.kinds.set(kinds);
+    }
+
+    /// The source kinds acted on, once at start: `Secret` is a `kind` label only where the admin
+    /// turned Secrets on (docs/behaviour.md §4a).
+    pub fn set_sources(&self, sources: source::SourceKinds) {
+        let _ = self.sources.set(sources);
     }
 
     /// Whether a registered workload kind's API is served (`name`: [`Kind::name`]).
@@ -364,11 +373,11 @@ impl Metrics {
 }
 
 impl Metrics {
-    /// The `kind` label: a source kind acted on (`source::ACTED_ON`) or a handled workload kind's name ([`Kind::name`]), else
+    /// The `kind` label: a source kind acted on ([`Metrics::set_sources`]) or a handled workload kind's name ([`Kind::name`]), else
     /// `other`.
     fn kind_label(&self, kind: &str) -> &'static str {
         let kinds = self.kinds.get().copied().unwrap_or_else(Kinds::builtin);
-        let sources = source::ACTED_ON.iter().map(source::SourceKind::as_str);
+        let sources = self.sources.get().copied().unwrap_or_default().iter().map(source::SourceKind::as_str);
         sources.chain(kinds.workloads().map(Kind::name)).find(|k| *k == kind).unwrap_or("other")
     }
 }

@@ -35,6 +35,10 @@ pub enum Error {
     Bind { addr: SocketAddr, flag: &'static str, source: std::io::Error },
     #[error(transparent)]
     Controller(#[from] crate::controller::Error),
+    /// With --secrets, the cluster keys could not be read or made (docs/operations.md, "Secrets'
+    /// cluster key"): no Secret snapshot could be named or checked.
+    #[error(transparent)]
+    Keys(#[from] crate::webhook::keys::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -70,7 +74,7 @@ async fn start(
     trust_revisions_before_now: bool,
     regarding: ObjectRef,
 ) -> Result<(kube::Client, Arc<Context>, &'static Registry)> {
-    let policy = args.policy()?;
+    let mut policy = args.policy()?;
     let registry = args.kinds()?;
     let clock = Arc::new(Clock::system());
     let client = client_with_clock(clock.clone()).await?;
@@ -78,7 +82,17 @@ async fn start(
     let kinds = watch::resolve_kinds(&client, registry).await;
     crate::metrics::METRICS.set_kinds(kinds);
     let cluster = Arc::new(KubeCluster::new(client.clone(), FIELD_MANAGER, kinds));
-    let mut state = State { kinds, ..State::keeping_labels(&policy.excluded_sources) };
+    if policy.secrets.enabled {
+        // Secrets on (docs/behaviour.md §4a): the keys their snapshots are named under, read or
+        // made before anything is watched or admitted.
+        let target = crate::webhook::keys::Target::from_args(args);
+        let ring = crate::webhook::keys::ensure(cluster.as_ref(), &target).await?;
+        tracing::info!(secret = %format!("{}/{}", target.namespace, target.secret), key_ids = ?ring.ids().map(|i| i.0).collect::<Vec<_>>(),
+            namespaces = %policy.secrets.namespaces, "Secrets are versioned");
+        policy.secrets.keys = Some(Arc::new(ring));
+    }
+    crate::metrics::METRICS.set_sources(policy.acted_on());
+    let mut state = State { kinds, source_kinds: policy.acted_on(), ..State::keeping_labels(&policy.excluded_sources) };
     if trust_revisions_before_now {
         // Compared with revisions' creationTimestamps: the API server's time.
         let now = k8s_openapi::jiff::Timestamp::from_millisecond(clock.now_ms()).unwrap_or_default();
@@ -359,7 +373,7 @@ fn selftest_verdict(source: &k8s_openapi::api::core::v1::ConfigMap, answer: &ser
     let hash = Content::from_object(&source).hash();
     let refs = crate::model::template::ref_sources(
         answer.pointer("/spec/template").unwrap_or(&serde_json::Value::Null),
-        crate::model::source::ACTED_ON,
+        crate::model::source::SourceKinds::CONFIGMAPS,
     );
     if let Some(pinned) = refs.iter().find(|r| snapshot::parse_name(&r.name).is_some_and(|(s, h, _)| s == name && h == hash)) {
         return Ok(pinned.name.clone());

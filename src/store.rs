@@ -8,7 +8,9 @@ use serde_json::{json, Value};
 
 use crate::cluster::{ApiError, Cluster, Created, Event, ObjectRef};
 use crate::metrics::METRICS;
+use crate::model::keys::Keyring;
 use crate::model::names;
+use crate::model::secret::{self, SecretContent};
 use crate::model::snapshot;
 use crate::model::source::SourceId;
 
@@ -75,6 +77,40 @@ pub fn collision_event(ns: &str, source: &SourceId, uid: &str, taken: &str, coll
     }
 }
 
+/// What a snapshot copies: a ConfigMap's content, or a Secret's, named by its MAC under the
+/// namespace's key of the cluster keys (docs/behaviour.md §4a).
+#[derive(Clone, Copy)]
+pub enum Snap<'a> {
+    ConfigMap(&'a snapshot::Content),
+    Secret(&'a SecretContent, &'a Keyring),
+}
+
+impl Snap<'_> {
+    /// The hash its snapshot is named by: a ConfigMap's content hash, a Secret's MAC under the
+    /// current key's namespace key.
+    pub fn hash(&self, ns: &str) -> String {
+        match self {
+            Snap::ConfigMap(c) => c.hash(),
+            Snap::Secret(c, keys) => c.mac(&keys.current().namespace_key(ns)),
+        }
+    }
+
+    fn object(&self, ns: &str, source: &str, name: &str, adopted: &[String]) -> Value {
+        match self {
+            Snap::ConfigMap(c) => snapshot::object(ns, source, name, c, adopted),
+            Snap::Secret(c, keys) => secret::snapshot_object(ns, source, name, c, &keys.current().namespace_key(ns), adopted),
+        }
+    }
+
+    /// The hash of a valid snapshot, or why `obj` is none (for a Secret: labels and key ids only).
+    fn validate(&self, ns: &str, obj: &Value) -> Result<String, String> {
+        match self {
+            Snap::ConfigMap(_) => snapshot::validate(obj).map_err(|e| e.to_string()),
+            Snap::Secret(_, keys) => secret::validate(obj, ns, keys).map_err(|e| e.to_string()),
+        }
+    }
+}
+
 /// How often [`ensure`] looks at one name again after losing a race.
 const MAX_RACES: u32 = 5;
 
@@ -89,7 +125,19 @@ pub async fn ensure(
     adopted: &[String],
     dry_run: bool,
 ) -> Result<(String, Vec<Collision>)> {
-    let hash = content.hash();
+    ensure_snap(cluster, ns, source_id, Snap::ConfigMap(content), adopted, dry_run).await
+}
+
+/// [`ensure`] for either kind of content.
+pub async fn ensure_snap(
+    cluster: &dyn Cluster,
+    ns: &str,
+    source_id: &SourceId,
+    content: Snap<'_>,
+    adopted: &[String],
+    dry_run: bool,
+) -> Result<(String, Vec<Collision>)> {
+    let hash = content.hash(ns);
     let source = source_id.name.as_str();
     let mut collisions = Vec::new();
     let read = |name: String| async move {
@@ -105,7 +153,7 @@ pub async fn ensure(
         // first would be refused by a full ConfigMap quota even though the object exists, and a
         // dry run would answer differently from the real request.
         let Some(existing) = read(name.clone()).await? else {
-            let obj = snapshot::object(ns, source, &name, content, adopted);
+            let obj = content.object(ns, source, &name, adopted);
             match cluster.create_source(ns, source_id.kind, &obj, dry_run).await {
                 Ok(Created::Created) => {
                     if !dry_run {
@@ -127,7 +175,7 @@ pub async fn ensure(
         // whose names share their first `MAX_SOURCE_PART` characters give one name for one
         // content, and the second would otherwise be pinned to the first's snapshot.
         let owner = crate::model::source::snapshot_source(&name, &existing);
-        match snapshot::validate(&existing) {
+        match content.validate(ns, &existing) {
             Ok(h) if h == hash && owner == Some(source) => {
                 let have: Vec<&str> = crate::model::source::adopted(&existing).collect();
                 let missing: Vec<&String> = adopted.iter().filter(|a| !have.contains(&a.as_str())).collect();
@@ -169,7 +217,7 @@ pub async fn ensure(
                 let why = match other {
                     Ok(h) if h == hash => "it is a snapshot of this content for another source".to_owned(),
                     Ok(h) => format!("it is a snapshot of other content ({h})"),
-                    Err(e) => e.to_string(),
+                    Err(e) => e,
                 };
                 METRICS.collisions.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(namespace = ns, name = %name, reason = %why, "snapshot name collision");

@@ -1668,7 +1668,7 @@ async fn requests_the_webhooks_never_send_are_refused_without_state() {
         ("/mutate", review("ConfigMap", "", "v1", "DELETE", None, Some(&cm))),
         ("/mutate", review("Deployment", "apps", "v1", "CONNECT", Some(&d), None)),
     ];
-    // Secrets are a source kind this server does not act on (model::source::ACTED_ON): a Secret
+    // Secrets are a source kind this server does not act on unless the admin turns them on (Policy::acted_on): a Secret
     // review is one no webhook configuration sends, refused before anything reads its data.
     let secret =
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": NS}, "data": {"password": "aHVudGVyMg=="}});

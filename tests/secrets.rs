@@ -1,5 +1,5 @@
 //! Secrets through the Kubernetes port and the cluster keys' lifecycle (docs/behaviour.md §4a),
-//! against `MemoryCluster`, with Secrets still off (`model::source::ACTED_ON`): every source call
+//! against `MemoryCluster`, with Secrets off (`Policy::acted_on`): every source call
 //! of the port on a Secret, the keys Secret made once however many replicas start together, never
 //! overwritten, refused when malformed, rotated keeping old keys; and a canary Secret value that
 //! no error or `Debug` of the port and the keys shows.
@@ -13,7 +13,7 @@ use confighistory::model::digest::{digest, Sha256};
 use confighistory::model::keys::{ClusterKey, KeyId, Keyring, MIN_KEY_BYTES};
 use confighistory::model::names;
 use confighistory::model::secret::{self, SecretContent};
-use confighistory::model::source::{SourceId, SourceKind, ACTED_ON};
+use confighistory::model::source::{SourceId, SourceKind};
 use confighistory::webhook::keys::{self, Error, Target};
 
 const CANARY: &str = "canary-s3cr3t-value";
@@ -61,8 +61,10 @@ fn calls(cluster: &MemoryCluster) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn secrets_are_acted_on_nowhere_yet() {
-    assert!(!ACTED_ON.contains(SourceKind::Secret));
+async fn secrets_are_off_unless_the_admin_turns_them_on() {
+    let policy = confighistory::model::policy::Policy::default();
+    assert!(!policy.acted_on().contains(SourceKind::Secret));
+    assert!(!policy.source_kinds::<serde_json::Value>(None).contains(SourceKind::Secret));
 }
 
 /// Each source call of the port on a Secret, a ConfigMap of the same name beside it untouched.

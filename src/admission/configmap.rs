@@ -9,14 +9,14 @@ use crate::model::json::At;
 use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::snapshot::{self, Content};
-use crate::model::source::{self, SourceId, SourceKind};
+use crate::model::source::{self, SourceId};
 
 pub fn decide(req: &Request, view: &View) -> Outcome {
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
         return Outcome::Done(Decision::allow(Reason::NotIntercepted));
     }
     // The router sends only source kinds here.
-    let Some(kind) = SourceKind::of(&req.kind.group, &req.kind.kind) else {
+    let Some(kind) = view.policy.acted_on().of(&req.kind.group, &req.kind.kind) else {
         return Outcome::Done(Decision::allow(Reason::UnhandledKind));
     };
     let obj = req.object();
@@ -180,7 +180,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
 
 /// How far back a `changed-at` in the request may lie and still be this admission's own first
 /// pass: the API server gives a whole admission chain at most 30 s (webhook timeouts).
-const REINVOCATION_WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
+pub(super) const REINVOCATION_WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How far two replicas' estimates of the API server's time may differ (each is within about half
 /// a second of it once a response has been seen, `cluster::clock`): the reinvocation may reach
@@ -189,7 +189,7 @@ const CLOCK_TOLERANCE_MS: i64 = 2_000;
 
 /// Whether RFC 3339 time `t` lies within `window` before `now` (or no further after it than
 /// replicas' clocks may disagree).
-fn just_before(t: &str, now: &str, window: std::time::Duration) -> bool {
+pub(super) fn just_before(t: &str, now: &str, window: std::time::Duration) -> bool {
     use k8s_openapi::jiff::Timestamp;
     let (Ok(t), Ok(now)) = (t.parse::<Timestamp>(), now.parse::<Timestamp>()) else { return false };
     let age = now.as_millisecond() - t.as_millisecond();

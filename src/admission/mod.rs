@@ -11,12 +11,14 @@ use crate::cache::{NamespaceInfo, State};
 use crate::model::json::At;
 use crate::model::meta::Meta;
 use crate::model::policy::{Mode, Policy};
+use crate::model::secret::{self as secret_model, SecretContent};
 use crate::model::snapshot::{self, Content};
-use crate::model::source::SourceId;
+use crate::model::source::{SourceId, SourceKind, SourceKinds};
 
 pub mod configmap;
 pub mod protect;
 pub mod review;
+pub mod secret;
 pub mod settings;
 pub mod validate;
 pub mod workload;
@@ -59,6 +61,35 @@ pub struct View<'a> {
 }
 
 impl View<'_> {
+    /// The source kinds acted on in namespace `ns` (docs/behaviour.md §4a): the admin's choice,
+    /// from the namespace's cache record or fresh read. With Secrets off, ConfigMaps without a
+    /// lookup (the hot path of every workload write).
+    #[inline]
+    pub fn source_kinds(&self, ns: &str) -> SourceKinds {
+        if !self.policy.secrets.enabled {
+            return SourceKinds::CONFIGMAPS;
+        }
+        self.policy.source_kinds(self.state.namespace(ns).or(self.namespace))
+    }
+
+    /// Whether source `id`, as read (`obj`), is versioned: a ConfigMap by its annotation and the
+    /// admin's selector (`Policy::versioned`), a Secret also only when it is no never-source
+    /// (docs/behaviour.md §4a: tokens, Helm release records, a certificate issuer's, the admin's
+    /// selector) and mutable.
+    pub fn versioned(&self, id: &SourceId, obj: &Value) -> bool {
+        match id.kind {
+            SourceKind::ConfigMap => self.policy.versioned(obj),
+            SourceKind::Secret => secret_model::is_versioned(obj, secret_model::secret_type(obj), &self.policy.excluded_sources),
+        }
+    }
+
+    /// Whether source `id`, as read, is a Secret that is never a source: left exactly as it is,
+    /// not even warned about.
+    pub fn never_source(&self, id: &SourceId, obj: &Value) -> bool {
+        id.kind == SourceKind::Secret
+            && secret_model::never_source(obj, secret_model::secret_type(obj), &self.policy.excluded_sources).is_some()
+    }
+
     /// (source, hash) when `id` names a snapshot. A name the watch has not delivered is judged
     /// by the fresh read when the decision made one (a source whose own name merely looks like a
     /// snapshot name, created in the same apply as its first workload, is a source), and by the
@@ -217,6 +248,9 @@ pub enum Effect {
     /// Make sure a valid snapshot of `content` exists (creating it, or taking the next name of
     /// the collision sequence) and that its adoption record lists `adopted`.
     EnsureSnapshot { namespace: String, source: SourceId, content: Content, adopted: Vec<String> },
+    /// The same for a Secret (docs/behaviour.md §4a): an immutable Secret of the same type and
+    /// data, named by its MAC under the namespace's key of the current cluster key.
+    EnsureSecretSnapshot { namespace: String, source: SourceId, content: SecretContent, adopted: Vec<String> },
     /// The request chose an existing snapshot of `source` by name (6.2 rule 3): make sure a GC
     /// sweep does not delete it while it is being pinned (docs/behaviour.md §8), by clearing GC's last-use
     /// record on it.

@@ -8,11 +8,13 @@ use super::{annotation, Decision, Reason, View};
 use crate::model::json::At;
 use crate::model::meta::Meta;
 use crate::model::names;
+use crate::model::secret;
 use crate::model::snapshot;
 use crate::model::source::{self, SourceId, SourceKind};
 
 pub fn decide(req: &Request, view: &View) -> Decision {
-    let Some(kind) = SourceKind::of(&req.kind.group, &req.kind.kind) else { return Decision::allow(Reason::UnhandledKind) };
+    let Some(kind) = view.policy.acted_on().of(&req.kind.group, &req.kind.kind) else { return Decision::allow(Reason::UnhandledKind) };
+    let what = kind.as_str();
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
         return Decision::allow(Reason::UnhandledKind);
     }
@@ -21,7 +23,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
         return Decision::allow(Reason::ExcludedNamespace);
     }
     match req.operation {
-        Operation::Create => match snapshot::validate(req.object()) {
+        Operation::Create => match validate(kind, req.object(), &req.namespace, view) {
             Ok(_) if req.user_info.username == view.policy.identity || view.policy.snapshot_creators.contains(&req.user_info.username) => {
                 Decision::allow(Reason::ValidSnapshot)
             }
@@ -31,7 +33,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
                     Reason::ForeignSnapshot,
                     403,
                     format!(
-                        "ConfigMap {name} is a valid snapshot, but only confighistory (or an identity the admin allows) may create \
+                        "{what} {name} is a valid snapshot, but only confighistory (or an identity the admin allows) may create \
                          one that {why}: it could plant history a later undo trusts"
                     ),
                 ),
@@ -40,8 +42,8 @@ pub fn decide(req: &Request, view: &View) -> Decision {
                 Reason::InvalidSnapshot,
                 403,
                 format!(
-                    "ConfigMap {name} carries the {} label but is not a valid snapshot: {why}. \
-                     Snapshots are made by confighistory; remove the label to create an ordinary ConfigMap",
+                    "{what} {name} carries the {} label but is not a valid snapshot: {why}. \
+                     Snapshots are made by confighistory; remove the label to create an ordinary {what}",
                     names::HASH_LABEL
                 ),
             ),
@@ -60,8 +62,8 @@ pub fn decide(req: &Request, view: &View) -> Decision {
                 Reason::SnapshotMetadata,
                 403,
                 format!(
-                    "ConfigMap {name} is a confighistory snapshot: its {} can't change (owner references or finalizers \
-                     could let history be deleted). Edit the source ConfigMap instead",
+                    "{what} {name} is a confighistory snapshot: its {} can't change (owner references or finalizers \
+                     could let history be deleted). Edit the source {what} instead",
                     changed.join(", ")
                 ),
             )
@@ -107,6 +109,19 @@ pub fn decide(req: &Request, view: &View) -> Decision {
             decision
         }
         Operation::Connect => Decision::allow(Reason::NotIntercepted),
+    }
+}
+
+/// The hash of a valid snapshot, or why it is none: a ConfigMap's content hash, a Secret's MAC
+/// under the key its key-id label names (docs/behaviour.md §4a; the error names labels and key
+/// ids, never content).
+fn validate(kind: SourceKind, obj: &Value, ns: &str, view: &View) -> Result<String, String> {
+    match kind {
+        SourceKind::ConfigMap => snapshot::validate(obj).map_err(|e| e.to_string()),
+        SourceKind::Secret => match view.policy.secrets.keys.as_deref() {
+            Some(keys) => secret::validate(obj, ns, keys).map_err(|e| e.to_string()),
+            None => Err("the cluster keys Secret snapshots are checked with are not loaded".into()),
+        },
     }
 }
 

@@ -287,7 +287,7 @@ impl<'de> Visitor<'de> for RequestVisitor {
                 "userInfo" => once(&mut user_info, "userInfo", map.next_value::<UserInfo>()?)?,
                 "object" | "oldObject" => {
                     // Only sources' other annotations are read (snapshot protection compares them).
-                    let workload = kind.as_ref().is_some_and(|k: &GroupVersionKind| !source::is_source_kind(&k.group, &k.kind));
+                    let workload = kind.as_ref().is_some_and(|k: &GroupVersionKind| source::SourceKind::known(&k.group, &k.kind).is_none());
                     let value = map.next_value_seed(Trimmed(Trim::Object { workload }))?;
                     if key == "object" {
                         once(&mut object, "object", value)?

@@ -100,7 +100,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         .refs
         .iter()
         .filter_map(|r| match view.fresh.get(&r.r.id) {
-            Some(Some(cm)) if !cm.immutable() && view.policy.versioned(cm) => Some((r, created_during_admission(cm, view.now))),
+            Some(Some(cm)) if !cm.immutable() && view.versioned(&r.r.id, cm) => Some((r, created_during_admission(cm, view.now))),
             _ => None,
         })
         .collect();
@@ -137,7 +137,7 @@ fn unversioned_warnings(refs: &[SourcedRef], view: &View, d: &mut Decision) {
     let names: BTreeSet<&SourceId> = refs
         .iter()
         .map(|r| &r.r.id)
-        .filter(|n| matches!(view.fresh.get(*n), Some(Some(cm)) if !cm.immutable() && !view.policy.versioned(cm)))
+        .filter(|n| matches!(view.fresh.get(*n), Some(Some(cm)) if !cm.immutable() && !view.versioned(n, cm) && !view.never_source(n, cm)))
         .collect();
     for id in names.iter().take(UNVERSIONED_NAMED) {
         d.response.warn(format!("{} {id} is not versioned: a rollback keeps its current content", id.kind_str()));

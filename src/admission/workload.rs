@@ -13,8 +13,9 @@ use crate::model::kinds;
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Mode;
+use crate::model::secret::SecretContent;
 use crate::model::snapshot::{self, Content};
-use crate::model::source::{self, hold_stands, Holds, SourceId};
+use crate::model::source::{self, hold_stands, Holds, SourceId, SourceKind};
 use crate::model::template::{self, Kind, Ref};
 
 /// A reference with the source it belongs to.
@@ -48,9 +49,10 @@ pub fn analyze<'a>(req: &'a Request, kind: Kind, view: &View) -> Option<Analysis
         Some((source, hash)) => SourcedRef { r, source, hash: Some(hash) },
         None => SourcedRef { source: r.id.clone(), r, hash: None },
     };
-    let refs: Vec<SourcedRef> = template::refs(template, source::ACTED_ON).into_iter().map(sourced).collect();
+    let kinds = view.source_kinds(ns);
+    let refs: Vec<SourcedRef> = template::refs(template, kinds).into_iter().map(sourced).collect();
     let mut old_pins = BTreeMap::new();
-    for r in old_template.map(|t| template::refs(t, source::ACTED_ON)).unwrap_or_default().into_iter().map(sourced) {
+    for r in old_template.map(|t| template::refs(t, kinds)).unwrap_or_default().into_iter().map(sourced) {
         if let Some(hash) = r.hash {
             old_pins.entry(r.source).or_insert((r.r.id.name, hash));
         }
@@ -380,8 +382,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     }
     for (source, refs) in by_source {
         let Some(cm) = out.outside_the_rules(source, &refs, view, &old_holds, undo, trigger.as_ref()) else { continue };
-        let content = Content::from_object(cm);
-        let head = content.hash();
+        let Some((content, head)) = out.content(source, cm, view) else { continue };
         let plain = refs.iter().any(|r| r.hash.is_none());
         let old_pin = a.old_pins.get(source).map(|(n, h)| (n.as_str(), h.as_str()));
         // A hold no longer stands once the source has changed after it: that change moves the pin.
@@ -410,7 +411,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         if choice.kept().is_none() && annotation(cm, names::HEAD).is_none() {
             out.d.effects.push(Effect::RecordHead { namespace: a.namespace.to_owned(), source: source.to_owned(), hash: head.clone() });
         }
-        out.apply(source, &refs, &choice, content, old_pin.map(|(_, h)| h), old_hold.cloned());
+        out.apply(source, &refs, &choice, (content, head), old_pin.map(|(_, h)| h), old_hold.cloned());
     }
     let Builder { mut d, pins, held, .. } = out;
     d.response.patch = annotation_ops(obj, &pin_annotations(&pins, &held));
@@ -431,6 +432,12 @@ fn keep_pins(obj: &Value, a: &Analysis, old_holds: Holds) -> Decision {
     let held: Holds = old_holds.into_iter().filter(|(s, _)| pins.contains_key(s)).collect();
     d.response.patch = annotation_ops(obj, &pin_annotations(&pins, &held));
     d
+}
+
+/// What a snapshot of a source copies, by kind.
+enum Payload {
+    ConfigMap(Content),
+    Secret(SecretContent),
 }
 
 /// The decision being built from the choices, with the pins and holds it records.
@@ -481,7 +488,10 @@ impl Builder<'_> {
         if cm.immutable() {
             return None; // already safe
         }
-        if !view.policy.versioned(cm) {
+        if view.never_source(source, cm) {
+            return None; // never a source: left exactly as it is (docs/behaviour.md §4a)
+        }
+        if !view.versioned(source, cm) {
             // Meant to change under running pods. Its owner opted out after workloads were
             // pinned: propagation moves them back to the plain name, once (docs/how-it-works.md), held ones
             // too: a hold stands against changes of a versioned source, and on a snapshot of
@@ -497,6 +507,32 @@ impl Builder<'_> {
         Some(cm)
     }
 
+    /// What a snapshot of the source `cm` would copy, with its head: a ConfigMap's content and
+    /// hash, a Secret's content and MAC under the namespace's key (docs/behaviour.md §4a). A
+    /// Secret is left as sent, with a warning that names no value, when there are no keys to name
+    /// its snapshot or its data is not what the API serves.
+    fn content(&mut self, source: &SourceId, cm: &Value, view: &View) -> Option<(Payload, String)> {
+        if source.kind == SourceKind::ConfigMap {
+            let content = Content::from_object(cm);
+            let head = content.hash();
+            return Some((Payload::ConfigMap(content), head));
+        }
+        let Some(keys) = view.policy.secrets.keys.as_deref() else {
+            self.d.response.warn(format!("{source}: left as sent: the cluster keys Secret snapshots are named under are not loaded"));
+            return None;
+        };
+        match SecretContent::from_object(cm) {
+            Ok(content) => {
+                let head = content.mac(&keys.current().namespace_key(self.namespace));
+                Some((Payload::Secret(content), head))
+            }
+            Err(e) => {
+                self.d.response.warn(format!("{source}: left as sent: {e}"));
+                None
+            }
+        }
+    }
+
     fn rewrite(&mut self, r: &SourcedRef, target: Target) {
         self.d.rewrites.push(Rewrite { pointer: format!("{}{}", self.tpl_ptr, r.r.pointer), target });
     }
@@ -508,21 +544,19 @@ impl Builder<'_> {
         source: &SourceId,
         refs: &[&SourcedRef],
         choice: &Choice,
-        content: Content,
+        (content, head): (Payload, String),
         old_pin: Option<&str>,
         old_hold: Option<Option<String>>,
     ) {
-        let head = content.hash();
         if *choice == Choice::UndoPredates {
             self.d.response.warn(format!("{source}: this revision predates confighistory; using the current config"));
         }
         let (hash, name_for_warning) = match choice.kept() {
             None => {
-                self.d.effects.push(Effect::EnsureSnapshot {
-                    namespace: self.namespace.to_owned(),
-                    source: source.clone(),
-                    content,
-                    adopted: Vec::new(),
+                let (namespace, id, adopted) = (self.namespace.to_owned(), source.clone(), Vec::new());
+                self.d.effects.push(match content {
+                    Payload::ConfigMap(content) => Effect::EnsureSnapshot { namespace, source: id, content, adopted },
+                    Payload::Secret(content) => Effect::EnsureSecretSnapshot { namespace, source: id, content, adopted },
                 });
                 for r in refs {
                     self.rewrite(r, Target::Snapshot { source: source.clone(), hash: head.clone() });

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use crate::cache::{Key, State, Watched, PARTIAL_OBJECT_METADATA};
 use crate::cluster::{Cluster, ObjectRef};
 use crate::model::kinds::{Kind, Registry};
+use crate::model::source::SourceKind;
 
 pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource {
@@ -90,7 +91,8 @@ pub struct Reporter {
 /// `kinds`: the registry resolved at start ([`resolve_kinds`]).
 pub fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<AtomicBool>, kinds: &'static Registry, report: Option<Reporter>) {
     let registered = |w: &Watched| matches!(w, Watched::Workload(k) if !k.is_builtin());
-    let all = Watched::all(kinds);
+    let sources = state.read().expect("state lock").source_kinds;
+    let all = Watched::all(kinds, sources);
     let pending = Arc::new(Mutex::new(all.iter().filter(|w| !registered(w)).map(|w| w.name()).collect::<HashSet<_>>()));
     for what in all {
         let feed = Feed { what, state: state.clone(), synced: synced.clone(), pending: pending.clone() };
@@ -106,7 +108,14 @@ pub fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<Atomic
 /// Spawns the watch of `what`, feeding `feed`.
 fn run_watch(client: kube::Client, what: Watched, kinds: &'static Registry, feed: Feed) {
     let resource = api_resource(what, kinds);
-    let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
+    let mut config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
+    if what == Watched::Sources(SourceKind::Secret) {
+        // Secrets the admin turned on (docs/behaviour.md §4a), as metadata like ConfigMaps, and
+        // never the types that are never sources (tokens, Helm release records): those are not
+        // even listed, so the cache holds no record of them and every Secret it holds is of a
+        // type that may be a source.
+        config = config.fields(&crate::model::secret::NEVER_SOURCE_TYPES.map(|t| format!("type!={t}")).join(","));
+    }
     if matches!(what, Watched::Sources(_)) {
         // `Api<PartialObjectMeta<_>>` asks for metadata only (list and watch alike).
         let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &resource);

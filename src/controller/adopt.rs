@@ -55,7 +55,7 @@ pub struct Decisions {
 /// Template hashes recorded in adoption records, per (namespace, source).
 pub fn adoption_index(state: &State) -> HashMap<SourceKey, HashSet<String>> {
     let mut idx: HashMap<SourceKey, HashSet<String>> = HashMap::new();
-    for ((ns, id), cm) in &state.sources {
+    for ((ns, id), cm) in state.sources.iter().filter(|((_, id), _)| propagate::LOOP_KINDS.contains(id.kind)) {
         if let Some((source, _)) = cm.snapshot_of(&id.name) {
             let set = idx.entry((ns.clone(), id.with_name(source))).or_default();
             set.extend(source::adopted(cm).map(str::to_owned));
@@ -92,7 +92,7 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
     for ((_, ns, _), r) in &state.revisions {
         let first = revision_of.entry((r.owner_uid.as_str(), r.template_hash.as_str())).or_insert(r.created.as_str());
         *first = (*first).min(r.created.as_str());
-        for id in &r.refs {
+        for id in r.refs.iter().filter(|id| propagate::LOOP_KINDS.contains(id.kind)) {
             if let Some((source, _)) = state.snapshot_of(ns, id) {
                 let first = revision_pins.entry((r.owner_uid.as_str(), source)).or_insert(r.created.as_str());
                 *first = (*first).min(r.created.as_str());

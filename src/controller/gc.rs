@@ -99,7 +99,8 @@ impl References {
     pub fn add(&mut self, kinds: &Registry, kind: Kind, obj: &Value) {
         let Some(tpl) = obj.pointer(kind.template_pointer()) else { return };
         let who = format!("{}/{}", kind.as_str(), obj["metadata"]["name"].as_str().unwrap_or_default());
-        for id in template::ref_sources(tpl, source::ACTED_ON) {
+        // ConfigMaps' snapshots only: GC of Secret snapshots is not wired yet (docs/behaviour.md §4a).
+        for id in template::ref_sources(tpl, source::SourceKinds::CONFIGMAPS) {
             self.by_name.entry(id).or_default().push(who.clone());
         }
         if !kind.is_workload() {
@@ -280,7 +281,7 @@ pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Setti
     // ConfigMaps, however large, are never read whole, nor all its snapshots at once (docs/behaviour.md §10).
     let mut snapshots: Vec<SnapshotInfo> = Vec::new();
     let mut sources: HashMap<SourceId, SourceInfo> = HashMap::new();
-    for kind in source::ACTED_ON.iter() {
+    for kind in source::SourceKinds::CONFIGMAPS.iter() {
         let objects = cluster.list_source_metadata(ns, kind).await?;
         cluster.list_snapshots(ns, kind, &mut |obj| snapshots.extend(SnapshotInfo::from_object(kind, obj))).await?;
         for obj in &objects {

@@ -693,7 +693,7 @@ async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
         let mut v: Vec<String> = state
             .sources
             .iter()
-            .filter(|((_, id), cm)| cm.snapshot_of(&id.name).is_some())
+            .filter(|((_, id), cm)| propagate::LOOP_KINDS.contains(id.kind) && cm.snapshot_of(&id.name).is_some())
             .map(|((ns, _), _)| ns.clone())
             .filter(|ns| gc_namespace_allowed(&state, &ctx.shared.policy, &ctx.selector, ns))
             .collect();

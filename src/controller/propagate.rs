@@ -118,7 +118,7 @@ pub fn pending_change(state: &State, policy: &Policy, ns: &str, cm: &ConfigMapIn
 /// Sources a workload's template uses: source → hashes it is pinned to (`None` = plain name).
 pub fn sources_of(state: &State, ns: &str, refs: &[SourceId]) -> BTreeMap<SourceId, BTreeSet<Option<String>>> {
     let mut out: BTreeMap<SourceId, BTreeSet<Option<String>>> = BTreeMap::new();
-    for r in refs {
+    for r in refs.iter().filter(|r| LOOP_KINDS.contains(r.kind)) {
         match state.snapshot_of(ns, r) {
             Some((source, hash)) => out.entry(source).or_default().insert(Some(hash)),
             None => out.entry(r.clone()).or_default().insert(None),
@@ -138,6 +138,13 @@ pub fn is_stale(pins: &BTreeSet<Option<String>>, change: &Change, held: bool) ->
     pins.contains(&None) || (!held && pins.iter().flatten().any(|h| *h != change.head))
 }
 
+/// The source kinds the controller loops (propagation, adoption, repair, re-hash, versioning
+/// touches, GC) act on: ConfigMaps. Where the admin turned Secrets on, admission handles them
+/// (docs/behaviour.md §4a) and the caches hold their records, but no loop reads, hashes or writes
+/// a Secret until the loops are wired for them (a ConfigMap's content hash of a Secret would be
+/// an unkeyed hash of its values).
+pub const LOOP_KINDS: source::SourceKinds = source::SourceKinds::CONFIGMAPS;
+
 /// Decides what to propagate now.
 ///
 /// A workload is updated once for all its stale sources: it waits until every pending change it
@@ -148,7 +155,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
     // Pending changes, by (namespace, source).
     let mut changes: HashMap<SourceKey, Change> = HashMap::new();
     for ((ns, id), cm) in &state.sources {
-        if !source::is_tracked(&id.name, cm) || !namespace_active(state, policy, selector, ns) {
+        if !LOOP_KINDS.contains(id.kind) || !source::is_tracked(&id.name, cm) || !namespace_active(state, policy, selector, ns) {
             continue;
         }
         if let Some(change) = pending_change(state, policy, ns, cm) {
@@ -269,7 +276,11 @@ pub fn versioning_touches(state: &State, policy: &Policy, selector: &policy::Sel
     }
     let (mut touches, mut unknown) = (Vec::new(), Vec::new());
     for ((ns, id), cm) in &state.sources {
-        if !source::is_tracked(&id.name, cm) || !state.is_referenced_source(ns, id) || !namespace_active(state, policy, selector, ns) {
+        if !LOOP_KINDS.contains(id.kind)
+            || !source::is_tracked(&id.name, cm)
+            || !state.is_referenced_source(ns, id)
+            || !namespace_active(state, policy, selector, ns)
+        {
             continue;
         }
         let versioned = policy.versioned(cm);
@@ -330,7 +341,8 @@ pub fn rehash_sources(state: &State, policy: &Policy, selector: &policy::Selecto
         .sources
         .iter()
         .filter(|((ns, id), cm)| {
-            source::is_versioned_source(&id.name, *cm, &policy.excluded_sources)
+            LOOP_KINDS.contains(id.kind)
+                && source::is_versioned_source(&id.name, *cm, &policy.excluded_sources)
                 && state.is_referenced_source(ns, id)
                 && namespace_active(state, policy, selector, ns)
         })
@@ -525,6 +537,37 @@ pub(crate) mod tests {
             ]
         );
         assert_eq!((due.behind.get("ns"), due.held.get("ns")), (Some(&4), Some(&2)));
+    }
+
+    /// Where the admin turned Secrets on, the cache holds Secret sources, snapshots and references
+    /// (admission needs them), but no loop plans anything about a Secret yet (`LOOP_KINDS`): a
+    /// Secret's pending change is not propagated, re-hashed, touched or adopted, while the same
+    /// ConfigMap change beside it is.
+    #[test]
+    fn the_loops_leave_secrets_alone_where_the_cache_holds_them() {
+        let mut s = State { source_kinds: source::SourceKinds::WITH_SECRETS, ..setup() };
+        let secret = |mut o: Value| {
+            o["kind"] = json!("Secret");
+            o
+        };
+        s.apply_source(source::SourceKind::Secret, &secret(source("ns", "db", &h('b'), &[(names::CHANGED_AT, T0)])));
+        s.apply_source(source::SourceKind::Secret, &secret(snap("ns", "db", &h('a'))));
+        let old = snapshot::name("cfg", &h('a'), 0);
+        let mut w = workload("ns", "app", &[&old], &[]);
+        w["spec"]["template"]["spec"]["volumes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "s", "secret": {"secretName": snapshot::name("db", &h('a'), 0)}}));
+        s.apply_workload(Kind::Deployment, &w);
+        assert!(s.workloads.values().any(|w| w.refs.iter().any(|r| r.kind == source::SourceKind::Secret)), "the cache keeps Secret refs");
+        let due = run(&s, ms(T0) + 10_000);
+        assert_eq!(due.plans.len(), 1);
+        assert_eq!(due.plans[0].trigger_value(), format!("cfg={}", h('b')), "the ConfigMap's change only");
+        let (policy, selector) = (Policy::default(), policy::Selector::default());
+        assert!(rehash_sources(&s, &policy, &selector).iter().all(|((_, id), _)| id.kind == source::SourceKind::ConfigMap));
+        let (touches, unknown) = versioning_touches(&s, &policy, &selector);
+        assert!(touches.iter().chain(&unknown).all(|(_, id)| id.kind == source::SourceKind::ConfigMap));
+        assert!(sources_of(&s, "ns", &s.workloads.values().next().unwrap().refs).keys().all(|id| id.kind == source::SourceKind::ConfigMap));
     }
 
     #[test]

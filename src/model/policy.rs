@@ -169,6 +169,40 @@ pub struct Policy {
     /// Identities besides its own that may create snapshots with metadata only confighistory
     /// writes (adoption records, owners, finalizers): backup and restore tools (docs/behaviour.md §6.4).
     pub snapshot_creators: Vec<String>,
+    /// Secrets as sources (docs/behaviour.md §4a): off unless the admin turns them on.
+    pub secrets: Secrets,
+}
+
+/// The admin's choice about Secrets (docs/behaviour.md §4a): off by default; on, for every
+/// namespace or for the namespaces the admin's selector matches. Only the admin's flags decide:
+/// no annotation or label a namespace owner writes on a Secret or workload turns it on or off.
+#[derive(Clone, Debug, Default)]
+pub struct Secrets {
+    pub enabled: bool,
+    /// Namespaces Secrets are versioned in when enabled (empty: all).
+    pub namespaces: Selector,
+    /// The cluster keys Secret snapshots are named under, once read or made at start
+    /// (`webhook::keys::ensure`); `None` while Secrets are off, or before it is known.
+    pub keys: Option<std::sync::Arc<crate::model::keys::Keyring>>,
+}
+
+impl Policy {
+    /// The source kinds this server handles anywhere: what the webhook's routing, the watches and
+    /// the metrics' kind label take. With Secrets off, ConfigMaps alone.
+    pub fn acted_on(&self) -> source::SourceKinds {
+        source::SourceKinds::new(self.secrets.enabled)
+    }
+
+    /// The source kinds acted on in a namespace (`obj`: its object or cache record, `None` when
+    /// not seen): Secrets only when enabled and, with a namespace selector, selected by it. The
+    /// off path is one load and a branch.
+    #[inline]
+    pub fn source_kinds<M: Meta>(&self, obj: Option<&M>) -> source::SourceKinds {
+        if !self.secrets.enabled {
+            return source::SourceKinds::CONFIGMAPS;
+        }
+        source::SourceKinds::new(self.secrets.namespaces.is_empty() || obj.is_some_and(|o| self.secrets.namespaces.selects(o)))
+    }
 }
 
 impl Default for Policy {
@@ -190,6 +224,7 @@ impl Policy {
             excluded_sources: Selector::default(),
             settle: Duration::from_secs(10),
             snapshot_creators: Vec::new(),
+            secrets: Secrets::default(),
         }
     }
 

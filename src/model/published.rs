@@ -46,8 +46,11 @@ pub struct EffectiveConfig {
     pub controllers: bool,
     pub gc: Gc,
     pub propagation: Propagation,
-    /// Whether Secrets are versioned too.
+    /// Whether Secrets are versioned too (`--secrets`, docs/behaviour.md §4a).
     pub secrets: bool,
+    /// With `secrets`: the admin's label selector of the namespaces they are versioned in (empty: all).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub secrets_namespace_selector: String,
     /// Workload kinds whose pod templates are pinned.
     pub workload_kinds: Vec<String>,
     /// The entries of the kinds the admin registered (`--extra-workload-kinds`), so the plugin
@@ -87,6 +90,11 @@ impl EffectiveConfig {
             allowed_modes: self.allowed_modes.iter().map(mode).collect::<Result<_, _>>()?,
             excluded_sources: self.excluded_sources_selector.parse()?,
             settle: std::time::Duration::from_secs(self.settle_seconds),
+            secrets: crate::model::policy::Secrets {
+                enabled: self.secrets,
+                namespaces: self.secrets_namespace_selector.parse()?,
+                keys: None,
+            },
             ..Policy::default()
         })
     }
@@ -142,6 +150,7 @@ mod tests {
             gc: Gc { keep: 3, grace_seconds: 60, interval_seconds: 120 },
             propagation: Propagation { qps: 1.5, burst: 2, namespace_qps: 0.5, namespace_burst: 1 },
             secrets: false,
+            secrets_namespace_selector: String::new(),
             workload_kinds: vec!["Deployment".into()],
             extra_workload_kinds: Vec::new(),
         }

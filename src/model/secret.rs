@@ -2,9 +2,9 @@
 //! a Secret's content, its snapshot (named by a MAC under the namespace's key, `model::keys`),
 //! the snapshot's validity, and what an UPDATE warning may say (key names only).
 //!
-//! Nothing here reads or writes a cluster, and nothing here is acted on until Secrets are wired
-//! in (`model::source::ACTED_ON`). A Secret's values live only in [`SecretContent`], whose fields
-//! are private: no `Debug`, error or warning built here holds a value, nor an unkeyed hash of one,
+//! Nothing here reads or writes a cluster, and nothing here is acted on unless the admin turns
+//! Secrets on (`--secrets`, `Policy::source_kinds`). A Secret's values live only in
+//! [`SecretContent`], whose fields are private: no `Debug`, error or warning built here holds a value, nor an unkeyed hash of one,
 //! and there is no way from a `SecretContent` to a ConfigMap's `model::snapshot::Content`, so the
 //! settings parser (which takes a `Content`) is never handed a Secret's values:
 //!

@@ -15,7 +15,7 @@ pub const CONFIGMAP: &str = "ConfigMap";
 pub const SECRET: &str = "Secret";
 
 /// The kinds of source a snapshot copies: ConfigMaps, and Secrets where the admin turns them on
-/// (docs/behaviour.md §4a; which kinds a server acts on: [`SourceKinds`], [`ACTED_ON`]).
+/// (docs/behaviour.md §4a; which kinds a server acts on: [`SourceKinds`], chosen by `Policy::source_kinds`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SourceKind {
     #[default]
@@ -25,7 +25,7 @@ pub enum SourceKind {
 
 impl SourceKind {
     /// Every source kind this version knows: what annotation entries may name. Which of them a
-    /// server acts on is [`ACTED_ON`].
+    /// server acts on is the admin's choice (`Policy::source_kinds`).
     pub const ALL: [SourceKind; 2] = [SourceKind::ConfigMap, SourceKind::Secret];
 
     pub fn as_str(self) -> &'static str {
@@ -84,13 +84,6 @@ impl SourceKinds {
     }
 }
 
-/// The source kinds this server acts on: ConfigMaps. Secrets are modelled (their references in
-/// [`crate::model::template::refs`], their never-source rules, content, keyed snapshot names and
-/// validity in `model::secret` and `model::keys`) but not wired in (docs/architecture.md): the
-/// webhook's routing, the watches, GC and every reading of references take this set, so a Secret
-/// is never read, hashed, pinned or written until the admin's choice replaces it there.
-pub const ACTED_ON: SourceKinds = SourceKinds::CONFIGMAPS;
-
 /// Which source: its kind and its name (namespaces are the caller's). The key of every map,
 /// cache record, port call, fresh read, effect and annotation entry about a source, so that a
 /// ConfigMap and a Secret of the same name never meet. Ordered by kind, then name: the
@@ -143,16 +136,12 @@ pub fn is_root_ca(id: &SourceId) -> bool {
     id.kind == SourceKind::ConfigMap && id.name == names::ROOT_CA
 }
 
-/// Whether (group, kind) is a source kind this server acts on ([`ACTED_ON`]).
-pub fn is_source_kind(group: &str, kind: &str) -> bool {
-    SourceKind::of(group, kind).is_some()
-}
-
 impl SourceKind {
-    /// The source kind of (group, kind), if it is one this server acts on ([`ACTED_ON`]): the
-    /// webhook's routing, so a request about a kind not acted on is never decided as a source.
-    pub fn of(group: &str, kind: &str) -> Option<SourceKind> {
-        ACTED_ON.of(group, kind)
+    /// The source kind of (group, kind) among every kind this version knows, acted on or not:
+    /// how a review is parsed (a source's annotations are kept whole). Which kinds a server acts
+    /// on is its policy's choice (`Policy::acted_on`, `Policy::source_kinds`, docs/behaviour.md §4a).
+    pub fn known(group: &str, kind: &str) -> Option<SourceKind> {
+        SourceKinds::WITH_SECRETS.of(group, kind)
     }
 
     /// The API group (core: empty).
@@ -271,11 +260,8 @@ mod tests {
         assert_eq!(SourceKinds::WITH_SECRETS.of("", "Secret"), Some(secret));
         assert_eq!(SourceKinds::WITH_SECRETS.of("example.io", "Secret"), None, "by group and kind");
         assert_eq!(SourceKinds::CONFIGMAPS.of("", "Secret"), None);
-        // This server acts on ConfigMaps alone: the webhook's routing never takes a Secret
-        // request for a source, whatever it is sent.
-        assert_eq!(ACTED_ON, SourceKinds::CONFIGMAPS);
-        assert_eq!(SourceKind::of("", "Secret"), None);
-        assert!(!is_source_kind("", "Secret") && is_source_kind("", "ConfigMap"));
+        assert_eq!(SourceKind::known("", "Secret"), Some(secret));
+        assert_eq!(SourceKind::known("", "ConfigMap"), Some(SourceKind::ConfigMap));
         // The root CA bundle is a ConfigMap's name; a Secret of that name is not it.
         assert!(is_root_ca(&SourceId::configmap(names::ROOT_CA)) && !is_root_ca(&SourceId::new(secret, names::ROOT_CA)));
     }

@@ -50,15 +50,26 @@ impl Ref {
 /// config and never a reference). A kind not in `kinds` is not a reference at all, so with
 /// Secrets off the answer is the ConfigMap references alone.
 pub fn refs(template: &Value, kinds: SourceKinds) -> Vec<Ref> {
+    // One copy per choice: with Secrets off, the code that runs on every workload admission (the
+    // hot path) is the ConfigMaps-only walk, no Secret field looked up, nothing more to inline.
+    if kinds.contains(SourceKind::Secret) {
+        refs_of::<true>(template)
+    } else {
+        refs_of::<false>(template)
+    }
+}
+
+/// [`refs`], with or without Secrets.
+fn refs_of<const SECRETS: bool>(template: &Value) -> Vec<Ref> {
     let mut out = Vec::new();
     let Some(spec) = template.get("spec") else { return out };
-    let secrets = kinds.contains(SourceKind::Secret);
+    let secrets = SECRETS;
     if let Some(volumes) = spec.get("volumes").and_then(Value::as_array) {
         for (i, vol) in volumes.iter().enumerate() {
             if let Some(cm) = vol.get("configMap") {
                 push(&mut out, SourceKind::ConfigMap, cm, "name", format!("/spec/volumes/{i}/configMap"));
             }
-            if let Some(s) = secrets.then(|| vol.get("secret")).flatten() {
+            if let Some(s) = field_if(secrets, vol, "secret") {
                 push(&mut out, SourceKind::Secret, s, "secretName", format!("/spec/volumes/{i}/secret"));
             }
             if let Some(sources) = vol.get("projected").and_then(|p| p.get("sources")).and_then(Value::as_array) {
@@ -66,7 +77,7 @@ pub fn refs(template: &Value, kinds: SourceKinds) -> Vec<Ref> {
                     if let Some(cm) = src.get("configMap") {
                         push(&mut out, SourceKind::ConfigMap, cm, "name", format!("/spec/volumes/{i}/projected/sources/{j}/configMap"));
                     }
-                    if let Some(s) = secrets.then(|| src.get("secret")).flatten() {
+                    if let Some(s) = field_if(secrets, src, "secret") {
                         push(&mut out, SourceKind::Secret, s, "name", format!("/spec/volumes/{i}/projected/sources/{j}/secret"));
                     }
                 }
@@ -82,7 +93,7 @@ pub fn refs(template: &Value, kinds: SourceKinds) -> Vec<Ref> {
                     if let Some(r) = from.get("configMapKeyRef") {
                         push(&mut out, SourceKind::ConfigMap, r, "name", format!("/spec/{list}/{c}/env/{e}/valueFrom/configMapKeyRef"));
                     }
-                    if let Some(r) = secrets.then(|| from.get("secretKeyRef")).flatten() {
+                    if let Some(r) = field_if(secrets, from, "secretKeyRef") {
                         push(&mut out, SourceKind::Secret, r, "name", format!("/spec/{list}/{c}/env/{e}/valueFrom/secretKeyRef"));
                     }
                 }
@@ -92,7 +103,7 @@ pub fn refs(template: &Value, kinds: SourceKinds) -> Vec<Ref> {
                     if let Some(r) = from.get("configMapRef") {
                         push(&mut out, SourceKind::ConfigMap, r, "name", format!("/spec/{list}/{c}/envFrom/{e}/configMapRef"));
                     }
-                    if let Some(r) = secrets.then(|| from.get("secretRef")).flatten() {
+                    if let Some(r) = field_if(secrets, from, "secretRef") {
                         push(&mut out, SourceKind::Secret, r, "name", format!("/spec/{list}/{c}/envFrom/{e}/secretRef"));
                     }
                 }
@@ -100,6 +111,16 @@ pub fn refs(template: &Value, kinds: SourceKinds) -> Vec<Ref> {
         }
     }
     out
+}
+
+/// `holder`'s `field` when `on`, without looking it up otherwise.
+#[inline(always)]
+fn field_if<'v>(on: bool, holder: &'v Value, field: &str) -> Option<&'v Value> {
+    if on {
+        holder.get(field)
+    } else {
+        None
+    }
 }
 
 /// The reference in `holder` (its name at `field`), with the JSON pointer to that name.

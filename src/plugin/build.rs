@@ -170,7 +170,7 @@ fn configmap_names(ids: impl IntoIterator<Item = SourceId>) -> BTreeSet<String> 
 
 /// The ConfigMaps a template references, by name.
 pub fn configmap_refs(template: &Value) -> BTreeSet<String> {
-    configmap_names(template::ref_sources(template, source::ACTED_ON))
+    configmap_names(template::ref_sources(template, source::SourceKinds::CONFIGMAPS))
 }
 
 pub fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {

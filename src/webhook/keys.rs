@@ -3,8 +3,8 @@
 //! Secret of the server's namespace, beside the managed certificates' (`managed`), made when
 //! missing ([`ensure`]) and rotated on demand ([`rotate`]).
 //!
-//! Not called yet: nothing acts on Secrets (`model::source::ACTED_ON`); the wiring will call
-//! [`ensure`] at start once Secrets can be turned on.
+//! [`ensure`] is called at start when the admin turns Secrets on (`--secrets`, `runtime`); the
+//! keyring is then held in the policy (`Policy::secrets`).
 //!
 //! Replicas coordinate through the Secret alone, as the certificates' do: a create is the
 //! arbiter (a replica whose create finds the Secret made meanwhile reads the winner's keys, so

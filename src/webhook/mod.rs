@@ -130,7 +130,7 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
     };
     // Anything the webhook configurations never send is refused before it is decided, logged
     // or counted: no reads, no writes, no metric label from the request.
-    if let Err(e) = expected(endpoint, &req, app.ctx.kinds) {
+    if let Err(e) = expected(endpoint, &req, app.ctx.kinds, app.ctx.policy.acted_on()) {
         tracing::warn!(endpoint = endpoint.as_str(), error = %e, "refused an admission request the webhooks never send");
         METRICS.error("bad-request");
         return (StatusCode::BAD_REQUEST, Json(json!({"error": e}))).into_response();
@@ -152,7 +152,7 @@ async fn answer(app: &App, endpoint: Endpoint, req: &review::Request, start: Ins
     } else {
         "patched"
     };
-    let kind = kind_label(app.ctx.kinds, &req.kind);
+    let kind = kind_label(app.ctx.kinds, app.ctx.policy.acted_on(), &req.kind);
     METRICS.request(endpoint.as_str(), kind, req.operation.as_str(), decision, reason.as_str(), start.elapsed());
     let mode = mode(app, &req.namespace);
     match reason {
@@ -198,13 +198,13 @@ static REFUSED_MODES: LazyLock<Mutex<HashMap<String, String>>> = LazyLock::new(M
 /// Whether `req` is a request the chart's webhook configurations send to `endpoint`: a main
 /// resource they register, an operation they register, a valid namespace and name (docs/behaviour.md §9a).
 /// The error says what is wrong, with request-supplied strings quoted (escaped).
-/// The chart registers the registry's workload kinds (its `workloadKinds`) and ConfigMaps.
-pub fn expected(endpoint: Endpoint, req: &review::Request, kinds: &Registry) -> Result<(), String> {
+/// The chart registers the registry's workload kinds (its `workloadKinds`) and ConfigMaps, and
+/// Secrets where the admin turned them on (`sources`: `Policy::acted_on`, docs/behaviour.md §4a).
+pub fn expected(endpoint: Endpoint, req: &review::Request, kinds: &Registry, sources: source::SourceKinds) -> Result<(), String> {
     let (k, r) = (&req.kind, &req.resource);
     let same_resource = r.group == k.group && r.version == k.version;
     let workload = || same_resource && kinds.admits(&k.group, &k.version, &k.kind, &r.resource).is_some();
-    let source =
-        || same_resource && k.version == "v1" && source::SourceKind::of(&k.group, &k.kind).is_some_and(|s| s.resource() == r.resource);
+    let source = || same_resource && k.version == "v1" && sources.of(&k.group, &k.kind).is_some_and(|s| s.resource() == r.resource);
     let (known, operations): (bool, &[review::Operation]) = match endpoint {
         Endpoint::Mutate => (workload() || source(), &[review::Operation::Create, review::Operation::Update]),
         Endpoint::Validate => (workload(), &[review::Operation::Create, review::Operation::Update]),
@@ -240,8 +240,8 @@ pub fn expected(endpoint: Endpoint, req: &review::Request, kinds: &Registry) -> 
 
 /// The `kind` label of a request: its registered kind's name, else `other` (a request-supplied
 /// string never becomes a label value).
-fn kind_label(kinds: &Registry, k: &review::GroupVersionKind) -> &'static str {
-    match source::SourceKind::of(&k.group, &k.kind) {
+fn kind_label(kinds: &Registry, sources: source::SourceKinds, k: &review::GroupVersionKind) -> &'static str {
+    match sources.of(&k.group, &k.kind) {
         Some(kind) => kind.as_str(),
         None => kinds.workload(&k.group, &k.kind).map_or("other", Kind::name),
     }
@@ -251,7 +251,7 @@ fn kind_label(kinds: &Registry, k: &review::GroupVersionKind) -> &'static str {
 pub fn never_denied(app: &App, req: &review::Request) -> bool {
     let (state, now) = (app.ctx.state.read().expect("state lock"), String::new());
     let view = View { policy: &app.ctx.policy, state: &state, fresh: &Fresh::new(), failed: &Failed::new(), now: &now, namespace: None };
-    !source::is_source_kind(&req.kind.group, &req.kind.kind) && admission::workload::never_denied(req, &view)
+    app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind).is_none() && admission::workload::never_denied(req, &view)
 }
 
 /// Decides, reading sources fresh when the decision asks, runs the effects, and answers.
@@ -279,8 +279,11 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
             let view =
                 View { policy: &app.ctx.policy, state: &state, fresh: &fresh, failed: &failed, now: &now, namespace: namespace.as_deref() };
             match endpoint {
-                Endpoint::Mutate if source::is_source_kind(&req.kind.group, &req.kind.kind) => admission::configmap::decide(req, &view),
-                Endpoint::Mutate => admission::workload::decide(req, &view),
+                Endpoint::Mutate => match app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind) {
+                    Some(source::SourceKind::Secret) => admission::secret::decide(req, &view),
+                    Some(source::SourceKind::ConfigMap) => admission::configmap::decide(req, &view),
+                    None => admission::workload::decide(req, &view),
+                },
                 Endpoint::Validate => admission::validate::decide(req, &view),
                 Endpoint::Protect => Outcome::Done(admission::protect::decide(req, &view)),
             }
@@ -406,19 +409,38 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
             Effect::EnsureSnapshot { namespace, source, content, adopted } => {
                 let (name, collisions) = store::ensure(app.ctx.cluster.as_ref(), namespace, source, content, adopted, req.dry_run())
                     .await
-                    .map_err(|e| (source.clone(), store_failure(e)))?;
+                    .map_err(|e| (source.clone(), store_failure(e, source.kind)))?;
                 if !collisions.is_empty() && !req.dry_run() {
                     record_collision(app, namespace, source, &name, &collisions);
                 }
                 warnings.extend(collisions.iter().map(store::Collision::warning));
                 names.insert((source.clone(), content.hash()), name);
             }
+            Effect::EnsureSecretSnapshot { namespace, source, content, adopted } => {
+                // A decision makes this effect only with the keys loaded (admission::secret,
+                // workload): without them no snapshot could be named, so nothing is pinned.
+                let Some(keys) = app.ctx.policy.secrets.keys.as_deref() else {
+                    let message = "confighistory could not name a Secret snapshot: the cluster keys are not loaded; retrying is safe";
+                    let failure =
+                        Failure { what: "name a Secret snapshot".into(), cause: message.into(), denial: Response::deny(503, message) };
+                    return Err((source.clone(), failure));
+                };
+                let snap = store::Snap::Secret(content, keys);
+                let (name, collisions) = store::ensure_snap(app.ctx.cluster.as_ref(), namespace, source, snap, adopted, req.dry_run())
+                    .await
+                    .map_err(|e| (source.clone(), store_failure(e, source.kind)))?;
+                if !collisions.is_empty() && !req.dry_run() {
+                    record_collision(app, namespace, source, &name, &collisions);
+                }
+                warnings.extend(collisions.iter().map(store::Collision::warning));
+                names.insert((source.clone(), snap.hash(namespace)), name);
+            }
             Effect::UseSnapshot { namespace, source, name } => {
                 let snapshot = source.with_name(name.as_str());
                 let read = fresh.get(&snapshot).and_then(Option::as_ref);
                 store::keep(app.ctx.cluster.as_ref(), namespace, &snapshot, read, req.dry_run())
                     .await
-                    .map_err(|e| (source.clone(), store_failure(e)))?
+                    .map_err(|e| (source.clone(), store_failure(e, source.kind)))?
             }
             Effect::RecordHead { namespace, source, hash } if !req.dry_run() => record_head(app, namespace, source, hash),
             Effect::RecordHead { .. } => {}
@@ -464,7 +486,7 @@ fn record_collision(app: &App, namespace: &str, source: &SourceId, name: &str, c
 }
 
 /// The answer to a request whose snapshot could not be made sure of.
-fn store_failure(e: store::Error) -> Failure {
+fn store_failure(e: store::Error, kind: source::SourceKind) -> Failure {
     match e {
         store::Error::Api { what, source } => failure(&what, &source),
         store::Error::Race { namespace, name } => failure(&format!("create snapshot {namespace}/{name}"), &store::race_error(&name)),
@@ -474,9 +496,10 @@ fn store_failure(e: store::Error) -> Failure {
             denial: Response::deny(
                 403,
                 format!(
-                    "confighistory could not create snapshot {name} of {source}: {}. Raise the namespace's ResourceQuota for configmaps \
-                         (count/configmaps) or delete unused snapshots; nothing was changed, retrying is safe",
-                    e.message
+                    "confighistory could not create snapshot {name} of {source}: {}. Raise the namespace's ResourceQuota for {resource} \
+                         (count/{resource}) or delete unused snapshots; nothing was changed, retrying is safe",
+                    e.message,
+                    resource = kind.resource()
                 ),
             ),
         },
@@ -485,7 +508,7 @@ fn store_failure(e: store::Error) -> Failure {
             cause: "every name is taken".into(),
             denial: Response::deny(
                 409,
-                format!("every snapshot name for {source} ({hash}) is taken; delete the ConfigMaps squatting on {source}-{hash}-*"),
+                format!("every snapshot name for {source} ({hash}) is taken; delete the {}s squatting on {source}-{hash}-*", kind.as_str()),
             ),
         },
     }

@@ -107,10 +107,25 @@ matchExpressions:
   {{- with $root.Values.webhook.namespaceSelector.matchExpressions }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
-{{- with $root.Values.webhook.namespaceSelector.matchLabels }}
+  {{- if .secrets }}
+  {{- with $root.Values.secrets.namespaceSelector.matchExpressions }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+  {{- end }}
+{{- $labels := $root.Values.webhook.namespaceSelector.matchLabels | default dict }}
+{{- if .secrets }}{{ $labels = merge (deepCopy ($root.Values.secrets.namespaceSelector.matchLabels | default dict)) $labels }}{{ end }}
+{{- with $labels }}
 matchLabels:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end }}
+
+{{/*
+The Secret holding the cluster keys Secret snapshots are named under (made by
+the server, docs/operations.md "Secrets' cluster key").
+*/}}
+{{- define "confighistory.keysSecretName" -}}
+{{- printf "%s-keys" (include "confighistory.fullname" .) }}
 {{- end }}
 
 {{/*
@@ -120,11 +135,19 @@ controller loops act in the namespaces the webhooks see, and no others. Empty
 when no terms are set (all namespaces; the server excludes the same names).
 */}}
 {{- define "confighistory.controllerNamespaceSelector" -}}
+{{- include "confighistory.selectorString" .Values.webhook.namespaceSelector }}
+{{- end }}
+
+{{/*
+A LabelSelector (matchLabels, matchExpressions) in the string form the server's
+selector flags take (`a=b,c in (x,y),!d`); empty for no terms.
+*/}}
+{{- define "confighistory.selectorString" -}}
 {{- $terms := list }}
-{{- range $key, $value := .Values.webhook.namespaceSelector.matchLabels }}
+{{- range $key, $value := .matchLabels }}
 {{- $terms = append $terms (printf "%s=%s" $key $value) }}
 {{- end }}
-{{- range .Values.webhook.namespaceSelector.matchExpressions }}
+{{- range .matchExpressions }}
 {{- if eq .operator "In" }}
 {{- $terms = append $terms (printf "%s in (%s)" .key (join "," .values)) }}
 {{- else if eq .operator "NotIn" }}

@@ -22,6 +22,8 @@ KEY=VALUE arguments:
   nslabel             KEY=VALUE expected as the webhooks' namespaceSelector.matchLabels
                       (webhook.namespaceSelector) and as the controller loops' selector
   env.NAME            expected value of one container env variable
+  secrets=true        secrets.enabled: the Secret webhook, protection and RBAC (docs/behaviour.md §4a)
+  secretslabel=K=V    secrets.namespaceSelector.matchLabels
   port, healthport    expected container ports (default 8443, 8080); hostnetwork true | false
   helmtest            namespace of the `helm test` Pod's Role (default `default`), or `false`
   job                 expected `job` label the target alerts select on (default: the full name)
@@ -144,7 +146,8 @@ def main():
     vwc = one("ValidatingWebhookConfiguration", fullname)
     mw = {w["name"]: w for w in mwc["webhooks"]}
     vw = {w["name"]: w for w in vwc["webhooks"]}
-    check(list(mw) == ["configmaps.confighistory.io", "workloads.confighistory.io"],
+    secrets = exp.get("secrets") == "true"
+    check(list(mw) == ["configmaps.confighistory.io", "workloads.confighistory.io"] + (["secrets.confighistory.io"] if secrets else []),
           f"mutating webhooks {list(mw)}")
     check(list(vw) == ["workloads.confighistory.io", "snapshots.confighistory.io",
                        "snapshot-deletes.confighistory.io"], f"validating webhooks {list(vw)}")
@@ -184,9 +187,12 @@ def main():
         workload_rules.append({"apiGroups": ["argoproj.io"], "apiVersions": ["v1alpha1"], "resources": ["rollouts"],
                                "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"})
 
-    def cm_rules(ops):
-        return [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"],
+    def cm_rules(ops, resources=("configmaps",)):
+        return [{"apiGroups": [""], "apiVersions": ["v1"], "resources": list(resources),
                  "operations": ops, "scope": "Namespaced"}]
+
+    # Snapshot protection covers Secret snapshots only where Secrets are on.
+    protected = ("configmaps", "secrets") if secrets else ("configmaps",)
 
     def hash_selector(op):
         return {"matchExpressions": [{"key": "confighistory.io/hash", "operator": op}]}
@@ -196,11 +202,18 @@ def main():
                                                hash_selector("DoesNotExist"), main_failure, main_timeout),
         ("M", "workloads.confighistory.io"): ("/mutate", workload_rules, None, main_failure, main_timeout),
         ("V", "workloads.confighistory.io"): ("/validate", workload_rules, None, main_failure, main_timeout),
-        ("V", "snapshots.confighistory.io"): ("/protect", cm_rules(["CREATE", "UPDATE"]),
+        ("V", "snapshots.confighistory.io"): ("/protect", cm_rules(["CREATE", "UPDATE"], protected),
                                               hash_selector("Exists"), "Fail", None),
-        ("V", "snapshot-deletes.confighistory.io"): ("/protect", cm_rules(["DELETE"]),
+        ("V", "snapshot-deletes.confighistory.io"): ("/protect", cm_rules(["DELETE"], protected),
                                                      hash_selector("Exists"), "Ignore", None),
     }
+    if secrets:
+        # Never sources kept out of the path: snapshots, and Helm's release records by label.
+        spec[("M", "secrets.confighistory.io")] = (
+            "/mutate", cm_rules(["CREATE", "UPDATE"], ("secrets",)),
+            {"matchExpressions": [{"key": "confighistory.io/hash", "operator": "DoesNotExist"},
+                                  {"key": "owner", "operator": "NotIn", "values": ["helm"]}]},
+            main_failure, main_timeout)
     for (which, name), (path, rules, objsel, failure, timeout) in spec.items():
         w = (mw if which == "M" else vw)[name]
         where = f"{'mutating' if which == 'M' else 'validating'} {name}"
@@ -244,14 +257,21 @@ def main():
         check(not any("confighistory.io/mode" in e["key"] for e in sel),
               f"{where}: must not select on the mode label")
         want_labels = dict([exp["nslabel"].split("=", 1)]) if exp.get("nslabel") else None
+        if name == "secrets.confighistory.io" and exp.get("secretslabel"):
+            want_labels = dict(want_labels or {}, **dict([exp["secretslabel"].split("=", 1)]))
         check(w["namespaceSelector"].get("matchLabels") == want_labels,
               f"{where}: namespaceSelector.matchLabels {w['namespaceSelector'].get('matchLabels')} != {want_labels}")
         mc = w.get("matchConditions")
         if name == "configmaps.confighistory.io" and kube >= (1, 28, 0):
             check(mc and "kube-root-ca.crt" in mc[0]["expression"], f"{where}: matchConditions {mc}")
+        elif name == "secrets.confighistory.io" and kube >= (1, 28, 0):
+            exprs = " ".join(c["expression"] for c in mc or [])
+            check(all(t in exprs for t in ("kubernetes.io/service-account-token", "bootstrap.kubernetes.io/token",
+                                             "helm.sh/release.v1", "cert-manager.io/certificate-name")),
+                  f"{where}: matchConditions {mc}")
         else:
             check(mc is None, f"{where}: unexpected matchConditions (kube {exp['kube']})")
-    print(f"    webhooks: 2 mutating + 3 validating, paths/rules/selectors/policies ok, "
+    print(f"    webhooks: {len(mw)} mutating + 3 validating, paths/rules/selectors/policies ok, "
           f"caBundle {'not rendered' if want_ca is None else 'matches'}, "
           f"matchConditions {'on' if kube >= (1, 28, 0) else 'off'}")
 
@@ -307,6 +327,17 @@ def main():
     else:
         check(not any(r["metadata"]["name"] == f"{fullname}-certs" for r in by_kind.get("Role", []) + by_kind.get("ClusterRole", [])),
               "certificate RBAC only in tls.mode=server")
+    secrets_roles = [r for r in by_kind.get("ClusterRole", []) if r["metadata"]["name"] == f"{fullname}-secrets"]
+    if secrets:
+        # Secrets (docs/behaviour.md §4a): a ClusterRole of its own, only when on; no update, no delete.
+        check(len(secrets_roles) == 1 and secrets_roles[0]["rules"] == [
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "create", "patch"]}],
+            f"secrets ClusterRole {secrets_roles}")
+        bindings.append(one("ClusterRoleBinding", f"{fullname}-secrets"))
+        print("    rbac: Secrets on: get/list/watch/create/patch on Secrets in a ClusterRole of its own")
+    else:
+        check(not secrets_roles and not any(r["metadata"]["name"] == f"{fullname}-secrets" for r in by_kind.get("ClusterRoleBinding", [])),
+              "RBAC on Secrets only with secrets.enabled")
     for b in bindings:
         check(b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
               f"{b['kind']} subjects {b['subjects']}")
@@ -406,6 +437,11 @@ def main():
               "CONFIGHISTORY_EXCLUDE_NAMESPACES")
         check(env["CONFIGHISTORY_CONTROLLER_NAMESPACE_SELECTOR"]["value"] == exp.get("nslabel", ""),
               "CONFIGHISTORY_CONTROLLER_NAMESPACE_SELECTOR: the loops act where the webhooks do")
+        want_secrets_env = {"CONFIGHISTORY_SECRETS": "true",
+                            "CONFIGHISTORY_SECRETS_NAMESPACE_SELECTOR": exp.get("secretslabel", ""),
+                            "CONFIGHISTORY_KEYS_SECRET": f"{fullname}-keys"} if secrets else {}
+        got_secrets_env = {k: v.get("value") for k, v in env.items() if k.startswith("CONFIGHISTORY_SECRETS") or k == "CONFIGHISTORY_KEYS_SECRET"}
+        check(got_secrets_env == want_secrets_env, f"Secrets env {got_secrets_env} != {want_secrets_env}")
         for k, v in exp.items():
             if k.startswith("env."):
                 name = k[4:]

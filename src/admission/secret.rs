@@ -1,0 +1,153 @@
+//! Source Secret admission (docs/behaviour.md §4a, with §6.1): where the admin turned Secrets on,
+//! a tracked Secret's writes are handled as a source ConfigMap's are (the head, kept outgoing
+//! content for workloads still on the plain name), with its head a MAC under the namespace's key
+//! and warnings that name keys only. A never-source (tokens, Helm release records, a certificate
+//! issuer's, `versioned: "false"`, the admin's selector) is left exactly as it is.
+//!
+//! Nothing built here holds a Secret's value or an unkeyed hash of one: the content stays in
+//! `SecretContent` (value-free `Debug`), heads and snapshot names are MACs, warnings name keys.
+
+use serde_json::Value;
+
+use super::review::{Operation, Request};
+use super::{annotation, annotation_ops, Decision, Effect, Outcome, Reason, View};
+use crate::model::json::At;
+use crate::model::names;
+use crate::model::policy::Mode;
+use crate::model::secret::{self, SecretContent};
+use crate::model::source::{self, SourceId, SourceKind};
+
+pub fn decide(req: &Request, view: &View) -> Outcome {
+    if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
+        return Outcome::Done(Decision::allow(Reason::NotIntercepted));
+    }
+    let obj = req.object();
+    let name = req.name.as_str();
+    let id = SourceId::new(SourceKind::Secret, name);
+    let excluded = &view.policy.excluded_sources;
+    if !secret::is_tracked(obj, secret::secret_type(obj), excluded) {
+        return Outcome::Done(Decision::allow(Reason::NotASource));
+    }
+    let mode = match super::acting_mode(req, view) {
+        Ok(mode) => mode,
+        Err(reason) => return Outcome::Done(Decision::allow(reason)),
+    };
+    // Only the admin's choice of namespaces turns Secrets on (docs/behaviour.md §4a).
+    if !view.source_kinds(&req.namespace).contains(SourceKind::Secret) {
+        return Outcome::Done(Decision::allow(Reason::NotASource));
+    }
+    let old = req.old_object.as_ref().filter(|_| req.operation == Operation::Update);
+    let is_source = view.state.is_referenced_source(&req.namespace, &id)
+        || annotation(obj, names::HEAD).is_some()
+        || old.is_some_and(|o| annotation(o, names::HEAD).is_some());
+    let versioned = |o: &Value| secret::is_versioned(o, secret::secret_type(o), excluded);
+    // A never-source by its type or annotations stays one whatever the old object was; a Secret
+    // opted out (`versioned: "false"`) is left alone (leaving and re-entering versioning is a
+    // ConfigMap's rule of §7, not wired for Secrets yet).
+    if !is_source || !versioned(obj) {
+        return Outcome::Done(Decision::allow(Reason::NotASource));
+    }
+    let Some(keys) = view.policy.secrets.keys.as_deref() else {
+        let mut d = Decision::allow(Reason::Source);
+        d.response.warn(format!("secret/{name}: not versioned now: the cluster keys Secret snapshots are named under are not loaded"));
+        return Outcome::Done(d);
+    };
+    let key = keys.current().namespace_key(&req.namespace);
+    let content = match SecretContent::from_object(obj) {
+        Ok(c) => c,
+        Err(e) => {
+            let mut d = Decision::allow(Reason::Source);
+            d.response.warn(format!("secret/{name}: not versioned: {e}"));
+            return Outcome::Done(d);
+        }
+    };
+    let head = content.mac(&key);
+    let old_content = old.and_then(|o| SecretContent::from_object(o).ok());
+    let own = req.user_info.username == view.policy.identity;
+    let claimed_head = old.filter(|o| own && annotation(o, names::HEAD).is_none()).and_then(|_| annotation(obj, names::HEAD));
+    let stale_head = old.and_then(|o| annotation(o, names::HEAD)).or(claimed_head).is_some_and(|h| h != head);
+    let content_changed = old_content.as_ref().is_none_or(|o| *o != content);
+    let changed = stale_head || content_changed;
+    let mut d = Decision::allow(if changed { Reason::SourceChanged } else { Reason::Source });
+    if let (Some(old_content), true) = (&old_content, content_changed) {
+        // Keys, sizes and the type; never a value, and the settings inside a value are never parsed.
+        if let Some(w) = secret::update_warning(&id.to_string(), old_content, &content) {
+            d.response.warn(w);
+        }
+    }
+    if req.operation == Operation::Create && matches!(mode, Mode::Enforce | Mode::Audit) {
+        let users = view.state.user_names(&req.namespace, &id, mode == Mode::Enforce);
+        if !users.is_empty() {
+            let message = format!(
+                "Secret {name} is mutable and {} use it by name: a rollback could not restore its content. \
+                 Fix: create it with immutable: true or annotate it {}=false",
+                users.join(", "),
+                names::VERSIONED
+            );
+            if mode == Mode::Enforce {
+                return Outcome::Done(Decision::deny(Reason::MutableConfig, 403, message));
+            }
+            d.response.warn(message);
+        }
+    }
+    if mode != Mode::Rewrite {
+        return Outcome::Done(d);
+    }
+    let changed_at = if changed {
+        let first_pass = annotation(obj, names::HEAD)
+            .filter(|h| *h == head)
+            .and(annotation(obj, names::CHANGED_AT))
+            .filter(|t| super::configmap::just_before(t, view.now, super::configmap::REINVOCATION_WINDOW));
+        Some(first_pass.unwrap_or(view.now).to_owned())
+    } else {
+        old.and_then(|o| annotation(o, names::CHANGED_AT)).map(str::to_owned)
+    };
+    let propagated = if changed {
+        None
+    } else if own {
+        annotation(obj, names::PROPAGATED)
+    } else {
+        old.and_then(|o| annotation(o, names::PROPAGATED))
+    };
+    d.response.patch = annotation_ops(
+        obj,
+        &[(names::HEAD, Some(head)), (names::CHANGED_AT, changed_at), (names::PROPAGATED, propagated.map(str::to_owned))],
+    );
+
+    // Workloads still on the plain name ran with the outgoing content: keep it, as for a
+    // ConfigMap (docs/behaviour.md §9), from the stored object, never the request's word for it.
+    if let (Some(old_content), true) = (old_content, content_changed) {
+        let users = view.state.plain_users(&req.namespace, &id);
+        if !users.is_empty() {
+            let old_mac = old_content.mac(&key);
+            let recorded = view.state.sources.iter().any(|((n, other), cm)| {
+                n == &req.namespace
+                    && other.kind == SourceKind::Secret
+                    && cm.snapshot_of(&other.name).is_some_and(|(s, h)| s == name && h == old_mac)
+                    && users.iter().all(|u| source::adopted(cm).any(|a| a == u))
+            });
+            if !recorded {
+                if let Some(failure) = view.failed.get(&id) {
+                    return Outcome::Done(Decision { response: failure.denial.clone(), reason: Reason::ApiError, ..Default::default() });
+                }
+                let Some(stored) = view.fresh.get(&id) else { return Outcome::Fetch(vec![id]) };
+                let version = |o: &Value| o.at("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
+                match stored.as_ref().map(|s| (s, SecretContent::from_object(s))) {
+                    Some((s, Ok(stored_content))) if version(s) == old.and_then(version) && stored_content == old_content => {
+                        d.effects.push(Effect::EnsureSecretSnapshot {
+                            namespace: req.namespace.clone(),
+                            source: id.clone(),
+                            content: stored_content,
+                            adopted: users,
+                        })
+                    }
+                    _ => {
+                        tracing::warn!(namespace = %req.namespace, source = %id, "oldObject is not the stored Secret; outgoing content not kept");
+                        d.response.warn(format!("{id}: outgoing content not kept (the stored object is not this request's oldObject)"));
+                    }
+                }
+            }
+        }
+    }
+    Outcome::Done(d)
+}

@@ -1,0 +1,504 @@
+//! Secrets as sources where the admin turns them on (docs/behaviour.md §4a), driven through the
+//! very router the binary serves with real AdmissionReview JSON, against `MemoryCluster`: a
+//! Secret's update keeps its outgoing content as a MAC-named immutable Secret, a Deployment
+//! reading a Secret through a volume and env is pinned to its snapshot, never-sources pass
+//! untouched, the admin's namespace selector decides where, snapshot protection covers Secret
+//! snapshots, and with Secrets off nothing about Secrets changes. A canary run repeats the
+//! scenarios at debug log level and finds no form of the canary value in anything written.
+
+use std::sync::{Arc, RwLock};
+
+use axum::body::Body;
+use axum::http::{Request as HttpRequest, StatusCode};
+use base64::Engine as _;
+use confighistory::cache::State;
+use confighistory::cluster::{ApiError, MemoryCluster};
+use confighistory::model::digest::{digest, Sha256};
+use confighistory::model::keys::{ClusterKey, KeyId, Keyring};
+use confighistory::model::names;
+use confighistory::model::policy::Policy;
+use confighistory::model::secret::{self, SecretContent};
+use confighistory::model::snapshot::{self, Content};
+use confighistory::model::source::{SourceId, SourceKind};
+use confighistory::model::template::Kind;
+use confighistory::webhook::{self, App};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const NS: &str = "shop";
+const CANARY: &str = "canary-s3cr3t-value";
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn keyring() -> Keyring {
+    Keyring::new(ClusterKey::new(KeyId(1), (0u8..32).collect()).unwrap(), []).unwrap()
+}
+
+/// Secrets on for every namespace (`selector` empty) or the selected ones, with the keys loaded.
+fn secrets_on(selector: &str) -> Policy {
+    let mut p = Policy::default();
+    p.secrets.enabled = true;
+    p.secrets.namespaces = selector.parse().unwrap();
+    p.secrets.keys = Some(Arc::new(keyring()));
+    p
+}
+
+fn secret_of(name: &str, secret_type: &str, data: &[(&str, &str)]) -> Value {
+    let data: serde_json::Map<String, Value> = data.iter().map(|(k, v)| (k.to_string(), json!(b64(v.as_bytes())))).collect();
+    json!({"apiVersion": "v1", "kind": "Secret", "type": secret_type, "data": data,
+           "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "resourceVersion": "7"}})
+}
+
+fn opaque(name: &str, value: &str) -> Value {
+    secret_of(name, "Opaque", &[("password", value), ("url", "postgres://db:5432")])
+}
+
+fn mac_of(obj: &Value) -> String {
+    SecretContent::from_object(obj).unwrap().mac(&keyring().current().namespace_key(NS))
+}
+
+/// A Deployment reading Secret `s` through a volume and an env var, and ConfigMap `cm` through a volume.
+fn deployment(image: &str, s: &str, cm: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "pricing", "namespace": NS, "uid": "uid-pricing"},
+        "spec": {"selector": {"matchLabels": {"app": "pricing"}}, "template": {
+            "metadata": {"labels": {"app": "pricing"}},
+            "spec": {
+                "volumes": [{"name": "creds", "secret": {"secretName": s}}, {"name": "config", "configMap": {"name": cm}}],
+                "containers": [{"name": "app", "image": image,
+                    "env": [{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": s, "key": "password"}}}]}]
+            }
+        }}
+    })
+}
+
+fn review(kind: &str, group: &str, op: &str, object: Option<&Value>, old: Option<&Value>) -> Value {
+    let obj = object.or(old).expect("an object");
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "req-1",
+            "kind": {"group": group, "version": "v1", "kind": kind},
+            "resource": {"group": group, "version": "v1", "resource": format!("{}s", kind.to_lowercase())},
+            "name": obj["metadata"]["name"], "namespace": NS, "operation": op,
+            "userInfo": {"username": "alice"},
+            "object": object, "oldObject": old, "dryRun": false
+        }
+    })
+}
+
+struct Answer {
+    status: StatusCode,
+    body: Value,
+    /// The body as sent.
+    text: String,
+}
+
+impl Answer {
+    fn response(&self) -> &Value {
+        &self.body["response"]
+    }
+    fn allowed(&self) -> bool {
+        self.response()["allowed"] == json!(true)
+    }
+    fn message(&self) -> String {
+        self.response()["status"]["message"].as_str().unwrap_or_default().to_owned()
+    }
+    fn warnings(&self) -> Vec<String> {
+        self.response()["warnings"].as_array().map(|a| a.iter().map(|w| w.as_str().unwrap().to_owned()).collect()).unwrap_or_default()
+    }
+    fn patch(&self) -> Vec<Value> {
+        match self.response()["patch"].as_str() {
+            Some(p) => serde_json::from_slice(&b64_decode(p)).unwrap(),
+            None => vec![],
+        }
+    }
+    fn patched(&self, obj: &Value) -> Value {
+        let mut out = obj.clone();
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(self.patch())).unwrap();
+        json_patch::patch(&mut out, &patch).expect("patch applies");
+        out
+    }
+}
+
+fn b64_decode(s: &str) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD.decode(s).unwrap()
+}
+
+struct Fixture {
+    state: Arc<RwLock<State>>,
+    cluster: MemoryCluster,
+    policy: Policy,
+}
+
+impl Fixture {
+    fn new(policy: Policy) -> Fixture {
+        let state = State { source_kinds: policy.acted_on(), ..State::default() };
+        Fixture { state: Arc::new(RwLock::new(state)), cluster: MemoryCluster::default(), policy }
+    }
+
+    /// A source (ConfigMap or Secret, by its kind) in the cluster and the caches.
+    fn source(self, obj: Value) -> Fixture {
+        self.cluster.insert(obj.clone());
+        let kind = if obj["kind"] == "Secret" { SourceKind::Secret } else { SourceKind::ConfigMap };
+        self.state.write().unwrap().apply_source(kind, &obj);
+        self
+    }
+
+    fn workload(self, obj: &Value) -> Fixture {
+        self.state.write().unwrap().apply_workload(Kind::Deployment, obj);
+        self
+    }
+
+    fn namespace(self, labels: Value) -> Fixture {
+        self.state.write().unwrap().apply_namespace(&json!({"metadata": {"name": NS, "labels": labels}}));
+        self
+    }
+
+    async fn send(&self, path: &str, review: Value) -> Answer {
+        let app = Arc::new(App::ready(self.policy.clone(), self.state.clone(), Arc::new(self.cluster.clone())));
+        let body = serde_json::to_vec(&review).unwrap();
+        let req = HttpRequest::post(path).header("content-type", "application/json").body(Body::from(body)).unwrap();
+        let resp = webhook::router(app).oneshot(req).await.unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        Answer { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null), text }
+    }
+
+    fn calls(&self) -> Vec<String> {
+        std::mem::take(&mut *self.cluster.calls.lock().unwrap())
+    }
+
+    fn secret(&self, name: &str) -> Option<Value> {
+        self.cluster.source(NS, &SourceId::new(SourceKind::Secret, name))
+    }
+}
+
+fn configmap(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}")},
+           "data": {"mode": "fast"}})
+}
+
+// ---------- scenarios, each returning what it wrote (for the canary run) ----------
+
+/// What a scenario showed the outside: answers, as (what, text).
+type Shown = Vec<(String, String)>;
+
+/// A Secret update whose workloads still read it by name keeps the outgoing content as an
+/// immutable Secret of the same type and data, named by its MAC under the namespace's key; the
+/// source gets the new MAC as its head; the warning names keys only.
+async fn secret_update_keeps_outgoing_content(value: &str) -> Shown {
+    let old = opaque("db", value);
+    let f = Fixture::new(secrets_on("")).source(old.clone()).source(configmap("cfg")).workload(&deployment("app:1", "db", "cfg"));
+    let mut new = opaque("db", "rotated-password");
+    new["metadata"]["resourceVersion"] = json!("8");
+    let a = f.send("/mutate", review("Secret", "", "UPDATE", Some(&new), Some(&old))).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert!(a.allowed(), "{}", a.body);
+    assert_eq!(a.warnings(), ["secret/db: values changed in [password], same keys"]);
+    let patched = a.patched(&new);
+    assert_eq!(patched["metadata"]["annotations"][names::HEAD], json!(mac_of(&new)));
+    let name = snapshot::name("db", &mac_of(&old), 0);
+    let snap = f.secret(&name).expect("the outgoing content is kept as a Secret snapshot");
+    assert_eq!((&snap["type"], &snap["data"], &snap["immutable"]), (&old["type"], &old["data"], &json!(true)));
+    assert_eq!(secret::validate(&snap, NS, &keyring()), Ok(mac_of(&old)));
+    assert_eq!(
+        snap["metadata"]["annotations"][names::ADOPTED],
+        json!(confighistory::model::template::template_hash(&deployment("app:1", "db", "cfg")["spec"]["template"]))
+    );
+    assert!(f.cluster.get(NS, &name).is_none(), "no ConfigMap of that name");
+    vec![("the Secret update's answer".into(), a.text)]
+}
+
+/// A Deployment reading a Secret through a volume and env is pinned to the Secret's snapshot
+/// (made from the stored Secret, MAC-named), its ConfigMap as always; the pins name `secret/db`.
+async fn deployment_is_pinned_to_secret_snapshots(value: &str) -> Shown {
+    let s = opaque("db", value);
+    let f = Fixture::new(secrets_on("")).source(s.clone()).source(configmap("cfg"));
+    let d = deployment("app:1", "db", "cfg");
+    let a = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await;
+    assert!(a.allowed(), "{}", a.body);
+    let out = a.patched(&d);
+    let name = snapshot::name("db", &mac_of(&s), 0);
+    let spec = &out["spec"]["template"]["spec"];
+    assert_eq!(spec["volumes"][0]["secret"]["secretName"], json!(name));
+    assert_eq!(spec["containers"][0]["env"][0]["valueFrom"]["secretKeyRef"]["name"], json!(name));
+    let cm_snap = snapshot::name("cfg", &Content::from_object(&configmap("cfg")).hash(), 0);
+    assert_eq!(spec["volumes"][1]["configMap"]["name"], json!(cm_snap));
+    let pins: Value = serde_json::from_str(out["metadata"]["annotations"][names::PINS].as_str().unwrap()).unwrap();
+    assert_eq!(pins, json!({"cfg": Content::from_object(&configmap("cfg")).hash(), "secret/db": mac_of(&s)}));
+    let snap = f.secret(&name).expect("the Secret snapshot is made");
+    assert_eq!((&snap["type"], &snap["data"]), (&s["type"], &s["data"]));
+    assert_eq!(secret::validate(&snap, NS, &keyring()), Ok(mac_of(&s)));
+    // A second apply of the same manifest keeps the pins (no new snapshot, no read).
+    let again = f.send("/mutate", review("Deployment", "apps", "UPDATE", Some(&d), Some(&out))).await;
+    assert_eq!(again.patched(&d)["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!(name));
+    // Validation of the pinned Deployment passes: it names a valid snapshot.
+    let v = f.send("/validate", review("Deployment", "apps", "CREATE", Some(&out), None)).await;
+    assert!(v.allowed(), "{}", v.body);
+    vec![("the Deployment's answer".into(), a.text), ("its re-apply".into(), again.text), ("its validation".into(), v.text)]
+}
+
+/// Snapshot protection covers Secret snapshots: a forged one (wrong MAC) is refused, naming no
+/// content; metadata edits are refused; deleting one a workload uses is refused.
+async fn secret_snapshots_are_protected(value: &str) -> Shown {
+    let s = opaque("db", value);
+    let f = Fixture::new(secrets_on("")).source(s.clone());
+    let key = keyring().current().namespace_key(NS);
+    let content = SecretContent::from_object(&s).unwrap();
+    let name = secret::snapshot_name("db", &content, &key, 0);
+    let snap = secret::snapshot_object(NS, "db", &name, &content, &key, &[]);
+    let mut forged = snap.clone();
+    forged["data"]["password"] = json!(b64(b"planted"));
+    let a = f.send("/protect", review("Secret", "", "CREATE", Some(&forged), None)).await;
+    assert!(!a.allowed(), "{}", a.body);
+    assert!(a.message().contains("is not a valid snapshot"), "{}", a.message());
+    let ok = f.send("/protect", review("Secret", "", "CREATE", Some(&snap), None)).await;
+    assert!(ok.allowed(), "{}", ok.body);
+    let mut relabelled = snap.clone();
+    relabelled["metadata"]["labels"]["extra"] = json!("x");
+    let edit = f.send("/protect", review("Secret", "", "UPDATE", Some(&relabelled), Some(&snap))).await;
+    assert!(!edit.allowed() && edit.message().contains("Secret") && edit.message().contains("labels"), "{}", edit.body);
+    let f = f.source(snap.clone()).workload(&deployment("app:1", &name, "cfg"));
+    let del = f.send("/protect", review("Secret", "", "DELETE", None, Some(&snap))).await;
+    assert!(!del.allowed() && del.message().contains("Deployment/pricing use it"), "{}", del.body);
+    vec![("the forged snapshot's denial".into(), a.text), ("the edit's denial".into(), edit.text), ("the delete's denial".into(), del.text)]
+}
+
+/// In enforce mode, a mutable Secret created after a workload named it is refused, naming no value.
+async fn enforce_denies_a_mutable_secret(value: &str) -> Shown {
+    let f = Fixture::new(secrets_on("")).namespace(json!({"confighistory.io/mode": "enforce"})).workload(&deployment("app:1", "db", "cfg"));
+    let a = f.send("/mutate", review("Secret", "", "CREATE", Some(&opaque("db", value)), None)).await;
+    assert!(!a.allowed(), "{}", a.body);
+    assert!(a.message().contains("Secret db is mutable"), "{}", a.message());
+    vec![("the enforce denial".into(), a.text)]
+}
+
+/// A name of the collision sequence taken by another Secret: the next name, a warning and an
+/// Event that say why without content.
+async fn a_collision_moves_to_the_next_name(value: &str) -> Shown {
+    let s = opaque("db", value);
+    let first = snapshot::name("db", &mac_of(&s), 0);
+    let mut squatter = opaque(&first, "squatting");
+    squatter["metadata"]["labels"] = json!({names::HASH_LABEL: mac_of(&s), names::MANAGED_BY: names::MANAGER});
+    let f = Fixture::new(secrets_on("")).source(s.clone()).source(configmap("cfg")).source(squatter);
+    let d = deployment("app:1", "db", "cfg");
+    let a = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await;
+    assert!(a.allowed(), "{}", a.body);
+    let second = snapshot::name("db", &mac_of(&s), 1);
+    assert_eq!(a.patched(&d)["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!(second));
+    assert!(a.warnings().iter().any(|w| w.contains(&first) && w.contains("using the next name")), "{:?}", a.warnings());
+    tokio::task::yield_now().await;
+    let events: Vec<String> = f.cluster.events().iter().map(|e| e.note.clone()).collect();
+    vec![("the collision's answer".into(), a.text), ("the collision's Events".into(), events.join("\n"))]
+}
+
+/// A full quota for Secrets: the Deployment is refused, saying which quota, without content.
+async fn a_full_quota_is_explained(value: &str) -> Shown {
+    let f = Fixture::new(secrets_on("")).source(opaque("db", value)).source(configmap("cfg"));
+    *f.cluster.fail.lock().unwrap() = Some((
+        "create shop/secret/",
+        ApiError { code: Some(403), reason: "Forbidden".into(), message: "exceeded quota: s, requested: count/secrets=1".into() },
+    ));
+    let a = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&deployment("app:1", "db", "cfg")), None)).await;
+    assert!(!a.allowed(), "{}", a.body);
+    assert!(a.message().contains("ResourceQuota for secrets"), "{}", a.message());
+    vec![("the quota denial".into(), a.text)]
+}
+
+// ---------- tests ----------
+
+#[tokio::test]
+async fn a_secret_update_keeps_its_outgoing_content_as_a_mac_named_snapshot() {
+    secret_update_keeps_outgoing_content("hunter2").await;
+}
+
+#[tokio::test]
+async fn a_deployment_reading_a_secret_volume_and_env_is_pinned() {
+    deployment_is_pinned_to_secret_snapshots("hunter2").await;
+}
+
+#[tokio::test]
+async fn secret_snapshots_are_protected_like_configmap_snapshots() {
+    secret_snapshots_are_protected("hunter2").await;
+}
+
+#[tokio::test]
+async fn denials_collisions_and_quotas_speak_of_secrets() {
+    enforce_denies_a_mutable_secret("hunter2").await;
+    a_collision_moves_to_the_next_name("hunter2").await;
+    a_full_quota_is_explained("hunter2").await;
+}
+
+/// Every kind of Secret reference is pinned: a projected volume's Secret and an envFrom
+/// `secretRef`, beside a volume and a `secretKeyRef`; `imagePullSecrets` never (a registry
+/// credential is no config, and the kubelet reads it by name).
+#[tokio::test]
+async fn projected_and_env_from_references_are_pinned_and_image_pull_secrets_never() {
+    let s = opaque("db", "hunter2");
+    let f = Fixture::new(secrets_on("")).source(s.clone()).source(configmap("cfg")).source(opaque("regcred", "x"));
+    let mut d = deployment("app:1", "db", "cfg");
+    let spec = &mut d["spec"]["template"]["spec"];
+    spec["volumes"].as_array_mut().unwrap().push(json!({"name": "all", "projected": {"sources": [{"secret": {"name": "db"}}]}}));
+    spec["containers"][0]["envFrom"] = json!([{"secretRef": {"name": "db"}}]);
+    spec["imagePullSecrets"] = json!([{"name": "regcred"}]);
+    let a = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await;
+    assert!(a.allowed(), "{}", a.body);
+    let out = a.patched(&d);
+    let name = json!(snapshot::name("db", &mac_of(&s), 0));
+    let spec = &out["spec"]["template"]["spec"];
+    assert_eq!(spec["volumes"][2]["projected"]["sources"][0]["secret"]["name"], name);
+    assert_eq!(spec["containers"][0]["envFrom"][0]["secretRef"]["name"], name);
+    assert_eq!(spec["imagePullSecrets"][0]["name"], json!("regcred"));
+    assert!(f.secret(&snapshot::name("regcred", &mac_of(&opaque("regcred", "x")), 0)).is_none());
+}
+
+/// Service-account and bootstrap tokens, Helm release records, a certificate issuer's Secret and
+/// one opted out are never touched: their writes pass without a patch, warning or read, and a
+/// Deployment reading them keeps the plain names (no snapshot, no warning about them).
+#[tokio::test]
+async fn never_sources_pass_untouched() {
+    let never = [
+        secret_of("sa-token", "kubernetes.io/service-account-token", &[("token", "t")]),
+        secret_of("bootstrap-token-abcdef", "bootstrap.kubernetes.io/token", &[("token-id", "abcdef")]),
+        secret_of("sh.helm.release.v1.shop.v3", "helm.sh/release.v1", &[("release", "H4sI")]),
+        with_annotation(secret_of("tls", "kubernetes.io/tls", &[("tls.crt", "c"), ("tls.key", "k")]), names::CERTIFICATE_NAME, "tls"),
+        with_annotation(opaque("free", "x"), names::VERSIONED, "false"),
+    ];
+    let mut f = Fixture::new(secrets_on(""));
+    for s in &never {
+        f = f.source(s.clone());
+    }
+    for s in &never {
+        let mut head = s.clone();
+        head["metadata"]["annotations"][names::HEAD] = json!("forged");
+        for (op, new, old) in [("CREATE", s, None), ("UPDATE", &head, Some(s))] {
+            let a = f.send("/mutate", review("Secret", "", op, Some(new), old)).await;
+            assert!(a.allowed(), "{}", a.body);
+            assert!(a.patch().is_empty() && a.warnings().is_empty(), "{} {op}: {}", s["metadata"]["name"], a.body);
+        }
+    }
+    assert!(f.calls().is_empty());
+    for s in &never {
+        let name = s["metadata"]["name"].as_str().unwrap();
+        let d = deployment("app:1", name, "cfg");
+        let a = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await;
+        assert!(a.allowed(), "{}", a.body);
+        let out = a.patched(&d);
+        assert_eq!(out["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!(name), "{name}");
+        assert!(!a.warnings().iter().any(|w| w.contains(name)), "{name}: {:?}", a.warnings());
+    }
+    assert!(f.calls().iter().all(|c| !c.starts_with("create shop/secret/")), "no Secret snapshot");
+}
+
+fn with_annotation(mut obj: Value, key: &str, value: &str) -> Value {
+    obj["metadata"]["annotations"][key] = json!(value);
+    obj
+}
+
+/// The admin's namespace selector decides where Secrets are versioned: a namespace it does not
+/// select is as with Secrets off, however its workloads or Secrets are annotated.
+#[tokio::test]
+async fn only_the_admins_namespace_selector_turns_secrets_on() {
+    let s = opaque("db", "hunter2");
+    let d = deployment("app:1", "db", "cfg");
+    let pinned = |a: &Answer| a.patched(&d)["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"] != json!("db");
+    let off = Fixture::new(secrets_on("secrets=on")).namespace(json!({})).source(s.clone()).source(configmap("cfg"));
+    let a = off.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await;
+    assert!(a.allowed() && !pinned(&a), "{}", a.body);
+    assert!(off.calls().iter().all(|c| !c.contains("/secret/")), "no Secret read where they are off");
+    let u = off.send("/mutate", review("Secret", "", "UPDATE", Some(&opaque("db", "new")), Some(&s))).await;
+    assert!(u.allowed() && u.patch().is_empty() && u.warnings().is_empty(), "{}", u.body);
+    let on = Fixture::new(secrets_on("secrets=on")).namespace(json!({"secrets": "on"})).source(s).source(configmap("cfg"));
+    let a = on.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await;
+    assert!(a.allowed() && pinned(&a), "{}", a.body);
+}
+
+/// With Secrets off (the default) everything about Secrets is as before: a Deployment's Secret
+/// references are neither read nor rewritten, and a Secret review is one no webhook sends.
+#[tokio::test]
+async fn with_secrets_off_nothing_about_secrets_changes() {
+    let s = opaque("db", "hunter2");
+    let f = Fixture::new(Policy::default()).source(s.clone()).source(configmap("cfg"));
+    let d = deployment("app:1", "db", "cfg");
+    let a = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await;
+    assert!(a.allowed(), "{}", a.body);
+    let out = a.patched(&d);
+    assert_eq!(out["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!("db"));
+    assert_eq!(out["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]["secretKeyRef"]["name"], json!("db"));
+    assert_ne!(out["spec"]["template"]["spec"]["volumes"][1]["configMap"]["name"], json!("cfg"), "the ConfigMap is pinned as always");
+    assert!(f.calls().iter().all(|c| !c.contains("/secret/")), "{:?}", f.calls());
+    for path in ["/mutate", "/protect"] {
+        let a = f.send(path, review("Secret", "", "UPDATE", Some(&opaque("db", "new")), Some(&s))).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{path}: {}", a.body);
+    }
+}
+
+/// The canary: every scenario above with a Secret value of "canary-s3cr3t-value", at debug log
+/// level with the binary's subscriber. No log line, answer (warnings, messages, patches), Event,
+/// API call description or metric shows the canary, its base64, its SHA-256 in hex, or the
+/// unkeyed content hash a ConfigMap of its data would get. (The snapshot objects the port is
+/// asked to create hold the value: that is their job, and they are not searched.)
+#[tokio::test]
+async fn no_form_of_a_canary_secret_value_is_written_anywhere() {
+    let logs = Logs::default();
+    let _guard = tracing::subscriber::set_default(confighistory::runtime::subscriber("debug", false, false, logs.writer()));
+    let mut shown: Shown = Vec::new();
+    shown.extend(secret_update_keeps_outgoing_content(CANARY).await);
+    shown.extend(deployment_is_pinned_to_secret_snapshots(CANARY).await);
+    shown.extend(secret_snapshots_are_protected(CANARY).await);
+    shown.extend(enforce_denies_a_mutable_secret(CANARY).await);
+    shown.extend(a_collision_moves_to_the_next_name(CANARY).await);
+    shown.extend(a_full_quota_is_explained(CANARY).await);
+    let lines = logs.text();
+    assert!(lines.contains("created snapshot"), "the run logged at debug level: {} bytes", lines.len());
+    shown.push(("the logs".into(), lines));
+    shown.push(("the metrics".into(), confighistory::metrics::METRICS.render()));
+
+    let b = b64(CANARY.as_bytes());
+    let sha: String = digest::<Sha256>(CANARY.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let mut forms = vec![
+        ("the canary", CANARY.to_owned()),
+        ("its base64", b.clone()),
+        ("its base64, unpadded prefix", b.trim_end_matches('=')[..24].to_owned()),
+        ("its SHA-256 in hex", sha.clone()),
+        ("its SHA-256 in upper-case hex", sha.to_uppercase()),
+    ];
+    // The unkeyed hashes a ConfigMap's rules would give the canary Secret's data.
+    for obj in [opaque("db", CANARY), secret_of("db", "Opaque", &[("password", CANARY)])] {
+        forms.push(("an unkeyed content hash of it", Content::from_object(&obj).hash()));
+    }
+    for (what, text) in &shown {
+        for (form, value) in &forms {
+            assert!(!text.contains(value.as_str()), "{what} shows {form}");
+        }
+    }
+}
+
+/// Log output captured for the current thread (a `#[tokio::test]` runs on one).
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn writer(&self) -> impl Fn() -> Logs + Send + Sync + 'static {
+        let logs = self.clone();
+        move || logs.clone()
+    }
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
