@@ -104,38 +104,11 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         return Outcome::Done(d);
     }
 
-    let changed_at = if changed {
-        // A second pass over our own output (reinvocation) finds the time the first pass set, for
-        // this very content: keep it, or the second pass would not be a no-op, even on another
-        // replica. Only a recent time is taken from the request (a client cannot move a change
-        // out of its settle window, nor delay it by more than replicas' clocks may disagree).
-        let first_pass = annotation(obj, names::HEAD)
-            .filter(|h| *h == head)
-            .and(annotation(obj, names::CHANGED_AT))
-            .filter(|t| just_before(t, view.now, REINVOCATION_WINDOW));
-        Some(first_pass.unwrap_or(view.now).to_owned())
-    } else {
-        old.and_then(|o| annotation(o, names::CHANGED_AT)).map(str::to_owned)
-    };
-    // The marker belongs to one change: a new change (a revert to a content propagated before
-    // included: a change is an edit, not a content, docs/behaviour.md §7) starts without it. Otherwise it is
-    // carried over, and taken from the request only from the controller that records it.
-    let propagated = if changed {
-        None
-    } else if own {
-        annotation(obj, names::PROPAGATED)
-    } else {
-        old.and_then(|o| annotation(o, names::PROPAGATED))
-    };
+    let (changed_at, propagated) = change_markers(obj, old, &head, changed, own, view.now);
     let recorded_out = source::excluded_by_selector(obj, excluded).then(|| "true".to_owned());
     d.response.patch = annotation_ops(
         obj,
-        &[
-            (names::HEAD, Some(head)),
-            (names::CHANGED_AT, changed_at),
-            (names::PROPAGATED, propagated.map(str::to_owned)),
-            (names::EXCLUDED, recorded_out),
-        ],
+        &[(names::HEAD, Some(head)), (names::CHANGED_AT, changed_at), (names::PROPAGATED, propagated), (names::EXCLUDED, recorded_out)],
     );
 
     // Workloads still on the plain name ran with the outgoing content: keep it, with their
@@ -176,6 +149,42 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         }
     }
     Outcome::Done(d)
+}
+
+/// A source's change markers after this request (docs/behaviour.md §6.1, §7): when its content
+/// last changed, and the propagation marker, for ConfigMaps and Secrets alike.
+pub(super) fn change_markers(
+    obj: &Value,
+    old: Option<&Value>,
+    head: &str,
+    changed: bool,
+    own: bool,
+    now: &str,
+) -> (Option<String>, Option<String>) {
+    let changed_at = if changed {
+        // A second pass over our own output (reinvocation) finds the time the first pass set, for
+        // this very content: keep it, or the second pass would not be a no-op, even on another
+        // replica. Only a recent time is taken from the request (a client cannot move a change
+        // out of its settle window, nor delay it by more than replicas' clocks may disagree).
+        let first_pass = annotation(obj, names::HEAD)
+            .filter(|h| *h == head)
+            .and(annotation(obj, names::CHANGED_AT))
+            .filter(|t| just_before(t, now, REINVOCATION_WINDOW));
+        Some(first_pass.unwrap_or(now).to_owned())
+    } else {
+        old.and_then(|o| annotation(o, names::CHANGED_AT)).map(str::to_owned)
+    };
+    // The marker belongs to one change: a new change (a revert to a content propagated before
+    // included: a change is an edit, not a content, docs/behaviour.md §7) starts without it. Otherwise it is
+    // carried over, and taken from the request only from the controller that records it.
+    let propagated = if changed {
+        None
+    } else if own {
+        annotation(obj, names::PROPAGATED)
+    } else {
+        old.and_then(|o| annotation(o, names::PROPAGATED))
+    };
+    (changed_at, propagated.map(str::to_owned))
 }
 
 /// How far back a `changed-at` in the request may lie and still be this admission's own first

@@ -93,26 +93,8 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     if mode != Mode::Rewrite {
         return Outcome::Done(d);
     }
-    let changed_at = if changed {
-        let first_pass = annotation(obj, names::HEAD)
-            .filter(|h| *h == head)
-            .and(annotation(obj, names::CHANGED_AT))
-            .filter(|t| super::configmap::just_before(t, view.now, super::configmap::REINVOCATION_WINDOW));
-        Some(first_pass.unwrap_or(view.now).to_owned())
-    } else {
-        old.and_then(|o| annotation(o, names::CHANGED_AT)).map(str::to_owned)
-    };
-    let propagated = if changed {
-        None
-    } else if own {
-        annotation(obj, names::PROPAGATED)
-    } else {
-        old.and_then(|o| annotation(o, names::PROPAGATED))
-    };
-    d.response.patch = annotation_ops(
-        obj,
-        &[(names::HEAD, Some(head)), (names::CHANGED_AT, changed_at), (names::PROPAGATED, propagated.map(str::to_owned))],
-    );
+    let (changed_at, propagated) = super::configmap::change_markers(obj, old, &head, changed, own, view.now);
+    d.response.patch = annotation_ops(obj, &[(names::HEAD, Some(head)), (names::CHANGED_AT, changed_at), (names::PROPAGATED, propagated)]);
 
     // Workloads still on the plain name ran with the outgoing content: keep it, as for a
     // ConfigMap (docs/behaviour.md §9), from the stored object, never the request's word for it.
