@@ -226,15 +226,11 @@ pub enum Invalid {
 /// snapshot, its key id one the keyring keeps, and its content's MAC under that key's namespace
 /// key the one in its hash label and name. `Ok` with the MAC.
 pub fn validate(obj: &Value, namespace: &str, keys: &Keyring) -> Result<String, Invalid> {
+    let claimed = snapshot::claimed_hash(obj).map_err(|e| match e {
+        snapshot::Invalid::MissingLabel(l) => Invalid::MissingLabel(l),
+        _ => Invalid::Mutable,
+    })?;
     let label = |k: &'static str| obj.at("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str);
-    if obj.get("immutable").and_then(Value::as_bool) != Some(true) {
-        return Err(Invalid::Mutable);
-    }
-    let claimed = label(names::HASH_LABEL).ok_or(Invalid::MissingLabel(names::HASH_LABEL))?;
-    label(names::SOURCE_LABEL).ok_or(Invalid::MissingLabel(names::SOURCE_LABEL))?;
-    if label(names::MANAGED_BY) != Some(names::MANAGER) {
-        return Err(Invalid::MissingLabel(names::MANAGED_BY));
-    }
     let id_text = label(names::KEY_ID_LABEL).ok_or(Invalid::MissingLabel(names::KEY_ID_LABEL))?;
     let id: KeyId = id_text.parse().map_err(|_| Invalid::BadKeyId(id_text.chars().take(16).collect()))?;
     let key = keys.get(id).ok_or(Invalid::UnknownKey(id))?.namespace_key(namespace);
@@ -242,11 +238,10 @@ pub fn validate(obj: &Value, namespace: &str, keys: &Keyring) -> Result<String, 
     if content.mac(&key) != claimed {
         return Err(Invalid::WrongContent(claimed.chars().take(snapshot::HASH_LEN).collect(), id));
     }
-    let name = obj.at("/metadata/name").and_then(Value::as_str).unwrap_or_default();
-    match snapshot::parse_name(name) {
-        Some((_, h, _)) if h == claimed => Ok(claimed.to_owned()),
-        _ => Err(Invalid::NameMismatch(claimed.to_owned())),
+    if !snapshot::names_its_hash(obj, claimed) {
+        return Err(Invalid::NameMismatch(claimed.to_owned()));
     }
+    Ok(claimed.to_owned())
 }
 
 /// Keys removed, added and changed between two contents of a Secret, by name: what an UPDATE

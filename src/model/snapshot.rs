@@ -250,8 +250,10 @@ pub enum Invalid {
     NameMismatch(String),
 }
 
-/// Checks validity from the object itself, not from who created it.
-pub fn validate(obj: &Value) -> Result<String, Invalid> {
+/// What a snapshot of any kind claims about itself (docs/behaviour.md §5): it is immutable and
+/// labelled as a snapshot, and the hash its label claims, for the caller to check against its
+/// content and [`names_its_hash`].
+pub fn claimed_hash(obj: &Value) -> Result<&str, Invalid> {
     let label = |k: &'static str| obj.at("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str);
     if obj.get("immutable").and_then(Value::as_bool) != Some(true) {
         return Err(Invalid::Mutable);
@@ -261,15 +263,26 @@ pub fn validate(obj: &Value) -> Result<String, Invalid> {
     if label(names::MANAGED_BY) != Some(names::MANAGER) {
         return Err(Invalid::MissingLabel(names::MANAGED_BY));
     }
+    Ok(claimed)
+}
+
+/// Whether a snapshot's name ends in the hash its label claims.
+pub fn names_its_hash(obj: &Value, claimed: &str) -> bool {
+    let name = obj.at("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    parse_name(name).is_some_and(|(_, h, _)| h == claimed)
+}
+
+/// Checks validity from the object itself, not from who created it.
+pub fn validate(obj: &Value) -> Result<String, Invalid> {
+    let claimed = claimed_hash(obj)?;
     let actual = Content::from_object(obj).hash();
     if actual != claimed {
         return Err(Invalid::WrongContent { claimed: claimed.into(), actual });
     }
-    let name = obj.at("/metadata/name").and_then(Value::as_str).unwrap_or_default();
-    match parse_name(name) {
-        Some((_, h, _)) if h == claimed => Ok(actual),
-        _ => Err(Invalid::NameMismatch(claimed.into())),
+    if !names_its_hash(obj, claimed) {
+        return Err(Invalid::NameMismatch(claimed.into()));
     }
+    Ok(actual)
 }
 
 /// Keys removed and added between two contents, for the UPDATE warning.
