@@ -299,10 +299,21 @@ pub async fn controller(args: ControllerCommandArgs) -> Result<()> {
 
 /// `confighistory gc`: one sweep, printing every verdict (no cache, no watches: fresh lists).
 pub async fn gc(args: GcArgs) -> Result<()> {
-    let policy = args.policy.policy()?;
+    let mut policy = args.policy.policy()?;
     let clock = Arc::new(Clock::system());
     let client = client_with_clock(clock.clone()).await?;
     let cluster = KubeCluster::new(client.clone(), FIELD_MANAGER, watch::resolve_kinds(&client, args.policy.kinds()?).await);
+    if policy.secrets.enabled {
+        // Secret snapshots are validated under the cluster keys, read (never made) here: without
+        // them no Secret snapshot is swept (docs/behaviour.md §4a).
+        let target = crate::webhook::keys::Target::from_args(&args.policy);
+        match crate::webhook::keys::load(&cluster, &target).await? {
+            Some(ring) => policy.secrets.keys = Some(Arc::new(ring)),
+            None => {
+                eprintln!("the cluster keys Secret {}/{} does not exist: Secret snapshots are not swept", target.namespace, target.secret)
+            }
+        }
+    }
     Ok(crate::controller::run_gc_command(&cluster, &clock, policy, args).await?)
 }
 

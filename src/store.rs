@@ -12,7 +12,7 @@ use crate::model::keys::Keyring;
 use crate::model::names;
 use crate::model::secret::{self, SecretContent};
 use crate::model::snapshot;
-use crate::model::source::SourceId;
+use crate::model::source::{SourceId, SourceKind};
 
 /// Why no snapshot could be made sure of.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -107,6 +107,45 @@ impl Snap<'_> {
         match self {
             Snap::ConfigMap(_) => snapshot::validate(obj).map_err(|e| e.to_string()),
             Snap::Secret(_, keys) => secret::validate(obj, ns, keys).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// A source's content as read from the API server, of either kind: what the controller's re-hash
+/// and adoption compare with its head and copy into its snapshot. Its `Debug` is its content's
+/// (a Secret's names keys and sizes only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceContent {
+    ConfigMap(snapshot::Content),
+    Secret(SecretContent),
+}
+
+impl SourceContent {
+    /// The content of `obj`, a source of `kind` (a Secret whose data is no base64: which key).
+    pub fn from_object(kind: SourceKind, obj: &Value) -> Result<SourceContent, secret::Malformed> {
+        Ok(match kind {
+            SourceKind::ConfigMap => SourceContent::ConfigMap(snapshot::Content::from_object(obj)),
+            SourceKind::Secret => SourceContent::Secret(SecretContent::from_object(obj)?),
+        })
+    }
+
+    /// What its snapshot copies: a Secret's needs the cluster keys (`None`: not loaded, no snapshot).
+    pub fn snap<'a>(&'a self, keys: Option<&'a Keyring>) -> Option<Snap<'a>> {
+        match self {
+            SourceContent::ConfigMap(c) => Some(Snap::ConfigMap(c)),
+            SourceContent::Secret(c) => keys.map(|k| Snap::Secret(c, k)),
+        }
+    }
+
+    /// Whether `head` names this content in namespace `ns`: a ConfigMap's content hash; a
+    /// Secret's MAC under the namespace's key of any key id kept (a head written before a key
+    /// rotation still names the content it was written for, docs/operations.md).
+    pub fn is_named_by(&self, ns: &str, head: &str, keys: Option<&Keyring>) -> bool {
+        match self {
+            SourceContent::ConfigMap(c) => c.hash() == head,
+            SourceContent::Secret(c) => {
+                keys.is_some_and(|k| k.ids().filter_map(|id| k.get(id)).any(|key| c.mac(&key.namespace_key(ns)) == head))
+            }
         }
     }
 }

@@ -243,6 +243,42 @@ async fn deployment_is_pinned_to_secret_snapshots(value: &str) -> Shown {
     vec![("the Deployment's answer".into(), a.text), ("its re-apply".into(), again.text), ("its validation".into(), v.text)]
 }
 
+/// Propagation for Secrets (docs/behaviour.md §4a with §7): confighistory's trigger naming
+/// `secret/db` and its new head moves the Deployment's volume and env from the old Secret
+/// snapshot to the head's (made from the stored Secret), and the trigger is consumed; from anyone
+/// else the same trigger moves nothing.
+async fn a_trigger_moves_a_secret_pin_to_the_head(value: &str) -> Shown {
+    let old = opaque("db", value);
+    let f = Fixture::new(secrets_on("")).source(old.clone()).source(configmap("cfg"));
+    let d = deployment("app:1", "db", "cfg");
+    let pinned = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await.patched(&d);
+    // The Secret edited since (through the webhook, which recorded the new head).
+    let mut new = opaque("db", "rotated-password");
+    new["metadata"]["resourceVersion"] = json!("8");
+    new["metadata"]["annotations"] = json!({names::HEAD: mac_of(&new)});
+    let f = f.source(new.clone()).workload(&pinned);
+    let mut triggered = pinned.clone();
+    triggered["metadata"]["annotations"][names::PROPAGATE] = json!(format!("secret/db={}", mac_of(&new)));
+    let mut as_confighistory = review("Deployment", "apps", "UPDATE", Some(&triggered), Some(&pinned));
+    as_confighistory["request"]["userInfo"]["username"] = json!(f.policy.identity);
+    let a = f.send("/mutate", as_confighistory).await;
+    assert!(a.allowed(), "{}", a.body);
+    let out = a.patched(&triggered);
+    let head_snapshot = snapshot::name("db", &mac_of(&new), 0);
+    let spec = &out["spec"]["template"]["spec"];
+    assert_eq!(spec["volumes"][0]["secret"]["secretName"], json!(head_snapshot));
+    assert_eq!(spec["containers"][0]["env"][0]["valueFrom"]["secretKeyRef"]["name"], json!(head_snapshot));
+    assert_eq!(spec["volumes"][1], pinned["spec"]["template"]["spec"]["volumes"][1], "the ConfigMap pin stays");
+    assert!(out["metadata"]["annotations"].get(names::PROPAGATE).is_none(), "the trigger is consumed");
+    let snap = f.secret(&head_snapshot).expect("the head's snapshot is made");
+    assert_eq!(secret::validate(&snap, NS, &keyring()), Ok(mac_of(&new)));
+    // The same trigger from a user moves nothing.
+    let b = f.send("/mutate", review("Deployment", "apps", "UPDATE", Some(&triggered), Some(&pinned))).await;
+    let by_user = b.patched(&triggered);
+    assert_eq!(by_user["spec"]["template"]["spec"]["volumes"][0], pinned["spec"]["template"]["spec"]["volumes"][0], "{}", b.body);
+    vec![("the triggered update's answer".into(), a.text), ("a user's trigger's answer".into(), b.text)]
+}
+
 /// Snapshot protection covers Secret snapshots: a forged one (wrong MAC) is refused, naming no
 /// content; metadata edits are refused; deleting one a workload uses is refused.
 async fn secret_snapshots_are_protected(value: &str) -> Shown {
@@ -320,6 +356,11 @@ async fn a_secret_update_keeps_its_outgoing_content_as_a_mac_named_snapshot() {
 #[tokio::test]
 async fn a_deployment_reading_a_secret_volume_and_env_is_pinned() {
     deployment_is_pinned_to_secret_snapshots("hunter2").await;
+}
+
+#[tokio::test]
+async fn a_propagation_trigger_moves_a_secret_pin_to_the_head() {
+    a_trigger_moves_a_secret_pin_to_the_head("s3cr3t").await;
 }
 
 #[tokio::test]
@@ -450,6 +491,7 @@ async fn no_form_of_a_canary_secret_value_is_written_anywhere() {
     let mut shown: Shown = Vec::new();
     shown.extend(secret_update_keeps_outgoing_content(CANARY).await);
     shown.extend(deployment_is_pinned_to_secret_snapshots(CANARY).await);
+    shown.extend(a_trigger_moves_a_secret_pin_to_the_head(CANARY).await);
     shown.extend(secret_snapshots_are_protected(CANARY).await);
     shown.extend(enforce_denies_a_mutable_secret(CANARY).await);
     shown.extend(a_collision_moves_to_the_next_name(CANARY).await);

@@ -39,6 +39,12 @@ pub const OPAQUE: &str = "Opaque";
 /// Secret types that are never sources: credentials Kubernetes and Helm manage, not config.
 pub const NEVER_SOURCE_TYPES: [&str; 3] = ["kubernetes.io/service-account-token", "bootstrap.kubernetes.io/token", "helm.sh/release.v1"];
 
+/// The type the rules are given for a Secret's cache record, which holds none: the watch lists
+/// no Secret of a [`NEVER_SOURCE_TYPES`] type (its field selector, docs/how-it-works.md), so a
+/// record's Secret is of another type, and only its annotations and labels can make it a
+/// never-source.
+pub const RECORD_TYPE: &str = "";
+
 /// Why a Secret is never a source (docs/behaviour.md §4a): it is never versioned, never
 /// snapshotted and never written (no head, no annotation): left exactly as it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

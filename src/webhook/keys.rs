@@ -108,6 +108,15 @@ pub async fn ensure(cluster: &dyn Cluster, target: &Target) -> Result<Keyring, E
     Err(Error::Contended { secret: target.name(), attempts: ENSURE_ATTEMPTS })
 }
 
+/// The keyring of the Secret named `target`, read only (`None`: it does not exist): what a
+/// command that validates Secret snapshots and writes no key uses (`confighistory gc`).
+pub async fn load(cluster: &dyn Cluster, target: &Target) -> Result<Option<Keyring>, Error> {
+    match cluster.get_source(&target.namespace, &target.id()).await.map_err(|e| api(target, e))? {
+        Some(obj) => read(&obj, target).map(|(ring, _)| Some(ring)),
+        None => Ok(None),
+    }
+}
+
 /// Adds a new key (the next id) to the Secret named `target` and makes it current; every key it
 /// held stays, so snapshots MAC'd under them stay valid. The write carries the resourceVersion
 /// read: when another writer came between, the Secret is read again and the rotation made anew,
