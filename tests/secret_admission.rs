@@ -544,3 +544,61 @@ impl Logs {
         String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
     }
 }
+
+/// A key rotation (docs/operations.md "Secrets' cluster key") renames nothing and moves nothing:
+/// a Secret whose content stays keeps the key its head was MAC'd under (recorded in
+/// `confighistory.io/key-id`), so an edit of its labels records no change, and a Deployment
+/// applied after the rotation is pinned to the existing snapshot, not a new one; the Secret's next
+/// content change takes the new key. Failed before: the head was always MAC'd under the current
+/// key, so the first write after a rotation recorded a change and propagation would have moved
+/// every workload reading the Secret.
+#[tokio::test]
+async fn a_key_rotation_renames_no_snapshot_and_moves_no_workload() {
+    let s = opaque("db", "s3cr3t");
+    let f = Fixture::new(secrets_on("")).source(s.clone()).source(configmap("cfg"));
+    let d = deployment("app:1", "db", "cfg");
+    let pinned = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await.patched(&d);
+    let before = snapshot::name("db", &mac_of(&s), 0);
+    assert_eq!(pinned["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!(before));
+    // Its next write (here confighistory's own head record) records the head and its key.
+    let f = f.workload(&pinned);
+    let mut touched = s.clone();
+    touched["metadata"]["annotations"] = json!({names::HEAD: mac_of(&s)});
+    let mut as_confighistory = review("Secret", "", "UPDATE", Some(&touched), Some(&s));
+    as_confighistory["request"]["userInfo"]["username"] = json!(f.policy.identity);
+    let created = f.send("/mutate", as_confighistory).await.patched(&touched);
+    assert_eq!(created["metadata"]["annotations"][names::KEY_ID], "1", "the key its head is MAC'd under");
+    let f = f.source(created.clone());
+
+    let rotated = keyring().rotate(ClusterKey::new(KeyId(2), vec![9; 32]).unwrap()).unwrap();
+    let mut f = f;
+    f.policy.secrets.keys = Some(Arc::new(rotated.clone()));
+    f.calls();
+
+    // Its labels edited: the same head, key and change time.
+    let mut relabelled = created.clone();
+    relabelled["metadata"]["labels"] = json!({"team": "pricing"});
+    let a = f.send("/mutate", review("Secret", "", "UPDATE", Some(&relabelled), Some(&created))).await;
+    assert!(a.allowed(), "{}", a.body);
+    let after = a.patched(&relabelled);
+    for key in [names::HEAD, names::KEY_ID, names::CHANGED_AT] {
+        assert_eq!(after["metadata"]["annotations"][key], created["metadata"]["annotations"][key], "{key}");
+    }
+    // A Deployment applied after the rotation: the existing snapshot, valid under the kept key.
+    let mut other = deployment("app:1", "db", "cfg");
+    other["metadata"]["name"] = json!("other");
+    let o = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&other), None)).await;
+    assert_eq!(o.patched(&other)["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!(before), "{}", o.body);
+    assert!(f.calls().iter().all(|c| !c.starts_with("create")), "no snapshot made under the new key");
+
+    // Its content changed: the new key.
+    let mut edited = opaque("db", "rotated-password");
+    edited["metadata"]["annotations"] = created["metadata"]["annotations"].clone();
+    let e = f.send("/mutate", review("Secret", "", "UPDATE", Some(&edited), Some(&created))).await;
+    let after = e.patched(&edited);
+    assert_eq!(after["metadata"]["annotations"][names::KEY_ID], "2");
+    let new_mac = SecretContent::from_object(&edited).unwrap().mac(&rotated.current().namespace_key(NS));
+    assert_eq!(after["metadata"]["annotations"][names::HEAD], json!(new_mac));
+    // The outgoing content is kept under the key it was named by: the snapshot the Deployments use.
+    assert!(f.secret(&before).is_some());
+}

@@ -578,7 +578,7 @@ async fn rehash(ctx: &Ctx) {
                 continue;
             }
         };
-        let Some(actual) = content.snap(keys).map(|s| s.hash(&ns)) else { continue };
+        let Some(actual) = content.snap(&obj, &ns, keys).map(|s| s.hash(&ns)) else { continue };
         let stored = match crate::admission::annotation(&obj, names::HEAD) {
             Some(head) => (!content.is_named_by(&ns, head, keys)).then(|| head.to_owned()),
             None => propagate::missed_change(&pins, &actual).map(str::to_owned),
@@ -664,7 +664,8 @@ async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> Result<String> {
         id: a.source.clone(),
         why: e,
     })?;
-    let snap = content.snap(keys).ok_or_else(|| Error::NoKeys { namespace: namespace.clone(), id: a.source.clone() })?;
+    let snap =
+        content.snap(&obj, &a.namespace, keys).ok_or_else(|| Error::NoKeys { namespace: namespace.clone(), id: a.source.clone() })?;
     if crate::admission::annotation(&obj, names::HEAD).is_some_and(|h| !content.is_named_by(&a.namespace, h, keys)) {
         // Changed while the webhook was away: the workload did not run with this content.
         return Err(Error::ChangedWhileAway { namespace, name });

@@ -175,6 +175,11 @@ impl Keyring {
         self.keys.get(&id)
     }
 
+    /// The kept keys, the current one first.
+    pub fn kept(&self) -> impl Iterator<Item = &ClusterKey> + '_ {
+        std::iter::once(self.current()).chain(self.keys.values().filter(|k| k.id != self.current))
+    }
+
     pub fn ids(&self) -> impl Iterator<Item = KeyId> + '_ {
         self.keys.keys().copied()
     }
