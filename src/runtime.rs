@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::cache::State;
-use crate::cli::{ControllerCommandArgs, GcArgs, PolicyArgs, SelftestArgs, ServeArgs};
+use crate::cli::{ControllerCommandArgs, GcArgs, PolicyArgs, RotateKeysArgs, SelftestArgs, ServeArgs};
 use crate::cluster::clock::{Clock, DateLayer};
 use crate::cluster::{watch, KubeCluster, ObjectRef};
 use crate::context::Context;
@@ -74,7 +74,7 @@ async fn start(
     trust_revisions_before_now: bool,
     regarding: ObjectRef,
 ) -> Result<(kube::Client, Arc<Context>, &'static Registry)> {
-    let mut policy = args.policy()?;
+    let policy = args.policy()?;
     let registry = args.kinds()?;
     let clock = Arc::new(Clock::system());
     let client = client_with_clock(clock.clone()).await?;
@@ -89,7 +89,17 @@ async fn start(
         let ring = crate::webhook::keys::ensure(cluster.as_ref(), &target).await?;
         tracing::info!(secret = %format!("{}/{}", target.namespace, target.secret), key_ids = ?ring.ids().map(|i| i.0).collect::<Vec<_>>(),
             namespaces = %policy.secrets.namespaces, "Secrets are versioned");
-        policy.secrets.keys = Some(Arc::new(ring));
+        policy.secrets.keys.set(ring);
+        // A rotation reaches this process without a restart (docs/operations.md).
+        let (cluster, slot) = (cluster.clone(), policy.secrets.keys.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(crate::webhook::keys::RELOAD_INTERVAL).await;
+                if let Err(e) = crate::webhook::keys::reload(cluster.as_ref(), &target, &slot).await {
+                    tracing::warn!(error = %e, "cluster keys: could not read them again; the keys held stay in use");
+                }
+            }
+        });
     }
     crate::metrics::METRICS.set_sources(policy.acted_on());
     let mut state = State { kinds, source_kinds: policy.acted_on(), ..State::keeping_labels(&policy.excluded_sources) };
@@ -299,7 +309,7 @@ pub async fn controller(args: ControllerCommandArgs) -> Result<()> {
 
 /// `confighistory gc`: one sweep, printing every verdict (no cache, no watches: fresh lists).
 pub async fn gc(args: GcArgs) -> Result<()> {
-    let mut policy = args.policy.policy()?;
+    let policy = args.policy.policy()?;
     let clock = Arc::new(Clock::system());
     let client = client_with_clock(clock.clone()).await?;
     let cluster = KubeCluster::new(client.clone(), FIELD_MANAGER, watch::resolve_kinds(&client, args.policy.kinds()?).await);
@@ -308,13 +318,34 @@ pub async fn gc(args: GcArgs) -> Result<()> {
         // them no Secret snapshot is swept (docs/behaviour.md §4a).
         let target = crate::webhook::keys::Target::from_args(&args.policy);
         match crate::webhook::keys::load(&cluster, &target).await? {
-            Some(ring) => policy.secrets.keys = Some(Arc::new(ring)),
+            Some(ring) => policy.secrets.keys.set(ring),
             None => {
                 eprintln!("the cluster keys Secret {}/{} does not exist: Secret snapshots are not swept", target.namespace, target.secret)
             }
         }
     }
     Ok(crate::controller::run_gc_command(&cluster, &clock, policy, args).await?)
+}
+
+/// `confighistory rotate-keys`: adds a new cluster key to the keys Secret and makes it current,
+/// keeping the old ones (docs/operations.md "Secrets' cluster key"); running servers take it within
+/// `webhook::keys::RELOAD_INTERVAL`. Prints key ids, never a key.
+pub async fn rotate_keys(args: RotateKeysArgs) -> Result<()> {
+    let clock = Arc::new(Clock::system());
+    let client = client_with_clock(clock).await?;
+    let cluster = KubeCluster::new(client.clone(), FIELD_MANAGER, crate::model::kinds::Registry::builtin());
+    let target = crate::webhook::keys::Target::from_args(&args.policy);
+    let ring = crate::webhook::keys::rotate(&cluster, &target).await?;
+    let kept: Vec<String> = ring.ids().map(|i| i.to_string()).collect();
+    println!(
+        "rotated the cluster keys in Secret {}/{}: new Secret content is MAC'd under key {}; kept {} (existing snapshots stay valid); running servers take it within {} s",
+        target.namespace,
+        target.secret,
+        ring.current().id(),
+        kept.join(", "),
+        crate::webhook::keys::RELOAD_INTERVAL.as_secs()
+    );
+    Ok(())
 }
 
 /// `confighistory selftest` (the chart's `helm test`): a ConfigMap created for real (the

@@ -14,7 +14,7 @@ use base64::Engine as _;
 use confighistory::cache::State;
 use confighistory::cluster::{ApiError, MemoryCluster};
 use confighistory::model::digest::{digest, Sha256};
-use confighistory::model::keys::{ClusterKey, KeyId, Keyring};
+use confighistory::model::keys::{ClusterKey, KeyId, KeySlot, Keyring};
 use confighistory::model::names;
 use confighistory::model::policy::Policy;
 use confighistory::model::secret::{self, SecretContent};
@@ -41,7 +41,7 @@ fn secrets_on(selector: &str) -> Policy {
     let mut p = Policy::default();
     p.secrets.enabled = true;
     p.secrets.namespaces = selector.parse().unwrap();
-    p.secrets.keys = Some(Arc::new(keyring()));
+    p.secrets.keys = KeySlot::new(keyring());
     p
 }
 
@@ -572,7 +572,7 @@ async fn a_key_rotation_renames_no_snapshot_and_moves_no_workload() {
 
     let rotated = keyring().rotate(ClusterKey::new(KeyId(2), vec![9; 32]).unwrap()).unwrap();
     let mut f = f;
-    f.policy.secrets.keys = Some(Arc::new(rotated.clone()));
+    f.policy.secrets.keys = KeySlot::new(rotated.clone());
     f.calls();
 
     // Its labels edited: the same head, key and change time.

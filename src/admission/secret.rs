@@ -47,7 +47,8 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     if !is_source || !versioned(obj) {
         return Outcome::Done(Decision::allow(Reason::NotASource));
     }
-    let Some(keys) = view.policy.secrets.keys.as_deref() else {
+    let keys = view.policy.secrets.keys.get();
+    let Some(keys) = keys.as_deref() else {
         let mut d = Decision::allow(Reason::Source);
         d.response.warn(format!("secret/{name}: not versioned now: the cluster keys Secret snapshots are named under are not loaded"));
         return Outcome::Done(d);

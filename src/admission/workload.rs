@@ -519,7 +519,8 @@ impl Builder<'_> {
             let head = content.hash();
             return Some((Payload::ConfigMap(content), head));
         }
-        let Some(keys) = view.policy.secrets.keys.as_deref() else {
+        let keys = view.policy.secrets.keys.get();
+        let Some(keys) = keys.as_deref() else {
             self.d.response.warn(format!("{source}: left as sent: the cluster keys Secret snapshots are named under are not loaded"));
             return None;
         };

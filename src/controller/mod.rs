@@ -570,7 +570,8 @@ async fn rehash(ctx: &Ctx) {
         if obj.immutable() {
             continue; // made immutable after it was a source: never touched (docs/behaviour.md §3)
         }
-        let keys = ctx.shared.policy.secrets.keys.as_deref();
+        let keys = ctx.shared.policy.secrets.keys.get();
+        let keys = keys.as_deref();
         let content = match SourceContent::from_object(name.kind, &obj) {
             Ok(c) => c,
             Err(e) => {
@@ -658,7 +659,8 @@ async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> Result<String> {
         Ok(None) => return Err(Error::SourceGone { namespace, name }),
         Err(source) => return Err(Error::Read { kind: a.source.kind_str(), namespace, name, source }),
     };
-    let keys = ctx.shared.policy.secrets.keys.as_deref();
+    let keys = ctx.shared.policy.secrets.keys.get();
+    let keys = keys.as_deref();
     let content = SourceContent::from_object(a.source.kind, &obj).map_err(|e| Error::Content {
         namespace: namespace.clone(),
         id: a.source.clone(),
@@ -711,7 +713,8 @@ async fn gc_loop(ctx: Arc<Ctx>) {
 /// snapshots too where the loops act on Secrets ([`propagate::kinds_in`]).
 async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
     let start = Instant::now();
-    let keys = ctx.shared.policy.secrets.keys.as_deref();
+    let keys = ctx.shared.policy.secrets.keys.get();
+    let keys = keys.as_deref();
     let namespaces: Vec<(String, bool)> = {
         let state = ctx.shared.state.read().expect("state lock");
         let policy = &ctx.shared.policy;
@@ -768,7 +771,8 @@ pub async fn run_gc_command(
 ) -> Result<()> {
     let settings = gc::Settings { keep: args.keep, grace: Duration::from_secs(args.grace) };
     // Secret snapshots where Secrets are on and the keys were read (docs/behaviour.md §4a).
-    let keys = policy.secrets.keys.as_deref();
+    let keys = policy.secrets.keys.get();
+    let keys = keys.as_deref();
     let namespaces = match &args.namespace_filter {
         Some(ns) => vec![ns.clone()],
         None => {

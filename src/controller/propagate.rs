@@ -145,7 +145,7 @@ pub fn is_stale(pins: &BTreeSet<Option<String>>, change: &Change, held: bool) ->
 /// §4a) and the cluster keys their snapshots are named under are loaded (without them a Secret's
 /// content cannot be told from its snapshots' names, and nothing is done about it).
 pub fn kinds_in(state: &State, policy: &Policy, ns: &str) -> source::SourceKinds {
-    if policy.secrets.keys.is_none() {
+    if !policy.secrets.keys.is_loaded() {
         return source::SourceKinds::CONFIGMAPS;
     }
     policy.source_kinds(state.namespace(ns))
@@ -556,7 +556,7 @@ pub(crate) mod tests {
         let mut p = Policy::default();
         p.secrets.enabled = true;
         p.secrets.namespaces = namespaces.parse().unwrap();
-        p.secrets.keys = Some(std::sync::Arc::new(Keyring::new(ClusterKey::new(KeyId(1), vec![7; 32]).unwrap(), []).unwrap()));
+        p.secrets.keys = crate::model::keys::KeySlot::new(Keyring::new(ClusterKey::new(KeyId(1), vec![7; 32]).unwrap(), []).unwrap());
         p
     }
 
@@ -608,7 +608,7 @@ pub(crate) mod tests {
         let s = with_secret();
         let selector = policy::Selector::default();
         let mut no_keys = secrets_on("");
-        no_keys.secrets.keys = None;
+        no_keys.secrets.keys = Default::default();
         for (what, policy) in [("off", Policy::default()), ("keys not loaded", no_keys), ("namespace not selected", secrets_on("team=a"))] {
             let due = due_propagations(&s, &policy, &selector, ms(T0) + 10_000);
             assert_eq!(due.plans.len(), 1, "{what}");

@@ -953,7 +953,7 @@ fn secret_holding(policy: &Policy, name: &str, password: &str, stored: &str) -> 
 }
 
 fn secret_mac(policy: &Policy, password: &str) -> String {
-    let keys = policy.secrets.keys.as_deref().unwrap();
+    let keys = policy.secrets.keys.get().unwrap();
     let content =
         crate::model::secret::SecretContent::from_object(&json!({"type": "Opaque", "data": {"password": b64(password)}})).unwrap();
     content.mac(&keys.current().namespace_key("ns"))
@@ -1014,7 +1014,7 @@ async fn a_resync_pass_adopts_repairs_and_rehashes_secret_sources_where_secrets_
     let snap = cluster.source("ns", &id).expect("the MAC-named snapshot of the Secret's current content");
     assert_eq!((snap["immutable"].as_bool(), snap["type"].as_str()), (Some(true), Some("Opaque")));
     assert_eq!(snap["data"]["password"], json!(b64(CANARY)), "a copy of the data");
-    crate::model::secret::validate(&snap, "ns", policy.secrets.keys.as_deref().unwrap()).expect("a valid Secret snapshot");
+    crate::model::secret::validate(&snap, "ns", &policy.secrets.keys.get().unwrap()).expect("a valid Secret snapshot");
     let record = crate::admission::annotation(&snap, names::ADOPTED).unwrap_or_default().to_owned();
     assert!(record.contains(&old_t) && record.contains(&new_t), "adopted, and the repaired template recorded first: {record}");
     assert_eq!(trigger_of(&cluster, "old"), None, "an adopted workload is not restarted");
@@ -1033,7 +1033,7 @@ async fn without_secrets_on_the_loops_never_read_or_write_a_secret() {
     let on = super::propagate::tests::secrets_on("");
     let db = secret_holding(&on, "db", CANARY, "other");
     let mut no_keys = on.clone();
-    no_keys.secrets.keys = None;
+    no_keys.secrets.keys = Default::default();
     for policy in [Policy::default(), no_keys, super::propagate::tests::secrets_on("team=a")] {
         let (cluster, state) = secret_world(&on, std::slice::from_ref(&db), &[secret_workload("new", "db")]);
         let ctx = ctx_with(&cluster, state, args(&[]), policy);
@@ -1051,7 +1051,7 @@ async fn without_secrets_on_the_loops_never_read_or_write_a_secret() {
 #[tokio::test]
 async fn a_gc_pass_sweeps_secret_snapshots_where_secrets_are_on() {
     let policy = super::propagate::tests::secrets_on("");
-    let keys = policy.secrets.keys.clone().unwrap();
+    let keys = policy.secrets.keys.get().unwrap();
     let snapshot_of = |password: &str, created: &str| {
         let content =
             crate::model::secret::SecretContent::from_object(&json!({"type": "Opaque", "data": {"password": b64(password)}})).unwrap();

@@ -419,7 +419,8 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
             Effect::EnsureSecretSnapshot { namespace, source, content, key, adopted } => {
                 // A decision makes this effect only with the keys loaded (admission::secret,
                 // workload): without them no snapshot could be named, so nothing is pinned.
-                let Some(keys) = app.ctx.policy.secrets.keys.as_deref() else {
+                let keys = app.ctx.policy.secrets.keys.get();
+                let Some(keys) = keys.as_deref() else {
                     let message = "confighistory could not name a Secret snapshot: the cluster keys are not loaded; retrying is safe";
                     let failure =
                         Failure { what: "name a Secret snapshot".into(), cause: message.into(), denial: Response::deny(503, message) };
