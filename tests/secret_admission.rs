@@ -602,3 +602,46 @@ async fn a_key_rotation_renames_no_snapshot_and_moves_no_workload() {
     // The outgoing content is kept under the key it was named by: the snapshot the Deployments use.
     assert!(f.secret(&before).is_some());
 }
+
+/// A Secret its owner opts out of versioning (`versioned: "false"`, to change under running pods)
+/// is a change of its own, as a ConfigMap's (docs/behaviour.md §7): the UPDATE records it, and
+/// confighistory's trigger then moves the Deployment from the snapshot back to the plain name.
+#[tokio::test]
+async fn a_secret_opted_out_of_versioning_moves_its_workloads_back_to_the_plain_name() {
+    let s = opaque("db", "s3cr3t");
+    let f = Fixture::new(secrets_on("")).source(s.clone()).source(configmap("cfg"));
+    let d = deployment("app:1", "db", "cfg");
+    let pinned = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await.patched(&d);
+    let mut stored = s.clone();
+    stored["metadata"]["annotations"] = json!({names::HEAD: mac_of(&s), names::KEY_ID: "1"});
+    let f = f.workload(&pinned).source(stored.clone());
+
+    let mut opted_out = stored.clone();
+    opted_out["metadata"]["annotations"][names::VERSIONED] = json!("false");
+    let a = f.send("/mutate", review("Secret", "", "UPDATE", Some(&opted_out), Some(&stored))).await;
+    assert!(a.allowed(), "{}", a.body);
+    let recorded = a.patched(&opted_out);
+    assert!(recorded["metadata"]["annotations"].get(names::CHANGED_AT).is_some(), "a change: {}", a.body);
+
+    // Propagation's trigger (docs/behaviour.md §7): back on the plain name.
+    let f = f.source(recorded.clone());
+    let mut triggered = pinned.clone();
+    triggered["metadata"]["annotations"][names::PROPAGATE] = json!(format!("secret/db={}", mac_of(&s)));
+    let mut as_confighistory = review("Deployment", "apps", "UPDATE", Some(&triggered), Some(&pinned));
+    as_confighistory["request"]["userInfo"]["username"] = json!(f.policy.identity);
+    let t = f.send("/mutate", as_confighistory).await;
+    let out = t.patched(&triggered);
+    let spec = &out["spec"]["template"]["spec"];
+    assert_eq!(spec["volumes"][0]["secret"]["secretName"], json!("db"), "{}", t.body);
+    assert_eq!(spec["containers"][0]["env"][0]["valueFrom"]["secretKeyRef"]["name"], json!("db"));
+    assert!(t.warnings().iter().any(|w| w.contains("secret/db: no longer versioned")), "{:?}", t.warnings());
+
+    // Opted in again: a change again (propagation pins the plain-name workloads once more).
+    let mut propagated = recorded.clone();
+    propagated["metadata"]["annotations"][names::PROPAGATED] = recorded["metadata"]["annotations"][names::HEAD].clone();
+    let mut opted_in = propagated.clone();
+    opted_in["metadata"]["annotations"].as_object_mut().unwrap().remove(names::VERSIONED);
+    let back = f.send("/mutate", review("Secret", "", "UPDATE", Some(&opted_in), Some(&propagated))).await;
+    let back = back.patched(&opted_in);
+    assert!(back["metadata"]["annotations"].get(names::PROPAGATED).is_none(), "a new change starts unpropagated: {back}");
+}

@@ -41,10 +41,12 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         || annotation(obj, names::HEAD).is_some()
         || old.is_some_and(|o| annotation(o, names::HEAD).is_some());
     let versioned = |o: &Value| secret::is_versioned(o, secret::secret_type(o), excluded);
-    // A never-source by its type or annotations stays one whatever the old object was; a Secret
-    // opted out (`versioned: "false"`) is left alone (leaving and re-entering versioning is a
-    // ConfigMap's rule of §7, not wired for Secrets yet).
-    if !is_source || !versioned(obj) {
+    // A never-source (by its type, a certificate issuer's annotation or the admin's selector) was
+    // left above, whatever the old object was. A tracked Secret whose owner opts it out
+    // (`versioned: "false"`) or back in is a change of its own, as a ConfigMap's (docs/behaviour.md
+    // §7): propagated once, it moves its workloads to the plain name (back to snapshots).
+    let versioning_changed = old.is_some_and(|o| secret::is_tracked(o, secret::secret_type(o), excluded) && versioned(o) != versioned(obj));
+    if !is_source || (!versioned(obj) && !versioning_changed) {
         return Outcome::Done(Decision::allow(Reason::NotASource));
     }
     let keys = view.policy.secrets.keys.get();
@@ -73,7 +75,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let own = req.user_info.username == view.policy.identity;
     let claimed_head = old.filter(|o| own && annotation(o, names::HEAD).is_none()).and_then(|_| annotation(obj, names::HEAD));
     let stale_head = old.and_then(|o| annotation(o, names::HEAD)).or(claimed_head).is_some_and(|h| h != head);
-    let changed = stale_head || content_changed;
+    let changed = stale_head || content_changed || versioning_changed;
     let mut d = Decision::allow(if changed { Reason::SourceChanged } else { Reason::Source });
     if let (Some(old_content), true) = (&old_content, content_changed) {
         // Keys, sizes and the type; never a value, and the settings inside a value are never parsed.

@@ -285,8 +285,8 @@ pub fn versioning_touches(state: &State, policy: &Policy, selector: &policy::Sel
     }
     let (mut touches, mut unknown) = (Vec::new(), Vec::new());
     for ((ns, id), cm) in &state.sources {
-        // ConfigMaps only: a Secret leaving versioning (`versioned: "false"`) is left as it is
-        // (docs/behaviour.md §4a), its workloads keep their pins.
+        // ConfigMaps only: the admin's selector makes a Secret a never-source, left as it is
+        // (docs/behaviour.md §4a); a Secret's own opt-out is recorded by its admission.
         if id.kind != source::SourceKind::ConfigMap
             || !source::is_tracked(&id.name, cm)
             || !state.is_referenced_source(ns, id)
@@ -618,6 +618,27 @@ pub(crate) mod tests {
             let refs = &s.workloads.values().next().unwrap().refs;
             assert!(sources_of(&s, &policy, "ns", refs).keys().all(|id| id.kind == source::SourceKind::ConfigMap), "{what}");
         }
+    }
+
+    /// A Secret its owner opted out of versioning after workloads were pinned: its recorded change
+    /// moves them to the plain name (`is_stale` of an unversioned source), as a ConfigMap's.
+    #[test]
+    fn a_secret_opted_out_of_versioning_is_propagated_to_the_plain_name() {
+        let mut s = with_secret();
+        // Held on the Secret (an undo): a hold stands against a versioned source's changes only.
+        let mut held = workload("ns", "held", &[], &[(names::HELD, "secret/db")]);
+        held["spec"]["template"]["spec"]["volumes"] = json!([{"name": "s", "secret": {"secretName": snapshot::name("db", &h('a'), 0)}}]);
+        s.apply_workload(Kind::Deployment, &held);
+        let plans = |s: &State| {
+            let due = due_propagations(s, &secrets_on(""), &policy::Selector::default(), ms(T0) + 10_000);
+            due.plans.iter().map(|p| (p.name.clone(), p.trigger_value())).collect::<Vec<_>>()
+        };
+        assert_eq!(plans(&s), [("app".to_owned(), format!("cfg={},secret/db={}", h('b'), h('b')))], "versioned: the hold stands");
+        let mut out = source("ns", "db", &h('b'), &[(names::CHANGED_AT, T0), (names::VERSIONED, "false")]);
+        out["kind"] = json!("Secret");
+        s.apply_source(source::SourceKind::Secret, &out);
+        let moved = plans(&s);
+        assert!(moved.contains(&("held".to_owned(), format!("secret/db={}", h('b')))), "opted out: held pins move too: {moved:?}");
     }
 
     /// A Secret a certificate issuer manages is never a source (docs/behaviour.md §4a): its
