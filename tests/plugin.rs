@@ -932,12 +932,18 @@ fn secret_status_golden() {
     assert_eq!(s.undo.as_ref().unwrap().config[1].reference, secret_snap_name(&secret_contents()[1]));
     golden("plugin-status-secret.txt", &render::status(&s, now(), Style::PLAIN));
     golden("plugin-status-secret.json", &machine("Status", &s, Output::Json));
-    // With Secrets off in the namespace (the server's choice), Secret references are not sources.
+    // Secret snapshots read: their users are shown even where the server no longer versions Secrets.
     let mut off = inv.clone();
     off.server = server(json!({"secrets": false}));
+    assert!(build::status(&off, &api()).unwrap().pins.iter().any(|p| p.source == "secret/db"));
+    // With Secrets off in the namespace (the server's choice) and none read (gather reads none
+    // unless one is asked for), Secret references are not sources.
+    off.snapshots.retain(|s| s["kind"] != "Secret");
+    off.secret_contents.clear();
     let s = build::status(&off, &api()).unwrap();
     assert!(s.pins.iter().all(|p| !p.source.starts_with("secret/")), "{:?}", s.pins);
-    off.snapshots.retain(|s| s["kind"] != "Secret");
+    off.sources.remove("secret/db");
+    off.sources.insert("secret/db".into(), json!({"kind": "Secret", "metadata": {"name": "db"}}));
     let err = build::history(&off, "secret/db").unwrap_err().to_string();
     assert!(err.contains("does not version Secrets in namespace shop"), "{err}");
 }

@@ -292,10 +292,14 @@ pub fn kind_of(obj: &Value) -> SourceKind {
 impl Inventory {
     /// The inventory with each Secret's values taken out of its object (`data`, `stringData`)
     /// into [`Inventory::secret_contents`]: what `gather` does to everything it reads, before
-    /// anything else sees it.
+    /// anything else sees it. Idempotent: an object sealed already keeps its recorded content.
     pub fn sealed(mut self) -> Inventory {
         for obj in self.snapshots.iter_mut().chain(self.sources.values_mut()) {
             if kind_of(obj) != SourceKind::Secret {
+                continue;
+            }
+            let holds_values = obj.get("data").is_some() || obj.get("stringData").is_some();
+            if !holds_values && meta(obj, "name").is_some_and(|n| self.secret_contents.contains_key(n)) {
                 continue;
             }
             if let Some(m) = obj.as_object_mut() {
@@ -325,9 +329,13 @@ impl Inventory {
     }
 
     /// The source kinds the server acts on in this namespace (its published policy); every kind
-    /// when its configuration is unknown.
+    /// when its configuration is unknown, or when Secret snapshots were read (a server versioned
+    /// Secrets here once: their users are shown).
     pub fn source_kinds(&self) -> SourceKinds {
         match &self.server {
+            Server::Published(_) if !self.secret_contents.is_empty() || self.snapshots.iter().any(|s| kind_of(s) == SourceKind::Secret) => {
+                SourceKinds::WITH_SECRETS
+            }
             Server::Published(p) => p.policy.source_kinds(Some(&self.namespace_object)),
             Server::Unavailable(_) => SourceKinds::WITH_SECRETS,
         }
@@ -1140,12 +1148,12 @@ mod tests {
         let cm = json!({"kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "b"}});
         let inv =
             Inventory { sources: BTreeMap::from([("secret/db".into(), obj.clone()), ("cfg".into(), cm.clone())]), ..Default::default() };
-        let inv = inv.sealed();
+        let inv = inv.sealed().sealed();
         let sealed = &inv.sources["secret/db"];
         assert!(sealed.get("data").is_none() && sealed.get("stringData").is_none(), "{sealed}");
         assert_eq!(inv.sources["cfg"], cm, "a ConfigMap is left as it is");
         let content = inv.content_of(SourceKind::Secret, sealed);
-        assert_eq!(content, SourceContent::Secret(secret(&[("password", b"hunter2"), ("user", b"admin")])));
+        assert_eq!(content, SourceContent::Secret(secret(&[("password", b"hunter2"), ("user", b"admin")])), "sealing twice keeps it");
         assert_eq!(content.sizes(), BTreeMap::from([("password".to_owned(), 7), ("user".to_owned(), 5)]));
         let debug = format!("{inv:?}");
         assert!(!debug.contains("hunter2") && !debug.contains("aHVudGVyMg") && !debug.contains("admin"), "{debug}");
