@@ -822,6 +822,9 @@ fn secret_inventory() -> Inventory {
     let mut source = json!({"kind": "Secret", "apiVersion": "v1", "type": "Opaque", "data": live["data"].clone(),
         "metadata": {"name": "db", "namespace": NS, "annotations": {"confighistory.io/head": c[2].mac(&key)}}});
     source["metadata"]["annotations"]["confighistory.io/changed-at"] = json!("2024-05-01T11:00:00Z");
+    // `kubectl apply` keeps a copy of the manifest, values included.
+    let applied = json!({"kind": "Secret", "stringData": {"api_key": CANARY}, "data": live["data"].clone()});
+    source["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = json!(applied.to_string());
     source["metadata"]["annotations"]["confighistory.io/propagated"] = json!(c[2].mac(&key));
     inv.sources.insert("secret/db".into(), source);
     let (s1, s2, s3) = (secret_snap_name(&c[0]), secret_snap_name(&c[1]), secret_snap_name(&c[2]));

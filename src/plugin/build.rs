@@ -284,6 +284,9 @@ fn meta<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
     obj.pointer("/metadata").and_then(|m| m.get(key)).and_then(Value::as_str)
 }
 
+/// `kubectl apply`'s copy of the manifest it applied: for a Secret, its values.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// The source kind of an object read from the cluster (its `kind`; ConfigMap when it has none).
 pub fn kind_of(obj: &Value) -> SourceKind {
     obj.get("kind").and_then(Value::as_str).and_then(|k| SourceKind::known("", k)).unwrap_or_default()
@@ -293,10 +296,15 @@ impl Inventory {
     /// The inventory with each Secret's values taken out of its object (`data`, `stringData`)
     /// into [`Inventory::secret_contents`]: what `gather` does to everything it reads, before
     /// anything else sees it. Idempotent: an object sealed already keeps its recorded content.
+    /// `kubectl apply`'s last-applied annotation, a copy of the manifest and so of its values, is
+    /// dropped.
     pub fn sealed(mut self) -> Inventory {
         for obj in self.snapshots.iter_mut().chain(self.sources.values_mut()) {
             if kind_of(obj) != SourceKind::Secret {
                 continue;
+            }
+            if let Some(a) = obj.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+                a.remove(LAST_APPLIED);
             }
             let holds_values = obj.get("data").is_some() || obj.get("stringData").is_some();
             if !holds_values && meta(obj, "name").is_some_and(|n| self.secret_contents.contains_key(n)) {
@@ -1143,7 +1151,8 @@ mod tests {
 
     #[test]
     fn sealing_takes_a_secrets_values_out_of_its_object() {
-        let obj = json!({"kind": "Secret", "metadata": {"name": "db"}, "type": "Opaque",
+        let applied = r#"{"kind":"Secret","data":{"password":"aHVudGVyMg=="},"stringData":{"user":"admin"}}"#;
+        let obj = json!({"kind": "Secret", "metadata": {"name": "db", "annotations": {LAST_APPLIED: applied, "a": "b"}}, "type": "Opaque",
             "data": {"password": "aHVudGVyMg=="}, "stringData": {"user": "admin"}});
         let cm = json!({"kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "b"}});
         let inv =
@@ -1151,6 +1160,7 @@ mod tests {
         let inv = inv.sealed().sealed();
         let sealed = &inv.sources["secret/db"];
         assert!(sealed.get("data").is_none() && sealed.get("stringData").is_none(), "{sealed}");
+        assert_eq!(sealed["metadata"]["annotations"], json!({"a": "b"}), "kubectl's copy of the values dropped");
         assert_eq!(inv.sources["cfg"], cm, "a ConfigMap is left as it is");
         let content = inv.content_of(SourceKind::Secret, sealed);
         assert_eq!(content, SourceContent::Secret(secret(&[("password", b"hunter2"), ("user", b"admin")])), "sealing twice keeps it");

@@ -50,7 +50,8 @@ fn api_err(e: kube::Error, what: &str) -> anyhow::Error {
     }
 }
 
-/// [`list`]; with `missing_is_empty`, a resource the API server does not serve (404) has no objects.
+/// The objects of `ar` in the namespace; with `missing_is_empty`, a resource the API server does
+/// not serve (404) has no objects.
 async fn list_or_missing(ctx: &Ctx, ar: &ApiResource, params: &ListParams, missing_is_empty: bool) -> Result<Vec<Value>> {
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, ar);
     match api.list(params).await {
