@@ -955,8 +955,9 @@ fn secret_status_golden() {
     off.secret_contents.clear();
     let s = build::status(&off, &api()).unwrap();
     assert!(s.pins.iter().all(|p| !p.source.starts_with("secret/")), "{:?}", s.pins);
-    off.sources.remove("secret/db");
-    off.sources.insert("secret/db".into(), json!({"kind": "Secret", "metadata": {"name": "db"}}));
+    // A Secret asked for is read (and sealed) though the server does not version Secrets.
+    off.sources.insert("secret/db".into(), json!({"kind": "Secret", "metadata": {"name": "db"}, "data": {"k": "dg=="}}));
+    let off = off.sealed();
     let err = build::history(&off, "secret/db").unwrap_err().to_string();
     assert!(err.contains("does not version Secrets in namespace shop"), "{err}");
 }

@@ -338,13 +338,12 @@ impl Inventory {
     }
 
     /// The source kinds the server acts on in this namespace (its published policy); every kind
-    /// when its configuration is unknown, or when Secret snapshots were read (a server versioned
-    /// Secrets here once: their users are shown).
+    /// when its configuration is unknown, or when Secrets were read (asked for, or a server
+    /// versioned them here once: their users are shown). Constant time: it is asked for every
+    /// template looked at.
     pub fn source_kinds(&self) -> SourceKinds {
         match &self.server {
-            Server::Published(_) if !self.secret_contents.is_empty() || self.snapshots.iter().any(|s| kind_of(s) == SourceKind::Secret) => {
-                SourceKinds::WITH_SECRETS
-            }
+            Server::Published(_) if !self.secret_contents.is_empty() => SourceKinds::WITH_SECRETS,
             Server::Published(p) => p.policy.source_kinds(Some(&self.namespace_object)),
             Server::Unavailable(_) => SourceKinds::WITH_SECRETS,
         }
@@ -652,7 +651,11 @@ fn no_history(inv: &Inventory, source: &str) -> anyhow::Error {
     let id = source_id(source);
     let (kind, source) = (id.kind_str(), id.name.as_str());
     if id.kind == SourceKind::Secret {
-        if !inv.source_kinds().contains(SourceKind::Secret) {
+        let versions_secrets = match &inv.server {
+            Server::Published(p) => p.policy.source_kinds(Some(&inv.namespace_object)).contains(SourceKind::Secret),
+            Server::Unavailable(_) => true,
+        };
+        if !versions_secrets {
             return anyhow!("Secret {source} has no history: confighistory does not version Secrets in namespace {} (the admin's choice, docs/install.md)", inv.namespace);
         }
         if let Some(why) = secret::never_source(obj, secret::secret_type(obj), &inv.excluded_sources()) {
