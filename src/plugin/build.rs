@@ -8,7 +8,6 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{json, Value};
 
 use super::model::*;
-use crate::controller::propagate::LOOP_KINDS;
 use crate::model::kinds::{self, Registry};
 use crate::model::meta::Meta;
 use crate::model::names;
@@ -601,11 +600,6 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
         if source_obj.is_some() && keep.is_some_and(|k| i + (k as usize) >= n) {
             kept_by.push("newest".into());
         }
-        // This version's GC collects only the kinds its loops act on (docs/behaviour.md §4a:
-        // Secret snapshots are kept until their GC is built).
-        if !LOOP_KINDS.contains(id.kind) {
-            kept_by.push("uncollected".into());
-        }
         entries.push(SnapshotEntry {
             revision: (i + 1) as u32,
             name: s.name.clone(),
@@ -1025,11 +1019,7 @@ pub fn status(inv: &Inventory, wanted: &WorkloadRef) -> Result<Status> {
                 SourceKind::Secret => secret::is_versioned(src, secret::secret_type(src), &excluded_sources),
             };
             let stale = used.via != "pin" || used.hash.as_deref() != Some(h);
-            // Only the kinds this version's controller propagates (docs/behaviour.md §4a: not Secrets yet).
-            let propagated = LOOP_KINDS.contains(kind);
-            if let (Some(at), true) =
-                (source::pending_change(src, h), propagated && mode.mode == "rewrite" && versioned && !is_held && stale)
-            {
+            if let (Some(at), true) = (source::pending_change(src, h), mode.mode == "rewrite" && versioned && !is_held && stale) {
                 let secs = settle(inv, src);
                 let fires_at = secs.zip(timestamp(Some(at))).and_then(|(s, t)| t.checked_add(SignedDuration::from_secs(s as i64)).ok());
                 pending = Some(Pending {

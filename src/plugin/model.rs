@@ -64,9 +64,8 @@ pub struct SnapshotEntry {
     pub used_by: Vec<Usage>,
     /// Why garbage collection keeps it: `head`, `workload` (a live template or Job names it),
     /// `revision` (a ReplicaSet or ControllerRevision names it), `adoption` (it holds the adoption
-    /// record of a revision that still exists), `newest` (among the newest N), `uncollected`
-    /// (garbage collection does not collect snapshots of its kind yet: Secrets, docs/behaviour.md
-    /// §4a). Empty: only the grace period keeps it.
+    /// record of a revision that still exists), `newest` (among the newest N). Empty: only the
+    /// grace period keeps it.
     pub kept_by: Vec<String>,
     /// Nothing but the newest-N rule keeps it.
     pub kept_only_by_newest: bool,

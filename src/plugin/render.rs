@@ -258,15 +258,7 @@ pub fn history(h: &History, now: Timestamp, style: Style) -> String {
             } else if s.kept_by.is_empty() {
                 "nothing (expires)".into()
             } else {
-                s.kept_by
-                    .iter()
-                    .map(|k| match k.as_str() {
-                        "newest" => format!("newest {keep}"),
-                        "uncollected" => "not collected".into(),
-                        _ => k.clone(),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                s.kept_by.iter().map(|k| if k == "newest" { format!("newest {keep}") } else { k.clone() }).collect::<Vec<_>>().join(", ")
             };
             vec![s.revision.to_string(), s.hash.clone(), age(s.created.as_deref(), now), size(s.size), keys, used, kept]
         })
