@@ -550,7 +550,7 @@ async fn a_snapshot_named_by_the_request_is_not_swept_while_being_pinned() {
         let cluster = f.cluster.clone();
         let now = confighistory::controller::propagate::parse_time_ms("2025-02-01T00:00:00Z").unwrap();
         let settings = gc::Settings { keep: 0, grace: std::time::Duration::from_secs(600) };
-        tokio::spawn(async move { gc::sweep_namespace_at(&cluster, NS, settings, false, now).await })
+        tokio::spawn(async move { gc::sweep_namespace_at(&cluster, NS, settings, false, None, now).await })
     };
     reached.await.expect("the sweep is about to delete it");
 

@@ -14,7 +14,7 @@ use base64::Engine as _;
 use confighistory::cache::State;
 use confighistory::cluster::{ApiError, MemoryCluster};
 use confighistory::model::digest::{digest, Sha256};
-use confighistory::model::keys::{ClusterKey, KeyId, Keyring};
+use confighistory::model::keys::{ClusterKey, KeyId, KeySlot, Keyring};
 use confighistory::model::names;
 use confighistory::model::policy::Policy;
 use confighistory::model::secret::{self, SecretContent};
@@ -41,7 +41,7 @@ fn secrets_on(selector: &str) -> Policy {
     let mut p = Policy::default();
     p.secrets.enabled = true;
     p.secrets.namespaces = selector.parse().unwrap();
-    p.secrets.keys = Some(Arc::new(keyring()));
+    p.secrets.keys = KeySlot::new(keyring());
     p
 }
 
@@ -243,6 +243,42 @@ async fn deployment_is_pinned_to_secret_snapshots(value: &str) -> Shown {
     vec![("the Deployment's answer".into(), a.text), ("its re-apply".into(), again.text), ("its validation".into(), v.text)]
 }
 
+/// Propagation for Secrets (docs/behaviour.md §4a with §7): confighistory's trigger naming
+/// `secret/db` and its new head moves the Deployment's volume and env from the old Secret
+/// snapshot to the head's (made from the stored Secret), and the trigger is consumed; from anyone
+/// else the same trigger moves nothing.
+async fn a_trigger_moves_a_secret_pin_to_the_head(value: &str) -> Shown {
+    let old = opaque("db", value);
+    let f = Fixture::new(secrets_on("")).source(old.clone()).source(configmap("cfg"));
+    let d = deployment("app:1", "db", "cfg");
+    let pinned = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await.patched(&d);
+    // The Secret edited since (through the webhook, which recorded the new head).
+    let mut new = opaque("db", "rotated-password");
+    new["metadata"]["resourceVersion"] = json!("8");
+    new["metadata"]["annotations"] = json!({names::HEAD: mac_of(&new)});
+    let f = f.source(new.clone()).workload(&pinned);
+    let mut triggered = pinned.clone();
+    triggered["metadata"]["annotations"][names::PROPAGATE] = json!(format!("secret/db={}", mac_of(&new)));
+    let mut as_confighistory = review("Deployment", "apps", "UPDATE", Some(&triggered), Some(&pinned));
+    as_confighistory["request"]["userInfo"]["username"] = json!(f.policy.identity);
+    let a = f.send("/mutate", as_confighistory).await;
+    assert!(a.allowed(), "{}", a.body);
+    let out = a.patched(&triggered);
+    let head_snapshot = snapshot::name("db", &mac_of(&new), 0);
+    let spec = &out["spec"]["template"]["spec"];
+    assert_eq!(spec["volumes"][0]["secret"]["secretName"], json!(head_snapshot));
+    assert_eq!(spec["containers"][0]["env"][0]["valueFrom"]["secretKeyRef"]["name"], json!(head_snapshot));
+    assert_eq!(spec["volumes"][1], pinned["spec"]["template"]["spec"]["volumes"][1], "the ConfigMap pin stays");
+    assert!(out["metadata"]["annotations"].get(names::PROPAGATE).is_none(), "the trigger is consumed");
+    let snap = f.secret(&head_snapshot).expect("the head's snapshot is made");
+    assert_eq!(secret::validate(&snap, NS, &keyring()), Ok(mac_of(&new)));
+    // The same trigger from a user moves nothing.
+    let b = f.send("/mutate", review("Deployment", "apps", "UPDATE", Some(&triggered), Some(&pinned))).await;
+    let by_user = b.patched(&triggered);
+    assert_eq!(by_user["spec"]["template"]["spec"]["volumes"][0], pinned["spec"]["template"]["spec"]["volumes"][0], "{}", b.body);
+    vec![("the triggered update's answer".into(), a.text), ("a user's trigger's answer".into(), b.text)]
+}
+
 /// Snapshot protection covers Secret snapshots: a forged one (wrong MAC) is refused, naming no
 /// content; metadata edits are refused; deleting one a workload uses is refused.
 async fn secret_snapshots_are_protected(value: &str) -> Shown {
@@ -320,6 +356,11 @@ async fn a_secret_update_keeps_its_outgoing_content_as_a_mac_named_snapshot() {
 #[tokio::test]
 async fn a_deployment_reading_a_secret_volume_and_env_is_pinned() {
     deployment_is_pinned_to_secret_snapshots("hunter2").await;
+}
+
+#[tokio::test]
+async fn a_propagation_trigger_moves_a_secret_pin_to_the_head() {
+    a_trigger_moves_a_secret_pin_to_the_head("s3cr3t").await;
 }
 
 #[tokio::test]
@@ -450,6 +491,7 @@ async fn no_form_of_a_canary_secret_value_is_written_anywhere() {
     let mut shown: Shown = Vec::new();
     shown.extend(secret_update_keeps_outgoing_content(CANARY).await);
     shown.extend(deployment_is_pinned_to_secret_snapshots(CANARY).await);
+    shown.extend(a_trigger_moves_a_secret_pin_to_the_head(CANARY).await);
     shown.extend(secret_snapshots_are_protected(CANARY).await);
     shown.extend(enforce_denies_a_mutable_secret(CANARY).await);
     shown.extend(a_collision_moves_to_the_next_name(CANARY).await);
@@ -501,4 +543,62 @@ impl Logs {
     fn text(&self) -> String {
         String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
     }
+}
+
+/// A key rotation (docs/operations.md "Secrets' cluster key") renames nothing and moves nothing:
+/// a Secret whose content stays keeps the key its head was MAC'd under (recorded in
+/// `confighistory.io/key-id`), so an edit of its labels records no change, and a Deployment
+/// applied after the rotation is pinned to the existing snapshot, not a new one; the Secret's next
+/// content change takes the new key. Failed before: the head was always MAC'd under the current
+/// key, so the first write after a rotation recorded a change and propagation would have moved
+/// every workload reading the Secret.
+#[tokio::test]
+async fn a_key_rotation_renames_no_snapshot_and_moves_no_workload() {
+    let s = opaque("db", "s3cr3t");
+    let f = Fixture::new(secrets_on("")).source(s.clone()).source(configmap("cfg"));
+    let d = deployment("app:1", "db", "cfg");
+    let pinned = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await.patched(&d);
+    let before = snapshot::name("db", &mac_of(&s), 0);
+    assert_eq!(pinned["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!(before));
+    // Its next write (here confighistory's own head record) records the head and its key.
+    let f = f.workload(&pinned);
+    let mut touched = s.clone();
+    touched["metadata"]["annotations"] = json!({names::HEAD: mac_of(&s)});
+    let mut as_confighistory = review("Secret", "", "UPDATE", Some(&touched), Some(&s));
+    as_confighistory["request"]["userInfo"]["username"] = json!(f.policy.identity);
+    let created = f.send("/mutate", as_confighistory).await.patched(&touched);
+    assert_eq!(created["metadata"]["annotations"][names::KEY_ID], "1", "the key its head is MAC'd under");
+    let f = f.source(created.clone());
+
+    let rotated = keyring().rotate(ClusterKey::new(KeyId(2), vec![9; 32]).unwrap()).unwrap();
+    let mut f = f;
+    f.policy.secrets.keys = KeySlot::new(rotated.clone());
+    f.calls();
+
+    // Its labels edited: the same head, key and change time.
+    let mut relabelled = created.clone();
+    relabelled["metadata"]["labels"] = json!({"team": "pricing"});
+    let a = f.send("/mutate", review("Secret", "", "UPDATE", Some(&relabelled), Some(&created))).await;
+    assert!(a.allowed(), "{}", a.body);
+    let after = a.patched(&relabelled);
+    for key in [names::HEAD, names::KEY_ID, names::CHANGED_AT] {
+        assert_eq!(after["metadata"]["annotations"][key], created["metadata"]["annotations"][key], "{key}");
+    }
+    // A Deployment applied after the rotation: the existing snapshot, valid under the kept key.
+    let mut other = deployment("app:1", "db", "cfg");
+    other["metadata"]["name"] = json!("other");
+    let o = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&other), None)).await;
+    assert_eq!(o.patched(&other)["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!(before), "{}", o.body);
+    assert!(f.calls().iter().all(|c| !c.starts_with("create")), "no snapshot made under the new key");
+
+    // Its content changed: the new key.
+    let mut edited = opaque("db", "rotated-password");
+    edited["metadata"]["annotations"] = created["metadata"]["annotations"].clone();
+    let e = f.send("/mutate", review("Secret", "", "UPDATE", Some(&edited), Some(&created))).await;
+    let after = e.patched(&edited);
+    assert_eq!(after["metadata"]["annotations"][names::KEY_ID], "2");
+    let new_mac = SecretContent::from_object(&edited).unwrap().mac(&rotated.current().namespace_key(NS));
+    assert_eq!(after["metadata"]["annotations"][names::HEAD], json!(new_mac));
+    // The outgoing content is kept under the key it was named by: the snapshot the Deployments use.
+    assert!(f.secret(&before).is_some());
 }
