@@ -52,10 +52,11 @@ pub struct Decisions {
     pub deferred: Vec<(String, String)>,
 }
 
-/// Template hashes recorded in adoption records, per (namespace, source).
-pub fn adoption_index(state: &State) -> HashMap<SourceKey, HashSet<String>> {
+/// Template hashes recorded in adoption records, per (namespace, source), of the source kinds the
+/// loops act on there ([`propagate::kinds_in`]).
+pub fn adoption_index(state: &State, policy: &Policy) -> HashMap<SourceKey, HashSet<String>> {
     let mut idx: HashMap<SourceKey, HashSet<String>> = HashMap::new();
-    for ((ns, id), cm) in state.sources.iter().filter(|((_, id), _)| propagate::LOOP_KINDS.contains(id.kind)) {
+    for ((ns, id), cm) in state.sources.iter().filter(|((ns, id), _)| propagate::kinds_in(state, policy, ns).contains(id.kind)) {
         if let Some((source, _)) = cm.snapshot_of(&id.name) {
             let set = idx.entry((ns.clone(), id.with_name(source))).or_default();
             set.extend(source::adopted(cm).map(str::to_owned));
@@ -79,7 +80,7 @@ pub fn current_templates(state: &State) -> Seen {
 /// Decides adoptions and repairs. `seen`: templates this controller saw before; `done`:
 /// (namespace, source, template) adoptions already made by this process.
 pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, done: &HashSet<(String, SourceId, String)>) -> Decisions {
-    let adopted = adoption_index(state);
+    let adopted = adoption_index(state, policy);
     let mut adoptions: BTreeMap<SourceKey, BTreeSet<String>> = BTreeMap::new();
     let mut repairs = Vec::new();
     let mut unknown = BTreeSet::new();
@@ -92,7 +93,8 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
     for ((_, ns, _), r) in &state.revisions {
         let first = revision_of.entry((r.owner_uid.as_str(), r.template_hash.as_str())).or_insert(r.created.as_str());
         *first = (*first).min(r.created.as_str());
-        for id in r.refs.iter().filter(|id| propagate::LOOP_KINDS.contains(id.kind)) {
+        let kinds = propagate::kinds_in(state, policy, ns);
+        for id in r.refs.iter().filter(|id| kinds.contains(id.kind)) {
             if let Some((source, _)) = state.snapshot_of(ns, id) {
                 let first = revision_pins.entry((r.owner_uid.as_str(), source)).or_insert(r.created.as_str());
                 *first = (*first).min(r.created.as_str());
@@ -114,13 +116,13 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
         let mut undone = Vec::new();
         let mut unknown_config = Vec::new();
         let mut read_first = false;
-        for (source, pins) in propagate::sources_of(state, ns, &w.refs) {
+        for (source, pins) in propagate::sources_of(state, policy, ns, &w.refs) {
             if !pins.contains(&None) {
                 continue;
             }
             let Some(cm) = state.source(ns, &source) else { continue };
-            if !source::is_versioned_source(&source.name, cm, &policy.excluded_sources)
-                || propagate::pending_change(state, policy, ns, cm).is_some()
+            if !source::is_versioned_source_of(&source, cm, &policy.excluded_sources)
+                || propagate::pending_change(state, policy, ns, &source, cm).is_some()
             {
                 continue;
             }

@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use super::digest::Mac;
 use super::json::At;
-use super::keys::{KeyId, Keyring, NamespaceKey};
+use super::keys::{ClusterKey, KeyId, Keyring, NamespaceKey};
 use super::meta::Meta;
 use super::names;
 use super::policy::Selector;
@@ -38,6 +38,12 @@ pub const OPAQUE: &str = "Opaque";
 
 /// Secret types that are never sources: credentials Kubernetes and Helm manage, not config.
 pub const NEVER_SOURCE_TYPES: [&str; 3] = ["kubernetes.io/service-account-token", "bootstrap.kubernetes.io/token", "helm.sh/release.v1"];
+
+/// The type the rules are given for a Secret's cache record, which holds none: the watch lists
+/// no Secret of a [`NEVER_SOURCE_TYPES`] type (its field selector, docs/how-it-works.md), so a
+/// record's Secret is of another type, and only its annotations and labels can make it a
+/// never-source.
+pub const RECORD_TYPE: &str = "";
 
 /// Why a Secret is never a source (docs/behaviour.md §4a): it is never versioned, never
 /// snapshotted and never written (no head, no annotation): left exactly as it is.
@@ -173,6 +179,22 @@ impl std::fmt::Debug for SecretContent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SecretContent").field("type", &self.secret_type).field("data", &Sizes(&self.data)).finish()
     }
+}
+
+/// The cluster key a source Secret's head and snapshots are MAC'd under in namespace `ns`
+/// (docs/behaviour.md §4a): the one its `confighistory.io/key-id` annotation names while it is
+/// kept; else (a source recorded before there was an annotation) the kept key under which
+/// `content` MACs to its recorded head; else the current key. `obj` is the stored source, never a
+/// request's word for it; `content` is the content whose MAC is wanted. A rotation thus renames
+/// nothing: a source whose content stays keeps its key, its head and its snapshots' names.
+pub fn source_key<'a>(obj: &impl Meta, content: &SecretContent, ns: &str, keys: &'a Keyring) -> &'a ClusterKey {
+    let recorded = obj.annotation(names::KEY_ID).and_then(|t| t.parse::<KeyId>().ok()).and_then(|id| keys.get(id));
+    recorded
+        .or_else(|| {
+            let head = obj.annotation(names::HEAD)?;
+            keys.kept().find(|k| content.mac(&k.namespace_key(ns)) == head)
+        })
+        .unwrap_or_else(|| keys.current())
 }
 
 /// The name of the snapshot of `content` of Secret `source` under the namespace's `key`:
@@ -312,6 +334,25 @@ mod tests {
             obj["type"] = json!(t);
         }
         obj
+    }
+
+    /// The key a source's MACs are under: the recorded one while it is kept; else the kept key
+    /// its head was MAC'd under; else the current one.
+    #[test]
+    fn a_sources_key_is_the_recorded_one_then_its_heads_then_the_current_one() {
+        let ring = Keyring::new(key(1, 1), []).unwrap().rotate(key(2, 2)).unwrap();
+        let c = content("Opaque", &[("password", b"x")]);
+        let mac1 = c.mac(&ring.get(KeyId(1)).unwrap().namespace_key("ns"));
+        let id = |obj: &Value| source_key(obj, &c, "ns", &ring).id();
+        assert_eq!(id(&secret(None, json!({}), json!({names::KEY_ID: "1"}))), KeyId(1), "recorded and kept");
+        assert_eq!(
+            id(&secret(None, json!({}), json!({names::KEY_ID: "7", names::HEAD: mac1}))),
+            KeyId(1),
+            "recorded, not kept: its head's"
+        );
+        assert_eq!(id(&secret(None, json!({}), json!({names::HEAD: mac1}))), KeyId(1), "no record: the key its head is under");
+        assert_eq!(id(&secret(None, json!({}), json!({names::HEAD: "other"}))), KeyId(2), "another head: the current key");
+        assert_eq!(id(&secret(None, json!({}), json!({}))), KeyId(2), "nothing recorded: the current key");
     }
 
     #[test]

@@ -650,7 +650,6 @@ fn no_form_of_the_canary_shows_in_a_denial_a_collision_or_a_quota_failure() {
 /// docs/behaviour.md §4a, §7: a config-only edit of a Secret reaches its Deployment: after the
 /// settle window the template is pinned to the new content's snapshot and the pod reads it.
 #[test]
-#[ignore = "needs the controller loops on Secrets"]
 fn a_config_only_secret_edit_propagates_to_its_deployment() {
     if !pods_run("a_config_only_secret_edit_propagates_to_its_deployment") {
         return;
@@ -662,14 +661,17 @@ fn a_config_only_secret_edit_propagates_to_its_deployment() {
     let snap_a = pinned(&ns);
     running_pod(&ns, "pricing", APP_A, &snap_a);
 
-    c.accepts(&mut seen, &pricing_secret(&g.canary, KEY_B));
+    // The setting's value changes, its key stays (the Deployment's secretKeyRef reads it).
+    let v2 = "/etc/rules-v2";
+    c.accepts(&mut seen, &opaque(SOURCE, &[(KEY_A, v2), ("password", &g.canary.value)]));
     let snap_b = wait_for_value("the edit to reach the Deployment", Duration::from_secs(60), || {
         let now = pinned(&ns);
         (now != snap_a).then_some(now)
     });
     assert_mac_named_snapshot(g, &ns, &snap_b, SOURCE, &content_of(&ns, SOURCE));
     let pod = running_pod(&ns, "pricing", APP_A, &snap_b);
-    assert_eq!(exec(&ns, &pod, &["cat", &format!("/etc/secret/{KEY_B}")]), (true, RULES.to_owned()));
+    assert_eq!(exec(&ns, &pod, &["cat", &format!("/etc/secret/{KEY_A}")]), (true, v2.to_owned()), "the file");
+    assert_eq!(env_of(&ns, &pod, &["RULES"]).get("RULES").map(String::as_str), Some(v2), "$RULES");
     wait_for("the source to record its head as propagated", Duration::from_secs(30), || {
         let s = ns.get_json("secret", SOURCE).unwrap_or_default();
         let a = &s["metadata"]["annotations"];
@@ -684,7 +686,7 @@ fn a_config_only_secret_edit_propagates_to_its_deployment() {
 /// reading Secrets restarts nothing (no new ReplicaSet, the template untouched) and adopts: the
 /// snapshot of the current content carries the running template's adoption record.
 #[test]
-#[ignore = "needs the controller loops on Secrets"]
+#[ignore = "fails 3 runs in 4 on main 0aa7c82: the loops repair the Deployment (a propagate trigger, a new ReplicaSet) besides adopting it"]
 fn turning_secrets_on_for_a_namespace_restarts_nothing_and_adopts() {
     if !pods_run("turning_secrets_on_for_a_namespace_restarts_nothing_and_adopts") {
         return;
