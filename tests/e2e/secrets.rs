@@ -686,7 +686,7 @@ fn a_config_only_secret_edit_propagates_to_its_deployment() {
 /// reading Secrets restarts nothing (no new ReplicaSet, the template untouched) and adopts: the
 /// snapshot of the current content carries the running template's adoption record.
 #[test]
-#[ignore = "fails 3 runs in 4 on main 0aa7c82: the loops repair the Deployment (a propagate trigger, a new ReplicaSet) besides adopting it"]
+#[ignore = "fails 3 runs in 4 on main 49478f2: the loops repair the Deployment (a propagate trigger, a new ReplicaSet) besides adopting it"]
 fn turning_secrets_on_for_a_namespace_restarts_nothing_and_adopts() {
     if !pods_run("turning_secrets_on_for_a_namespace_restarts_nothing_and_adopts") {
         return;
