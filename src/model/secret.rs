@@ -143,6 +143,19 @@ impl SecretContent {
         self.data.iter().map(|(k, v)| k.len() + v.len()).sum()
     }
 
+    /// Each key with the size in bytes of its value: what the plugin shows of a Secret by
+    /// default (docs/plugin.md, "Secrets").
+    pub fn key_sizes(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.data.iter().map(|(k, v)| (k.as_str(), v.len()))
+    }
+
+    /// The value of `key`. The one way a value leaves this type besides the snapshot object:
+    /// the plugin's `diff --show-values` (docs/plugin.md, "Secrets"), the user's explicit request,
+    /// read with their own credentials. Nothing else calls it.
+    pub fn revealed_value(&self, key: &str) -> Option<&[u8]> {
+        self.data.get(key).map(Vec::as_slice)
+    }
+
     /// The MAC of this content under `key`, encoded as a snapshot's hash is
     /// (`snapshot::encode_digest`): the hash part of its snapshot's name and its hash label.
     pub fn mac(&self, key: &NamespaceKey) -> String {
