@@ -425,6 +425,29 @@ fn assert_pod_reads(ns: &TestNamespace, pod: &str, key: &str, other: &str) {
     assert_eq!(env, expected, "$RULES (secretKeyRef {key}) and $CFG_* (secretRef)");
 }
 
+/// `kubectl confighistory <args> -n <ns>` with the admin's kubeconfig, reading the group server's
+/// published configuration; recorded in `seen` (its output is searched for the canary too).
+fn plugin(g: &Group, ns: &TestNamespace, seen: &mut Seen, args: &[&str]) -> Kubectl {
+    let location = format!("--server-config={}", g.server.server_config());
+    let mut all = args.to_vec();
+    all.extend(["-n", &ns.name, &location]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-confighistory"))
+        .args(&all)
+        .env("KUBECONFIG", &ns.cluster.kubeconfig)
+        .output()
+        .expect("run kubectl-confighistory");
+    let run = Kubectl {
+        args: all.iter().map(|a| a.to_string()).collect(),
+        // diff exits 1 when there are differences.
+        success: out.status.success() || (args[0] == "diff" && out.status.code() == Some(1)),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    };
+    let run = seen.record(run);
+    assert!(run.success, "kubectl confighistory {} failed:\n{}", args.join(" "), g.canary.redact(&run.describe()));
+    run
+}
+
 // ---------- a) the incident ----------
 
 /// docs/behaviour.md §1, §4a, §6.2.1: the incident with the config in a Secret, read as files (a
@@ -468,6 +491,23 @@ fn an_undo_brings_back_the_secret_content_the_old_pods_ran_with() {
     assert_pod_reads(&ns, &pod, KEY_A, KEY_B);
     // The Secret itself keeps release B's content (the undo changed only the Deployment).
     assert!(content_of(&ns, SOURCE).keys().any(|k| k == KEY_B));
+
+    // The plugin's views of what the server made (docs/plugin.md "Secrets"): keys, never values.
+    let source = format!("secret/{SOURCE}");
+    let history: Value = serde_json::from_str(&plugin(g, &ns, &mut seen, &["history", &source, "-o", "json"]).stdout).unwrap_or_default();
+    let names: Vec<&str> = history["snapshots"].as_array().into_iter().flatten().filter_map(|s| s["name"].as_str()).collect();
+    assert_eq!(names, [snap_b.as_str(), snap_a.as_str()], "history lists the two snapshots, newest first");
+    let diff = plugin(g, &ns, &mut seen, &["diff", &source, &snap_a, &snap_b]);
+    assert!(
+        diff.stdout.contains(KEY_A) && diff.stdout.contains(KEY_B),
+        "the diff names the renamed keys: {}",
+        g.canary.redact(&diff.stdout)
+    );
+    for args in
+        [&["history", &source][..], &["diff", &source, "-o", "json"], &["status", "pricing"], &["undo", "pricing", "--dry-run"], &["list"]]
+    {
+        plugin(g, &ns, &mut seen, args);
+    }
 
     g.canary.assert_not_shown(&g.server, &[&ns], &seen);
 }
