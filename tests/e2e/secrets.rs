@@ -112,11 +112,14 @@ impl Canary {
             ("its SHA-256 in upper-case hex", hex(&sha).to_uppercase()),
             ("its SHA-256 in base64", base64::engine::general_purpose::STANDARD.encode(sha)),
         ];
-        // The unkeyed hashes a ConfigMap's rules would give the group's Secrets' data.
-        for data in
-            [json!({"password": b64}), json!({KEY_A: b64_of(RULES), "password": b64}), json!({KEY_B: b64_of(RULES), "password": b64})]
-        {
-            forms.push(("an unkeyed content hash of it", Content::from_object(&json!({"data": data})).hash()));
+        // The unkeyed hashes a ConfigMap's rules would give the group's Secrets' data, as sent
+        // (base64) and as read (plain).
+        for (password, rules) in [(b64.clone(), b64_of(RULES)), (value.clone(), RULES.to_owned())] {
+            for data in
+                [json!({"password": password}), json!({KEY_A: rules, "password": password}), json!({KEY_B: rules, "password": password})]
+            {
+                forms.push(("an unkeyed content hash of it", Content::from_object(&json!({"data": data})).hash()));
+            }
         }
         Canary { value, forms }
     }
