@@ -20,4 +20,5 @@ mod protection;
 mod readme;
 mod rollback;
 mod rollouts;
+mod secrets;
 mod smoke;

@@ -56,6 +56,24 @@ pub enum Registration {
     BuiltIn,
 }
 
+/// What an install adds to a dedicated server ([`Webhook::start_with`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Install<'a> {
+    /// The chart's `extraWorkloadKinds` as JSON (empty: none).
+    pub kinds: &'a str,
+    /// More `helm template` arguments, e.g. `["--set", "secrets.enabled=true"]`.
+    pub values: &'a [&'a str],
+    /// The server's RUST_LOG (default: this process's RUST_LOG, else `info`).
+    pub rust_log: Option<&'a str>,
+}
+
+impl Install<'_> {
+    /// Whether the values turn Secrets on (docs/behaviour.md §4a).
+    fn secrets(&self) -> bool {
+        self.values.windows(2).any(|w| w[0] == "--set" && w[1] == "secrets.enabled=true")
+    }
+}
+
 /// A running server.
 pub struct Webhook {
     /// The run id whose namespaces it acts in ([`RUN_LABEL`]).
@@ -117,9 +135,25 @@ impl Webhook {
     /// (the built-in configurations get their rules too), and the server is given them
     /// (`--extra-workload-kinds`), as an install with those values would be.
     pub fn start_with_kinds(cluster: &'static Cluster, run: &str, extra_args: &[&str], kinds: &str) -> Webhook {
+        Webhook::start_with(cluster, run, extra_args, &Install { kinds, ..Install::default() })
+    }
+
+    /// [`Webhook::start`] as an install with more chart values (`install`): the chart renders
+    /// the webhook configurations and RBAC with them, and the server gets the flags such an
+    /// install gives it (`--extra-workload-kinds`; with `secrets.enabled=true`, `--secrets` and a
+    /// keys Secret of the run's own, `confighistory-<run>-keys`, deleted with the server).
+    /// Secrets need [`Registration::Chart`] (the built-in configurations have no Secret rules).
+    pub fn start_with(cluster: &'static Cluster, run: &str, extra_args: &[&str], install: &Install) -> Webhook {
         let registration = registration();
-        let kind_values: Vec<String> =
+        let kinds = install.kinds;
+        let secrets = install.secrets();
+        assert!(
+            !secrets || registration == Registration::Chart,
+            "secrets.enabled needs the chart's webhook configurations (CONFIGHISTORY_E2E_WEBHOOKS=chart and helm)"
+        );
+        let mut kind_values: Vec<String> =
             if kinds.is_empty() { Vec::new() } else { vec!["--set-json".into(), format!("extraWorkloadKinds={kinds}")] };
+        kind_values.extend(install.values.iter().map(|v| v.to_string()));
         let kind_values: Vec<&str> = kind_values.iter().map(String::as_str).collect();
         let name = format!("confighistory-{run}");
         let host = cluster.webhook_host.as_str();
@@ -155,6 +189,11 @@ impl Webhook {
                     "--cleanup",
                     &format!("-n {NAMESPACE} configmap/{name}-effective-config role/{name}-effective-config-reader rolebinding/{name}-effective-config-reader"),
                 ]);
+                if secrets {
+                    // The Secrets role, and the cluster keys the server makes at its start.
+                    command.args(["--cleanup", &format!("clusterrole/{name}-secrets clusterrolebinding/{name}-secrets")]);
+                    command.args(["--cleanup", &format!("-n {NAMESPACE} secret/{name}-keys")]);
+                }
                 cluster
                     .kubectl_stdin(
                         &["apply", "-f", "-"],
@@ -166,6 +205,12 @@ impl Webhook {
                     None => service_account_kubeconfig(cluster, &run_dir.join("serviceaccount.kubeconfig")),
                 };
                 wait_until_authorized(cluster, &kubeconfig, &name);
+                if secrets {
+                    wait_for("the chart's Secrets RBAC to take effect", Duration::from_secs(30), || {
+                        let out = cluster.run_kubectl(&kubeconfig, &["auth", "can-i", "create", "secrets", "-n", NAMESPACE], None);
+                        out.stdout.trim() == "yes"
+                    });
+                }
                 let configurations = chart.render(
                     &["templates/mutatingwebhookconfiguration.yaml", "templates/validatingwebhookconfiguration.yaml"],
                     &[&["--set", "webhook.failurePolicy=Fail"], kind_values.as_slice()].concat(),
@@ -196,12 +241,16 @@ impl Webhook {
             .arg(format!("--effective-config={name}-effective-config"))
             .args(default_selector)
             .args((!kinds.is_empty()).then(|| format!("--extra-workload-kinds={kinds}")))
+            .args(if secrets { vec!["--secrets".to_owned(), format!("--keys-secret={name}-keys")] } else { Vec::new() })
             .args(extra_args)
             .env("KUBECONFIG", &kubeconfig)
             .env("CONFIGHISTORY_E2E_DIR", &cluster.state_dir)
             .env("CONFIGHISTORY_E2E_ADMIN_KUBECONFIG", &cluster.kubeconfig)
             .env("CONFIGHISTORY_KUBECTL", &cluster.kubectl)
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                install.rust_log.map(str::to_owned).or_else(|| std::env::var("RUST_LOG").ok()).unwrap_or_else(|| "info".into()),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
@@ -392,7 +441,11 @@ pub fn service_account_kubeconfig(cluster: &Cluster, path: &Path) -> PathBuf {
         let out = c.kubectl(&["get", "serviceaccount", SERVICE_ACCOUNT, "-n", NAMESPACE, "-o", "jsonpath={.secrets[*].name}"]);
         out.stdout.split_whitespace().find(|s| s.starts_with(&format!("{SERVICE_ACCOUNT}-token-"))).map(str::to_owned)
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // From 1.24 on no token Secret ever comes: ask for a token at once rather than wait 20 s for
+    // one (every dedicated server of the suite paid that wait).
+    let minor: u32 = cluster.server_version().split('.').nth(1).and_then(|m| m.trim_end_matches('+').parse().ok()).unwrap_or(0);
+    let wait = if minor >= 24 { Duration::ZERO } else { Duration::from_secs(20) };
+    let deadline = Instant::now() + wait;
     let token = loop {
         if let Some(secret) = secret_name(cluster) {
             let out = cluster.kubectl(&["get", "secret", &secret, "-n", NAMESPACE, "-o", "jsonpath={.data.token}"]).expect_success();
