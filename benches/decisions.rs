@@ -90,10 +90,15 @@ fn big_configmaps() -> (Value, Value) {
     (old, configmap("big", Value::Object(new_data)))
 }
 
-/// [`big_configmaps`] as Secrets: the same bytes, base64 in `data` (1.4 MiB of JSON each).
-fn big_secrets() -> (Value, Value) {
+/// A small source before and after an UPDATE: a database URL and a password, the password changed.
+fn small_configmaps() -> (Value, Value) {
+    let data = |password: &str| json!({"url": "postgres://db.shop.svc:5432/pricing", "password": password});
+    (configmap("db", data("correct-horse-battery")), configmap("db", data("staple-2026-12")))
+}
+
+/// ConfigMaps as Secrets: the same bytes, base64 in `data`.
+fn as_secrets((old, new): (Value, Value)) -> (Value, Value) {
     use base64::Engine as _;
-    let (old, new) = big_configmaps();
     let as_secret = |cm: Value| {
         let data: serde_json::Map<String, Value> = cm["data"]
             .as_object()
@@ -104,6 +109,11 @@ fn big_secrets() -> (Value, Value) {
         json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": cm["metadata"].clone(), "data": data})
     };
     (as_secret(old), as_secret(new))
+}
+
+/// [`big_configmaps`] as Secrets (1.4 MiB of JSON each).
+fn big_secrets() -> (Value, Value) {
+    as_secrets(big_configmaps())
 }
 
 /// The policy of a server with Secrets on and its keys loaded.
@@ -215,7 +225,7 @@ criterion_group! {
 
 /// The hot paths that `--count` runs: each the whole of what the handler does with a body
 /// (parse, decide, encode), on the fixtures `bench` measures.
-const COUNTED: [&str; 5] = ["steady", "serve-steady", "release50", "configmap1mib", "secret1mib"];
+const COUNTED: [&str; 7] = ["steady", "serve-steady", "release50", "configmap1mib", "secret1mib", "configmap-small", "secret-small"];
 
 fn count(path: &str, n: usize) {
     // `floor-PATH`: what any webhook on this stack must do with the same body (parse the whole
@@ -230,7 +240,7 @@ fn count(path: &str, n: usize) {
         Some(p) => (p, true),
         None => (path, false),
     };
-    let policy = if path == "secret1mib" { secrets_on() } else { Policy::default() };
+    let policy = if path.starts_with("secret") { secrets_on() } else { Policy::default() };
     let now = "2026-12-02T10:00:00Z";
     let content = Content::from_object(&configmap("x", json!({"k": "v"})));
     let snap = |i: usize| snapshot::name(&format!("cfg-{i}"), &content.hash(), 0);
@@ -260,12 +270,18 @@ fn count(path: &str, n: usize) {
         }
         // The same update of a Secret, where Secrets are on: its head a MAC under the
         // namespace's key, warnings naming keys only (docs/performance.md).
-        "secret1mib" => {
-            let (old, new) = big_secrets();
+        "configmap-small" => {
+            let (old, new) = small_configmaps();
+            state.apply_workload(Kind::Deployment, &deployment(1, 1, |_| snapshot::name("db", &content.hash(), 0)));
+            review_body("ConfigMap", &new, &old)
+        }
+        "secret1mib" | "secret-small" => {
+            let (old, new) = if path == "secret1mib" { big_secrets() } else { as_secrets(small_configmaps()) };
+            let source = old["metadata"]["name"].as_str().unwrap().to_owned();
             state.source_kinds = confighistory::model::source::SourceKinds::WITH_SECRETS;
             let mut w = deployment(1, 0, |_| String::new());
             w["spec"]["template"]["spec"]["volumes"] =
-                json!([{"name": "s", "secret": {"secretName": snapshot::name("big", &content.hash(), 0)}}]);
+                json!([{"name": "s", "secret": {"secretName": snapshot::name(&source, &content.hash(), 0)}}]);
             state.apply_workload(Kind::Deployment, &w);
             review_body("Secret", &new, &old)
         }

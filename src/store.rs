@@ -40,12 +40,14 @@ pub struct Collision {
     pub name: String,
     /// What the object under it is instead.
     pub why: String,
+    /// The kind of the object under it (the snapshot's, its source's).
+    pub kind: SourceKind,
 }
 
 impl Collision {
     /// The admission response's warning.
     pub fn warning(&self) -> String {
-        format!("{} is taken by a ConfigMap that is not this snapshot ({}); using the next name", self.name, self.why)
+        format!("{} is taken by a {} that is not this snapshot ({}); using the next name", self.name, self.kind.as_str(), self.why)
     }
 }
 
@@ -71,7 +73,8 @@ pub fn collision_event(ns: &str, source: &SourceId, uid: &str, taken: &str, coll
         reason: "SnapshotCollision",
         action: "Snapshot",
         note: format!(
-            "Snapshot name taken by a ConfigMap that is not this snapshot: {}; the snapshot is {taken}. Delete the squatter if nothing uses it",
+            "Snapshot name taken by a {} that is not this snapshot: {}; the snapshot is {taken}. Delete the squatter if nothing uses it",
+            source.kind_str(),
             squatted.join(", ")
         ),
     }
@@ -270,7 +273,7 @@ pub async fn ensure_snap(
                 };
                 METRICS.collisions.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(namespace = ns, name = %name, reason = %why, "snapshot name collision");
-                collisions.push(Collision { name, why });
+                collisions.push(Collision { name, why, kind: source_id.kind });
                 index += 1;
             }
         }

@@ -266,10 +266,30 @@ async fn a_collision_moves_to_the_next_name(value: &str) -> Shown {
     assert!(a.allowed(), "{}", a.body);
     let second = snapshot::name("db", &mac_of(&s), 1);
     assert_eq!(a.patched(&d)["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!(second));
-    assert!(a.warnings().iter().any(|w| w.contains(&first) && w.contains("using the next name")), "{:?}", a.warnings());
+    assert!(
+        a.warnings().iter().any(|w| w.contains(&format!("{first} is taken by a Secret")) && w.contains("using the next name")),
+        "{:?}",
+        a.warnings()
+    );
     tokio::task::yield_now().await;
     let events: Vec<String> = f.cluster.events().iter().map(|e| e.note.clone()).collect();
+    assert!(events.iter().any(|e| e.starts_with("Snapshot name taken by a Secret")), "{events:?}");
     vec![("the collision's answer".into(), a.text), ("the collision's Events".into(), events.join("\n"))]
+}
+
+/// In enforce mode a Deployment reading a mutable Secret by name is refused, and the fix it gives
+/// speaks of Secrets too.
+async fn enforce_denies_a_workload_reading_a_mutable_secret(value: &str) -> Shown {
+    let f = Fixture::new(secrets_on(""))
+        .namespace(json!({"confighistory.io/mode": "enforce"}))
+        .source(opaque("db", value))
+        .source(configmap("cfg"));
+    let d = deployment("app:1", "db", "cfg");
+    let a = f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
+    assert!(!a.allowed(), "{}", a.body);
+    let m = a.message();
+    assert!(m.contains("mutable Secret secret/db") && m.contains("immutable ConfigMap or Secret") && m.contains("annotate it"), "{m}");
+    vec![("the workload's enforce denial".into(), a.text)]
 }
 
 /// A full quota for Secrets: the Deployment is refused, saying which quota, without content.
@@ -310,6 +330,7 @@ async fn secret_snapshots_are_protected_like_configmap_snapshots() {
 #[tokio::test]
 async fn denials_collisions_and_quotas_speak_of_secrets() {
     enforce_denies_a_mutable_secret("hunter2").await;
+    enforce_denies_a_workload_reading_a_mutable_secret("hunter2").await;
     a_collision_moves_to_the_next_name("hunter2").await;
     a_full_quota_is_explained("hunter2").await;
 }
@@ -433,6 +454,7 @@ async fn no_form_of_a_canary_secret_value_is_written_anywhere() {
     shown.extend(a_trigger_moves_a_secret_pin_to_the_head(CANARY).await);
     shown.extend(secret_snapshots_are_protected(CANARY).await);
     shown.extend(enforce_denies_a_mutable_secret(CANARY).await);
+    shown.extend(enforce_denies_a_workload_reading_a_mutable_secret(CANARY).await);
     shown.extend(a_collision_moves_to_the_next_name(CANARY).await);
     shown.extend(a_full_quota_is_explained(CANARY).await);
     let lines = logs.text();

@@ -167,8 +167,10 @@ fn respond(choice: Choice, kind_name: &str, problems: &[String], appeared: &[&So
             d
         }
         Choice::Denied => {
-            let fix = "a rollback could not restore its content. Fix: use an immutable ConfigMap (e.g. kustomize configMapGenerator), \
-                       let confighistory pin it (namespace mode rewrite), or annotate the ConfigMap confighistory.io/versioned=false";
+            // The problems name each reference's kind (`mutable ConfigMap x`, `mutable Secret y`).
+            let fix = "a rollback could not restore its content. Fix: use an immutable ConfigMap or Secret (e.g. kustomize \
+                       configMapGenerator or secretGenerator), let confighistory pin it (namespace mode rewrite), or annotate it \
+                       confighistory.io/versioned=false";
             Decision::deny(Reason::MutableConfig, 403, format!("{kind_name}: {}; {fix}", problems.join("; ")))
         }
     }

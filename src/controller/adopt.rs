@@ -29,7 +29,7 @@ use crate::cache::{SourceKey, State};
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::{self, Policy, Selector};
-use crate::model::source::{self, SourceId};
+use crate::model::source::{self, SourceId, SourceKind};
 
 /// Record `templates` in the adoption record of the snapshot of `source`'s current content.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,9 +77,19 @@ pub fn current_templates(state: &State) -> Seen {
     workloads.chain(state.revisions.iter().map(|((_, ns, _), r)| (ns.clone(), r.template_hash.clone()))).collect()
 }
 
-/// Decides adoptions and repairs. `seen`: templates this controller saw before; `done`:
-/// (namespace, source, template) adoptions already made by this process.
-pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, done: &HashSet<(String, SourceId, String)>) -> Decisions {
+/// Decides adoptions and repairs. `seen`: templates this controller saw before;
+/// `seen_without_secrets`: templates it saw where Secrets were off for their namespace (their
+/// Secret references were admitted plain on purpose: when the admin turns Secrets on there, a
+/// template whose only plain references are Secrets is adopted, not repaired, docs/behaviour.md
+/// §4a); `done`: (namespace, source, template) adoptions already made by this process.
+pub fn decide(
+    state: &State,
+    policy: &Policy,
+    selector: &Selector,
+    seen: &Seen,
+    seen_without_secrets: &Seen,
+    done: &HashSet<(String, SourceId, String)>,
+) -> Decisions {
     let adopted = adoption_index(state, policy);
     let mut adoptions: BTreeMap<SourceKey, BTreeSet<String>> = BTreeMap::new();
     let mut repairs = Vec::new();
@@ -110,13 +120,17 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
         if !propagate::namespace_active(state, policy, selector, ns) {
             continue;
         }
-        let new_template = !seen.contains(&(ns.clone(), w.template_hash.clone()));
+        let sources = propagate::sources_of(state, policy, ns, &w.refs);
+        let key = (ns.clone(), w.template_hash.clone());
+        let only_secrets_plain = sources.iter().filter(|(_, pins)| pins.contains(&None)).all(|(s, _)| s.kind == SourceKind::Secret);
+        let seen_before = seen.contains(&key) || (only_secrets_plain && seen_without_secrets.contains(&key));
+        let new_template = !seen_before;
         let pinned_before = w.annotations.contains_key(names::PINS);
         let mut plain: Vec<(SourceId, String)> = Vec::new(); // (source, hash to go to)
         let mut undone = Vec::new();
         let mut unknown_config = Vec::new();
         let mut read_first = false;
-        for (source, pins) in propagate::sources_of(state, policy, ns, &w.refs) {
+        for (source, pins) in sources {
             if !pins.contains(&None) {
                 continue;
             }
@@ -217,7 +231,7 @@ mod tests {
         s.apply_workload(Kind::Deployment, &workload("ns", "old", &["cfg"], &[]));
         s.apply_workload(Kind::Job, &workload("ns", "job", &["cfg"], &[]));
         let seen = current_templates(&s);
-        let d = decide(&s, &Policy::default(), &Selector::default(), &seen, &HashSet::new());
+        let d = decide(&s, &Policy::default(), &Selector::default(), &seen, &Seen::new(), &HashSet::new());
         assert!(d.repairs.is_empty());
         assert_eq!(
             d.adoptions,
@@ -228,7 +242,7 @@ mod tests {
         let mut rec = snap("ns", "cfg", &h('a'));
         rec["metadata"]["annotations"][names::ADOPTED] = json!(tpl_hash(&s, "old"));
         s.apply_configmap(&rec);
-        assert_eq!(decide(&s, &Policy::default(), &Selector::default(), &seen, &HashSet::new()), Decisions::default());
+        assert_eq!(decide(&s, &Policy::default(), &Selector::default(), &seen, &Seen::new(), &HashSet::new()), Decisions::default());
     }
 
     #[test]
@@ -246,7 +260,7 @@ mod tests {
         let mut rec = snap("ns", "cfg", &h('a'));
         rec["metadata"]["annotations"][names::ADOPTED] = json!(tpl_hash(&s, "new"));
         s.apply_configmap(&rec);
-        let d = decide(&s, &Policy::default(), &Selector::default(), &seen, &HashSet::new());
+        let d = decide(&s, &Policy::default(), &Selector::default(), &seen, &Seen::new(), &HashSet::new());
         assert!(d.adoptions.is_empty(), "{d:?}");
         let names: Vec<&str> = d.repairs.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["new", "was-pinned"]);
@@ -268,7 +282,7 @@ mod tests {
         s.apply_workload(Kind::Deployment, &workload("ns", "old", &["cfg"], &[]));
         s.apply_workload(Kind::Deployment, &workload("ns", "both", &["cfg", "imm"], &[]));
         let seen = current_templates(&s);
-        let run = |s: &State| decide(s, &Policy::default(), &Selector::default(), &seen, &HashSet::new());
+        let run = |s: &State| decide(s, &Policy::default(), &Selector::default(), &seen, &Seen::new(), &HashSet::new());
         let d = run(&s);
         assert_eq!((d.adoptions.len(), d.repairs.len()), (0, 0));
         assert_eq!(d.unknown, [("ns".to_owned(), SourceId::configmap("cfg")), ("ns".to_owned(), SourceId::configmap("imm"))]);
@@ -301,7 +315,7 @@ mod tests {
         rec["metadata"]["annotations"][names::ADOPTED] = json!(tpl_hash(&s, "old"));
         s.apply_configmap(&rec);
         let seen = current_templates(&s);
-        assert_eq!(decide(&s, &Policy::default(), &Selector::default(), &seen, &HashSet::new()), Decisions::default());
+        assert_eq!(decide(&s, &Policy::default(), &Selector::default(), &seen, &Seen::new(), &HashSet::new()), Decisions::default());
     }
 
     /// A seen plain template in no adoption record, on a workload that still carries `pins` (an
@@ -313,7 +327,7 @@ mod tests {
         s.apply_configmap(&source("ns", "cfg", &h('a'), &[]));
         s.apply_workload(Kind::Deployment, &workload("ns", "app", &["cfg"], &[(names::PINS, "{\"cfg\":\"x\"}")]));
         let seen = current_templates(&s);
-        let d = decide(&s, &Policy::default(), &Selector::default(), &seen, &HashSet::new());
+        let d = decide(&s, &Policy::default(), &Selector::default(), &seen, &Seen::new(), &HashSet::new());
         assert!(d.adoptions.is_empty(), "{d:?}");
         let repairs: Vec<(&str, String, &[SourceId])> =
             d.repairs.iter().map(|p| (p.name.as_str(), p.trigger_value(), &p.unknown[..])).collect();
@@ -329,7 +343,7 @@ mod tests {
         imm["immutable"] = json!(true);
         s.apply_configmap(&imm);
         s.apply_workload(Kind::Deployment, &workload("ns", "d", &["pending", "hot", "imm", "missing", names::ROOT_CA], &[]));
-        let d = decide(&s, &Policy::default(), &Selector::default(), &Seen::new(), &HashSet::new());
+        let d = decide(&s, &Policy::default(), &Selector::default(), &Seen::new(), &Seen::new(), &HashSet::new());
         assert_eq!(d, Decisions::default());
         let _ = template::template_hash(&json!({}));
     }

@@ -103,6 +103,9 @@ pub struct Ctx {
     pub identity: String,
     /// Templates seen before (repair vs adoption), from when this replica started leading.
     pub seen: std::sync::Mutex<Option<adopt::Seen>>,
+    /// Templates seen where Secrets were off for their namespace, while this replica leads
+    /// (`adopt::decide`: adopted, not repaired, when the admin turns Secrets on there).
+    pub seen_without_secrets: std::sync::Mutex<adopt::Seen>,
 }
 
 impl Ctx {
@@ -134,6 +137,7 @@ impl Ctx {
             leadership,
             identity,
             seen: std::sync::Mutex::new(None),
+            seen_without_secrets: std::sync::Mutex::new(adopt::Seen::new()),
             selector,
             client,
             shared,
@@ -235,6 +239,7 @@ async fn propagation_loop(ctx: Arc<Ctx>) {
         tokio::time::sleep(TICK).await;
         if !ctx.leadership.is_leader() {
             st.in_flight.clear();
+            ctx.seen_without_secrets.lock().expect("seen lock").clear();
             continue;
         }
         propagation_pass(&ctx, &mut st).await;
@@ -259,9 +264,17 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
         // Templates in namespaces the loops do not act in were admitted on purpose unpinned (audit,
         // enforce, off): if the namespace later switches to rewrite, they are adopted, not repaired.
         let state = ctx.shared.state.read().expect("state lock");
+        // Where the admin turns Secrets on for some namespaces only (a restart with --secrets
+        // starts a new leader, which has seen every template): a template's Secret references
+        // in the others are plain on purpose, until Secrets are turned on there.
+        let mut without_secrets = ctx.shared.policy.secrets.enabled.then(|| ctx.seen_without_secrets.lock().expect("seen lock"));
         for ((_, ns, _), w) in &state.workloads {
             if !propagate::namespace_active(&state, &ctx.shared.policy, &ctx.selector, ns) {
                 seen.insert((ns.clone(), w.template_hash.clone()));
+            } else if let Some(set) = without_secrets.as_mut() {
+                if !propagate::kinds_in(&state, &ctx.shared.policy, ns).contains(SourceKind::Secret) {
+                    set.insert((ns.clone(), w.template_hash.clone()));
+                }
             }
         }
     }
@@ -436,7 +449,8 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) {
     // not looked at; marking it seen would adopt an outage's template instead of repairing it.
     let decide = || {
         let state = ctx.shared.state.read().expect("state lock");
-        (adopt::decide(&state, &ctx.shared.policy, &ctx.selector, seen, &st.adopted), adopt::current_templates(&state))
+        let without_secrets = ctx.seen_without_secrets.lock().expect("seen lock").clone();
+        (adopt::decide(&state, &ctx.shared.policy, &ctx.selector, seen, &without_secrets, &st.adopted), adopt::current_templates(&state))
     };
     let (mut decisions, mut present) = decide();
     if !decisions.unknown.is_empty() {
@@ -521,6 +535,8 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) {
             .filter_map(|p| Some((p.namespace.clone(), state.workloads.get(&p.key())?.template_hash.clone())))
             .chain(decisions.deferred.iter().cloned())
             .collect();
+        // Kept while the template exists: one gone is never decided about again.
+        ctx.seen_without_secrets.lock().expect("seen lock").retain(|t| present.contains(t));
         if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
             seen.extend(present.into_iter().filter(|t| !waiting.contains(t)));
         }

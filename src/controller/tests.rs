@@ -1083,3 +1083,29 @@ async fn a_gc_pass_sweeps_secret_snapshots_where_secrets_are_on() {
     assert!(cluster.calls.lock().unwrap().contains(&format!("delete ns/secret/{old}")));
     assert_no_canary(&cluster);
 }
+
+/// The admin turns Secrets on for a namespace (its label now matches the selector) while a
+/// workload there, younger than a resync pass, reads a Secret by name: it was admitted plain on
+/// purpose (Secrets were off there), so it is adopted, not repaired as an outage's would be:
+/// turning Secrets on restarts nothing (docs/behaviour.md §4a). Failed before: the template no
+/// resync had seen yet was taken for an outage's and got a trigger.
+#[tokio::test]
+async fn turning_secrets_on_for_a_namespace_adopts_a_workload_newer_than_the_last_resync() {
+    let policy = super::propagate::tests::secrets_on("team=a");
+    let db = secret_holding(&policy, "db", CANARY, CANARY);
+    let (cluster, state) = secret_world(&policy, &[db], &[secret_workload("new", "db")]);
+    let template = state.workloads[&(Kind::Deployment, "ns".to_owned(), "new".to_owned())].template_hash.clone();
+    let ctx = ctx_with(&cluster, state, args(&[]), policy.clone());
+    // This replica leads since before the workload: its resync passes have not seen it.
+    *ctx.seen.lock().unwrap() = Some(adopt::Seen::new());
+    propagation_pass(&ctx, &mut quick()).await; // the namespace without Secrets on: noted
+    ctx.shared.state.write().unwrap().apply_namespace(&json!({"metadata": {"name": "ns", "labels": {"team": "a"}}}));
+    resync_pass(&ctx, &adopt::Seen::new(), &mut ResyncState::default()).await;
+    assert_eq!(trigger_of(&cluster, "new"), None, "not restarted");
+    let id = crate::model::source::SourceId::new(
+        crate::model::source::SourceKind::Secret,
+        snapshot::name("db", &secret_mac(&policy, CANARY), 0),
+    );
+    let snap = cluster.source("ns", &id).expect("the snapshot of its current content");
+    assert_eq!(crate::admission::annotation(&snap, names::ADOPTED), Some(template.as_str()), "adopted");
+}
