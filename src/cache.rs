@@ -247,8 +247,9 @@ pub struct State {
     /// Sources referenced through a snapshot name, counted (so a source that is only
     /// referenced through its snapshots still gets its head tracked).
     pub snapshot_sources: HashMap<SourceKey, u32>,
-    /// Revisions by their controlling owner's uid (undo detection): (kind, namespace, name) of each.
-    pub owner_revisions: HashMap<String, Vec<(Kind, String, String)>>,
+    /// Revisions by (namespace, controlling owner's uid), undo detection: (kind, name) of each.
+    /// The namespace in the key, once per owner: a revision counts only in its own namespace.
+    pub owner_revisions: HashMap<Key, Vec<(Kind, String)>>,
     /// Template hashes that still exist as a revision, per namespace (live adoption records).
     pub namespace_templates: HashMap<String, HashMap<String, u32>>,
     /// Template hashes each workload has been seen with, by (namespace, uid): a revision counts
@@ -381,9 +382,10 @@ impl State {
         if owner_uid.is_empty() {
             return false;
         }
-        let Some(owned) = self.owner_revisions.get(owner_uid) else { return false };
-        let seen = self.seen_templates.get(&(ns.to_owned(), owner_uid.to_owned())).is_some_and(|s| s.contains(template_hash));
-        owned.iter().filter(|(_, n, _)| n == ns).filter_map(|key| self.revisions.get(key)).any(|r| {
+        let owner = (ns.to_owned(), owner_uid.to_owned());
+        let Some(owned) = self.owner_revisions.get(&owner) else { return false };
+        let seen = self.seen_templates.get(&owner).is_some_and(|s| s.contains(template_hash));
+        owned.iter().filter_map(|(kind, name)| self.revisions.get(&(*kind, ns.to_owned(), name.clone()))).any(|r| {
             r.owner_uid == owner_uid
                 && r.template_hash == template_hash
                 && (seen || self.revisions_trusted_before.as_ref().is_none_or(|t| !r.created.is_empty() && r.created < *t))
@@ -581,8 +583,8 @@ impl State {
         self.remove_revision(kind, &ns, &name);
         self.count_refs(&ns, &info.refs, 1, None);
         if !info.owner_uid.is_empty() {
-            let owned = self.owner_revisions.entry(info.owner_uid.clone()).or_default();
-            owned.push((kind, ns.clone(), name.clone()));
+            let owned = self.owner_revisions.entry((ns.clone(), info.owner_uid.clone())).or_default();
+            owned.push((kind, name.clone()));
             tight(owned);
         }
         *self.namespace_templates.entry(ns.clone()).or_default().entry(info.template_hash.clone()).or_default() += 1;
@@ -597,10 +599,11 @@ impl State {
     fn remove_revision(&mut self, kind: Kind, ns: &str, name: &str) {
         let Some(old) = self.revisions.remove(&(kind, ns.to_owned(), name.to_owned())) else { return };
         self.count_refs(ns, &old.refs, -1, None);
-        if let Some(owned) = self.owner_revisions.get_mut(&old.owner_uid) {
-            owned.retain(|(k, n, m)| !(*k == kind && n == ns && m == name));
+        let owner = (ns.to_owned(), old.owner_uid.clone());
+        if let Some(owned) = self.owner_revisions.get_mut(&owner) {
+            owned.retain(|(k, n)| !(*k == kind && n == name));
             if owned.is_empty() {
-                self.owner_revisions.remove(&old.owner_uid);
+                self.owner_revisions.remove(&owner);
             }
         }
         if let Some(m) = self.namespace_templates.get_mut(ns) {
