@@ -397,14 +397,22 @@ fn main() {
     // The loops' pure passes over the whole cache.
     let runs = if full { 5 } else { 2 };
     let (t, p) = timed(runs, || propagate::due_propagations(&state, &policy, &selector, propagate::parse_time_ms(NOW).unwrap()));
-    println!("due_propagations: {} ({} plans, {} waiting)", ms(t), p.plans.len(), p.waiting);
+    println!("due_propagations: {} ({} plans, {} waiting), peak RSS {}", ms(t), p.plans.len(), p.waiting, mib(status().1));
     let seen = adopt::current_templates(&state);
+    println!("adopt::current_templates ({} templates, kept by the controller): peak RSS {}", seen.len(), mib(status().1));
     let (t, d) = timed(runs, || adopt::decide(&state, &policy, &selector, &seen, &HashSet::new()));
-    println!("adopt::decide: {} ({} adoptions, {} repairs, {} unknown)", ms(t), d.adoptions.len(), d.repairs.len(), d.unknown.len());
+    println!(
+        "adopt::decide: {} ({} adoptions, {} repairs, {} unknown), peak RSS {}",
+        ms(t),
+        d.adoptions.len(),
+        d.repairs.len(),
+        d.unknown.len(),
+        mib(status().1)
+    );
     let (t, (touches, _)) = timed(runs, || propagate::versioning_touches(&state, &policy, &selector));
-    println!("versioning_touches: {} ({} touches)", ms(t), touches.len());
+    println!("versioning_touches: {} ({} touches), peak RSS {}", ms(t), touches.len(), mib(status().1));
     let (t, r) = timed(runs, || propagate::rehash_sources(&state, &policy, &selector));
-    println!("rehash_sources: {} ({} sources)", ms(t), r.len());
+    println!("rehash_sources: {} ({} sources), peak RSS {}", ms(t), r.len(), mib(status().1));
     drop((p, d, touches, r, seen));
     println!("RSS after the passes: {}, peak {}", mib(status().0), mib(status().1));
 
