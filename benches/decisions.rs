@@ -60,8 +60,12 @@ fn as_served(mut obj: Value) -> Value {
 
 /// An UPDATE review of `object` (a Deployment or a ConfigMap) over `old`, as the API server sends it.
 fn review_body(kind: &str, object: &Value, old: &Value) -> Vec<u8> {
-    let (group, resource) = if kind == "ConfigMap" { ("", "configmaps") } else { ("apps", "deployments") };
-    let served = |o: &Value| if kind == "ConfigMap" { o.clone() } else { as_served(o.clone()) };
+    let (group, resource) = match kind {
+        "ConfigMap" => ("", "configmaps"),
+        "Secret" => ("", "secrets"),
+        _ => ("apps", "deployments"),
+    };
+    let served = |o: &Value| if group.is_empty() { o.clone() } else { as_served(o.clone()) };
     serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "1", "kind": {"group": group, "version": "v1", "kind": kind},
         "resource": {"group": group, "version": "v1", "resource": resource}, "name": object["metadata"]["name"], "namespace": "shop",
@@ -84,6 +88,31 @@ fn big_configmaps() -> (Value, Value) {
     let moved = new_data.remove("section-199.yaml").unwrap();
     new_data.insert("section-200.yaml".into(), moved);
     (old, configmap("big", Value::Object(new_data)))
+}
+
+/// [`big_configmaps`] as Secrets: the same bytes, base64 in `data` (1.4 MiB of JSON each).
+fn big_secrets() -> (Value, Value) {
+    use base64::Engine as _;
+    let (old, new) = big_configmaps();
+    let as_secret = |cm: Value| {
+        let data: serde_json::Map<String, Value> = cm["data"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(base64::engine::general_purpose::STANDARD.encode(v.as_str().unwrap()))))
+            .collect();
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": cm["metadata"].clone(), "data": data})
+    };
+    (as_secret(old), as_secret(new))
+}
+
+/// The policy of a server with Secrets on and its keys loaded.
+fn secrets_on() -> Policy {
+    use confighistory::model::keys::{ClusterKey, KeyId, KeySlot, Keyring};
+    let mut p = Policy::default();
+    p.secrets.enabled = true;
+    p.secrets.keys = KeySlot::new(Keyring::new(ClusterKey::new(KeyId(1), (0u8..32).collect()).unwrap(), []).unwrap());
+    p
 }
 
 fn bench(c: &mut Criterion) {
@@ -186,7 +215,7 @@ criterion_group! {
 
 /// The hot paths that `--count` runs: each the whole of what the handler does with a body
 /// (parse, decide, encode), on the fixtures `bench` measures.
-const COUNTED: [&str; 4] = ["steady", "serve-steady", "release50", "configmap1mib"];
+const COUNTED: [&str; 5] = ["steady", "serve-steady", "release50", "configmap1mib", "secret1mib"];
 
 fn count(path: &str, n: usize) {
     // `floor-PATH`: what any webhook on this stack must do with the same body (parse the whole
@@ -201,7 +230,7 @@ fn count(path: &str, n: usize) {
         Some(p) => (p, true),
         None => (path, false),
     };
-    let policy = Policy::default();
+    let policy = if path == "secret1mib" { secrets_on() } else { Policy::default() };
     let now = "2026-12-02T10:00:00Z";
     let content = Content::from_object(&configmap("x", json!({"k": "v"})));
     let snap = |i: usize| snapshot::name(&format!("cfg-{i}"), &content.hash(), 0);
@@ -229,6 +258,17 @@ fn count(path: &str, n: usize) {
             state.apply_workload(Kind::Deployment, &deployment(1, 1, |_| snapshot::name("big", &content.hash(), 0)));
             review_body("ConfigMap", &new, &old)
         }
+        // The same update of a Secret, where Secrets are on: its head a MAC under the
+        // namespace's key, warnings naming keys only (docs/performance.md).
+        "secret1mib" => {
+            let (old, new) = big_secrets();
+            state.source_kinds = confighistory::model::source::SourceKinds::WITH_SECRETS;
+            let mut w = deployment(1, 0, |_| String::new());
+            w["spec"]["template"]["spec"]["volumes"] =
+                json!([{"name": "s", "secret": {"secretName": snapshot::name("big", &content.hash(), 0)}}]);
+            state.apply_workload(Kind::Deployment, &w);
+            review_body("Secret", &new, &old)
+        }
         other => {
             eprintln!("--count: unknown path {other}; one of {COUNTED:?}");
             std::process::exit(2)
@@ -254,8 +294,11 @@ fn count(path: &str, n: usize) {
         let req = review::parse(black_box(&body)).unwrap();
         let failed = Failed::new();
         let view = View { policy: &policy, state: &state, fresh, failed: &failed, now, namespace: None };
-        let outcome =
-            if req.kind.kind == "ConfigMap" { admission::configmap::decide(&req, &view) } else { admission::workload::decide(&req, &view) };
+        let outcome = match req.kind.kind.as_str() {
+            "ConfigMap" => admission::configmap::decide(&req, &view),
+            "Secret" => admission::secret::decide(&req, &view),
+            _ => admission::workload::decide(&req, &view),
+        };
         let Outcome::Done(d) = outcome else { panic!("{path} decides in one pass") };
         let response = d.finish(&HashMap::new());
         black_box(response.review_json(&req.uid));

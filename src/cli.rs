@@ -42,6 +42,16 @@ pub enum Command {
     /// namespace, ask the API server for a dry run of a Deployment using it, check the answer
     /// names its snapshot, delete the ConfigMap.
     Selftest(SelftestArgs),
+    /// Add a new cluster key for Secret snapshots and make it current, keeping the old ones
+    /// (with --secrets; running servers take it within 30 s, existing snapshots stay valid).
+    RotateKeys(RotateKeysArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RotateKeysArgs {
+    /// --namespace and --keys-secret name the keys Secret.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -426,7 +436,7 @@ mod tests {
         assert_eq!(some.source_kinds(Some(&ns(serde_json::json!({"secrets": "on"})))), SourceKinds::WITH_SECRETS);
         assert_eq!(some.source_kinds(Some(&ns(serde_json::json!({})))), SourceKinds::CONFIGMAPS);
         assert_eq!(some.source_kinds::<serde_json::Value>(None), SourceKinds::CONFIGMAPS, "a namespace not seen is not selected");
-        assert!(some.secrets.keys.is_none(), "the keys are read at start, not from flags");
+        assert!(!some.secrets.keys.is_loaded(), "the keys are read at start, not from flags");
         let serve = Serve::parse_from(["test", "--secrets", "--secrets-namespace-selector=secrets=on"]).serve;
         let doc = serve.effective_config(&serve.policy.policy().unwrap(), Registry::builtin());
         assert!(doc.secrets && doc.secrets_namespace_selector == "secrets=on");

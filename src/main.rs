@@ -16,6 +16,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Controller(args) => confighistory::runtime::controller(args).await?,
         Command::Gc(args) => confighistory::runtime::gc(args).await?,
         Command::Selftest(args) => confighistory::runtime::selftest(args).await?,
+        Command::RotateKeys(args) => confighistory::runtime::rotate_keys(args).await?,
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::cache::State;
-use crate::cli::{ControllerCommandArgs, GcArgs, PolicyArgs, SelftestArgs, ServeArgs};
+use crate::cli::{ControllerCommandArgs, GcArgs, PolicyArgs, RotateKeysArgs, SelftestArgs, ServeArgs};
 use crate::cluster::clock::{Clock, DateLayer};
 use crate::cluster::{watch, KubeCluster, ObjectRef};
 use crate::context::Context;
@@ -74,7 +74,7 @@ async fn start(
     trust_revisions_before_now: bool,
     regarding: ObjectRef,
 ) -> Result<(kube::Client, Arc<Context>, &'static Registry)> {
-    let mut policy = args.policy()?;
+    let policy = args.policy()?;
     let registry = args.kinds()?;
     let clock = Arc::new(Clock::system());
     let client = client_with_clock(clock.clone()).await?;
@@ -89,7 +89,17 @@ async fn start(
         let ring = crate::webhook::keys::ensure(cluster.as_ref(), &target).await?;
         tracing::info!(secret = %format!("{}/{}", target.namespace, target.secret), key_ids = ?ring.ids().map(|i| i.0).collect::<Vec<_>>(),
             namespaces = %policy.secrets.namespaces, "Secrets are versioned");
-        policy.secrets.keys = Some(Arc::new(ring));
+        policy.secrets.keys.set(ring);
+        // A rotation reaches this process without a restart (docs/operations.md).
+        let (cluster, slot) = (cluster.clone(), policy.secrets.keys.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(crate::webhook::keys::RELOAD_INTERVAL).await;
+                if let Err(e) = crate::webhook::keys::reload(cluster.as_ref(), &target, &slot).await {
+                    tracing::warn!(error = %e, "cluster keys: could not read them again; the keys held stay in use");
+                }
+            }
+        });
     }
     crate::metrics::METRICS.set_sources(policy.acted_on());
     let mut state = State { kinds, source_kinds: policy.acted_on(), ..State::keeping_labels(&policy.excluded_sources) };
@@ -303,7 +313,39 @@ pub async fn gc(args: GcArgs) -> Result<()> {
     let clock = Arc::new(Clock::system());
     let client = client_with_clock(clock.clone()).await?;
     let cluster = KubeCluster::new(client.clone(), FIELD_MANAGER, watch::resolve_kinds(&client, args.policy.kinds()?).await);
+    if policy.secrets.enabled {
+        // Secret snapshots are validated under the cluster keys, read (never made) here: without
+        // them no Secret snapshot is swept (docs/behaviour.md §4a).
+        let target = crate::webhook::keys::Target::from_args(&args.policy);
+        match crate::webhook::keys::load(&cluster, &target).await? {
+            Some(ring) => policy.secrets.keys.set(ring),
+            None => {
+                eprintln!("the cluster keys Secret {}/{} does not exist: Secret snapshots are not swept", target.namespace, target.secret)
+            }
+        }
+    }
     Ok(crate::controller::run_gc_command(&cluster, &clock, policy, args).await?)
+}
+
+/// `confighistory rotate-keys`: adds a new cluster key to the keys Secret and makes it current,
+/// keeping the old ones (docs/operations.md "Secrets' cluster key"); running servers take it within
+/// `webhook::keys::RELOAD_INTERVAL`. Prints key ids, never a key.
+pub async fn rotate_keys(args: RotateKeysArgs) -> Result<()> {
+    let clock = Arc::new(Clock::system());
+    let client = client_with_clock(clock).await?;
+    let cluster = KubeCluster::new(client.clone(), FIELD_MANAGER, crate::model::kinds::Registry::builtin());
+    let target = crate::webhook::keys::Target::from_args(&args.policy);
+    let ring = crate::webhook::keys::rotate(&cluster, &target).await?;
+    let kept: Vec<String> = ring.ids().map(|i| i.to_string()).collect();
+    println!(
+        "rotated the cluster keys in Secret {}/{}: new Secret content is MAC'd under key {}; kept {} (existing snapshots stay valid); running servers take it within {} s",
+        target.namespace,
+        target.secret,
+        ring.current().id(),
+        kept.join(", "),
+        crate::webhook::keys::RELOAD_INTERVAL.as_secs()
+    );
+    Ok(())
 }
 
 /// `confighistory selftest` (the chart's `helm test`): a ConfigMap created for real (the
@@ -401,11 +443,19 @@ where
 /// tracing-subscriber's own formatters, not a cheaper hand-written one (measured in issue 17:
 /// 3K instructions per admission): they also escape ANSI sequences in messages, which may quote
 /// what a request carried, and leave out the `log` bridge's fields; a copy would have to keep up.
+/// The log target whose lines quote API responses whole, capped at `error` whatever the filter asks.
+pub const QUOTES_BODIES: &str = "kube_client::client=error";
+
 pub fn subscriber<W>(filter: &str, json: bool, ansi: bool, writer: W) -> Box<dyn tracing::Subscriber + Send + Sync>
 where
     W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
 {
     let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // kube's client quotes whole response bodies in its own warnings (a body that does not parse)
+    // and debug/trace lines: with Secrets on, a Secret's values (docs/behaviour.md §4a). Its errors
+    // come back to this code, which logs what the port keeps of them; its own lines stay off at
+    // any level asked for.
+    let filter = filter.add_directive(QUOTES_BODIES.parse().expect("a valid directive"));
     let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
     if json {
         Box::new(fmt.json().finish())
@@ -417,6 +467,40 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// kube's client logs whole response bodies (a Secret's values, with Secrets on) in its
+    /// warnings and debug lines: whatever level is asked for, even for its own target, none is
+    /// written; its errors and everything else are.
+    #[test]
+    fn kubes_client_lines_that_quote_bodies_are_never_written() {
+        #[derive(Clone, Default)]
+        struct Out(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Out {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        for filter in ["trace", "debug", "info", "kube_client=trace", "kube_client::client=trace", "trace,kube_client::client=trace"] {
+            let out = Out::default();
+            let writer = out.clone();
+            let sub = subscriber(filter, false, false, move || writer.clone());
+            tracing::subscriber::with_default(sub, || {
+                tracing::warn!(target: "kube_client::client", "canary-body-warn, expected value");
+                tracing::debug!(target: "kube_client::client", "Unsuccessful data error parse: canary-body-debug");
+                tracing::trace!(target: "kube_client::client", "Status from canary-body-trace");
+                tracing::error!(target: "kube_client::client", "failed with status 500");
+                tracing::warn!(target: "confighistory::controller", "our own line");
+            });
+            let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+            assert!(!text.contains("canary-body"), "{filter}: {text}");
+            assert!(text.contains("failed with status 500"), "{filter}: kube's errors are kept: {text}");
+            assert!(text.contains("our own line") || filter.starts_with("kube_client"), "{filter}: {text}");
+        }
+    }
 
     /// The selftest passes only when the answer references the snapshot of the ConfigMap's own
     /// content, by its snapshot name.

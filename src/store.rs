@@ -8,11 +8,11 @@ use serde_json::{json, Value};
 
 use crate::cluster::{ApiError, Cluster, Created, Event, ObjectRef};
 use crate::metrics::METRICS;
-use crate::model::keys::Keyring;
+use crate::model::keys::{ClusterKey, KeyId, Keyring};
 use crate::model::names;
 use crate::model::secret::{self, SecretContent};
 use crate::model::snapshot;
-use crate::model::source::SourceId;
+use crate::model::source::{SourceId, SourceKind};
 
 /// Why no snapshot could be made sure of.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -78,27 +78,35 @@ pub fn collision_event(ns: &str, source: &SourceId, uid: &str, taken: &str, coll
 }
 
 /// What a snapshot copies: a ConfigMap's content, or a Secret's, named by its MAC under the
-/// namespace's key of the cluster keys (docs/behaviour.md §4a).
+/// namespace's key of one of the cluster keys (the source's, `secret::source_key`; the current
+/// one when that is no longer kept), docs/behaviour.md §4a.
 #[derive(Clone, Copy)]
 pub enum Snap<'a> {
     ConfigMap(&'a snapshot::Content),
-    Secret(&'a SecretContent, &'a Keyring),
+    Secret(&'a SecretContent, &'a Keyring, KeyId),
+}
+
+impl<'a> Snap<'a> {
+    /// The cluster key a Secret snapshot is MAC'd under.
+    fn key(keys: &'a Keyring, id: KeyId) -> &'a ClusterKey {
+        keys.get(id).unwrap_or_else(|| keys.current())
+    }
 }
 
 impl Snap<'_> {
-    /// The hash its snapshot is named by: a ConfigMap's content hash, a Secret's MAC under the
-    /// current key's namespace key.
+    /// The hash its snapshot is named by: a ConfigMap's content hash, a Secret's MAC under its
+    /// key's namespace key.
     pub fn hash(&self, ns: &str) -> String {
         match self {
             Snap::ConfigMap(c) => c.hash(),
-            Snap::Secret(c, keys) => c.mac(&keys.current().namespace_key(ns)),
+            Snap::Secret(c, keys, id) => c.mac(&Snap::key(keys, *id).namespace_key(ns)),
         }
     }
 
     fn object(&self, ns: &str, source: &str, name: &str, adopted: &[String]) -> Value {
         match self {
             Snap::ConfigMap(c) => snapshot::object(ns, source, name, c, adopted),
-            Snap::Secret(c, keys) => secret::snapshot_object(ns, source, name, c, &keys.current().namespace_key(ns), adopted),
+            Snap::Secret(c, keys, id) => secret::snapshot_object(ns, source, name, c, &Snap::key(keys, *id).namespace_key(ns), adopted),
         }
     }
 
@@ -106,7 +114,48 @@ impl Snap<'_> {
     fn validate(&self, ns: &str, obj: &Value) -> Result<String, String> {
         match self {
             Snap::ConfigMap(_) => snapshot::validate(obj).map_err(|e| e.to_string()),
-            Snap::Secret(_, keys) => secret::validate(obj, ns, keys).map_err(|e| e.to_string()),
+            Snap::Secret(_, keys, _) => secret::validate(obj, ns, keys).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// A source's content as read from the API server, of either kind: what the controller's re-hash
+/// and adoption compare with its head and copy into its snapshot. Its `Debug` is its content's
+/// (a Secret's names keys and sizes only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceContent {
+    ConfigMap(snapshot::Content),
+    Secret(SecretContent),
+}
+
+impl SourceContent {
+    /// The content of `obj`, a source of `kind` (a Secret whose data is no base64: which key).
+    pub fn from_object(kind: SourceKind, obj: &Value) -> Result<SourceContent, secret::Malformed> {
+        Ok(match kind {
+            SourceKind::ConfigMap => SourceContent::ConfigMap(snapshot::Content::from_object(obj)),
+            SourceKind::Secret => SourceContent::Secret(SecretContent::from_object(obj)?),
+        })
+    }
+
+    /// What its snapshot copies, as source `obj` (the stored object) in `ns` names it: a
+    /// Secret's under the source's key (`secret::source_key`), which needs the cluster keys
+    /// (`None`: not loaded, no snapshot).
+    pub fn snap<'a>(&'a self, obj: &Value, ns: &str, keys: Option<&'a Keyring>) -> Option<Snap<'a>> {
+        match self {
+            SourceContent::ConfigMap(c) => Some(Snap::ConfigMap(c)),
+            SourceContent::Secret(c) => keys.map(|k| Snap::Secret(c, k, secret::source_key(obj, c, ns, k).id())),
+        }
+    }
+
+    /// Whether `head` names this content in namespace `ns`: a ConfigMap's content hash; a
+    /// Secret's MAC under the namespace's key of any key id kept (a head written before a key
+    /// rotation still names the content it was written for, docs/operations.md).
+    pub fn is_named_by(&self, ns: &str, head: &str, keys: Option<&Keyring>) -> bool {
+        match self {
+            SourceContent::ConfigMap(c) => c.hash() == head,
+            SourceContent::Secret(c) => {
+                keys.is_some_and(|k| k.ids().filter_map(|id| k.get(id)).any(|key| c.mac(&key.namespace_key(ns)) == head))
+            }
         }
     }
 }

@@ -6,7 +6,6 @@ use std::sync::{Arc, RwLock};
 
 use axum::body::Body;
 use axum::http::{Request as HttpRequest, StatusCode};
-use base64::Engine;
 use confighistory::cache::State;
 use confighistory::cluster::{ApiError, MemoryCluster};
 use confighistory::model::policy::{Mode, Policy};
@@ -17,7 +16,9 @@ use confighistory::webhook::{self, App};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-const NS: &str = "shop";
+mod common;
+use common::{review, Answer, NS};
+
 const ME: &str = "system:serviceaccount:confighistory:confighistory";
 
 // ---------- fixtures ----------
@@ -62,54 +63,6 @@ fn with_annotations(mut obj: Value, pairs: &[(&str, &str)]) -> Value {
         obj["metadata"]["annotations"][*k] = json!(v);
     }
     obj
-}
-
-fn review(kind: &str, group: &str, version: &str, op: &str, object: Option<&Value>, old: Option<&Value>) -> Value {
-    let obj = object.or(old).expect("an object");
-    json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": "req-1",
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
-            "name": obj["metadata"]["name"], "namespace": NS, "operation": op,
-            "userInfo": {"username": "alice"},
-            "object": object, "oldObject": old, "dryRun": false
-        }
-    })
-}
-
-struct Answer {
-    status: StatusCode,
-    body: Value,
-}
-
-impl Answer {
-    fn response(&self) -> &Value {
-        &self.body["response"]
-    }
-    fn allowed(&self) -> bool {
-        self.response()["allowed"] == json!(true)
-    }
-    fn message(&self) -> String {
-        self.response()["status"]["message"].as_str().unwrap_or_default().to_owned()
-    }
-    fn warnings(&self) -> Vec<String> {
-        self.response()["warnings"].as_array().map(|a| a.iter().map(|w| w.as_str().unwrap().to_owned()).collect()).unwrap_or_default()
-    }
-    fn patch(&self) -> Vec<Value> {
-        match self.response()["patch"].as_str() {
-            Some(p) => serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(p).unwrap()).unwrap(),
-            None => vec![],
-        }
-    }
-    /// The object after applying the patch.
-    fn patched(&self, obj: &Value) -> Value {
-        let mut out = obj.clone();
-        let patch: json_patch::Patch = serde_json::from_value(Value::Array(self.patch())).unwrap();
-        json_patch::patch(&mut out, &patch).expect("patch applies");
-        out
-    }
 }
 
 impl Fixture {
@@ -164,15 +117,11 @@ impl Fixture {
     }
 
     fn app(&self) -> Arc<App> {
-        Arc::new(App::ready(self.policy.clone(), self.state.clone(), Arc::new(self.cluster.clone())))
+        common::app(&self.policy, &self.state, &self.cluster)
     }
 
     async fn post(&self, path: &str, body: Vec<u8>) -> Answer {
-        let req = HttpRequest::post(path).header("content-type", "application/json").body(Body::from(body)).unwrap();
-        let resp = webhook::router(self.app()).oneshot(req).await.unwrap();
-        let status = resp.status();
-        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
-        Answer { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null) }
+        common::post(&self.app(), path, body).await
     }
 
     async fn send(&self, path: &str, review: Value) -> Answer {
@@ -181,12 +130,7 @@ impl Fixture {
 
     /// [`Fixture::send`] to a given server (one that keeps what it learnt between requests).
     async fn send_to(&self, app: &Arc<App>, path: &str, review: Value) -> Answer {
-        let body = serde_json::to_vec(&review).unwrap();
-        let req = HttpRequest::post(path).header("content-type", "application/json").body(Body::from(body)).unwrap();
-        let resp = webhook::router(app.clone()).oneshot(req).await.unwrap();
-        let status = resp.status();
-        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
-        let a = Answer { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null) };
+        let a = common::send(app, path, &review).await;
         assert_eq!(a.status, StatusCode::OK, "{}", a.body);
         assert_eq!(a.response()["uid"], "req-1", "the uid is always copied");
         a
@@ -550,7 +494,7 @@ async fn a_snapshot_named_by_the_request_is_not_swept_while_being_pinned() {
         let cluster = f.cluster.clone();
         let now = confighistory::controller::propagate::parse_time_ms("2025-02-01T00:00:00Z").unwrap();
         let settings = gc::Settings { keep: 0, grace: std::time::Duration::from_secs(600) };
-        tokio::spawn(async move { gc::sweep_namespace_at(&cluster, NS, settings, false, now).await })
+        tokio::spawn(async move { gc::sweep_namespace_at(&cluster, NS, settings, false, None, now).await })
     };
     reached.await.expect("the sweep is about to delete it");
 
@@ -1066,7 +1010,7 @@ async fn changed_at_is_the_api_servers_time() {
     let req = HttpRequest::post("/mutate").header("content-type", "application/json").body(Body::from(body)).unwrap();
     let resp = webhook::router(app).oneshot(req).await.unwrap();
     let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
-    let a = Answer { status: StatusCode::OK, body: serde_json::from_slice(&bytes).unwrap() };
+    let a = Answer { status: StatusCode::OK, body: serde_json::from_slice(&bytes).unwrap(), text: String::new() };
     let changed_at = annotation(&a.patched(&new), "confighistory.io/changed-at").expect("changed-at");
     let at = parse_time_ms(&changed_at).unwrap();
     assert!((local + 29_000..=local + 31_000).contains(&at), "{changed_at}: the API server's time, within its uncertainty");

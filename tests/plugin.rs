@@ -4,11 +4,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use confighistory::model::keys::{ClusterKey, KeyId, NamespaceKey, MIN_KEY_BYTES};
 use confighistory::model::published;
+use confighistory::model::secret::{self, SecretContent};
 use confighistory::model::snapshot::{self, Content};
 use confighistory::model::template;
 use confighistory::plugin::build::{self, Inventory, Server};
-use confighistory::plugin::model::{Undo, WorkloadRef};
+use confighistory::plugin::model::{Undo, Usage, WorkloadRef};
 use confighistory::plugin::render::{self, Style};
 use confighistory::plugin::{machine, Output};
 use k8s_openapi::jiff::Timestamp;
@@ -124,7 +126,7 @@ fn inventory() -> Inventory {
         workloads: vec![deployment],
         revisions: vec![replicaset(1, &rev1), replicaset(2, &rev2), replicaset(4, &rev4)],
         server: server(json!({})),
-        kinds: Default::default(),
+        ..Default::default()
     }
 }
 
@@ -242,26 +244,26 @@ fn history_golden() {
 #[test]
 fn diff_golden() {
     let inv = inventory();
-    let d = build::diff(&inv, SOURCE, None, None).unwrap();
+    let d = build::diff(&inv, SOURCE, None, None, false).unwrap();
     assert_eq!((d.from.revision, d.to.revision), (Some(3), Some(4)), "default: the head against the one before");
     golden("plugin-diff.txt", &render::diff(&d, now(), Style::PLAIN));
     golden("plugin-diff-color.txt", &render::diff(&d, now(), Style::COLOR));
 
     // "What config did revision 1 of the Deployment run with, and what changed since?"
-    let since = build::diff(&inv, SOURCE, Some("deployment/pricing@1"), None).unwrap();
+    let since = build::diff(&inv, SOURCE, Some("deployment/pricing@1"), None, false).unwrap();
     assert_eq!(since.from.revision, Some(1), "revision 1 predates the install: its content is known from the adoption record");
     assert_eq!(since.removed, ["discount_rules_path"]);
     assert_eq!(since.added, ["rules.discount_path"]);
     golden("plugin-diff-since.txt", &render::diff(&since, now(), Style::PLAIN));
 
-    let same = build::diff(&inv, SOURCE, Some("head"), Some("4")).unwrap();
+    let same = build::diff(&inv, SOURCE, Some("head"), Some("4"), false).unwrap();
     assert!(same.keys.is_empty());
-    let by_hash = build::diff(&inv, SOURCE, Some(&contents()[1].hash()[..6]), Some("2")).unwrap();
+    let by_hash = build::diff(&inv, SOURCE, Some(&contents()[1].hash()[..6]), Some("2"), false).unwrap();
     assert!(by_hash.keys.is_empty());
     for (bad, expected) in
         [("9", "has no revision 9"), ("zzzzzz", "no snapshot of pricing-config matches"), ("deployment/pricing@3", "has no revision 3")]
     {
-        let err = build::diff(&inv, SOURCE, Some(bad), None).unwrap_err().to_string();
+        let err = build::diff(&inv, SOURCE, Some(bad), None, false).unwrap_err().to_string();
         assert!(err.contains(expected), "{bad}: {err}");
     }
 }
@@ -444,7 +446,7 @@ fn json_matches_the_documented_shapes() {
     let inv = inventory();
     let parse = |s: String| -> Value { serde_json::from_str(&s).unwrap() };
     same_shape("history", "History", &parse(machine("History", &build::history(&inv, SOURCE).unwrap(), Output::Json)));
-    same_shape("diff", "Diff", &parse(machine("Diff", &build::diff(&inv, SOURCE, None, None).unwrap(), Output::Json)));
+    same_shape("diff", "Diff", &parse(machine("Diff", &build::diff(&inv, SOURCE, None, None, false).unwrap(), Output::Json)));
     same_shape("status", "Status", &parse(machine("Status", &build::status(&inv, &pricing()).unwrap(), Output::Json)));
     same_shape("undo", "Undo", &parse(machine("Undo", &undo_model(&inv), Output::Json)));
     // YAML carries the same document.
@@ -460,7 +462,7 @@ fn json_matches_the_documented_shapes() {
 fn print_json_examples() {
     let inv = inventory();
     print!("{}", machine("History", &build::history(&inv, SOURCE).unwrap(), Output::Json));
-    print!("{}", machine("Diff", &build::diff(&inv, SOURCE, None, None).unwrap(), Output::Json));
+    print!("{}", machine("Diff", &build::diff(&inv, SOURCE, None, None, false).unwrap(), Output::Json));
     print!("{}", machine("Status", &build::status(&inv, &pricing()).unwrap(), Output::Json));
     print!("{}", machine("Undo", &undo_model(&inv), Output::Json));
 }
@@ -525,7 +527,7 @@ fn name_and_jsonpath_outputs() {
         emit("History", &h, &names, Output::JsonPath(t.into())).unwrap(),
         format!("History {SOURCE}: {}\n", snap_name(SOURCE, &c[3]))
     );
-    let d = build::diff(&inv, SOURCE, None, None).unwrap();
+    let d = build::diff(&inv, SOURCE, None, None, false).unwrap();
     assert_eq!(emit("Diff", &d, &[], Output::JsonPath("{.changed[*]}".into())).unwrap(), "app.yaml");
 }
 
@@ -673,7 +675,7 @@ fn assert_escaped(out: &str, style: Style) {
 #[test]
 fn cluster_text_is_escaped_in_human_output() {
     let (inv, source) = hostile_inventory();
-    let d = build::diff(&inv, &source, None, None).unwrap();
+    let d = build::diff(&inv, &source, None, None, false).unwrap();
     for style in [Style::PLAIN, Style::COLOR] {
         assert_escaped(&render::diff(&d, now(), style), style);
     }
@@ -745,4 +747,352 @@ fn undo_follows_the_controller_owner_reference_only() {
     let cr = json!({"data": {"spec": {"template": {"spec": {"containers": []}, "$patch": "replace"}, "replicas": 100}}});
     let patch = build::rollback_patch(template::Kind::StatefulSet, &cr).unwrap();
     assert_eq!(patch, json!({"spec": {"template": {"spec": {"containers": []}, "$patch": "replace"}}}));
+}
+
+// ---------- issue 24: Secret sources (docs/plugin.md, "Secrets") ----------
+
+/// The canary: a Secret value that must never be printed without `--show-values`.
+const CANARY: &str = "canary-7f3c9e1d";
+
+fn secret_content(pairs: &[(&str, &str)]) -> SecretContent {
+    SecretContent::new(secret::OPAQUE, pairs.iter().map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())).collect())
+}
+
+/// The namespace key the fixture's Secret snapshots are MAC'd under (the plugin never has it).
+fn namespace_key() -> NamespaceKey {
+    ClusterKey::new(KeyId(1), vec![7; MIN_KEY_BYTES]).unwrap().namespace_key(NS)
+}
+
+fn secret_contents() -> [SecretContent; 3] {
+    let url1 = "postgres://db:5432/shop\n";
+    let url2 = "postgres://db2:5432/shop\n";
+    [
+        secret_content(&[("api_key", CANARY), ("password", CANARY), ("url", url1)]),
+        secret_content(&[("api_key", CANARY), ("password", CANARY), ("pool", "10"), ("url", url2)]),
+        secret_content(&[("api_key", CANARY), ("password", "s3cret-rotated-value"), ("pool", "10"), ("url", url2)]),
+    ]
+}
+
+fn secret_snap_name(c: &SecretContent) -> String {
+    secret::snapshot_name("db", c, &namespace_key(), 0)
+}
+
+fn secret_template(image: &str, volume_secret: &str, env_secret: &str) -> Value {
+    json!({
+        "metadata": {"labels": {"app": "api"}},
+        "spec": {
+            "containers": [{"name": "api", "image": image,
+                "env": [{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": env_secret, "key": "password"}}}],
+                "volumeMounts": [{"name": "db", "mountPath": "/etc/db"}]}],
+            "volumes": [{"name": "db", "secret": {"secretName": volume_secret}},
+                        {"name": "cfg", "configMap": {"name": snap_name(SOURCE, &contents()[3])}}],
+            "imagePullSecrets": [{"name": "registry"}],
+        }
+    })
+}
+
+fn api_replicaset(revision: i64, template: &Value) -> Value {
+    let mut rs = replicaset(revision, template);
+    rs["metadata"]["name"] = json!(format!("api-h{revision}"));
+    rs["metadata"]["ownerReferences"] = json!([{"kind": "Deployment", "name": "api", "uid": "uid-api", "controller": true}]);
+    rs
+}
+
+fn api() -> WorkloadRef {
+    WorkloadRef { kind: "Deployment".into(), name: "api".into() }
+}
+
+/// [`inventory`] with Secrets on and a Secret source `db` of three snapshots (MAC'd under a key
+/// the plugin does not have), whose values include [`CANARY`] (in `api_key`, never changed, and in
+/// `password` until revision 3), used by Deployment `api`: revision 1 through a volume and an env
+/// var, revision 2 by its pins, revision 3 (current) pinned to the head. Sealed as `gather` seals
+/// what it reads.
+fn secret_inventory() -> Inventory {
+    let mut inv = inventory();
+    inv.server = server(json!({"secrets": true}));
+    let c = secret_contents();
+    let key = namespace_key();
+    let created = ["2024-04-28T08:00:00Z", "2024-04-30T16:00:00Z", "2024-05-01T11:00:00Z"];
+    for (content, at) in c.iter().zip(created) {
+        let mut o = secret::snapshot_object(NS, "db", &secret_snap_name(content), content, &key, &[]);
+        o["metadata"]["creationTimestamp"] = json!(at);
+        inv.snapshots.push(o);
+    }
+    let live = secret::snapshot_object(NS, "db", "db", &c[2], &key, &[]);
+    let mut source = json!({"kind": "Secret", "apiVersion": "v1", "type": "Opaque", "data": live["data"].clone(),
+        "metadata": {"name": "db", "namespace": NS, "annotations": {"confighistory.io/head": c[2].mac(&key)}}});
+    source["metadata"]["annotations"]["confighistory.io/changed-at"] = json!("2024-05-01T11:00:00Z");
+    // `kubectl apply` keeps a copy of the manifest, values included.
+    let applied = json!({"kind": "Secret", "stringData": {"api_key": CANARY}, "data": live["data"].clone()});
+    source["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = json!(applied.to_string());
+    source["metadata"]["annotations"]["confighistory.io/propagated"] = json!(c[2].mac(&key));
+    inv.sources.insert("secret/db".into(), source);
+    let (s1, s2, s3) = (secret_snap_name(&c[0]), secret_snap_name(&c[1]), secret_snap_name(&c[2]));
+    let revs = [
+        secret_template("registry.example/api:1", &s1, &s1),
+        secret_template("registry.example/api:2", &s2, &s2),
+        secret_template("registry.example/api:3", &s3, &s3),
+    ];
+    inv.workloads.push(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "api", "uid": "uid-api", "annotations": {"deployment.kubernetes.io/revision": "3",
+            "confighistory.io/pins": json!({"secret/db": c[2].mac(&key), SOURCE: contents()[3].hash()}).to_string()}},
+        "spec": {"template": revs[2].clone()},
+    }));
+    for (i, t) in revs.iter().enumerate() {
+        inv.revisions.push(api_replicaset(i as i64 + 1, t));
+    }
+    inv.sealed()
+}
+
+/// The forms of the canary that must not be printed: the value, its base64, its SHA-256 (hex,
+/// both cases), and the unkeyed hash a ConfigMap's rules would give content holding it.
+fn canary_forms() -> Vec<String> {
+    use base64::Engine as _;
+    let sha = confighistory::model::digest::digest::<confighistory::model::digest::Sha256>(CANARY.as_bytes());
+    let hex: String = sha.iter().map(|b| format!("{b:02x}")).collect();
+    vec![
+        CANARY.to_owned(),
+        base64::engine::general_purpose::STANDARD.encode(CANARY),
+        hex.to_uppercase(),
+        hex,
+        content(&[("password", CANARY)]).hash(),
+        content(&[("api_key", CANARY)]).hash(),
+    ]
+}
+
+/// Fails naming the form found, never printing the text it was found in (a failure's message
+/// is test output too: docs/testing.md's Secrets discipline).
+#[track_caller]
+fn assert_no_canary(what: &str, text: &str) {
+    for (i, form) in canary_forms().iter().enumerate() {
+        assert!(!text.contains(form.as_str()), "{what}: canary form #{i} printed ({} bytes of output)", text.len());
+    }
+}
+
+#[test]
+fn secret_history_golden() {
+    let inv = secret_inventory();
+    let h = build::history(&inv, "secret/db").unwrap();
+    assert_eq!(h.source_kind, "Secret");
+    let key = namespace_key();
+    let c = secret_contents();
+    assert_eq!(h.head.as_deref(), Some(c[2].mac(&key).as_str()), "the head: the snapshot holding the live content");
+    let revs: Vec<(u32, bool)> = h.snapshots.iter().map(|s| (s.revision, s.head)).collect();
+    assert_eq!(revs, [(3, true), (2, false), (1, false)]);
+    assert_eq!((h.snapshots[0].changed.clone(), h.snapshots[0].added.clone()), (vec!["password".to_owned()], vec![]));
+    assert_eq!((h.snapshots[1].changed.clone(), h.snapshots[1].added.clone()), (vec!["url".to_owned()], vec!["pool".to_owned()]));
+    assert_eq!(h.snapshots[2].keys, ["api_key", "password", "url"]);
+    assert_eq!(h.snapshots[2].size, c[0].bytes());
+    assert_eq!(h.snapshots[0].used_by, [Usage { workload: api(), current: true, revisions: vec![3], adopted: false }]);
+    golden("plugin-history-secret.txt", &render::history(&h, now(), Style::PLAIN));
+    golden("plugin-history-secret.json", &machine("History", &h, Output::Json));
+    // A snapshot's name, or secret/NAME of it, means its source; a bare name is a ConfigMap.
+    assert!(build::history(&inv, "db").unwrap_err().to_string().contains("no ConfigMap or snapshot named \"db\""));
+}
+
+#[test]
+fn secret_diff_golden() {
+    let inv = secret_inventory();
+    let d = build::diff(&inv, "secret/db", None, None, false).unwrap();
+    assert_eq!((d.from.revision, d.to.revision, d.source_kind.as_str()), (Some(2), Some(3), "Secret"));
+    assert_eq!(
+        (d.changed.clone(), d.unchanged.clone()),
+        (vec!["password".to_owned()], vec!["api_key".into(), "pool".into(), "url".into()])
+    );
+    let k = &d.keys[0];
+    assert!(k.hidden && k.hunks.is_empty() && !k.binary, "{k:?}");
+    assert_eq!((k.old_size, k.new_size), (Some(CANARY.len()), Some("s3cret-rotated-value".len())));
+    golden("plugin-diff-secret.txt", &render::diff(&d, now(), Style::PLAIN));
+    golden("plugin-diff-secret.json", &machine("Diff", &d, Output::Json));
+
+    // Revision 1 of the Deployment against the head: a key added, two changed.
+    let since = build::diff(&inv, "secret/db", Some("deployment/api@1"), Some("head"), false).unwrap();
+    assert_eq!((since.added.clone(), since.changed.clone()), (vec!["pool".to_owned()], vec!["password".to_owned(), "url".into()]));
+    golden("plugin-diff-secret-since.txt", &render::diff(&since, now(), Style::PLAIN));
+
+    // --show-values: the values, as a ConfigMap's are shown.
+    let shown = build::diff(&inv, "secret/db", Some("1"), Some("3"), true).unwrap();
+    assert!(shown.keys.iter().all(|k| !k.hidden && !k.hunks.is_empty()), "{:?}", shown.keys);
+    golden("plugin-diff-secret-values.txt", &render::diff(&shown, now(), Style::PLAIN));
+
+    // The live content without a snapshot: its hash is the recorded head, never one computed.
+    let mut fresh = inv.clone();
+    fresh.snapshots.retain(|s| s["metadata"]["name"] != secret_snap_name(&secret_contents()[2]).as_str());
+    let d = build::diff(&fresh, "secret/db", None, None, false).unwrap();
+    assert_eq!((d.to.revision, d.to.name.as_str()), (None, "db"));
+    assert_eq!(d.to.hash, Some(secret_contents()[2].mac(&namespace_key())), "the head annotation");
+    fresh.sources.get_mut("secret/db").unwrap()["metadata"]["annotations"] = json!({});
+    assert_eq!(build::diff(&fresh, "secret/db", None, None, false).unwrap().to.hash, None);
+}
+
+#[test]
+fn secret_status_golden() {
+    let inv = secret_inventory();
+    let s = build::status(&inv, &api()).unwrap();
+    let sources: Vec<(&str, bool)> = s.pins.iter().map(|p| (p.source.as_str(), p.is_head)).collect();
+    assert_eq!(sources, [(SOURCE, true), ("secret/db", true)], "the env var and the volume are one source; imagePullSecrets none");
+    assert_eq!(s.undo.as_ref().unwrap().config[1].reference, secret_snap_name(&secret_contents()[1]));
+    golden("plugin-status-secret.txt", &render::status(&s, now(), Style::PLAIN));
+    golden("plugin-status-secret.json", &machine("Status", &s, Output::Json));
+    // Secret snapshots read: their users are shown even where the server no longer versions Secrets.
+    let mut off = inv.clone();
+    off.server = server(json!({"secrets": false}));
+    assert!(build::status(&off, &api()).unwrap().pins.iter().any(|p| p.source == "secret/db"));
+    // With Secrets off in the namespace (the server's choice) and none read (gather reads none
+    // unless one is asked for), Secret references are not sources.
+    off.snapshots.retain(|s| s["kind"] != "Secret");
+    off.secret_contents.clear();
+    let s = build::status(&off, &api()).unwrap();
+    assert!(s.pins.iter().all(|p| !p.source.starts_with("secret/")), "{:?}", s.pins);
+    // A Secret asked for is read (and sealed) though the server does not version Secrets.
+    off.sources.insert("secret/db".into(), json!({"kind": "Secret", "metadata": {"name": "db"}, "data": {"k": "dg=="}}));
+    let off = off.sealed();
+    let err = build::history(&off, "secret/db").unwrap_err().to_string();
+    assert!(err.contains("does not version Secrets in namespace shop"), "{err}");
+}
+
+/// Every view and output format over fixtures holding the canary: none of its forms without
+/// `--show-values`; with it, the value is shown (and only in `diff`).
+#[test]
+fn secret_values_never_printed_without_show_values() {
+    let inv = secret_inventory();
+    let outputs = || [Output::Json, Output::Yaml, Output::Name, Output::JsonPath("{.source} {.keys[*].key}".into())];
+    let h = build::history(&inv, "secret/db").unwrap();
+    let s = build::status(&inv, &api()).unwrap();
+    let w = inv.workload(&api()).unwrap();
+    let u = {
+        let (rev, template) = build::undo_target(&w, 0).unwrap();
+        Undo {
+            namespace: NS.into(),
+            workload: api(),
+            dry_run: true,
+            skipped: false,
+            before: build::revision_config(&inv, w.kind, w.current_revision(), w.template()),
+            target: build::revision_config(&inv, w.kind, Some(rev), &template),
+            after: build::revision_config(&inv, w.kind, None, &template),
+            held: vec!["secret/db".into()],
+        }
+    };
+    let mut texts: Vec<(String, String)> = Vec::new();
+    for style in [Style::PLAIN, Style::COLOR] {
+        texts.push((format!("history {style:?}"), render::history(&h, now(), style)));
+        texts.push((format!("status {style:?}"), render::status(&s, now(), style)));
+        texts.push((format!("undo {style:?}"), render::undo(&u, style)));
+    }
+    let specs = [None, Some("head"), Some("1"), Some("2"), Some("3"), Some("deployment/api@1"), Some("deployment/api@2")];
+    for a in specs {
+        for b in [None, Some("head"), Some("1")] {
+            let d = match build::diff(&inv, "secret/db", a, b, false) {
+                Ok(d) => d,
+                Err(e) => {
+                    texts.push((format!("diff {a:?} {b:?} error"), confighistory::plugin::describe(&e)));
+                    continue;
+                }
+            };
+            for style in [Style::PLAIN, Style::COLOR] {
+                texts.push((format!("diff {a:?} {b:?} {style:?}"), render::diff(&d, now(), style)));
+            }
+            for o in outputs() {
+                texts.push((format!("diff {a:?} {b:?} {o:?}"), confighistory::plugin::emit("Diff", &d, &[], o).unwrap()));
+            }
+            texts.push((format!("diff {a:?} {b:?} Debug"), format!("{d:?}")));
+        }
+    }
+    for o in outputs() {
+        texts.push((format!("history {o:?}"), confighistory::plugin::emit("History", &h, &[], o.clone()).unwrap()));
+        texts.push((format!("status {o:?}"), confighistory::plugin::emit("Status", &s, &[], o.clone()).unwrap()));
+        texts.push((format!("undo {o:?}"), confighistory::plugin::emit("Undo", &u, &[], o).unwrap()));
+    }
+    // Errors, and the Debug of everything the plugin holds.
+    for (a, b) in [(Some("9"), None), (Some("zzzz"), None), (Some("deployment/api@7"), None), (Some(CANARY), None)] {
+        let e = build::diff(&inv, "secret/db", a, b, false).unwrap_err();
+        let text = confighistory::plugin::describe(&e);
+        // The canary given as a spec is the user's own text; any other error must not hold it.
+        if a != Some(CANARY) {
+            texts.push((format!("diff error {a:?}"), text));
+        }
+    }
+    texts.push(("history error".into(), build::history(&inv, "secret/nope").unwrap_err().to_string()));
+    texts.push(("inventory Debug".into(), format!("{inv:?}")));
+    texts.push(("snaps Debug".into(), format!("{:?}", inv.snaps())));
+    texts.push(("history Debug".into(), format!("{h:?} {s:?} {u:?}")));
+    for (what, text) in &texts {
+        assert_no_canary(what, text);
+    }
+    assert!(texts.len() > 100, "{}", texts.len());
+
+    // With --show-values the value is there, in human and JSON output.
+    let shown = build::diff(&inv, "secret/db", Some("2"), Some("3"), true).unwrap();
+    assert!(render::diff(&shown, now(), Style::PLAIN).contains(&format!("-{CANARY}")), "the old password shown");
+    assert!(machine("Diff", &shown, Output::Json).contains(&format!("\"-{CANARY}\"")));
+    // Unchanged keys' values are not printed even then (a diff shows changes).
+    let shown = build::diff(&inv, "secret/db", Some("3"), Some("3"), true).unwrap();
+    assert_no_canary("diff 3 3 --show-values", &render::diff(&shown, now(), Style::PLAIN));
+}
+
+/// A user who may not read Secrets is told so and what to do; nothing is guessed.
+#[test]
+fn secrets_the_user_cannot_read_are_said_so() {
+    let mut inv = secret_inventory();
+    let why = "you may not list Secrets in namespace shop (secrets is forbidden); ask for get and list on secrets there";
+    inv.snapshots.retain(|s| s["kind"] != "Secret");
+    inv.sources.remove("secret/db");
+    inv.secret_contents.clear();
+    inv.secrets_unreadable = Some(why.into());
+    assert_eq!(build::history(&inv, "secret/db").unwrap_err().to_string(), why);
+    assert_eq!(build::diff(&inv, "secret/db", None, None, false).unwrap_err().to_string(), why);
+    let s = build::status(&inv, &api()).unwrap();
+    assert_eq!(s.secrets_unreadable.as_deref(), Some(why));
+    let text = render::status(&s, now(), Style::PLAIN);
+    assert!(text.contains(&format!("note: {why}")) && text.contains("unknown: you may not read Secrets here"), "{text}");
+    assert!(!text.contains("snapshot deleted"), "{text}");
+    // An undo to a revision using a Secret is refused: whether its snapshot exists is unknown.
+    let w = inv.workload(&api()).unwrap();
+    let (rev, t) = build::undo_target(&w, 0).unwrap();
+    let err = build::check_secrets_readable(&inv, &build::revision_config(&inv, w.kind, Some(rev), &t)).unwrap_err().to_string();
+    assert!(err.contains("cannot check the Secret snapshots revision 2 uses") && err.contains(why), "{err}");
+    // ConfigMap views are not affected.
+    assert!(
+        build::history(&inv, SOURCE).is_ok()
+            && build::check_secrets_readable(&inv, &build::revision_config(&inv, w.kind, Some(rev), &json!({}))).is_ok()
+    );
+}
+
+#[test]
+fn sources_are_named_with_their_kind() {
+    use confighistory::model::source::{SourceId, SourceKind};
+    let secret = |n: &str| SourceId::new(SourceKind::Secret, n);
+    assert_eq!(build::parse_source("db").unwrap(), SourceId::configmap("db"));
+    assert_eq!(build::parse_source("configmap/db").unwrap(), SourceId::configmap("db"));
+    assert_eq!(build::parse_source("cm/db").unwrap(), SourceId::configmap("db"));
+    assert_eq!(build::parse_source("secret/db").unwrap(), secret("db"));
+    assert_eq!(build::parse_source("secrets/db").unwrap(), secret("db"));
+    for bad in ["secret/", "secret/../x", "deployment/db", "secret/a/b", "Db"] {
+        assert!(build::parse_source(bad).unwrap_err().to_string().contains("is not a valid"), "{bad}");
+    }
+    assert_eq!(build::object_name(SourceKind::Secret, "db-x"), "secret/db-x");
+    // `list`: Secret snapshots count for their source, named secret/NAME.
+    let snap = json!({"kind": "Secret", "metadata": {"namespace": NS, "name": "db-aaaa", "labels": {"confighistory.io/hash": "aaaa"},
+        "annotations": {"confighistory.io/source-name": "db"}}});
+    let sources = BTreeMap::from([(
+        (NS.to_owned(), "secret/db".to_owned()),
+        Some(json!({"kind": "Secret", "metadata": {"name": "db", "annotations": {"confighistory.io/head": "aaaa"}}})),
+    )]);
+    let w = json!({"metadata": {"namespace": NS, "name": "api", "annotations": {"confighistory.io/pins": r#"{"secret/db":"aaaa"}"#}}});
+    let list = build::sources(Some(NS), &[snap], &sources, &[w]);
+    let row = &list.sources[0];
+    assert_eq!((row.name.as_str(), row.snapshots, row.workloads, row.behind), ("secret/db", 1, 1, 0));
+}
+
+#[test]
+fn show_values_is_a_diff_flag_and_secret_names_are_checked_offline() {
+    let out = offline(&["diff", "secret/../db"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a valid"));
+    // Accepted by the parser: the error is the missing kubeconfig, after parsing.
+    let out = offline(&["diff", "secret/db", "--show-values"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("unexpected argument") && out.status.code() == Some(2), "{err}");
+    assert!(String::from_utf8_lossy(&offline(&["diff", "--help"]).stdout).contains("--show-values"));
 }

@@ -8,24 +8,23 @@
 
 use std::sync::{Arc, RwLock};
 
-use axum::body::Body;
-use axum::http::{Request as HttpRequest, StatusCode};
+use axum::http::StatusCode;
 use base64::Engine as _;
 use confighistory::cache::State;
 use confighistory::cluster::{ApiError, MemoryCluster};
 use confighistory::model::digest::{digest, Sha256};
-use confighistory::model::keys::{ClusterKey, KeyId, Keyring};
+use confighistory::model::keys::{ClusterKey, KeyId, KeySlot, Keyring};
 use confighistory::model::names;
 use confighistory::model::policy::Policy;
 use confighistory::model::secret::{self, SecretContent};
 use confighistory::model::snapshot::{self, Content};
 use confighistory::model::source::{SourceId, SourceKind};
 use confighistory::model::template::Kind;
-use confighistory::webhook::{self, App};
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
-const NS: &str = "shop";
+mod common;
+use common::{review, Answer, NS};
+
 const CANARY: &str = "canary-s3cr3t-value";
 
 fn b64(bytes: &[u8]) -> String {
@@ -41,7 +40,7 @@ fn secrets_on(selector: &str) -> Policy {
     let mut p = Policy::default();
     p.secrets.enabled = true;
     p.secrets.namespaces = selector.parse().unwrap();
-    p.secrets.keys = Some(Arc::new(keyring()));
+    p.secrets.keys = KeySlot::new(keyring());
     p
 }
 
@@ -75,59 +74,6 @@ fn deployment(image: &str, s: &str, cm: &str) -> Value {
     })
 }
 
-fn review(kind: &str, group: &str, op: &str, object: Option<&Value>, old: Option<&Value>) -> Value {
-    let obj = object.or(old).expect("an object");
-    json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": "req-1",
-            "kind": {"group": group, "version": "v1", "kind": kind},
-            "resource": {"group": group, "version": "v1", "resource": format!("{}s", kind.to_lowercase())},
-            "name": obj["metadata"]["name"], "namespace": NS, "operation": op,
-            "userInfo": {"username": "alice"},
-            "object": object, "oldObject": old, "dryRun": false
-        }
-    })
-}
-
-struct Answer {
-    status: StatusCode,
-    body: Value,
-    /// The body as sent.
-    text: String,
-}
-
-impl Answer {
-    fn response(&self) -> &Value {
-        &self.body["response"]
-    }
-    fn allowed(&self) -> bool {
-        self.response()["allowed"] == json!(true)
-    }
-    fn message(&self) -> String {
-        self.response()["status"]["message"].as_str().unwrap_or_default().to_owned()
-    }
-    fn warnings(&self) -> Vec<String> {
-        self.response()["warnings"].as_array().map(|a| a.iter().map(|w| w.as_str().unwrap().to_owned()).collect()).unwrap_or_default()
-    }
-    fn patch(&self) -> Vec<Value> {
-        match self.response()["patch"].as_str() {
-            Some(p) => serde_json::from_slice(&b64_decode(p)).unwrap(),
-            None => vec![],
-        }
-    }
-    fn patched(&self, obj: &Value) -> Value {
-        let mut out = obj.clone();
-        let patch: json_patch::Patch = serde_json::from_value(Value::Array(self.patch())).unwrap();
-        json_patch::patch(&mut out, &patch).expect("patch applies");
-        out
-    }
-}
-
-fn b64_decode(s: &str) -> Vec<u8> {
-    base64::engine::general_purpose::STANDARD.decode(s).unwrap()
-}
-
 struct Fixture {
     state: Arc<RwLock<State>>,
     cluster: MemoryCluster,
@@ -159,14 +105,7 @@ impl Fixture {
     }
 
     async fn send(&self, path: &str, review: Value) -> Answer {
-        let app = Arc::new(App::ready(self.policy.clone(), self.state.clone(), Arc::new(self.cluster.clone())));
-        let body = serde_json::to_vec(&review).unwrap();
-        let req = HttpRequest::post(path).header("content-type", "application/json").body(Body::from(body)).unwrap();
-        let resp = webhook::router(app).oneshot(req).await.unwrap();
-        let status = resp.status();
-        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
-        let text = String::from_utf8(bytes.to_vec()).unwrap();
-        Answer { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null), text }
+        common::send(&common::app(&self.policy, &self.state, &self.cluster), path, &review).await
     }
 
     fn calls(&self) -> Vec<String> {
@@ -196,7 +135,7 @@ async fn secret_update_keeps_outgoing_content(value: &str) -> Shown {
     let f = Fixture::new(secrets_on("")).source(old.clone()).source(configmap("cfg")).workload(&deployment("app:1", "db", "cfg"));
     let mut new = opaque("db", "rotated-password");
     new["metadata"]["resourceVersion"] = json!("8");
-    let a = f.send("/mutate", review("Secret", "", "UPDATE", Some(&new), Some(&old))).await;
+    let a = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&new), Some(&old))).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     assert!(a.allowed(), "{}", a.body);
     assert_eq!(a.warnings(), ["secret/db: values changed in [password], same keys"]);
@@ -220,7 +159,7 @@ async fn deployment_is_pinned_to_secret_snapshots(value: &str) -> Shown {
     let s = opaque("db", value);
     let f = Fixture::new(secrets_on("")).source(s.clone()).source(configmap("cfg"));
     let d = deployment("app:1", "db", "cfg");
-    let a = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await;
+    let a = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
     assert!(a.allowed(), "{}", a.body);
     let out = a.patched(&d);
     let name = snapshot::name("db", &mac_of(&s), 0);
@@ -235,12 +174,48 @@ async fn deployment_is_pinned_to_secret_snapshots(value: &str) -> Shown {
     assert_eq!((&snap["type"], &snap["data"]), (&s["type"], &s["data"]));
     assert_eq!(secret::validate(&snap, NS, &keyring()), Ok(mac_of(&s)));
     // A second apply of the same manifest keeps the pins (no new snapshot, no read).
-    let again = f.send("/mutate", review("Deployment", "apps", "UPDATE", Some(&d), Some(&out))).await;
+    let again = f.send("/mutate", review("Deployment", "apps", "v1", "UPDATE", Some(&d), Some(&out))).await;
     assert_eq!(again.patched(&d)["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!(name));
     // Validation of the pinned Deployment passes: it names a valid snapshot.
-    let v = f.send("/validate", review("Deployment", "apps", "CREATE", Some(&out), None)).await;
+    let v = f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&out), None)).await;
     assert!(v.allowed(), "{}", v.body);
     vec![("the Deployment's answer".into(), a.text), ("its re-apply".into(), again.text), ("its validation".into(), v.text)]
+}
+
+/// Propagation for Secrets (docs/behaviour.md §4a with §7): confighistory's trigger naming
+/// `secret/db` and its new head moves the Deployment's volume and env from the old Secret
+/// snapshot to the head's (made from the stored Secret), and the trigger is consumed; from anyone
+/// else the same trigger moves nothing.
+async fn a_trigger_moves_a_secret_pin_to_the_head(value: &str) -> Shown {
+    let old = opaque("db", value);
+    let f = Fixture::new(secrets_on("")).source(old.clone()).source(configmap("cfg"));
+    let d = deployment("app:1", "db", "cfg");
+    let pinned = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await.patched(&d);
+    // The Secret edited since (through the webhook, which recorded the new head).
+    let mut new = opaque("db", "rotated-password");
+    new["metadata"]["resourceVersion"] = json!("8");
+    new["metadata"]["annotations"] = json!({names::HEAD: mac_of(&new)});
+    let f = f.source(new.clone()).workload(&pinned);
+    let mut triggered = pinned.clone();
+    triggered["metadata"]["annotations"][names::PROPAGATE] = json!(format!("secret/db={}", mac_of(&new)));
+    let mut as_confighistory = review("Deployment", "apps", "v1", "UPDATE", Some(&triggered), Some(&pinned));
+    as_confighistory["request"]["userInfo"]["username"] = json!(f.policy.identity);
+    let a = f.send("/mutate", as_confighistory).await;
+    assert!(a.allowed(), "{}", a.body);
+    let out = a.patched(&triggered);
+    let head_snapshot = snapshot::name("db", &mac_of(&new), 0);
+    let spec = &out["spec"]["template"]["spec"];
+    assert_eq!(spec["volumes"][0]["secret"]["secretName"], json!(head_snapshot));
+    assert_eq!(spec["containers"][0]["env"][0]["valueFrom"]["secretKeyRef"]["name"], json!(head_snapshot));
+    assert_eq!(spec["volumes"][1], pinned["spec"]["template"]["spec"]["volumes"][1], "the ConfigMap pin stays");
+    assert!(out["metadata"]["annotations"].get(names::PROPAGATE).is_none(), "the trigger is consumed");
+    let snap = f.secret(&head_snapshot).expect("the head's snapshot is made");
+    assert_eq!(secret::validate(&snap, NS, &keyring()), Ok(mac_of(&new)));
+    // The same trigger from a user moves nothing.
+    let b = f.send("/mutate", review("Deployment", "apps", "v1", "UPDATE", Some(&triggered), Some(&pinned))).await;
+    let by_user = b.patched(&triggered);
+    assert_eq!(by_user["spec"]["template"]["spec"]["volumes"][0], pinned["spec"]["template"]["spec"]["volumes"][0], "{}", b.body);
+    vec![("the triggered update's answer".into(), a.text), ("a user's trigger's answer".into(), b.text)]
 }
 
 /// Snapshot protection covers Secret snapshots: a forged one (wrong MAC) is refused, naming no
@@ -254,17 +229,17 @@ async fn secret_snapshots_are_protected(value: &str) -> Shown {
     let snap = secret::snapshot_object(NS, "db", &name, &content, &key, &[]);
     let mut forged = snap.clone();
     forged["data"]["password"] = json!(b64(b"planted"));
-    let a = f.send("/protect", review("Secret", "", "CREATE", Some(&forged), None)).await;
+    let a = f.send("/protect", review("Secret", "", "v1", "CREATE", Some(&forged), None)).await;
     assert!(!a.allowed(), "{}", a.body);
     assert!(a.message().contains("is not a valid snapshot"), "{}", a.message());
-    let ok = f.send("/protect", review("Secret", "", "CREATE", Some(&snap), None)).await;
+    let ok = f.send("/protect", review("Secret", "", "v1", "CREATE", Some(&snap), None)).await;
     assert!(ok.allowed(), "{}", ok.body);
     let mut relabelled = snap.clone();
     relabelled["metadata"]["labels"]["extra"] = json!("x");
-    let edit = f.send("/protect", review("Secret", "", "UPDATE", Some(&relabelled), Some(&snap))).await;
+    let edit = f.send("/protect", review("Secret", "", "v1", "UPDATE", Some(&relabelled), Some(&snap))).await;
     assert!(!edit.allowed() && edit.message().contains("Secret") && edit.message().contains("labels"), "{}", edit.body);
     let f = f.source(snap.clone()).workload(&deployment("app:1", &name, "cfg"));
-    let del = f.send("/protect", review("Secret", "", "DELETE", None, Some(&snap))).await;
+    let del = f.send("/protect", review("Secret", "", "v1", "DELETE", None, Some(&snap))).await;
     assert!(!del.allowed() && del.message().contains("Deployment/pricing use it"), "{}", del.body);
     vec![("the forged snapshot's denial".into(), a.text), ("the edit's denial".into(), edit.text), ("the delete's denial".into(), del.text)]
 }
@@ -272,7 +247,7 @@ async fn secret_snapshots_are_protected(value: &str) -> Shown {
 /// In enforce mode, a mutable Secret created after a workload named it is refused, naming no value.
 async fn enforce_denies_a_mutable_secret(value: &str) -> Shown {
     let f = Fixture::new(secrets_on("")).namespace(json!({"confighistory.io/mode": "enforce"})).workload(&deployment("app:1", "db", "cfg"));
-    let a = f.send("/mutate", review("Secret", "", "CREATE", Some(&opaque("db", value)), None)).await;
+    let a = f.send("/mutate", review("Secret", "", "v1", "CREATE", Some(&opaque("db", value)), None)).await;
     assert!(!a.allowed(), "{}", a.body);
     assert!(a.message().contains("Secret db is mutable"), "{}", a.message());
     vec![("the enforce denial".into(), a.text)]
@@ -287,7 +262,7 @@ async fn a_collision_moves_to_the_next_name(value: &str) -> Shown {
     squatter["metadata"]["labels"] = json!({names::HASH_LABEL: mac_of(&s), names::MANAGED_BY: names::MANAGER});
     let f = Fixture::new(secrets_on("")).source(s.clone()).source(configmap("cfg")).source(squatter);
     let d = deployment("app:1", "db", "cfg");
-    let a = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await;
+    let a = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
     assert!(a.allowed(), "{}", a.body);
     let second = snapshot::name("db", &mac_of(&s), 1);
     assert_eq!(a.patched(&d)["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!(second));
@@ -304,7 +279,7 @@ async fn a_full_quota_is_explained(value: &str) -> Shown {
         "create shop/secret/",
         ApiError { code: Some(403), reason: "Forbidden".into(), message: "exceeded quota: s, requested: count/secrets=1".into() },
     ));
-    let a = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&deployment("app:1", "db", "cfg")), None)).await;
+    let a = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&deployment("app:1", "db", "cfg")), None)).await;
     assert!(!a.allowed(), "{}", a.body);
     assert!(a.message().contains("ResourceQuota for secrets"), "{}", a.message());
     vec![("the quota denial".into(), a.text)]
@@ -320,6 +295,11 @@ async fn a_secret_update_keeps_its_outgoing_content_as_a_mac_named_snapshot() {
 #[tokio::test]
 async fn a_deployment_reading_a_secret_volume_and_env_is_pinned() {
     deployment_is_pinned_to_secret_snapshots("hunter2").await;
+}
+
+#[tokio::test]
+async fn a_propagation_trigger_moves_a_secret_pin_to_the_head() {
+    a_trigger_moves_a_secret_pin_to_the_head("s3cr3t").await;
 }
 
 #[tokio::test]
@@ -346,7 +326,7 @@ async fn projected_and_env_from_references_are_pinned_and_image_pull_secrets_nev
     spec["volumes"].as_array_mut().unwrap().push(json!({"name": "all", "projected": {"sources": [{"secret": {"name": "db"}}]}}));
     spec["containers"][0]["envFrom"] = json!([{"secretRef": {"name": "db"}}]);
     spec["imagePullSecrets"] = json!([{"name": "regcred"}]);
-    let a = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await;
+    let a = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
     assert!(a.allowed(), "{}", a.body);
     let out = a.patched(&d);
     let name = json!(snapshot::name("db", &mac_of(&s), 0));
@@ -377,7 +357,7 @@ async fn never_sources_pass_untouched() {
         let mut head = s.clone();
         head["metadata"]["annotations"][names::HEAD] = json!("forged");
         for (op, new, old) in [("CREATE", s, None), ("UPDATE", &head, Some(s))] {
-            let a = f.send("/mutate", review("Secret", "", op, Some(new), old)).await;
+            let a = f.send("/mutate", review("Secret", "", "v1", op, Some(new), old)).await;
             assert!(a.allowed(), "{}", a.body);
             assert!(a.patch().is_empty() && a.warnings().is_empty(), "{} {op}: {}", s["metadata"]["name"], a.body);
         }
@@ -386,7 +366,7 @@ async fn never_sources_pass_untouched() {
     for s in &never {
         let name = s["metadata"]["name"].as_str().unwrap();
         let d = deployment("app:1", name, "cfg");
-        let a = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await;
+        let a = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
         assert!(a.allowed(), "{}", a.body);
         let out = a.patched(&d);
         assert_eq!(out["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!(name), "{name}");
@@ -408,13 +388,13 @@ async fn only_the_admins_namespace_selector_turns_secrets_on() {
     let d = deployment("app:1", "db", "cfg");
     let pinned = |a: &Answer| a.patched(&d)["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"] != json!("db");
     let off = Fixture::new(secrets_on("secrets=on")).namespace(json!({})).source(s.clone()).source(configmap("cfg"));
-    let a = off.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await;
+    let a = off.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
     assert!(a.allowed() && !pinned(&a), "{}", a.body);
     assert!(off.calls().iter().all(|c| !c.contains("/secret/")), "no Secret read where they are off");
-    let u = off.send("/mutate", review("Secret", "", "UPDATE", Some(&opaque("db", "new")), Some(&s))).await;
+    let u = off.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&opaque("db", "new")), Some(&s))).await;
     assert!(u.allowed() && u.patch().is_empty() && u.warnings().is_empty(), "{}", u.body);
     let on = Fixture::new(secrets_on("secrets=on")).namespace(json!({"secrets": "on"})).source(s).source(configmap("cfg"));
-    let a = on.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await;
+    let a = on.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
     assert!(a.allowed() && pinned(&a), "{}", a.body);
 }
 
@@ -425,7 +405,7 @@ async fn with_secrets_off_nothing_about_secrets_changes() {
     let s = opaque("db", "hunter2");
     let f = Fixture::new(Policy::default()).source(s.clone()).source(configmap("cfg"));
     let d = deployment("app:1", "db", "cfg");
-    let a = f.send("/mutate", review("Deployment", "apps", "CREATE", Some(&d), None)).await;
+    let a = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
     assert!(a.allowed(), "{}", a.body);
     let out = a.patched(&d);
     assert_eq!(out["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!("db"));
@@ -433,7 +413,7 @@ async fn with_secrets_off_nothing_about_secrets_changes() {
     assert_ne!(out["spec"]["template"]["spec"]["volumes"][1]["configMap"]["name"], json!("cfg"), "the ConfigMap is pinned as always");
     assert!(f.calls().iter().all(|c| !c.contains("/secret/")), "{:?}", f.calls());
     for path in ["/mutate", "/protect"] {
-        let a = f.send(path, review("Secret", "", "UPDATE", Some(&opaque("db", "new")), Some(&s))).await;
+        let a = f.send(path, review("Secret", "", "v1", "UPDATE", Some(&opaque("db", "new")), Some(&s))).await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST, "{path}: {}", a.body);
     }
 }
@@ -450,6 +430,7 @@ async fn no_form_of_a_canary_secret_value_is_written_anywhere() {
     let mut shown: Shown = Vec::new();
     shown.extend(secret_update_keeps_outgoing_content(CANARY).await);
     shown.extend(deployment_is_pinned_to_secret_snapshots(CANARY).await);
+    shown.extend(a_trigger_moves_a_secret_pin_to_the_head(CANARY).await);
     shown.extend(secret_snapshots_are_protected(CANARY).await);
     shown.extend(enforce_denies_a_mutable_secret(CANARY).await);
     shown.extend(a_collision_moves_to_the_next_name(CANARY).await);
@@ -501,4 +482,105 @@ impl Logs {
     fn text(&self) -> String {
         String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
     }
+}
+
+/// A key rotation (docs/operations.md "Secrets' cluster key") renames nothing and moves nothing:
+/// a Secret whose content stays keeps the key its head was MAC'd under (recorded in
+/// `confighistory.io/key-id`), so an edit of its labels records no change, and a Deployment
+/// applied after the rotation is pinned to the existing snapshot, not a new one; the Secret's next
+/// content change takes the new key. Failed before: the head was always MAC'd under the current
+/// key, so the first write after a rotation recorded a change and propagation would have moved
+/// every workload reading the Secret.
+#[tokio::test]
+async fn a_key_rotation_renames_no_snapshot_and_moves_no_workload() {
+    let s = opaque("db", "s3cr3t");
+    let f = Fixture::new(secrets_on("")).source(s.clone()).source(configmap("cfg"));
+    let d = deployment("app:1", "db", "cfg");
+    let pinned = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await.patched(&d);
+    let before = snapshot::name("db", &mac_of(&s), 0);
+    assert_eq!(pinned["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!(before));
+    // Its next write (here confighistory's own head record) records the head and its key.
+    let f = f.workload(&pinned);
+    let mut touched = s.clone();
+    touched["metadata"]["annotations"] = json!({names::HEAD: mac_of(&s)});
+    let mut as_confighistory = review("Secret", "", "v1", "UPDATE", Some(&touched), Some(&s));
+    as_confighistory["request"]["userInfo"]["username"] = json!(f.policy.identity);
+    let created = f.send("/mutate", as_confighistory).await.patched(&touched);
+    assert_eq!(created["metadata"]["annotations"][names::KEY_ID], "1", "the key its head is MAC'd under");
+    let f = f.source(created.clone());
+
+    let rotated = keyring().rotate(ClusterKey::new(KeyId(2), vec![9; 32]).unwrap()).unwrap();
+    let mut f = f;
+    f.policy.secrets.keys = KeySlot::new(rotated.clone());
+    f.calls();
+
+    // Its labels edited: the same head, key and change time.
+    let mut relabelled = created.clone();
+    relabelled["metadata"]["labels"] = json!({"team": "pricing"});
+    let a = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&relabelled), Some(&created))).await;
+    assert!(a.allowed(), "{}", a.body);
+    let after = a.patched(&relabelled);
+    for key in [names::HEAD, names::KEY_ID, names::CHANGED_AT] {
+        assert_eq!(after["metadata"]["annotations"][key], created["metadata"]["annotations"][key], "{key}");
+    }
+    // A Deployment applied after the rotation: the existing snapshot, valid under the kept key.
+    let mut other = deployment("app:1", "db", "cfg");
+    other["metadata"]["name"] = json!("other");
+    let o = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&other), None)).await;
+    assert_eq!(o.patched(&other)["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!(before), "{}", o.body);
+    assert!(f.calls().iter().all(|c| !c.starts_with("create")), "no snapshot made under the new key");
+
+    // Its content changed: the new key.
+    let mut edited = opaque("db", "rotated-password");
+    edited["metadata"]["annotations"] = created["metadata"]["annotations"].clone();
+    let e = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&edited), Some(&created))).await;
+    let after = e.patched(&edited);
+    assert_eq!(after["metadata"]["annotations"][names::KEY_ID], "2");
+    let new_mac = SecretContent::from_object(&edited).unwrap().mac(&rotated.current().namespace_key(NS));
+    assert_eq!(after["metadata"]["annotations"][names::HEAD], json!(new_mac));
+    // The outgoing content is kept under the key it was named by: the snapshot the Deployments use.
+    assert!(f.secret(&before).is_some());
+}
+
+/// A Secret its owner opts out of versioning (`versioned: "false"`, to change under running pods)
+/// is a change of its own, as a ConfigMap's (docs/behaviour.md §7): the UPDATE records it, and
+/// confighistory's trigger then moves the Deployment from the snapshot back to the plain name.
+#[tokio::test]
+async fn a_secret_opted_out_of_versioning_moves_its_workloads_back_to_the_plain_name() {
+    let s = opaque("db", "s3cr3t");
+    let f = Fixture::new(secrets_on("")).source(s.clone()).source(configmap("cfg"));
+    let d = deployment("app:1", "db", "cfg");
+    let pinned = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await.patched(&d);
+    let mut stored = s.clone();
+    stored["metadata"]["annotations"] = json!({names::HEAD: mac_of(&s), names::KEY_ID: "1"});
+    let f = f.workload(&pinned).source(stored.clone());
+
+    let mut opted_out = stored.clone();
+    opted_out["metadata"]["annotations"][names::VERSIONED] = json!("false");
+    let a = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&opted_out), Some(&stored))).await;
+    assert!(a.allowed(), "{}", a.body);
+    let recorded = a.patched(&opted_out);
+    assert!(recorded["metadata"]["annotations"].get(names::CHANGED_AT).is_some(), "a change: {}", a.body);
+
+    // Propagation's trigger (docs/behaviour.md §7): back on the plain name.
+    let f = f.source(recorded.clone());
+    let mut triggered = pinned.clone();
+    triggered["metadata"]["annotations"][names::PROPAGATE] = json!(format!("secret/db={}", mac_of(&s)));
+    let mut as_confighistory = review("Deployment", "apps", "v1", "UPDATE", Some(&triggered), Some(&pinned));
+    as_confighistory["request"]["userInfo"]["username"] = json!(f.policy.identity);
+    let t = f.send("/mutate", as_confighistory).await;
+    let out = t.patched(&triggered);
+    let spec = &out["spec"]["template"]["spec"];
+    assert_eq!(spec["volumes"][0]["secret"]["secretName"], json!("db"), "{}", t.body);
+    assert_eq!(spec["containers"][0]["env"][0]["valueFrom"]["secretKeyRef"]["name"], json!("db"));
+    assert!(t.warnings().iter().any(|w| w.contains("secret/db: no longer versioned")), "{:?}", t.warnings());
+
+    // Opted in again: a change again (propagation pins the plain-name workloads once more).
+    let mut propagated = recorded.clone();
+    propagated["metadata"]["annotations"][names::PROPAGATED] = recorded["metadata"]["annotations"][names::HEAD].clone();
+    let mut opted_in = propagated.clone();
+    opted_in["metadata"]["annotations"].as_object_mut().unwrap().remove(names::VERSIONED);
+    let back = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&opted_in), Some(&propagated))).await;
+    let back = back.patched(&opted_in);
+    assert!(back["metadata"]["annotations"].get(names::PROPAGATED).is_none(), "a new change starts unpropagated: {back}");
 }

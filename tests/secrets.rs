@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use confighistory::cache::Watched;
 use confighistory::cluster::{ApiError, Cluster, Created, MemoryCluster, LAST_APPLIED};
 use confighistory::model::digest::{digest, Sha256};
-use confighistory::model::keys::{ClusterKey, KeyId, Keyring, MIN_KEY_BYTES};
+use confighistory::model::keys::{ClusterKey, KeyId, KeySlot, Keyring, MIN_KEY_BYTES};
 use confighistory::model::names;
 use confighistory::model::secret::{self, SecretContent};
 use confighistory::model::source::{SourceId, SourceKind};
@@ -401,4 +401,27 @@ async fn no_error_or_debug_of_the_port_shows_a_secrets_value() {
     assert!(held.contains(&b64(CANARY.as_bytes())) && held.contains(LAST_APPLIED));
     let stored_key = keys_cluster.source("confighistory", &keys_id()).unwrap().to_string();
     assert!(stored_key.contains(&b64(format!("{CANARY}{CANARY}").as_bytes())[..24]));
+}
+
+/// A running server takes a rotation without a restart (docs/operations.md "Secrets' cluster
+/// key"): reading the keys Secret again puts the rotated keyring in the slot every clone of the
+/// policy shares; an unchanged Secret changes nothing; a Secret gone or malformed leaves the
+/// keys held in use, and the error names the Secret, never a byte.
+#[tokio::test]
+async fn a_rotation_reaches_a_running_server_through_its_key_slot() {
+    let cluster = MemoryCluster::default();
+    let slot = KeySlot::new(keys::ensure(&cluster, &target()).await.unwrap());
+    let held_by_a_clone = slot.clone();
+    assert!(!keys::reload(&cluster, &target(), &slot).await.unwrap(), "unchanged");
+    keys::rotate(&cluster, &target()).await.unwrap();
+    assert!(keys::reload(&cluster, &target(), &slot).await.unwrap(), "rotated");
+    assert_eq!(held_by_a_clone.get().unwrap().current().id(), KeyId(2), "every holder of the slot");
+    assert!(!keys::reload(&cluster, &target(), &slot).await.unwrap());
+
+    cluster.insert(keys_secret(json!({"current": b64(b"9"), "key-1": b64(&[5; 32])})));
+    let e = keys::reload(&cluster, &target(), &slot).await.unwrap_err().to_string();
+    assert!(e.contains("confighistory/confighistory-keys"), "{e}");
+    assert_eq!(slot.get().unwrap().current().id(), KeyId(2), "the keys held stay");
+    let shown = [("the error".to_owned(), e), ("the slot".to_owned(), format!("{slot:?}"))];
+    assert!(!shown[1].1.contains(&b64(&[5; 32])), "{}", shown[1].1);
 }

@@ -6,6 +6,7 @@ use serde_json::Value;
 use super::review::{Operation, Request};
 use super::{annotation, annotation_ops, Decision, Effect, Outcome, Reason, View};
 use crate::model::json::At;
+use crate::model::keys::KeyId;
 use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::secret::SecretContent;
@@ -115,7 +116,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     // Workloads still on the plain name ran with the outgoing content: keep it, with their
     // template hashes as adoption records, so an undo to them finds it (docs/behaviour.md §9).
     if let (Some(old_content), true) = (old_content, content_changed) {
-        if let Some(outcome) = keep_outgoing(req, view, &id, name, old, old_content, Content::hash, &mut d) {
+        if let Some(outcome) = keep_outgoing(req, view, &id, name, old, old_content, |c| (c.hash(), ()), &mut d) {
             return outcome;
         }
     }
@@ -125,6 +126,9 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
 /// The content of a source kind as [`keep_outgoing`] keeps it: a ConfigMap's [`Content`], named
 /// by its hash, or a Secret's [`SecretContent`], named by its MAC under the namespace's key.
 pub(super) trait Outgoing: PartialEq + Sized {
+    /// What names the content besides itself: nothing for a ConfigMap, the cluster key a
+    /// Secret's MAC is under.
+    type Key;
     /// The kind, as the log says it.
     const KIND: &'static str;
     /// What a warning calls the content.
@@ -132,34 +136,37 @@ pub(super) trait Outgoing: PartialEq + Sized {
     /// The content of the stored object, when it has one of this kind.
     fn stored(obj: &Value) -> Option<Self>;
     /// The effect that makes sure a snapshot of it exists, listing `adopted` templates.
-    fn ensure(self, namespace: String, source: SourceId, adopted: Vec<String>) -> Effect;
+    fn ensure(self, key: Self::Key, namespace: String, source: SourceId, adopted: Vec<String>) -> Effect;
 }
 
 impl Outgoing for Content {
+    type Key = ();
     const KIND: &'static str = "ConfigMap";
     const WHAT: &'static str = "config";
     fn stored(obj: &Value) -> Option<Content> {
         Some(Content::from_object(obj))
     }
-    fn ensure(self, namespace: String, source: SourceId, adopted: Vec<String>) -> Effect {
+    fn ensure(self, _: (), namespace: String, source: SourceId, adopted: Vec<String>) -> Effect {
         Effect::EnsureSnapshot { namespace, source, content: self, adopted }
     }
 }
 
 impl Outgoing for SecretContent {
+    type Key = KeyId;
     const KIND: &'static str = "Secret";
     const WHAT: &'static str = "content";
     fn stored(obj: &Value) -> Option<SecretContent> {
         SecretContent::from_object(obj).ok()
     }
-    fn ensure(self, namespace: String, source: SourceId, adopted: Vec<String>) -> Effect {
-        Effect::EnsureSecretSnapshot { namespace, source, content: self, adopted }
+    fn ensure(self, key: KeyId, namespace: String, source: SourceId, adopted: Vec<String>) -> Effect {
+        Effect::EnsureSecretSnapshot { namespace, source, content: self, key, adopted }
     }
 }
 
 /// The outgoing content of a source whose content changed (docs/behaviour.md §9), for ConfigMaps
 /// and Secrets alike: when workloads still on the plain name ran with it and no snapshot of it
-/// (named `old_name(&old_content)`) records all their templates yet, an effect keeps it, from the
+/// (named by the first of `named(&old_content)`, under the key that is the second) records all
+/// their templates yet, an effect keeps it, from the
 /// stored object, never the request's word for it (a forged oldObject sent straight to the port
 /// must not plant content). `label` names the source in warnings. `Some`: the whole answer (a
 /// read to make first, or its failure).
@@ -171,14 +178,14 @@ pub(super) fn keep_outgoing<C: Outgoing>(
     label: &str,
     old: Option<&Value>,
     old_content: C,
-    old_name: impl FnOnce(&C) -> String,
+    named: impl FnOnce(&C) -> (String, C::Key),
     d: &mut Decision,
 ) -> Option<Outcome> {
     let users = view.state.plain_users(&req.namespace, id);
     if users.is_empty() {
         return None;
     }
-    let old_name = old_name(&old_content);
+    let (old_name, key) = named(&old_content);
     // The source's own snapshots only (the cache's index), not every object of the cluster.
     let recorded = view
         .state
@@ -194,7 +201,7 @@ pub(super) fn keep_outgoing<C: Outgoing>(
     let version = |o: &Value| o.at("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
     match stored.as_ref().and_then(|s| Some((s, C::stored(s)?))) {
         Some((s, stored_content)) if version(s) == old.and_then(version) && stored_content == old_content => {
-            d.effects.push(stored_content.ensure(req.namespace.clone(), id.clone(), users))
+            d.effects.push(stored_content.ensure(key, req.namespace.clone(), id.clone(), users))
         }
         _ => {
             tracing::warn!(namespace = %req.namespace, source = label, "oldObject is not the stored {}; outgoing content not kept", C::KIND);

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use crate::cache::{NamespaceInfo, State};
 use crate::model::json::At;
+use crate::model::keys::KeyId;
 use crate::model::meta::Meta;
 use crate::model::policy::{Mode, Policy};
 use crate::model::secret::{self as secret_model, SecretContent};
@@ -249,8 +250,8 @@ pub enum Effect {
     /// the collision sequence) and that its adoption record lists `adopted`.
     EnsureSnapshot { namespace: String, source: SourceId, content: Content, adopted: Vec<String> },
     /// The same for a Secret (docs/behaviour.md §4a): an immutable Secret of the same type and
-    /// data, named by its MAC under the namespace's key of the current cluster key.
-    EnsureSecretSnapshot { namespace: String, source: SourceId, content: SecretContent, adopted: Vec<String> },
+    /// data, named by its MAC under the namespace's key of cluster key `key` (the source's).
+    EnsureSecretSnapshot { namespace: String, source: SourceId, content: SecretContent, key: KeyId, adopted: Vec<String> },
     /// The request chose an existing snapshot of `source` by name (6.2 rule 3): make sure a GC
     /// sweep does not delete it while it is being pinned (docs/behaviour.md §8), by clearing GC's last-use
     /// record on it.

@@ -118,7 +118,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
 fn validate(kind: SourceKind, obj: &Value, ns: &str, view: &View) -> Result<String, String> {
     match kind {
         SourceKind::ConfigMap => snapshot::validate(obj).map_err(|e| e.to_string()),
-        SourceKind::Secret => match view.policy.secrets.keys.as_deref() {
+        SourceKind::Secret => match view.policy.secrets.keys.get().as_deref() {
             Some(keys) => secret::validate(obj, ns, keys).map_err(|e| e.to_string()),
             None => Err("the cluster keys Secret snapshots are checked with are not loaded".into()),
         },

@@ -40,18 +40,20 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         || annotation(obj, names::HEAD).is_some()
         || old.is_some_and(|o| annotation(o, names::HEAD).is_some());
     let versioned = |o: &Value| secret::is_versioned(o, secret::secret_type(o), excluded);
-    // A never-source by its type or annotations stays one whatever the old object was; a Secret
-    // opted out (`versioned: "false"`) is left alone (leaving and re-entering versioning is a
-    // ConfigMap's rule of §7, not wired for Secrets yet).
-    if !is_source || !versioned(obj) {
+    // A never-source (by its type, a certificate issuer's annotation or the admin's selector) was
+    // left above, whatever the old object was. A tracked Secret whose owner opts it out
+    // (`versioned: "false"`) or back in is a change of its own, as a ConfigMap's (docs/behaviour.md
+    // §7): propagated once, it moves its workloads to the plain name (back to snapshots).
+    let versioning_changed = old.is_some_and(|o| secret::is_tracked(o, secret::secret_type(o), excluded) && versioned(o) != versioned(obj));
+    if !is_source || (!versioned(obj) && !versioning_changed) {
         return Outcome::Done(Decision::allow(Reason::NotASource));
     }
-    let Some(keys) = view.policy.secrets.keys.as_deref() else {
+    let keys = view.policy.secrets.keys.get();
+    let Some(keys) = keys.as_deref() else {
         let mut d = Decision::allow(Reason::Source);
         d.response.warn(format!("secret/{name}: not versioned now: the cluster keys Secret snapshots are named under are not loaded"));
         return Outcome::Done(d);
     };
-    let key = keys.current().namespace_key(&req.namespace);
     let content = match SecretContent::from_object(obj) {
         Ok(c) => c,
         Err(e) => {
@@ -60,13 +62,19 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             return Outcome::Done(d);
         }
     };
-    let head = content.mac(&key);
     let old_content = old.and_then(|o| SecretContent::from_object(o).ok());
+    let content_changed = old_content.as_ref().is_none_or(|o| *o != content);
+    // The key its MACs are under: while its content stays, the one the stored Secret recorded (a
+    // key rotation renames nothing and moves no workload); new content takes the current key.
+    let cluster_key = match old {
+        Some(o) if !content_changed => secret::source_key(o, &content, &req.namespace, keys),
+        _ => keys.current(),
+    };
+    let head = content.mac(&cluster_key.namespace_key(&req.namespace));
     let own = req.user_info.username == view.policy.identity;
     let claimed_head = old.filter(|o| own && annotation(o, names::HEAD).is_none()).and_then(|_| annotation(obj, names::HEAD));
     let stale_head = old.and_then(|o| annotation(o, names::HEAD)).or(claimed_head).is_some_and(|h| h != head);
-    let content_changed = old_content.as_ref().is_none_or(|o| *o != content);
-    let changed = stale_head || content_changed;
+    let changed = stale_head || content_changed || versioning_changed;
     let mut d = Decision::allow(if changed { Reason::SourceChanged } else { Reason::Source });
     if let (Some(old_content), true) = (&old_content, content_changed) {
         // Keys, sizes and the type; never a value, and the settings inside a value are never parsed.
@@ -93,13 +101,22 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         return Outcome::Done(d);
     }
     let (changed_at, propagated) = super::configmap::change_markers(obj, old, &head, changed, own, view.now);
-    d.response.patch = annotation_ops(obj, &[(names::HEAD, Some(head)), (names::CHANGED_AT, changed_at), (names::PROPAGATED, propagated)]);
+    let key_id = Some(cluster_key.id().to_string());
+    d.response.patch = annotation_ops(
+        obj,
+        &[(names::HEAD, Some(head)), (names::KEY_ID, key_id), (names::CHANGED_AT, changed_at), (names::PROPAGATED, propagated)],
+    );
 
     // Workloads still on the plain name ran with the outgoing content: keep it, as for a
     // ConfigMap (docs/behaviour.md §9), from the stored object, never the request's word for it.
-    if let (Some(old_content), true) = (old_content, content_changed) {
+    if let (Some(old), Some(old_content), true) = (old, old_content, content_changed) {
         let label = id.to_string();
-        if let Some(outcome) = super::configmap::keep_outgoing(req, view, &id, &label, old, old_content, |c| c.mac(&key), &mut d) {
+        // The outgoing content is named under the key the stored Secret recorded.
+        let named = |c: &SecretContent| {
+            let old_key = secret::source_key(old, c, &req.namespace, keys);
+            (c.mac(&old_key.namespace_key(&req.namespace)), old_key.id())
+        };
+        if let Some(outcome) = super::configmap::keep_outgoing(req, view, &id, &label, Some(old), old_content, named, &mut d) {
             return outcome;
         }
     }

@@ -9,11 +9,12 @@ use serde_json::Value;
 use super::review::{Operation, Request};
 use super::{annotation, annotation_ops, Decision, Effect, Outcome, Reason, Rewrite, Target, View};
 use crate::model::json::At;
+use crate::model::keys::KeyId;
 use crate::model::kinds;
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Mode;
-use crate::model::secret::SecretContent;
+use crate::model::secret::{self, SecretContent};
 use crate::model::snapshot::{self, Content};
 use crate::model::source::{self, hold_stands, Holds, SourceId, SourceKind};
 use crate::model::template::{self, Kind, Ref};
@@ -437,7 +438,8 @@ fn keep_pins(obj: &Value, a: &Analysis, old_holds: Holds) -> Decision {
 /// What a snapshot of a source copies, by kind.
 enum Payload {
     ConfigMap(Content),
-    Secret(SecretContent),
+    /// A Secret's content and the cluster key its MAC is under (the source's).
+    Secret(SecretContent, KeyId),
 }
 
 /// The decision being built from the choices, with the pins and holds it records.
@@ -517,14 +519,17 @@ impl Builder<'_> {
             let head = content.hash();
             return Some((Payload::ConfigMap(content), head));
         }
-        let Some(keys) = view.policy.secrets.keys.as_deref() else {
+        let keys = view.policy.secrets.keys.get();
+        let Some(keys) = keys.as_deref() else {
             self.d.response.warn(format!("{source}: left as sent: the cluster keys Secret snapshots are named under are not loaded"));
             return None;
         };
         match SecretContent::from_object(cm) {
             Ok(content) => {
-                let head = content.mac(&keys.current().namespace_key(self.namespace));
-                Some((Payload::Secret(content), head))
+                // Under the key the stored Secret records (a key rotation renames nothing).
+                let key = secret::source_key(cm, &content, self.namespace, keys);
+                let head = content.mac(&key.namespace_key(self.namespace));
+                Some((Payload::Secret(content, key.id()), head))
             }
             Err(e) => {
                 self.d.response.warn(format!("{source}: left as sent: {e}"));
@@ -556,7 +561,7 @@ impl Builder<'_> {
                 let (namespace, id, adopted) = (self.namespace.to_owned(), source.clone(), Vec::new());
                 self.d.effects.push(match content {
                     Payload::ConfigMap(content) => Effect::EnsureSnapshot { namespace, source: id, content, adopted },
-                    Payload::Secret(content) => Effect::EnsureSecretSnapshot { namespace, source: id, content, adopted },
+                    Payload::Secret(content, key) => Effect::EnsureSecretSnapshot { namespace, source: id, content, key, adopted },
                 });
                 for r in refs {
                     self.rewrite(r, Target::Snapshot { source: source.clone(), hash: head.clone() });

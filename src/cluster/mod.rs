@@ -160,8 +160,9 @@ pub trait Cluster: Send + Sync + 'static {
         let _ = (ns, kind, each);
         unsupported("list snapshots")
     }
-    /// The namespaces that hold snapshots (one metadata list for the cluster).
-    fn namespaces_with_snapshots(&self) -> BoxFuture<'_, Result<Vec<String>>> {
+    /// The namespaces that hold snapshots of `kind` (one metadata list for the cluster).
+    fn namespaces_with_snapshots(&self, kind: SourceKind) -> BoxFuture<'_, Result<Vec<String>>> {
+        let _ = kind;
         unsupported("list namespaces")
     }
     /// Records an Event.
@@ -359,11 +360,11 @@ impl Cluster for KubeCluster {
         })
     }
 
-    fn namespaces_with_snapshots(&self) -> BoxFuture<'_, Result<Vec<String>>> {
+    fn namespaces_with_snapshots(&self, kind: SourceKind) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
-            let api: Api<DynamicObject> =
-                Api::all_with(self.client.clone(), &watch::api_resource(Watched::Sources(SourceKind::ConfigMap), self.kinds));
-            let list = api.list_metadata(&ListParams::default().labels(names::HASH_LABEL)).await?;
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &watch::api_resource(Watched::Sources(kind), self.kinds));
+            let list =
+                api.list_metadata(&ListParams::default().labels(names::HASH_LABEL)).await.map_err(|e| ApiError::from_source(kind, e))?;
             let mut v: Vec<String> = list.items.into_iter().filter_map(|o| o.metadata.namespace).collect();
             v.sort();
             v.dedup();
@@ -655,10 +656,10 @@ impl Cluster for MemoryCluster {
             Ok(())
         })
     }
-    fn namespaces_with_snapshots(&self) -> BoxFuture<'_, Result<Vec<String>>> {
+    fn namespaces_with_snapshots(&self, kind: SourceKind) -> BoxFuture<'_, Result<Vec<String>>> {
         Box::pin(async move {
             self.check("list namespaces".into()).await?;
-            let objects = self.objects.lock().expect("lock");
+            let objects = self.store(kind).lock().expect("lock");
             let mut v: Vec<String> = objects
                 .iter()
                 .filter(|(_, o)| o["metadata"]["labels"].get(names::HASH_LABEL).is_some())

@@ -85,7 +85,8 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
     for ((_, ns, _), r) in &state.revisions {
         let first = revision_of.entry((r.owner_uid.as_str(), r.template_hash.as_str())).or_insert(r.created.as_str());
         *first = (*first).min(r.created.as_str());
-        for id in r.refs.iter().filter(|id| propagate::LOOP_KINDS.contains(id.kind)) {
+        let kinds = propagate::kinds_in(state, policy, ns);
+        for id in r.refs.iter().filter(|id| kinds.contains(id.kind)) {
             if let Some((source, _)) = state.snapshot_of(ns, id) {
                 let first = revision_pins.entry((r.owner_uid.as_str(), source)).or_insert(r.created.as_str());
                 *first = (*first).min(r.created.as_str());
@@ -107,13 +108,13 @@ pub fn decide(state: &State, policy: &Policy, selector: &Selector, seen: &Seen, 
         let mut undone = Vec::new();
         let mut unknown_config = Vec::new();
         let mut read_first = false;
-        for (source, pins) in propagate::sources_of(state, ns, &w.refs) {
+        for (source, pins) in propagate::sources_of(state, policy, ns, &w.refs) {
             if !pins.contains(&None) {
                 continue;
             }
             let Some(cm) = state.source(ns, &source) else { continue };
-            if !source::is_versioned_source(&source.name, cm, &policy.excluded_sources)
-                || propagate::pending_change(state, policy, ns, cm).is_some()
+            if !source::is_versioned_source_of(&source, cm, &policy.excluded_sources)
+                || propagate::pending_change(state, policy, ns, &source, cm).is_some()
             {
                 continue;
             }

@@ -28,8 +28,10 @@ use crate::cache::Watched;
 use crate::cluster::clock::Clock;
 use crate::cluster::{ApiError, Cluster};
 use crate::metrics::METRICS;
+use crate::model::keys::Keyring;
 use crate::model::kinds::{History, Registry};
 use crate::model::names;
+use crate::model::secret::{self, SecretContent};
 use crate::model::snapshot;
 use crate::model::source::{self, SourceId, SourceKind};
 use crate::model::template::{self, Kind};
@@ -53,8 +55,9 @@ pub struct SnapshotInfo {
 }
 
 impl SnapshotInfo {
-    /// The record of `obj`, a listed object of source kind `kind`.
-    pub fn from_object(kind: SourceKind, obj: &Value) -> Option<SnapshotInfo> {
+    /// The record of `obj`, a listed object of source kind `kind` in namespace `ns`; a Secret
+    /// snapshot is valid under one of `keys` (docs/behaviour.md §4a; `None`: not loaded, none is).
+    pub fn from_object(kind: SourceKind, obj: &Value, ns: &str, keys: Option<&Keyring>) -> Option<SnapshotInfo> {
         let meta = &obj["metadata"];
         let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
         let name = s(&meta["name"]);
@@ -70,8 +73,15 @@ impl SnapshotInfo {
             created_ms: meta["creationTimestamp"].as_str().and_then(super::propagate::parse_time_ms).unwrap_or(0),
             last_used_ms: ann(names::LAST_USED).and_then(super::propagate::parse_time_ms),
             adopted: crate::model::source::adopted(obj).map(str::to_owned).collect(),
-            valid: snapshot::validate(obj).map(|_| ()).map_err(|e| e.to_string()),
-            bytes: snapshot::Content::from_object(obj).bytes(),
+            valid: match (kind, keys) {
+                (SourceKind::ConfigMap, _) => snapshot::validate(obj).map(|_| ()).map_err(|e| e.to_string()),
+                (SourceKind::Secret, Some(keys)) => secret::validate(obj, ns, keys).map(|_| ()).map_err(|e| e.to_string()),
+                (SourceKind::Secret, None) => Err("the cluster keys Secret snapshots are checked under are not loaded".into()),
+            },
+            bytes: match kind {
+                SourceKind::ConfigMap => snapshot::Content::from_object(obj).bytes(),
+                SourceKind::Secret => SecretContent::from_object(obj).map(|c| c.bytes()).unwrap_or(0),
+            },
             name,
         })
     }
@@ -94,13 +104,12 @@ pub struct References {
 }
 
 impl References {
-    /// The references of `obj`, of `kind`; a revision's template hash as its owner's kind
-    /// computes it (`kinds`: a ReplicaSet's hash label is its owner's).
-    pub fn add(&mut self, kinds: &Registry, kind: Kind, obj: &Value) {
+    /// The references of `obj`, of `kind`, to sources of `sources`; a revision's template hash as
+    /// its owner's kind computes it (`kinds`: a ReplicaSet's hash label is its owner's).
+    pub fn add(&mut self, kinds: &Registry, kind: Kind, obj: &Value, sources: source::SourceKinds) {
         let Some(tpl) = obj.pointer(kind.template_pointer()) else { return };
         let who = format!("{}/{}", kind.as_str(), obj["metadata"]["name"].as_str().unwrap_or_default());
-        // ConfigMaps' snapshots only: GC of Secret snapshots is not wired yet (docs/behaviour.md §4a).
-        for id in template::ref_sources(tpl, source::SourceKinds::CONFIGMAPS) {
+        for id in template::ref_sources(tpl, sources) {
             self.by_name.entry(id).or_default().push(who.clone());
         }
         if !kind.is_workload() {
@@ -269,21 +278,31 @@ pub async fn sweep_namespace(
     ns: &str,
     settings: Settings,
     dry_run: bool,
+    secrets: Option<&Keyring>,
 ) -> Result<Report, ApiError> {
-    sweep_namespace_at(cluster, ns, settings, dry_run, clock.now_ms()).await
+    sweep_namespace_at(cluster, ns, settings, dry_run, secrets, clock.now_ms()).await
 }
 
-/// [`sweep_namespace`] at `now` (milliseconds since the epoch).
-pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Settings, dry_run: bool, now: i64) -> Result<Report, ApiError> {
+/// [`sweep_namespace`] at `now` (milliseconds since the epoch). `secrets`: the cluster keys when
+/// the namespace's Secret snapshots are swept too (Secrets on there, docs/behaviour.md §4a).
+pub async fn sweep_namespace_at(
+    cluster: &dyn Cluster,
+    ns: &str,
+    settings: Settings,
+    dry_run: bool,
+    secrets: Option<&Keyring>,
+    now: i64,
+) -> Result<Report, ApiError> {
+    let source_kinds = source::SourceKinds::new(secrets.is_some());
     let start = Instant::now();
     // Sources as metadata (their head and keep annotations), snapshots whole (validity is
     // checked from content), each reduced to its record as its page arrives: a namespace's other
     // ConfigMaps, however large, are never read whole, nor all its snapshots at once (docs/behaviour.md §10).
     let mut snapshots: Vec<SnapshotInfo> = Vec::new();
     let mut sources: HashMap<SourceId, SourceInfo> = HashMap::new();
-    for kind in source::SourceKinds::CONFIGMAPS.iter() {
+    for kind in source_kinds.iter() {
         let objects = cluster.list_source_metadata(ns, kind).await?;
-        cluster.list_snapshots(ns, kind, &mut |obj| snapshots.extend(SnapshotInfo::from_object(kind, obj))).await?;
+        cluster.list_snapshots(ns, kind, &mut |obj| snapshots.extend(SnapshotInfo::from_object(kind, obj, ns, secrets))).await?;
         for obj in &objects {
             if obj["metadata"]["labels"].get(names::HASH_LABEL).is_some() {
                 continue; // a snapshot: listed whole above
@@ -305,12 +324,12 @@ pub async fn sweep_namespace_at(cluster: &dyn Cluster, ns: &str, settings: Setti
             listed => listed?,
         };
         for obj in listed {
-            refs.add(kinds, kind, &obj);
+            refs.add(kinds, kind, &obj, source_kinds);
         }
     }
     for kind in kinds.revisions() {
         for obj in cluster.list(ns, Watched::Revision(kind)).await? {
-            refs.add(kinds, kind, &obj);
+            refs.add(kinds, kind, &obj, source_kinds);
         }
     }
     let mut items = plan(&snapshots, &sources, &refs, now, settings);
@@ -470,13 +489,24 @@ mod tests {
     fn references_come_from_every_kind() {
         let mut refs = References::default();
         let tpl = json!({"spec": {"volumes": [{"name": "v", "configMap": {"name": "cfg-aaaaaaaaaaaa"}}]}});
-        refs.add(Registry::builtin(), Kind::Job, &json!({"metadata": {"name": "j"}, "spec": {"template": tpl}}));
+        refs.add(
+            Registry::builtin(),
+            Kind::Job,
+            &json!({"metadata": {"name": "j"}, "spec": {"template": tpl}}),
+            source::SourceKinds::CONFIGMAPS,
+        );
         refs.add(
             Registry::builtin(),
             Kind::CronJob,
             &json!({"metadata": {"name": "c"}, "spec": {"jobTemplate": {"spec": {"template": tpl}}}}),
+            source::SourceKinds::CONFIGMAPS,
         );
-        refs.add(Registry::builtin(), Kind::ControllerRevision, &json!({"metadata": {"name": "r"}, "data": {"spec": {"template": tpl}}}));
+        refs.add(
+            Registry::builtin(),
+            Kind::ControllerRevision,
+            &json!({"metadata": {"name": "r"}, "data": {"spec": {"template": tpl}}}),
+            source::SourceKinds::CONFIGMAPS,
+        );
         assert_eq!(refs.by_name[&SourceId::configmap("cfg-aaaaaaaaaaaa")], ["Job/j", "CronJob/c", "ControllerRevision/r"]);
         assert!(refs.live_templates.contains(&template::template_hash(&tpl)));
     }
@@ -509,8 +539,8 @@ mod tests {
         let mut verdicts_by_kind = Vec::new();
         for (kind, workload, rs) in cases {
             let mut refs = References::default();
-            refs.add(kinds, kind, &workload);
-            refs.add(kinds, Kind::ReplicaSet, &rs);
+            refs.add(kinds, kind, &workload, source::SourceKinds::CONFIGMAPS);
+            refs.add(kinds, Kind::ReplicaSet, &rs, source::SourceKinds::CONFIGMAPS);
             assert_eq!(refs.by_name[&SourceId::configmap("s-1")], [format!("{}/app", kind.as_str()), "ReplicaSet/app-5d8f".to_owned()]);
             let mut adopted = snap("s-2", "s", "h2", 2, Some(100));
             adopted.adopted = vec![kind.template_hash(&tpl)];

@@ -29,8 +29,8 @@ use crate::model::kinds::Registry;
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Selector;
-use crate::model::snapshot::Content;
-use crate::model::source::SourceId;
+use crate::model::source::{SourceId, SourceKind};
+use crate::store::SourceContent;
 
 pub mod adopt;
 pub mod gc;
@@ -56,8 +56,15 @@ pub enum Error {
     )]
     Selector { value: String, why: String },
     /// A fresh read of a source failed.
-    #[error("could not read ConfigMap {namespace}/{name}: {source}; retried next resync")]
-    Read { namespace: String, name: String, source: ApiError },
+    #[error("could not read {kind} {namespace}/{name}: {source}; retried next resync")]
+    Read { kind: &'static str, namespace: String, name: String, source: ApiError },
+    /// A source's content as read is not one (a Secret value that is no base64; the error names
+    /// the key, never a value).
+    #[error("{namespace}/{id}: {why}; not adopted")]
+    Content { namespace: String, id: SourceId, why: crate::model::secret::Malformed },
+    /// A Secret's snapshot is named under the cluster keys, which are not loaded.
+    #[error("{namespace}/{id}: the cluster keys Secret snapshots are named under are not loaded; not adopted")]
+    NoKeys { namespace: String, id: SourceId },
     /// The source to record an adoption on was deleted.
     #[error("{namespace}/{name} no longer exists: there is no content to record")]
     SourceGone { namespace: String, name: String },
@@ -68,7 +75,7 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] crate::store::Error),
     /// The cluster-wide list behind `gc` failed.
-    #[error("could not list the namespaces holding snapshots: {0}; check that confighistory may list ConfigMaps in every namespace")]
+    #[error("could not list the namespaces holding snapshots: {0}; check that confighistory may list ConfigMaps (and Secrets, where they are on) in every namespace")]
     Namespaces(ApiError),
     /// A namespace's lists failed: nothing there was deleted.
     #[error("could not sweep namespace {namespace}: {source}; nothing was deleted there, run gc again")]
@@ -523,7 +530,7 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) {
 /// What a repair's Event says: pinning, and for an undo, the config it goes back to and whether
 /// that is held against the current one.
 fn repair_note(ctx: &Ctx, p: &Plan) -> String {
-    let mut note = "Admitted with mutable ConfigMap references while confighistory was unreachable; pinning them".to_owned();
+    let mut note = "Admitted with mutable config references while confighistory was unreachable; pinning them".to_owned();
     let state = ctx.shared.state.read().expect("state lock");
     for source in &p.undone {
         let hash = &p.trigger[source];
@@ -563,9 +570,18 @@ async fn rehash(ctx: &Ctx) {
         if obj.immutable() {
             continue; // made immutable after it was a source: never touched (docs/behaviour.md §3)
         }
-        let actual = Content::from_object(&obj).hash();
+        let keys = ctx.shared.policy.secrets.keys.get();
+        let keys = keys.as_deref();
+        let content = match SourceContent::from_object(name.kind, &obj) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(namespace = %ns, source = %name, error = %e, "re-hash: not a source's content");
+                continue;
+            }
+        };
+        let Some(actual) = content.snap(&obj, &ns, keys).map(|s| s.hash(&ns)) else { continue };
         let stored = match crate::admission::annotation(&obj, names::HEAD) {
-            Some(head) => (head != actual).then(|| head.to_owned()),
+            Some(head) => (!content.is_named_by(&ns, head, keys)).then(|| head.to_owned()),
             None => propagate::missed_change(&pins, &actual).map(str::to_owned),
         };
         let Some(stored) = stored else { continue };
@@ -601,7 +617,7 @@ async fn touch_versioning(ctx: &Ctx) {
         let head = {
             let state = ctx.shared.state.read().expect("state lock");
             let head = state.source(&ns, &name).and_then(|c| c.annotation(names::HEAD)).map(str::to_owned);
-            head.or_else(|| propagate::pinned_hash(&state, &ns, &name))
+            head.or_else(|| propagate::pinned_hash(&state, &ctx.shared.policy, &ns, &name))
         };
         let Some(head) = head else { continue };
         Limiter::acquire(&ctx.reads, &ns).await;
@@ -641,14 +657,22 @@ async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> Result<String> {
     let obj = match ctx.shared.cluster.get_source(&a.namespace, &a.source).await {
         Ok(Some(obj)) => obj,
         Ok(None) => return Err(Error::SourceGone { namespace, name }),
-        Err(source) => return Err(Error::Read { namespace, name, source }),
+        Err(source) => return Err(Error::Read { kind: a.source.kind_str(), namespace, name, source }),
     };
-    let content = Content::from_object(&obj);
-    if crate::admission::annotation(&obj, names::HEAD).is_some_and(|h| h != content.hash()) {
+    let keys = ctx.shared.policy.secrets.keys.get();
+    let keys = keys.as_deref();
+    let content = SourceContent::from_object(a.source.kind, &obj).map_err(|e| Error::Content {
+        namespace: namespace.clone(),
+        id: a.source.clone(),
+        why: e,
+    })?;
+    let snap =
+        content.snap(&obj, &a.namespace, keys).ok_or_else(|| Error::NoKeys { namespace: namespace.clone(), id: a.source.clone() })?;
+    if crate::admission::annotation(&obj, names::HEAD).is_some_and(|h| !content.is_named_by(&a.namespace, h, keys)) {
         // Changed while the webhook was away: the workload did not run with this content.
         return Err(Error::ChangedWhileAway { namespace, name });
     }
-    match crate::store::ensure(ctx.shared.cluster.as_ref(), &a.namespace, &a.source, &content, &a.templates, false).await {
+    match crate::store::ensure_snap(ctx.shared.cluster.as_ref(), &a.namespace, &a.source, snap, &a.templates, false).await {
         Ok((name, collisions)) => {
             if !collisions.is_empty() {
                 let uid = obj["metadata"]["uid"].as_str().unwrap_or_default();
@@ -685,28 +709,37 @@ async fn gc_loop(ctx: Arc<Ctx>) {
     }
 }
 
-/// One sweep of every namespace holding snapshots (from the cache) that GC may act in.
+/// One sweep of every namespace holding snapshots (from the cache) that GC may act in; Secret
+/// snapshots too where the loops act on Secrets ([`propagate::kinds_in`]).
 async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
     let start = Instant::now();
-    let namespaces: Vec<String> = {
+    let keys = ctx.shared.policy.secrets.keys.get();
+    let keys = keys.as_deref();
+    let namespaces: Vec<(String, bool)> = {
         let state = ctx.shared.state.read().expect("state lock");
-        let mut v: Vec<String> = state
+        let policy = &ctx.shared.policy;
+        let mut v: Vec<(String, bool)> = state
             .sources
             .iter()
-            .filter(|((_, id), cm)| propagate::LOOP_KINDS.contains(id.kind) && cm.snapshot_of(&id.name).is_some())
+            .filter(|((ns, id), cm)| propagate::kinds_in(&state, policy, ns).contains(id.kind) && cm.snapshot_of(&id.name).is_some())
             .map(|((ns, _), _)| ns.clone())
-            .filter(|ns| gc_namespace_allowed(&state, &ctx.shared.policy, &ctx.selector, ns))
+            .filter(|ns| gc_namespace_allowed(&state, policy, &ctx.selector, ns))
+            .map(|ns| {
+                let secrets = propagate::kinds_in(&state, policy, &ns).contains(SourceKind::Secret);
+                (ns, secrets)
+            })
             .collect();
         v.sort();
         v.dedup();
         v
     };
     let (mut deleted, mut total) = (0, 0);
-    for ns in namespaces {
+    for (ns, secrets) in namespaces {
         if !ctx.leadership.is_leader() {
             break;
         }
-        match gc::sweep_namespace(ctx.shared.cluster.as_ref(), &ctx.shared.clock, &ns, settings, false).await {
+        let keys = keys.filter(|_| secrets);
+        match gc::sweep_namespace(ctx.shared.cluster.as_ref(), &ctx.shared.clock, &ns, settings, false, keys).await {
             Ok(report) => {
                 METRICS.set_gauge("confighistory_snapshots", &ns, report.snapshots as f64);
                 METRICS.set_gauge("confighistory_snapshot_bytes", &ns, report.bytes as f64);
@@ -737,9 +770,20 @@ pub async fn run_gc_command(
     args: crate::cli::GcArgs,
 ) -> Result<()> {
     let settings = gc::Settings { keep: args.keep, grace: Duration::from_secs(args.grace) };
+    // Secret snapshots where Secrets are on and the keys were read (docs/behaviour.md §4a).
+    let keys = policy.secrets.keys.get();
+    let keys = keys.as_deref();
     let namespaces = match &args.namespace_filter {
         Some(ns) => vec![ns.clone()],
-        None => cluster.namespaces_with_snapshots().await.map_err(Error::Namespaces)?,
+        None => {
+            let mut all = Vec::new();
+            for kind in policy.acted_on().iter().filter(|k| *k == SourceKind::ConfigMap || keys.is_some()) {
+                all.extend(cluster.namespaces_with_snapshots(kind).await.map_err(Error::Namespaces)?);
+            }
+            all.sort();
+            all.dedup();
+            all
+        }
     };
     let (mut deleting, mut kept, mut errors) = (0, 0, 0);
     let start = Instant::now();
@@ -747,7 +791,14 @@ pub async fn run_gc_command(
         if policy.excluded_namespaces.contains(&ns) {
             continue;
         }
-        let report = gc::sweep_namespace(cluster, clock, &ns, settings, args.dry_run)
+        let secrets = match keys {
+            Some(keys) if !policy.secrets.namespaces.is_empty() => {
+                let obj = cluster.get_namespace(&ns).await.map_err(|source| Error::Sweep { namespace: ns.clone(), source })?;
+                policy.source_kinds(obj.as_ref()).contains(SourceKind::Secret).then_some(keys)
+            }
+            keys => keys,
+        };
+        let report = gc::sweep_namespace(cluster, clock, &ns, settings, args.dry_run, secrets)
             .await
             .map_err(|source| Error::Sweep { namespace: ns.clone(), source })?;
         print!("{report}");

@@ -103,22 +103,24 @@ pub fn namespace_active(state: &State, policy: &Policy, selector: &policy::Selec
 }
 
 /// The pending change of a source ([`source::pending_change`] at its recorded head), if any.
-pub fn pending_change(state: &State, policy: &Policy, ns: &str, cm: &ConfigMapInfo) -> Option<Change> {
+pub fn pending_change(state: &State, policy: &Policy, ns: &str, id: &SourceId, cm: &ConfigMapInfo) -> Option<Change> {
     let head = cm.annotation(names::HEAD)?;
     let changed_ms = parse_time_ms(source::pending_change(cm, head)?).unwrap_or(0);
     Some(Change {
         head: head.to_owned(),
         changed_ms,
         due_ms: changed_ms.saturating_add(settle_ms(state, policy, ns, cm)),
-        versioned: policy.versioned(cm),
+        versioned: source::is_versioned_source_of(id, cm, &policy.excluded_sources),
         known_mutable: cm.known_mutable(),
     })
 }
 
-/// Sources a workload's template uses: source → hashes it is pinned to (`None` = plain name).
-pub fn sources_of(state: &State, ns: &str, refs: &[SourceId]) -> BTreeMap<SourceId, BTreeSet<Option<String>>> {
+/// Sources of the kinds the loops act on in `ns` ([`kinds_in`]) a workload's template uses:
+/// source → hashes it is pinned to (`None` = plain name).
+pub fn sources_of(state: &State, policy: &Policy, ns: &str, refs: &[SourceId]) -> BTreeMap<SourceId, BTreeSet<Option<String>>> {
     let mut out: BTreeMap<SourceId, BTreeSet<Option<String>>> = BTreeMap::new();
-    for r in refs.iter().filter(|r| LOOP_KINDS.contains(r.kind)) {
+    let kinds = kinds_in(state, policy, ns);
+    for r in refs.iter().filter(|r| kinds.contains(r.kind)) {
         match state.snapshot_of(ns, r) {
             Some((source, hash)) => out.entry(source).or_default().insert(Some(hash)),
             None => out.entry(r.clone()).or_default().insert(None),
@@ -138,12 +140,16 @@ pub fn is_stale(pins: &BTreeSet<Option<String>>, change: &Change, held: bool) ->
     pins.contains(&None) || (!held && pins.iter().flatten().any(|h| *h != change.head))
 }
 
-/// The source kinds the controller loops (propagation, adoption, repair, re-hash, versioning
-/// touches, GC) act on: ConfigMaps. Where the admin turned Secrets on, admission handles them
-/// (docs/behaviour.md §4a) and the caches hold their records, but no loop reads, hashes or writes
-/// a Secret until the loops are wired for them (a ConfigMap's content hash of a Secret would be
-/// an unkeyed hash of its values).
-pub const LOOP_KINDS: source::SourceKinds = source::SourceKinds::CONFIGMAPS;
+/// The source kinds the controller loops (propagation, adoption, repair, re-hash, GC) act on in a
+/// namespace: ConfigMaps, and Secrets where the admin turned them on for it (docs/behaviour.md
+/// §4a) and the cluster keys their snapshots are named under are loaded (without them a Secret's
+/// content cannot be told from its snapshots' names, and nothing is done about it).
+pub fn kinds_in(state: &State, policy: &Policy, ns: &str) -> source::SourceKinds {
+    if !policy.secrets.keys.is_loaded() {
+        return source::SourceKinds::CONFIGMAPS;
+    }
+    policy.source_kinds(state.namespace(ns))
+}
 
 /// Decides what to propagate now.
 ///
@@ -158,11 +164,14 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
     // and most of all no annotation), the namespace's mode only for those that do (issue 29:
     // 100,000 ConfigMaps, a pass every tick).
     for ((ns, id), cm) in &state.sources {
-        if !LOOP_KINDS.contains(id.kind) || cm.annotation(names::CHANGED_AT).is_none() {
+        if cm.annotation(names::CHANGED_AT).is_none() {
             continue;
         }
-        let Some(change) = pending_change(state, policy, ns, cm) else { continue };
-        if !source::is_tracked(&id.name, cm) || !namespace_active(state, policy, selector, ns) {
+        let Some(change) = pending_change(state, policy, ns, id, cm) else { continue };
+        if !kinds_in(state, policy, ns).contains(id.kind)
+            || !source::is_tracked_source(id, cm, &policy.excluded_sources)
+            || !namespace_active(state, policy, selector, ns)
+        {
             continue;
         }
         if !change.known_mutable {
@@ -186,7 +195,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
             continue;
         }
         let held = source::holds(w);
-        let sources = sources_of(state, ns, &w.refs);
+        let sources = sources_of(state, policy, ns, &w.refs);
         // Metrics: pins that are not the head, and held pins.
         let mut is_behind = false;
         for (source, pins) in &sources {
@@ -277,7 +286,7 @@ pub fn versioning_touches(state: &State, policy: &Policy, selector: &policy::Sel
         if !kind.propagates() || w.deleting || policy::ignored(w) {
             continue;
         }
-        for (src, pins) in sources_of(state, ns, &w.refs) {
+        for (src, pins) in sources_of(state, policy, ns, &w.refs) {
             if pins.iter().any(Option::is_some) {
                 pinned.insert((ns.as_str(), src));
             }
@@ -285,7 +294,9 @@ pub fn versioning_touches(state: &State, policy: &Policy, selector: &policy::Sel
     }
     let (mut touches, mut unknown) = (Vec::new(), Vec::new());
     for ((ns, id), cm) in &state.sources {
-        if !LOOP_KINDS.contains(id.kind)
+        // ConfigMaps only: the admin's selector makes a Secret a never-source, left as it is
+        // (docs/behaviour.md §4a); a Secret's own opt-out is recorded by its admission.
+        if id.kind != source::SourceKind::ConfigMap
             || !source::is_tracked(&id.name, cm)
             || !state.is_referenced_source(ns, id)
             || !namespace_active(state, policy, selector, ns)
@@ -322,14 +333,14 @@ pub struct PinnedTo {
 
 /// Snapshots of each source the workloads propagation moves are pinned to, per (namespace,
 /// source).
-fn pins_by_source(state: &State) -> HashMap<SourceKey, Vec<PinnedTo>> {
+fn pins_by_source(state: &State, policy: &Policy) -> HashMap<SourceKey, Vec<PinnedTo>> {
     let mut out: HashMap<SourceKey, Vec<PinnedTo>> = HashMap::new();
     for ((kind, ns, _), w) in &state.workloads {
         if !kind.propagates() || w.deleting || policy::ignored(w) {
             continue;
         }
         let holds = source::holds(w);
-        for (src, pins) in sources_of(state, ns, &w.refs) {
+        for (src, pins) in sources_of(state, policy, ns, &w.refs) {
             let held = holds.get(&src).cloned();
             let entry = out.entry((ns.clone(), src)).or_default();
             entry.extend(pins.into_iter().flatten().map(|hash| PinnedTo { hash, held: held.clone() }));
@@ -345,13 +356,13 @@ fn pins_by_source(state: &State) -> HashMap<SourceKey, Vec<PinnedTo>> {
 /// given here; one only plain-name workloads use has nothing to compare with and is not read
 /// (installing confighistory restarts nothing).
 pub fn rehash_sources(state: &State, policy: &Policy, selector: &policy::Selector) -> Vec<(SourceKey, Vec<PinnedTo>)> {
-    let mut pins = pins_by_source(state);
+    let mut pins = pins_by_source(state, policy);
     let mut out: Vec<(SourceKey, Vec<PinnedTo>)> = state
         .sources
         .iter()
         .filter(|((ns, id), cm)| {
-            LOOP_KINDS.contains(id.kind)
-                && source::is_versioned_source(&id.name, *cm, &policy.excluded_sources)
+            kinds_in(state, policy, ns).contains(id.kind)
+                && source::is_versioned_source_of(id, *cm, &policy.excluded_sources)
                 && state.is_referenced_source(ns, id)
                 && namespace_active(state, policy, selector, ns)
         })
@@ -377,8 +388,8 @@ pub fn missed_change<'a>(pins: &'a [PinnedTo], actual: &str) -> Option<&'a str> 
 
 /// A snapshot hash some workload moved by propagation is pinned to, for a source without a
 /// `head`: what confighistory's touch names as the head it last knew.
-pub fn pinned_hash(state: &State, ns: &str, src: &SourceId) -> Option<String> {
-    pins_by_source(state).remove(&(ns.to_owned(), src.clone()))?.into_iter().map(|p| p.hash).min()
+pub fn pinned_hash(state: &State, policy: &Policy, ns: &str, src: &SourceId) -> Option<String> {
+    pins_by_source(state, policy).remove(&(ns.to_owned(), src.clone()))?.into_iter().map(|p| p.hash).min()
 }
 
 /// Orders plans round-robin over namespaces, so one busy namespace does not hold up the others.
@@ -548,12 +559,19 @@ pub(crate) mod tests {
         assert_eq!((due.behind.get("ns"), due.held.get("ns")), (Some(&4), Some(&2)));
     }
 
-    /// Where the admin turned Secrets on, the cache holds Secret sources, snapshots and references
-    /// (admission needs them), but no loop plans anything about a Secret yet (`LOOP_KINDS`): a
-    /// Secret's pending change is not propagated, re-hashed, touched or adopted, while the same
-    /// ConfigMap change beside it is.
-    #[test]
-    fn the_loops_leave_secrets_alone_where_the_cache_holds_them() {
+    /// The policy of a server with Secrets on (`namespaces`: its selector of them) and its keys loaded.
+    pub fn secrets_on(namespaces: &str) -> Policy {
+        use crate::model::keys::{ClusterKey, KeyId, Keyring};
+        let mut p = Policy::default();
+        p.secrets.enabled = true;
+        p.secrets.namespaces = namespaces.parse().unwrap();
+        p.secrets.keys = crate::model::keys::KeySlot::new(Keyring::new(ClusterKey::new(KeyId(1), vec![7; 32]).unwrap(), []).unwrap());
+        p
+    }
+
+    /// A cache with a Secret source `db` (changed to `b`, workloads on `a`) beside the ConfigMap
+    /// `cfg` of [`setup`], and a Deployment using both.
+    fn with_secret() -> State {
         let mut s = State { source_kinds: source::SourceKinds::WITH_SECRETS, ..setup() };
         let secret = |mut o: Value| {
             o["kind"] = json!("Secret");
@@ -568,15 +586,80 @@ pub(crate) mod tests {
             .unwrap()
             .push(json!({"name": "s", "secret": {"secretName": snapshot::name("db", &h('a'), 0)}}));
         s.apply_workload(Kind::Deployment, &w);
-        assert!(s.workloads.values().any(|w| w.refs.iter().any(|r| r.kind == source::SourceKind::Secret)), "the cache keeps Secret refs");
-        let due = run(&s, ms(T0) + 10_000);
+        s
+    }
+
+    /// Where the admin turned Secrets on and the keys are loaded, a Secret's change is propagated
+    /// as a ConfigMap's (docs/behaviour.md §4a): one trigger for both sources, re-hashed, its
+    /// workloads' pins counted.
+    #[test]
+    fn secrets_are_propagated_where_they_are_on() {
+        let s = with_secret();
+        let selector = policy::Selector::default();
+        let policy = secrets_on("");
+        let due = due_propagations(&s, &policy, &selector, ms(T0) + 10_000);
         assert_eq!(due.plans.len(), 1);
-        assert_eq!(due.plans[0].trigger_value(), format!("cfg={}", h('b')), "the ConfigMap's change only");
-        let (policy, selector) = (Policy::default(), policy::Selector::default());
-        assert!(rehash_sources(&s, &policy, &selector).iter().all(|((_, id), _)| id.kind == source::SourceKind::ConfigMap));
+        assert_eq!(due.plans[0].trigger_value(), format!("cfg={},secret/db={}", h('b'), h('b')));
+        let rehashed: Vec<_> = rehash_sources(&s, &policy, &selector).into_iter().map(|((_, id), _)| id.to_string()).collect();
+        assert_eq!(rehashed, ["cfg", "secret/db"]);
+        let refs = &s.workloads.values().next().unwrap().refs;
+        assert_eq!(sources_of(&s, &policy, "ns", refs).len(), 2);
+        // A Secret leaving versioning is left as it is: no versioning touch.
         let (touches, unknown) = versioning_touches(&s, &policy, &selector);
         assert!(touches.iter().chain(&unknown).all(|(_, id)| id.kind == source::SourceKind::ConfigMap));
-        assert!(sources_of(&s, "ns", &s.workloads.values().next().unwrap().refs).keys().all(|id| id.kind == source::SourceKind::ConfigMap));
+    }
+
+    /// Without Secrets on for the namespace (off, keys not loaded, or a namespace the admin's
+    /// selector does not pick), the cache may hold Secret records, but no loop plans anything
+    /// about them: the ConfigMap's change beside it is propagated alone.
+    #[test]
+    fn the_loops_leave_secrets_alone_where_they_are_not_on() {
+        let s = with_secret();
+        let selector = policy::Selector::default();
+        let mut no_keys = secrets_on("");
+        no_keys.secrets.keys = Default::default();
+        for (what, policy) in [("off", Policy::default()), ("keys not loaded", no_keys), ("namespace not selected", secrets_on("team=a"))] {
+            let due = due_propagations(&s, &policy, &selector, ms(T0) + 10_000);
+            assert_eq!(due.plans.len(), 1, "{what}");
+            assert_eq!(due.plans[0].trigger_value(), format!("cfg={}", h('b')), "{what}: the ConfigMap's change only");
+            assert!(due.done.iter().all(|(_, id, _)| id.kind == source::SourceKind::ConfigMap), "{what}");
+            assert!(rehash_sources(&s, &policy, &selector).iter().all(|((_, id), _)| id.kind == source::SourceKind::ConfigMap), "{what}");
+            let refs = &s.workloads.values().next().unwrap().refs;
+            assert!(sources_of(&s, &policy, "ns", refs).keys().all(|id| id.kind == source::SourceKind::ConfigMap), "{what}");
+        }
+    }
+
+    /// A Secret its owner opted out of versioning after workloads were pinned: its recorded change
+    /// moves them to the plain name (`is_stale` of an unversioned source), as a ConfigMap's.
+    #[test]
+    fn a_secret_opted_out_of_versioning_is_propagated_to_the_plain_name() {
+        let mut s = with_secret();
+        // Held on the Secret (an undo): a hold stands against a versioned source's changes only.
+        let mut held = workload("ns", "held", &[], &[(names::HELD, "secret/db")]);
+        held["spec"]["template"]["spec"]["volumes"] = json!([{"name": "s", "secret": {"secretName": snapshot::name("db", &h('a'), 0)}}]);
+        s.apply_workload(Kind::Deployment, &held);
+        let plans = |s: &State| {
+            let due = due_propagations(s, &secrets_on(""), &policy::Selector::default(), ms(T0) + 10_000);
+            due.plans.iter().map(|p| (p.name.clone(), p.trigger_value())).collect::<Vec<_>>()
+        };
+        assert_eq!(plans(&s), [("app".to_owned(), format!("cfg={},secret/db={}", h('b'), h('b')))], "versioned: the hold stands");
+        let mut out = source("ns", "db", &h('b'), &[(names::CHANGED_AT, T0), (names::VERSIONED, "false")]);
+        out["kind"] = json!("Secret");
+        s.apply_source(source::SourceKind::Secret, &out);
+        let moved = plans(&s);
+        assert!(moved.contains(&("held".to_owned(), format!("secret/db={}", h('b')))), "opted out: held pins move too: {moved:?}");
+    }
+
+    /// A Secret a certificate issuer manages is never a source (docs/behaviour.md §4a): its
+    /// recorded change is never propagated, even with Secrets on.
+    #[test]
+    fn a_certificate_issuers_secret_is_never_propagated() {
+        let mut s = with_secret();
+        let mut cert = source("ns", "db", &h('b'), &[(names::CHANGED_AT, T0), (names::CERTIFICATE_NAME, "db")]);
+        cert["kind"] = json!("Secret");
+        s.apply_source(source::SourceKind::Secret, &cert);
+        let due = due_propagations(&s, &secrets_on(""), &policy::Selector::default(), ms(T0) + 10_000);
+        assert_eq!(due.plans[0].trigger_value(), format!("cfg={}", h('b')));
     }
 
     #[test]

@@ -463,7 +463,7 @@ fn sweep(cluster: &MemoryCluster) -> tokio::task::JoinHandle<Result<gc::Report, 
     let cluster = cluster.clone();
     let settings = gc::Settings { keep: 0, grace: Duration::from_secs(600) };
     let now = super::propagate::parse_time_ms(SWEEP_NOW).unwrap();
-    tokio::spawn(async move { gc::sweep_namespace_at(&cluster, "ns", settings, false, now).await })
+    tokio::spawn(async move { gc::sweep_namespace_at(&cluster, "ns", settings, false, None, now).await })
 }
 
 /// GC lists (`old` unused) → an admission pins `old` (a release or propagation to a content whose
@@ -927,4 +927,159 @@ async fn a_registered_kind_not_served_does_not_stop_the_sweep() {
         assert_eq!(report.as_ref().map(|r| r.deleted.clone()).ok(), swept.then(|| vec![old.clone()]), "{fails} {code}: {report:?}");
         assert_eq!(cluster.get("ns", &old).is_none(), swept, "{fails} {code}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets (docs/behaviour.md §4a): the loops on Secret sources where the admin turned them on
+// ---------------------------------------------------------------------------------------------
+
+/// A value no output may hold: every test below looks for it (and its base64) in what the loops
+/// wrote besides the snapshot itself.
+const CANARY: &str = "canary-loops-5b1e";
+
+fn b64(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// Secret `name` of namespace `ns` holding `password` (MAC'd under `policy`'s keys), with a
+/// stored head that is the MAC of `stored`.
+fn secret_holding(policy: &Policy, name: &str, password: &str, stored: &str) -> Value {
+    let mut obj = json!({"kind": "Secret", "type": "Opaque",
+        "metadata": {"namespace": "ns", "name": name, "uid": format!("uid-{name}"), "resourceVersion": "1", "annotations": {}},
+        "data": {"password": b64(password)}});
+    obj["metadata"]["annotations"][names::HEAD] = json!(secret_mac(policy, stored));
+    obj
+}
+
+fn secret_mac(policy: &Policy, password: &str) -> String {
+    let keys = policy.secrets.keys.get().unwrap();
+    let content =
+        crate::model::secret::SecretContent::from_object(&json!({"type": "Opaque", "data": {"password": b64(password)}})).unwrap();
+    content.mac(&keys.current().namespace_key("ns"))
+}
+
+/// A Deployment that reads Secret `secret` as files.
+fn secret_workload(name: &str, secret: &str) -> Value {
+    let mut w = workload("ns", name, &[], &[]);
+    w["spec"]["template"]["spec"]["volumes"] = json!([{"name": "s", "secret": {"secretName": secret}}]);
+    w
+}
+
+fn secret_world(policy: &Policy, sources: &[Value], workloads: &[Value]) -> (MemoryCluster, State) {
+    let (cluster, mut state) = (MemoryCluster::default(), State { source_kinds: policy.acted_on(), ..State::default() });
+    state.apply_namespace(&json!({"metadata": {"name": "ns"}}));
+    for src in sources {
+        state.apply_source(crate::model::source::SourceKind::Secret, src);
+        cluster.insert(src.clone());
+    }
+    for obj in workloads {
+        state.apply_workload(Kind::Deployment, obj);
+        cluster.insert_workload(Kind::Deployment, obj.clone());
+    }
+    (cluster, state)
+}
+
+/// Nothing the loops wrote but the snapshot itself holds the canary, in plain or base64: calls,
+/// Events, and the patches sent.
+fn assert_no_canary(cluster: &MemoryCluster) {
+    let calls = format!("{:?}", cluster.calls.lock().unwrap());
+    let events = format!("{:?}", cluster.events());
+    for (what, text) in [("calls", calls), ("events", events)] {
+        for form in [CANARY.to_owned(), b64(CANARY)] {
+            assert!(!text.contains(&form), "{what} hold a Secret value");
+        }
+    }
+}
+
+/// docs/behaviour.md §4a with §9: where Secrets are on, a plain-name workload seen before is
+/// adopted (the MAC-named snapshot of the Secret's current content, immutable, of its type,
+/// records its template) and restarts nothing; one admitted while the webhook was away is
+/// repaired with a `secret/` trigger; a Secret edited while the webhook was away is touched.
+#[tokio::test]
+async fn a_resync_pass_adopts_repairs_and_rehashes_secret_sources_where_secrets_are_on() {
+    let policy = super::propagate::tests::secrets_on("");
+    let db = secret_holding(&policy, "db", CANARY, CANARY);
+    let edited = secret_holding(&policy, "edited", "two", "one");
+    let workloads = [secret_workload("old", "db"), secret_workload("new", "db"), secret_workload("user", "edited")];
+    let (cluster, state) = secret_world(&policy, &[db, edited], &workloads);
+    let template = |name: &str| state.workloads[&(Kind::Deployment, "ns".to_owned(), name.to_owned())].template_hash.clone();
+    let (old_t, new_t, user_t) = (template("old"), template("new"), template("user"));
+    let seen: adopt::Seen = [("ns".to_owned(), old_t.clone()), ("ns".to_owned(), user_t)].into();
+    let ctx = ctx_with(&cluster, state, args(&[]), policy.clone());
+
+    resync_pass(&ctx, &seen, &mut ResyncState::default()).await;
+    let mac = secret_mac(&policy, CANARY);
+    let id = crate::model::source::SourceId::new(crate::model::source::SourceKind::Secret, snapshot::name("db", &mac, 0));
+    let snap = cluster.source("ns", &id).expect("the MAC-named snapshot of the Secret's current content");
+    assert_eq!((snap["immutable"].as_bool(), snap["type"].as_str()), (Some(true), Some("Opaque")));
+    assert_eq!(snap["data"]["password"], json!(b64(CANARY)), "a copy of the data");
+    crate::model::secret::validate(&snap, "ns", &policy.secrets.keys.get().unwrap()).expect("a valid Secret snapshot");
+    let record = crate::admission::annotation(&snap, names::ADOPTED).unwrap_or_default().to_owned();
+    assert!(record.contains(&old_t) && record.contains(&new_t), "adopted, and the repaired template recorded first: {record}");
+    assert_eq!(trigger_of(&cluster, "old"), None, "an adopted workload is not restarted");
+    assert_eq!(trigger_of(&cluster, "new"), Some(format!("secret/db={mac}")));
+    let calls = cluster.calls.lock().unwrap().clone();
+    assert!(calls.contains(&"patch ns/secret/edited".to_owned()), "the Secret edited while away is touched: {calls:?}");
+    assert!(!calls.contains(&"patch ns/secret/db".to_owned()), "its head names its content: {calls:?}");
+    assert!(calls.iter().all(|c| !c.contains("ns/secret/edited-")), "no snapshot of a Secret with a missed change: {calls:?}");
+    assert_no_canary(&cluster);
+}
+
+/// With Secrets off (or on, without the keys), the loops read, write and adopt no Secret, though
+/// workloads name one plainly and one was edited while away.
+#[tokio::test]
+async fn without_secrets_on_the_loops_never_read_or_write_a_secret() {
+    let on = super::propagate::tests::secrets_on("");
+    let db = secret_holding(&on, "db", CANARY, "other");
+    let mut no_keys = on.clone();
+    no_keys.secrets.keys = Default::default();
+    for policy in [Policy::default(), no_keys, super::propagate::tests::secrets_on("team=a")] {
+        let (cluster, state) = secret_world(&on, std::slice::from_ref(&db), &[secret_workload("new", "db")]);
+        let ctx = ctx_with(&cluster, state, args(&[]), policy);
+        resync_pass(&ctx, &Default::default(), &mut ResyncState::default()).await;
+        gc_pass(&ctx, gc::Settings { keep: 0, grace: Duration::ZERO }).await;
+        let calls = cluster.calls.lock().unwrap().clone();
+        assert!(calls.iter().all(|c| !c.contains("secret/") && !c.contains("Secret")), "{calls:?}");
+        assert_eq!(trigger_of(&cluster, "new"), None);
+    }
+}
+
+/// docs/behaviour.md §8 for Secrets: an unreferenced Secret snapshot past retention is deleted
+/// with its preconditions; the head and a referenced one are kept; a Secret "snapshot" whose MAC
+/// does not verify under the keys is never deleted.
+#[tokio::test]
+async fn a_gc_pass_sweeps_secret_snapshots_where_secrets_are_on() {
+    let policy = super::propagate::tests::secrets_on("");
+    let keys = policy.secrets.keys.get().unwrap();
+    let snapshot_of = |password: &str, created: &str| {
+        let content =
+            crate::model::secret::SecretContent::from_object(&json!({"type": "Opaque", "data": {"password": b64(password)}})).unwrap();
+        let key = keys.current().namespace_key("ns");
+        let name = crate::model::secret::snapshot_name("db", &content, &key, 0);
+        let mut obj = crate::model::secret::snapshot_object("ns", "db", &name, &content, &key, &[]);
+        obj["kind"] = json!("Secret");
+        obj["metadata"]["uid"] = json!(format!("uid-{name}"));
+        obj["metadata"]["resourceVersion"] = json!("1");
+        obj["metadata"]["creationTimestamp"] = json!(created);
+        obj["metadata"]["annotations"][names::LAST_USED] = json!(T0);
+        (name, obj)
+    };
+    let (old, old_obj) = snapshot_of("1", "2025-01-01T00:00:00Z");
+    let (used, used_obj) = snapshot_of("2", "2025-01-02T00:00:00Z");
+    let (head, head_obj) = snapshot_of(CANARY, "2025-01-03T00:00:00Z");
+    let (forged, mut forged_obj) = snapshot_of("4", "2025-01-01T00:00:00Z");
+    forged_obj["data"]["password"] = json!(b64("not what its MAC says"));
+    let db = secret_holding(&policy, "db", CANARY, CANARY);
+    let (cluster, state) = secret_world(&policy, &[old_obj, used_obj, head_obj, forged_obj, db], &[secret_workload("app", &used)]);
+    let ctx = ctx_with(&cluster, state, args(&[]), policy);
+
+    gc_pass(&ctx, gc::Settings { keep: 0, grace: Duration::from_secs(600) }).await;
+    let secret = |name: &str| cluster.source("ns", &crate::model::source::SourceId::new(crate::model::source::SourceKind::Secret, name));
+    assert!(secret(&old).is_none(), "unreferenced, not the head, unused past the grace period");
+    assert!(secret(&head).is_some(), "the head");
+    assert!(secret(&used).is_some(), "referenced by a Deployment");
+    assert!(secret(&forged).is_some(), "not a valid snapshot: never deleted");
+    assert!(cluster.calls.lock().unwrap().contains(&format!("delete ns/secret/{old}")));
+    assert_no_canary(&cluster);
 }

@@ -130,6 +130,45 @@ pub struct Keyring {
     keys: BTreeMap<KeyId, ClusterKey>,
 }
 
+/// The keyring a server holds: shared by every clone of its policy and replaced whole when the
+/// keys Secret changes (a rotation, docs/operations.md "Secrets' cluster key"), so a running
+/// server takes a rotation without a restart. Each reader takes an `Arc` of the ring it acts on.
+/// Empty while Secrets are off or before the keys are known. Its `Debug` prints key ids only.
+#[derive(Clone, Default)]
+pub struct KeySlot(std::sync::Arc<std::sync::RwLock<Option<std::sync::Arc<Keyring>>>>);
+
+impl KeySlot {
+    /// A slot holding `ring`.
+    pub fn new(ring: Keyring) -> KeySlot {
+        let slot = KeySlot::default();
+        slot.set(ring);
+        slot
+    }
+
+    /// The keyring now (`None`: not loaded).
+    pub fn get(&self) -> Option<std::sync::Arc<Keyring>> {
+        self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Replaces the keyring for every holder of this slot.
+    pub fn set(&self, ring: Keyring) {
+        *self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(std::sync::Arc::new(ring));
+    }
+
+    pub fn is_loaded(&self) -> bool {
+        self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).is_some()
+    }
+}
+
+impl std::fmt::Debug for KeySlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.get() {
+            Some(ring) => f.debug_tuple("KeySlot").field(&ring).finish(),
+            None => f.write_str("KeySlot(not loaded)"),
+        }
+    }
+}
+
 /// The entry of [`Keyring::to_data`] naming the current key's id.
 pub const CURRENT_ENTRY: &str = "current";
 /// The prefix of [`Keyring::to_data`]'s entry holding a key (`key-2`).
@@ -173,6 +212,11 @@ impl Keyring {
     /// The key of `id`, when it is kept.
     pub fn get(&self, id: KeyId) -> Option<&ClusterKey> {
         self.keys.get(&id)
+    }
+
+    /// The kept keys, the current one first.
+    pub fn kept(&self) -> impl Iterator<Item = &ClusterKey> + '_ {
+        std::iter::once(self.current()).chain(self.keys.values().filter(|k| k.id != self.current))
     }
 
     pub fn ids(&self) -> impl Iterator<Item = KeyId> + '_ {

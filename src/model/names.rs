@@ -40,6 +40,10 @@ pub const SOURCE_LABEL: &str = "confighistory.io/source";
 /// (docs/behaviour.md §4a): validity looks the key up by it, and a rotation can tell by it which
 /// old keys snapshots still need.
 pub const KEY_ID_LABEL: &str = "confighistory.io/key-id";
+/// Source Secret annotation: the id of the cluster key its head and snapshots are MAC'd under
+/// (docs/behaviour.md §4a), kept while its content stays the same: a key rotation renames no
+/// snapshot and moves no workload; the source's next content change takes the current key.
+pub const KEY_ID: &str = "confighistory.io/key-id";
 /// Snapshot annotation: the full source name.
 pub const SOURCE_NAME: &str = "confighistory.io/source-name";
 /// Snapshot annotation: pod-template hashes that ran with this content before being pinned.

@@ -181,9 +181,10 @@ pub struct Secrets {
     pub enabled: bool,
     /// Namespaces Secrets are versioned in when enabled (empty: all).
     pub namespaces: Selector,
-    /// The cluster keys Secret snapshots are named under, once read or made at start
-    /// (`webhook::keys::ensure`); `None` while Secrets are off, or before it is known.
-    pub keys: Option<std::sync::Arc<crate::model::keys::Keyring>>,
+    /// The cluster keys Secret snapshots are named under, read or made at start
+    /// (`webhook::keys::ensure`) and read again when the keys Secret changes; empty while Secrets
+    /// are off, or before they are known.
+    pub keys: crate::model::keys::KeySlot,
 }
 
 impl Policy {

@@ -93,7 +93,7 @@ impl EffectiveConfig {
             secrets: crate::model::policy::Secrets {
                 enabled: self.secrets,
                 namespaces: self.secrets_namespace_selector.parse()?,
-                keys: None,
+                keys: Default::default(),
             },
             ..Policy::default()
         })

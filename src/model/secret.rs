@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use super::digest::Mac;
 use super::json::At;
-use super::keys::{KeyId, Keyring, NamespaceKey};
+use super::keys::{ClusterKey, KeyId, Keyring, NamespaceKey};
 use super::meta::Meta;
 use super::names;
 use super::policy::Selector;
@@ -38,6 +38,12 @@ pub const OPAQUE: &str = "Opaque";
 
 /// Secret types that are never sources: credentials Kubernetes and Helm manage, not config.
 pub const NEVER_SOURCE_TYPES: [&str; 3] = ["kubernetes.io/service-account-token", "bootstrap.kubernetes.io/token", "helm.sh/release.v1"];
+
+/// The type the rules are given for a Secret's cache record, which holds none: the watch lists
+/// no Secret of a [`NEVER_SOURCE_TYPES`] type (its field selector, docs/how-it-works.md), so a
+/// record's Secret is of another type, and only its annotations and labels can make it a
+/// never-source.
+pub const RECORD_TYPE: &str = "";
 
 /// Why a Secret is never a source (docs/behaviour.md §4a): it is never versioned, never
 /// snapshotted and never written (no head, no annotation): left exactly as it is.
@@ -137,6 +143,19 @@ impl SecretContent {
         self.data.iter().map(|(k, v)| k.len() + v.len()).sum()
     }
 
+    /// Each key with the size in bytes of its value: what the plugin shows of a Secret by
+    /// default (docs/plugin.md, "Secrets").
+    pub fn key_sizes(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.data.iter().map(|(k, v)| (k.as_str(), v.len()))
+    }
+
+    /// The value of `key`. The one way a value leaves this type besides the snapshot object:
+    /// the plugin's `diff --show-values` (docs/plugin.md, "Secrets"), the user's explicit request,
+    /// read with their own credentials. Nothing else calls it.
+    pub fn revealed_value(&self, key: &str) -> Option<&[u8]> {
+        self.data.get(key).map(Vec::as_slice)
+    }
+
     /// The MAC of this content under `key`, encoded as a snapshot's hash is
     /// (`snapshot::encode_digest`): the hash part of its snapshot's name and its hash label.
     pub fn mac(&self, key: &NamespaceKey) -> String {
@@ -173,6 +192,22 @@ impl std::fmt::Debug for SecretContent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SecretContent").field("type", &self.secret_type).field("data", &Sizes(&self.data)).finish()
     }
+}
+
+/// The cluster key a source Secret's head and snapshots are MAC'd under in namespace `ns`
+/// (docs/behaviour.md §4a): the one its `confighistory.io/key-id` annotation names while it is
+/// kept; else (a source recorded before there was an annotation) the kept key under which
+/// `content` MACs to its recorded head; else the current key. `obj` is the stored source, never a
+/// request's word for it; `content` is the content whose MAC is wanted. A rotation thus renames
+/// nothing: a source whose content stays keeps its key, its head and its snapshots' names.
+pub fn source_key<'a>(obj: &impl Meta, content: &SecretContent, ns: &str, keys: &'a Keyring) -> &'a ClusterKey {
+    let recorded = obj.annotation(names::KEY_ID).and_then(|t| t.parse::<KeyId>().ok()).and_then(|id| keys.get(id));
+    recorded
+        .or_else(|| {
+            let head = obj.annotation(names::HEAD)?;
+            keys.kept().find(|k| content.mac(&k.namespace_key(ns)) == head)
+        })
+        .unwrap_or_else(|| keys.current())
 }
 
 /// The name of the snapshot of `content` of Secret `source` under the namespace's `key`:
@@ -269,6 +304,39 @@ pub fn key_changes(old: &SecretContent, new: &SecretContent) -> KeyChanges {
     }
 }
 
+/// Whether two Secret objects hold the same content (type and data), compared as the API server
+/// sends them: base64 text, which it writes canonically from the bytes it stores, so equal text is
+/// equal bytes and the values need no decoding (a 1 MiB Secret's decode costs about twice its
+/// MAC's SHA-256 in instructions, docs/performance.md). `stringData`, which the API server merges
+/// into `data` before admission, is compared too.
+pub fn same_content(a: &Value, b: &Value) -> bool {
+    let part = |o: &Value, k: &str| o.get(k).filter(|v| !v.is_null() && v.as_object().is_none_or(|m| !m.is_empty())).cloned();
+    secret_type(a) == secret_type(b) && part(a, "data") == part(b, "data") && part(a, "stringData") == part(b, "stringData")
+}
+
+/// [`key_changes`] of two Secret objects, from their base64 text as [`same_content`] compares it:
+/// no value is decoded.
+pub fn key_changes_of(old: &Value, new: &Value) -> KeyChanges {
+    let values = |o: &Value| -> BTreeMap<String, Value> {
+        let mut m: BTreeMap<String, Value> =
+            o.get("data").and_then(Value::as_object).into_iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
+        for (k, v) in o.get("stringData").and_then(Value::as_object).into_iter().flatten() {
+            m.insert(k.clone(), Value::String(base64::engine::general_purpose::STANDARD.encode(v.as_str().unwrap_or_default())));
+        }
+        m
+    };
+    let (old_values, new_values) = (values(old), values(new));
+    let names = |m: &BTreeMap<String, Value>, other: &BTreeMap<String, Value>| -> Vec<String> {
+        m.keys().filter(|k| !other.contains_key(*k)).cloned().collect()
+    };
+    KeyChanges {
+        removed: names(&old_values, &new_values),
+        added: names(&new_values, &old_values),
+        changed: old_values.iter().filter(|(k, v)| new_values.get(*k).is_some_and(|n| n != *v)).map(|(k, _)| k.clone()).collect(),
+        type_changed: secret_type(old) != secret_type(new),
+    }
+}
+
 /// At most this many key names in each list of a warning; the rest are counted.
 const MAX_WARNED_KEYS: usize = 16;
 
@@ -276,7 +344,15 @@ const MAX_WARNED_KEYS: usize = 16;
 /// changed, naming keys only: `secret/db: keys removed [a], added [b]`, or `values changed in
 /// [c]` when the keys are the same. `None` when nothing changed.
 pub fn update_warning(source: &str, old: &SecretContent, new: &SecretContent) -> Option<String> {
-    let c = key_changes(old, new);
+    warning(source, &key_changes(old, new), &old.secret_type, &new.secret_type)
+}
+
+/// [`update_warning`] of two Secret objects, from their base64 text ([`key_changes_of`]).
+pub fn update_warning_of(source: &str, old: &Value, new: &Value) -> Option<String> {
+    warning(source, &key_changes_of(old, new), secret_type(old), secret_type(new))
+}
+
+fn warning(source: &str, c: &KeyChanges, old_type: &str, new_type: &str) -> Option<String> {
     let list = |keys: &[String]| {
         let shown: Vec<&str> = keys.iter().take(MAX_WARNED_KEYS).map(String::as_str).collect();
         match keys.len().saturating_sub(MAX_WARNED_KEYS) {
@@ -291,7 +367,7 @@ pub fn update_warning(source: &str, old: &SecretContent, new: &SecretContent) ->
         parts.push(format!("values changed in [{}], same keys", list(&c.changed)));
     }
     if c.type_changed {
-        parts.push(format!("type changed from {} to {}", old.secret_type, new.secret_type));
+        parts.push(format!("type changed from {old_type} to {new_type}"));
     }
     (!parts.is_empty()).then(|| format!("{source}: {}", parts.join("; ")))
 }
@@ -312,6 +388,50 @@ mod tests {
             obj["type"] = json!(t);
         }
         obj
+    }
+
+    /// The key a source's MACs are under: the recorded one while it is kept; else the kept key
+    /// its head was MAC'd under; else the current one.
+    #[test]
+    fn a_sources_key_is_the_recorded_one_then_its_heads_then_the_current_one() {
+        let ring = Keyring::new(key(1, 1), []).unwrap().rotate(key(2, 2)).unwrap();
+        let c = content("Opaque", &[("password", b"x")]);
+        let mac1 = c.mac(&ring.get(KeyId(1)).unwrap().namespace_key("ns"));
+        let id = |obj: &Value| source_key(obj, &c, "ns", &ring).id();
+        assert_eq!(id(&secret(None, json!({}), json!({names::KEY_ID: "1"}))), KeyId(1), "recorded and kept");
+        assert_eq!(
+            id(&secret(None, json!({}), json!({names::KEY_ID: "7", names::HEAD: mac1}))),
+            KeyId(1),
+            "recorded, not kept: its head's"
+        );
+        assert_eq!(id(&secret(None, json!({}), json!({names::HEAD: mac1}))), KeyId(1), "no record: the key its head is under");
+        assert_eq!(id(&secret(None, json!({}), json!({names::HEAD: "other"}))), KeyId(2), "another head: the current key");
+        assert_eq!(id(&secret(None, json!({}), json!({}))), KeyId(2), "nothing recorded: the current key");
+    }
+
+    /// Comparing the base64 text agrees with comparing the decoded content, and names the same keys.
+    #[test]
+    fn text_comparison_agrees_with_decoded_content() {
+        let b = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let obj = |t: &str, data: Value, string_data: Value| json!({"type": t, "data": data, "stringData": string_data});
+        let base = obj("Opaque", json!({"a": b("1"), "b": b("2")}), json!(null));
+        let cases = [
+            base.clone(),
+            obj("Opaque", json!({"a": b("1"), "b": b("2")}), json!({})),
+            obj("Opaque", json!({"a": b("1"), "b": b("3")}), json!(null)),
+            obj("Opaque", json!({"a": b("1"), "c": b("2")}), json!(null)),
+            obj("kubernetes.io/tls", json!({"a": b("1"), "b": b("2")}), json!(null)),
+            obj("Opaque", json!({"a": b("1")}), json!({"b": "2"})),
+            obj("Opaque", json!({}), json!(null)),
+        ];
+        for (i, other) in cases.iter().enumerate() {
+            let (x, y) = (SecretContent::from_object(&base).unwrap(), SecretContent::from_object(other).unwrap());
+            if i != 5 {
+                assert_eq!(same_content(&base, other), x == y, "case {i}");
+            }
+            assert_eq!(key_changes_of(&base, other), key_changes(&x, &y), "case {i}");
+            assert_eq!(update_warning_of("secret/s", &base, other), update_warning("secret/s", &x, &y), "case {i}");
+        }
     }
 
     #[test]

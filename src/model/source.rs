@@ -197,6 +197,26 @@ pub fn is_versioned_source(name: &str, obj: &impl Meta, excluded_sources: &Selec
     is_tracked(name, obj) && is_versioned(obj, excluded_sources)
 }
 
+/// [`is_tracked`] for a source of either kind, from its object or its cache record: a Secret is
+/// tracked when it is mutable, no snapshot and no never-source (docs/behaviour.md §4a). A cache
+/// record holds no `type`; the watch lists no Secret of a never-source type
+/// ([`super::secret::RECORD_TYPE`]).
+pub fn is_tracked_source(id: &SourceId, obj: &impl Meta, excluded_sources: &Selector) -> bool {
+    match id.kind {
+        SourceKind::ConfigMap => is_tracked(&id.name, obj),
+        SourceKind::Secret => super::secret::is_tracked(obj, super::secret::RECORD_TYPE, excluded_sources),
+    }
+}
+
+/// [`is_versioned_source`] for a source of either kind (a Secret: [`super::secret::is_versioned`]),
+/// from its object or its cache record, as [`is_tracked_source`].
+pub fn is_versioned_source_of(id: &SourceId, obj: &impl Meta, excluded_sources: &Selector) -> bool {
+    match id.kind {
+        SourceKind::ConfigMap => is_versioned_source(&id.name, obj, excluded_sources),
+        SourceKind::Secret => super::secret::is_versioned(obj, super::secret::RECORD_TYPE, excluded_sources),
+    }
+}
+
 /// The pending change of a source whose current content hashes to `head`: when confighistory saw
 /// it change (`changed-at`) and propagation has not delivered that head yet. A source with
 /// `rollout: manual` never has one (docs/behaviour.md §7).

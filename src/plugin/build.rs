@@ -13,8 +13,9 @@ use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::{Policy, Selector};
 use crate::model::published::{self, EffectiveConfig};
+use crate::model::secret::{self, SecretContent};
 use crate::model::snapshot::{self, Content};
-use crate::model::source::{self, SourceId, SourceKind};
+use crate::model::source::{self, SourceId, SourceKind, SourceKinds};
 use crate::model::template::{self, Kind};
 
 /// The revision annotation of a ReplicaSet-kept history (its owner's kind's), or of a workload
@@ -34,10 +35,18 @@ pub struct Inventory {
     pub namespace: String,
     /// The Namespace object (labels: mode; annotations: settle).
     pub namespace_object: Value,
-    /// Source ConfigMaps that were read, by name.
+    /// Sources that were read, by their annotation entry (`SourceId`'s `Display`): a
+    /// ConfigMap's name, `secret/NAME` for a Secret.
     pub sources: BTreeMap<String, Value>,
-    /// Snapshot ConfigMaps (label `confighistory.io/hash`).
+    /// Snapshots (label `confighistory.io/hash`): ConfigMaps, and Secrets where they are read.
+    /// A Secret's `data` is not kept here once [`Inventory::sealed`]: see `secret_contents`.
     pub snapshots: Vec<Value>,
+    /// The content of each Secret read (snapshots and sources), by object name, taken out of its
+    /// object by [`Inventory::sealed`] so that no `Value` (nor this inventory's `Debug`) holds a
+    /// Secret's value (docs/behaviour.md §4a).
+    pub secret_contents: BTreeMap<String, SecretContent>,
+    /// Why Secrets could not be read with the user's credentials, when they could not.
+    pub secrets_unreadable: Option<String>,
     /// Deployments, StatefulSets, DaemonSets, CronJobs and Jobs.
     pub workloads: Vec<Value>,
     /// ReplicaSets and ControllerRevisions.
@@ -117,11 +126,14 @@ pub struct ModeView {
 /// A snapshot, parsed.
 #[derive(Clone, Debug)]
 pub struct Snap {
+    /// The kind of its source (and of the snapshot object).
+    pub kind: SourceKind,
     pub name: String,
+    /// Its source's annotation entry (`cfg`, `secret/db`).
     pub source: String,
     pub hash: String,
     pub created: Option<String>,
-    pub content: Content,
+    pub content: SourceContent,
     pub adopted: Vec<String>,
     /// The API server's resourceVersion, where it is a number (etcd's revision, as on every
     /// cluster today): orders snapshots created within the same second, which creationTimestamp
@@ -157,20 +169,107 @@ impl Workload {
             }
         })
     }
+    /// The sources it holds, by annotation entry.
     pub fn held(&self) -> BTreeSet<String> {
-        configmap_names(source::holds(&self.object).into_keys())
+        source::holds(&self.object).into_keys().map(|id| id.to_string()).collect()
     }
 }
 
-/// The names of the ConfigMaps among `ids`: the sources the plugin shows (an inventory of
-/// ConfigMaps, by name).
-fn configmap_names(ids: impl IntoIterator<Item = SourceId>) -> BTreeSet<String> {
-    ids.into_iter().filter(|id| id.kind == SourceKind::ConfigMap).map(|id| id.name).collect()
+/// The source a plugin argument or an entry names: `NAME` or `configmap/NAME` (`cm/NAME`) for a
+/// ConfigMap, `secret/NAME` for a Secret; the name a Kubernetes name (it goes into request paths).
+pub fn parse_source(s: &str) -> Result<SourceId> {
+    let id = match s.split_once('/') {
+        Some(("configmap" | "configmaps" | "cm", name)) => SourceId::configmap(name),
+        Some(("secrets", name)) => SourceId::new(SourceKind::Secret, name),
+        _ => names::parse_source(s)
+            .ok_or_else(|| anyhow!("{s:?} is not a valid source: use NAME (a ConfigMap), configmap/NAME or secret/NAME"))?,
+    };
+    if !names::is_dns_subdomain(&id.name) {
+        bail!("{s:?} is not a valid {} name", id.kind_str());
+    }
+    Ok(id)
 }
 
-/// The ConfigMaps a template references, by name.
-pub fn configmap_refs(template: &Value) -> BTreeSet<String> {
-    configmap_names(template::ref_sources(template, source::SourceKinds::CONFIGMAPS))
+/// The source an annotation entry names (a ConfigMap's for a bare name).
+pub fn source_id(entry: &str) -> SourceId {
+    names::parse_source(entry).unwrap_or_else(|| SourceId::configmap(entry))
+}
+
+/// `kind/name` of a source's object, as `kubectl get -o name` prints it: `configmap/cfg`,
+/// `secret/db-<mac>`.
+pub fn object_name(kind: SourceKind, name: &str) -> String {
+    format!("{}/{name}", kind.as_str().to_ascii_lowercase())
+}
+
+/// The sources of `kinds` a template references (pinned ones by their snapshot's name).
+pub fn source_refs(template: &Value, kinds: SourceKinds) -> BTreeSet<SourceId> {
+    template::ref_sources(template, kinds)
+}
+
+/// A source's or a snapshot's content, by its kind. A Secret's is a [`SecretContent`]: its
+/// `Debug` shows keys and sizes, and its values leave it only for `diff --show-values`
+/// (docs/plugin.md, "Secrets"); it is never hashed without a key (docs/behaviour.md §4a).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceContent {
+    ConfigMap(Content),
+    Secret(SecretContent),
+}
+
+impl Default for SourceContent {
+    fn default() -> SourceContent {
+        SourceContent::ConfigMap(Content::default())
+    }
+}
+
+impl SourceContent {
+    /// Bytes of keys and values.
+    pub fn bytes(&self) -> usize {
+        match self {
+            SourceContent::ConfigMap(c) => c.bytes(),
+            SourceContent::Secret(c) => c.bytes(),
+        }
+    }
+
+    /// Each key (a ConfigMap's binaryData keys suffixed ` (binary)`) with the size of its value
+    /// in bytes (binaryData: as served, base64).
+    pub fn sizes(&self) -> BTreeMap<String, usize> {
+        match self {
+            SourceContent::ConfigMap(c) => flat(c).into_iter().map(|(k, (v, _))| (k, v.len())).collect(),
+            SourceContent::Secret(c) => c.key_sizes().map(|(k, n)| (k.to_owned(), n)).collect(),
+        }
+    }
+
+    pub fn keys(&self) -> Vec<String> {
+        self.sizes().into_keys().collect()
+    }
+
+    /// Keys added, removed and changed from `self` to `new`.
+    pub fn changes(&self, new: &SourceContent) -> (Vec<String>, Vec<String>, Vec<String>) {
+        match (self, new) {
+            (SourceContent::ConfigMap(o), SourceContent::ConfigMap(n)) => key_changes(o, n),
+            (SourceContent::Secret(o), SourceContent::Secret(n)) => {
+                let c = secret::key_changes(o, n);
+                (c.added, c.removed, c.changed)
+            }
+            // Never one source's: every key is another's.
+            _ => (new.keys(), self.keys(), Vec::new()),
+        }
+    }
+
+    /// The text a line diff of `key` compares: a ConfigMap's data value; a Secret's value only
+    /// with `show_values` (and when it is UTF-8). `None` for a missing key, a binary value or a
+    /// hidden one.
+    fn text(&self, key: &str, show_values: bool) -> Option<std::borrow::Cow<'_, str>> {
+        match self {
+            SourceContent::ConfigMap(c) => c.data.get(key).map(|v| v.as_str().into()),
+            SourceContent::Secret(c) if show_values => c.revealed_value(key).and_then(|v| std::str::from_utf8(v).ok()).map(Into::into),
+            SourceContent::Secret(_) => None,
+        }
+    }
+
+    pub fn is_secret(&self) -> bool {
+        matches!(self, SourceContent::Secret(_))
+    }
 }
 
 pub fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
@@ -185,7 +284,95 @@ fn meta<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
     obj.pointer("/metadata").and_then(|m| m.get(key)).and_then(Value::as_str)
 }
 
+/// `kubectl apply`'s copy of the manifest it applied: for a Secret, its values.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The source kind of an object read from the cluster (its `kind`; ConfigMap when it has none).
+pub fn kind_of(obj: &Value) -> SourceKind {
+    obj.get("kind").and_then(Value::as_str).and_then(|k| SourceKind::known("", k)).unwrap_or_default()
+}
+
 impl Inventory {
+    /// The inventory with each Secret's values taken out of its object (`data`, `stringData`)
+    /// into [`Inventory::secret_contents`]: what `gather` does to everything it reads, before
+    /// anything else sees it. Idempotent: an object sealed already keeps its recorded content.
+    /// `kubectl apply`'s last-applied annotation, a copy of the manifest and so of its values, is
+    /// dropped.
+    pub fn sealed(mut self) -> Inventory {
+        for obj in self.snapshots.iter_mut().chain(self.sources.values_mut()) {
+            if kind_of(obj) != SourceKind::Secret {
+                continue;
+            }
+            if let Some(a) = obj.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+                a.remove(LAST_APPLIED);
+            }
+            let holds_values = obj.get("data").is_some() || obj.get("stringData").is_some();
+            if !holds_values && meta(obj, "name").is_some_and(|n| self.secret_contents.contains_key(n)) {
+                continue;
+            }
+            if let Some(m) = obj.as_object_mut() {
+                // A value that is not base64 cannot come from the API server; it counts as empty
+                // rather than be quoted anywhere.
+                let content = SecretContent::from_object(&Value::Object(m.clone())).unwrap_or_default();
+                m.remove("data");
+                m.remove("stringData");
+                if let Some(name) = meta(obj, "name") {
+                    self.secret_contents.insert(name.to_owned(), content);
+                }
+            }
+        }
+        self
+    }
+
+    /// The content of a source or snapshot object of `kind`.
+    pub fn content_of(&self, kind: SourceKind, obj: &Value) -> SourceContent {
+        match kind {
+            SourceKind::ConfigMap => SourceContent::ConfigMap(Content::from_object(obj)),
+            SourceKind::Secret => SourceContent::Secret(
+                meta(obj, "name")
+                    .and_then(|n| self.secret_contents.get(n).cloned())
+                    .unwrap_or_else(|| SecretContent::from_object(obj).unwrap_or_default()),
+            ),
+        }
+    }
+
+    /// The source kinds the server acts on in this namespace (its published policy); every kind
+    /// when its configuration is unknown, or when Secrets were read (asked for, or a server
+    /// versioned them here once: their users are shown). Constant time: it is asked for every
+    /// template looked at.
+    pub fn source_kinds(&self) -> SourceKinds {
+        match &self.server {
+            Server::Published(_) if !self.secret_contents.is_empty() => SourceKinds::WITH_SECRETS,
+            Server::Published(p) => p.policy.source_kinds(Some(&self.namespace_object)),
+            Server::Unavailable(_) => SourceKinds::WITH_SECRETS,
+        }
+    }
+
+    /// The sources a template references, of the kinds the server acts on here.
+    pub fn refs(&self, template: &Value) -> BTreeSet<SourceId> {
+        source_refs(template, self.source_kinds())
+    }
+
+    /// The head of a source (by entry): a ConfigMap's is the hash of its current content; a
+    /// Secret's is a MAC under a key the plugin does not have, so it is the hash of the newest
+    /// snapshot holding its current content, else the `head` annotation the webhook recorded.
+    pub fn head(&self, source: &str) -> Option<String> {
+        let obj = self.sources.get(source)?;
+        match kind_of(obj) {
+            SourceKind::ConfigMap => Some(head_of(obj)),
+            SourceKind::Secret => {
+                let live = self.content_of(SourceKind::Secret, obj);
+                let snaps = self.snaps_of(source);
+                snaps
+                    .iter()
+                    .rev()
+                    .find(|s| s.content == live)
+                    .map(|s| s.hash.clone())
+                    .or_else(|| annotation(obj, names::HEAD).map(String::from))
+            }
+        }
+    }
+
     /// All snapshots, oldest first (creation time, then resourceVersion, then name).
     pub fn snaps(&self) -> Vec<Snap> {
         let mut out: Vec<Snap> = self
@@ -194,10 +381,13 @@ impl Inventory {
             .filter_map(|o| {
                 let name = meta(o, "name")?.to_owned();
                 let hash = label(o, names::HASH_LABEL)?.to_owned();
-                let source = source::snapshot_source(&name, o).or_else(|| label(o, names::SOURCE_LABEL)).map(String::from)?;
+                let kind = kind_of(o);
+                let source = source::snapshot_source(&name, o).or_else(|| label(o, names::SOURCE_LABEL))?;
+                let source = SourceId::new(kind, source).to_string();
                 Some(Snap {
+                    kind,
                     created: meta(o, "creationTimestamp").map(String::from),
-                    content: Content::from_object(o),
+                    content: self.content_of(kind, o),
                     adopted: source::adopted(o).map(String::from).collect(),
                     written: meta(o, "resourceVersion").and_then(|v| v.parse().ok()),
                     name,
@@ -344,15 +534,16 @@ fn flat(c: &Content) -> BTreeMap<String, (String, bool)> {
 
 /// `history SOURCE`.
 pub fn history(inv: &Inventory, source: &str) -> Result<History> {
+    let id = source_id(source);
     let source_obj = inv.sources.get(source);
     let snaps = inv.snaps_of(source);
     if snaps.is_empty() {
         return Err(match source_obj {
-            None => anyhow!("no ConfigMap or snapshot named {source:?} in namespace {}", inv.namespace),
+            None => not_found(inv, &id),
             Some(_) => no_history(inv, source),
         });
     }
-    let head = source_obj.map(head_of);
+    let head = inv.head(source);
     // The source's own setting, else the server's; unknown when neither is known.
     let keep: Option<u32> = source_obj
         .and_then(|s| annotation(s, names::KEEP))
@@ -371,21 +562,22 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
     let mut entries = Vec::new();
     for (i, s) in snaps.iter().enumerate() {
         let (added, removed, changed) = match i {
-            0 => (flat(&s.content).into_keys().collect(), Vec::new(), Vec::new()),
-            _ => key_changes(&snaps[i - 1].content, &s.content),
+            0 => (s.content.keys(), Vec::new(), Vec::new()),
+            _ => snaps[i - 1].content.changes(&s.content),
         };
         let is_head = head.as_deref() == Some(s.hash.as_str());
+        let snap_id = id.with_name(&s.name);
         let mut used_by = Vec::new();
         for w in &workloads {
-            let current = configmap_refs(w.template()).contains(&s.name);
-            let pinned: Vec<i64> = w.revisions.iter().filter(|(_, t)| configmap_refs(t).contains(&s.name)).map(|(r, _)| *r).collect();
+            let current = inv.refs(w.template()).contains(&snap_id);
+            let pinned: Vec<i64> = w.revisions.iter().filter(|(_, t)| inv.refs(t).contains(&snap_id)).map(|(r, _)| *r).collect();
             if current || !pinned.is_empty() {
                 used_by.push(Usage { workload: w.reference(), current, revisions: pinned, adopted: false });
             }
             let adopted: Vec<i64> = w
                 .revisions
                 .iter()
-                .filter(|(_, t)| configmap_refs(t).contains(source) && s.adopted.contains(&w.kind.template_hash(t)))
+                .filter(|(_, t)| inv.refs(t).contains(&id) && s.adopted.contains(&w.kind.template_hash(t)))
                 .map(|(r, _)| *r)
                 .collect();
             if !adopted.is_empty() {
@@ -396,10 +588,10 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
         if is_head && source_obj.is_some() {
             kept_by.push("head".to_owned());
         }
-        if live.iter().any(|t| configmap_refs(t).contains(&s.name)) {
+        if live.iter().any(|t| inv.refs(t).contains(&snap_id)) {
             kept_by.push("workload".into());
         }
-        if revision_templates.iter().any(|t| configmap_refs(t).contains(&s.name)) {
+        if revision_templates.iter().any(|t| inv.refs(t).contains(&snap_id)) {
             kept_by.push("revision".into());
         }
         if s.adopted.iter().any(|h| revision_hashes.contains(h)) {
@@ -414,7 +606,7 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
             hash: s.hash.clone(),
             created: s.created.clone(),
             size: s.content.bytes(),
-            keys: flat(&s.content).into_keys().collect(),
+            keys: s.content.keys(),
             added,
             removed,
             changed,
@@ -428,6 +620,7 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
     Ok(History {
         namespace: inv.namespace.clone(),
         source: source.to_owned(),
+        source_kind: id.kind_str().into(),
         source_exists: source_obj.is_some(),
         head,
         keep,
@@ -436,39 +629,62 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
     })
 }
 
-/// Why a ConfigMap that exists has no snapshots.
+/// No source nor snapshot of that name: said with the kind asked for, and for a Secret that the
+/// user cannot read, why.
+fn not_found(inv: &Inventory, id: &SourceId) -> anyhow::Error {
+    match (&inv.secrets_unreadable, id.kind) {
+        (Some(why), SourceKind::Secret) => anyhow!("{why}"),
+        _ => anyhow!("no {} or snapshot named {:?} in namespace {}", id.kind_str(), id.name, inv.namespace),
+    }
+}
+
+/// Why a source that exists has no snapshots.
 fn no_history(inv: &Inventory, source: &str) -> anyhow::Error {
     let mode = inv.mode();
     let obj = &inv.sources[source];
+    let id = source_id(source);
+    let (kind, source) = (id.kind_str(), id.name.as_str());
+    if id.kind == SourceKind::Secret {
+        let versions_secrets = match &inv.server {
+            Server::Published(p) => p.policy.source_kinds(Some(&inv.namespace_object)).contains(SourceKind::Secret),
+            Server::Unavailable(_) => true,
+        };
+        if !versions_secrets {
+            return anyhow!("Secret {source} has no history: confighistory does not version Secrets in namespace {} (the admin's choice, docs/install.md)", inv.namespace);
+        }
+        if let Some(why) = secret::never_source(obj, secret::secret_type(obj), &inv.excluded_sources()) {
+            return anyhow!("Secret {source} in namespace {} is never versioned: {why}", inv.namespace);
+        }
+    }
     if !source::is_versioned(obj, &Selector::default()) {
-        return anyhow!("ConfigMap {source} in namespace {} is not versioned (annotation {}: \"false\")", inv.namespace, names::VERSIONED);
+        return anyhow!("{kind} {source} in namespace {} is not versioned (annotation {}: \"false\")", inv.namespace, names::VERSIONED);
     }
     if !source::is_versioned(obj, &inv.excluded_sources()) {
         return anyhow!(
-            "ConfigMap {source} in namespace {} is not versioned: the admin excludes ConfigMaps matching {}",
+            "{kind} {source} in namespace {} is not versioned: the admin excludes {kind}s matching {}",
             inv.namespace,
             inv.excluded_sources()
         );
     }
     if obj.immutable() {
-        return anyhow!("ConfigMap {source} in namespace {} is immutable: confighistory leaves it alone", inv.namespace);
+        return anyhow!("{kind} {source} in namespace {} is immutable: confighistory leaves it alone", inv.namespace);
     }
     if mode.source == "unknown" {
         return anyhow!(
-            "ConfigMap {source} in namespace {} has no snapshots; the namespace's mode is unknown ({})",
+            "{kind} {source} in namespace {} has no snapshots; the namespace's mode is unknown ({})",
             inv.namespace,
             inv.server.unavailable().unwrap_or_default()
         );
     }
     if mode.mode != "rewrite" {
         return anyhow!(
-            "ConfigMap {source} has no history: confighistory is in mode {} in namespace {}, and only rewrite takes snapshots",
+            "{kind} {source} has no history: confighistory is in mode {} in namespace {}, and only rewrite takes snapshots",
             mode.mode,
             inv.namespace
         );
     }
     anyhow!(
-        "ConfigMap {source} in namespace {} has no snapshots yet: no workload has been released with it since confighistory was installed",
+        "{kind} {source} in namespace {} has no snapshots yet: no workload has been released with it since confighistory was installed",
         inv.namespace
     )
 }
@@ -477,14 +693,14 @@ fn no_history(inv: &Inventory, source: &str) -> anyhow::Error {
 #[derive(Clone, Debug)]
 pub struct Picked {
     pub side: DiffSide,
-    pub content: Content,
+    pub content: SourceContent,
 }
 
 /// Resolves a diff argument: `head`, a snapshot revision number, a hash (or unique prefix), a
 /// snapshot name, or `WORKLOAD@N` (the snapshot rollout revision N of a workload ran with).
 pub fn pick(inv: &Inventory, source: &str, spec: &str) -> Result<Picked> {
     let snaps = inv.snaps_of(source);
-    let head = inv.sources.get(source).map(head_of);
+    let head = inv.head(source);
     let head = head.as_deref();
     let of = |i: usize| -> Picked {
         let s = &snaps[i];
@@ -492,7 +708,7 @@ pub fn pick(inv: &Inventory, source: &str, spec: &str) -> Result<Picked> {
             side: DiffSide {
                 revision: Some((i + 1) as u32),
                 name: s.name.clone(),
-                hash: s.hash.clone(),
+                hash: Some(s.hash.clone()),
                 head: head == Some(s.hash.as_str()),
                 created: s.created.clone(),
             },
@@ -503,10 +719,11 @@ pub fn pick(inv: &Inventory, source: &str, spec: &str) -> Result<Picked> {
         if let Some(i) = snaps.iter().rposition(|s| Some(s.hash.as_str()) == head) {
             return Ok(of(i));
         }
-        let Some(obj) = inv.sources.get(source) else { bail!("{source} has no head: the source ConfigMap was deleted") };
-        let content = Content::from_object(obj);
-        let side = DiffSide { revision: None, name: source.to_owned(), hash: content.hash(), head: true, created: None };
-        return Ok(Picked { side, content });
+        let id = source_id(source);
+        let Some(obj) = inv.sources.get(source) else { bail!("{source} has no head: the source {} was deleted", id.kind_str()) };
+        // A Secret's live content has no hash the plugin could compute (its head is a MAC).
+        let side = DiffSide { revision: None, name: id.name.clone(), hash: head.map(String::from), head: true, created: None };
+        return Ok(Picked { side, content: inv.content_of(id.kind, obj) });
     }
     if let Ok(n) = spec.parse::<usize>() {
         if n == 0 || n > snaps.len() {
@@ -539,11 +756,12 @@ pub fn pick(inv: &Inventory, source: &str, spec: &str) -> Result<Picked> {
 }
 
 /// `diff SOURCE [A] [B]`: default B is the head, default A the snapshot before B.
-pub fn diff(inv: &Inventory, source: &str, a: Option<&str>, b: Option<&str>) -> Result<Diff> {
+/// A Secret's values are compared, never shown, unless `show_values` (docs/plugin.md, "Secrets").
+pub fn diff(inv: &Inventory, source: &str, a: Option<&str>, b: Option<&str>, show_values: bool) -> Result<Diff> {
     let snaps = inv.snaps_of(source);
     if snaps.is_empty() {
         return Err(match inv.sources.get(source) {
-            None => anyhow!("no ConfigMap or snapshot named {source:?} in namespace {}", inv.namespace),
+            None => not_found(inv, &source_id(source)),
             Some(_) => no_history(inv, source),
         });
     }
@@ -567,33 +785,47 @@ pub fn diff(inv: &Inventory, source: &str, a: Option<&str>, b: Option<&str>) -> 
             pick(inv, source, &before.to_string())?
         }
     };
-    Ok(compare(&inv.namespace, source, from, to))
+    Ok(compare(&inv.namespace, source, from, to, show_values))
 }
 
-/// The key- and line-level difference between two contents.
-pub fn compare(namespace: &str, source: &str, from: Picked, to: Picked) -> Diff {
-    let (o, n) = (flat(&from.content), flat(&to.content));
-    let (added, removed, changed) = key_changes(&from.content, &to.content);
-    let unchanged = n.iter().filter(|(k, v)| o.get(*k) == Some(v)).map(|(k, _)| k.clone()).collect();
+/// The key- and line-level difference between two contents. A Secret's keys are listed with
+/// their sizes and whether they changed; their values go into hunks only with `show_values`.
+pub fn compare(namespace: &str, source: &str, from: Picked, to: Picked, show_values: bool) -> Diff {
+    let (old_sizes, new_sizes) = (from.content.sizes(), to.content.sizes());
+    let (added, removed, changed) = from.content.changes(&to.content);
+    let unchanged = new_sizes.keys().filter(|k| old_sizes.contains_key(*k) && !changed.contains(k)).cloned().collect();
+    let hidden = to.content.is_secret() && !show_values;
+    let all: BTreeMap<&String, &str> = added
+        .iter()
+        .map(|k| (k, "added"))
+        .chain(removed.iter().map(|k| (k, "removed")))
+        .chain(changed.iter().map(|k| (k, "changed")))
+        .collect();
     let mut keys: Vec<KeyDiff> = Vec::new();
-    let all: BTreeSet<&String> = o.keys().chain(n.keys()).collect();
-    for k in all {
-        let (old, new) = (o.get(k), n.get(k));
-        let change = match (old, new) {
-            (None, Some(_)) => "added",
-            (Some(_), None) => "removed",
-            (Some(a), Some(b)) if a != b => "changed",
-            _ => continue,
+    for (k, change) in all {
+        let (old_size, new_size) = (old_sizes.get(k).copied(), new_sizes.get(k).copied());
+        let (old, new) = (from.content.text(k, show_values), to.content.text(k, show_values));
+        // A side with the key but no text to compare: a binary value.
+        let binary = !hidden && ((old_size.is_some() && old.is_none()) || (new_size.is_some() && new.is_none()));
+        let hunks = if hidden || binary {
+            Vec::new()
+        } else {
+            super::linediff::hunks(old.as_deref().unwrap_or(""), new.as_deref().unwrap_or(""), 3)
         };
-        let binary = old.or(new).is_some_and(|(_, b)| *b);
-        let hunks = if binary { Vec::new() } else { super::linediff::hunks(text(old), text(new), 3) };
-        keys.push(KeyDiff { key: k.clone(), change: change.into(), binary, hunks });
+        keys.push(KeyDiff { key: k.clone(), change: change.into(), binary, hidden, old_size, new_size, hunks });
     }
-    Diff { namespace: namespace.into(), source: source.into(), from: from.side, to: to.side, added, removed, changed, unchanged, keys }
-}
-
-fn text(v: Option<&(String, bool)>) -> &str {
-    v.map(|(s, _)| s.as_str()).unwrap_or("")
+    Diff {
+        namespace: namespace.into(),
+        source: source.into(),
+        source_kind: source_id(source).kind_str().into(),
+        from: from.side,
+        to: to.side,
+        added,
+        removed,
+        changed,
+        unchanged,
+        keys,
+    }
 }
 
 /// Parses `deployment/NAME`, `sts/NAME`, … or a bare NAME (a Deployment).
@@ -650,10 +882,13 @@ pub fn images(template: &Value) -> Vec<Image> {
 pub fn config_uses(inv: &Inventory, kind: Kind, template: &Value) -> Vec<ConfigUse> {
     let snaps = inv.snaps();
     let tpl_hash = kind.template_hash(template);
-    let mut out: Vec<ConfigUse> = configmap_refs(template)
+    let mut out: Vec<ConfigUse> = inv
+        .refs(template)
         .into_iter()
-        .map(|name| {
-            if let Some(s) = snaps.iter().find(|s| s.name == name) {
+        .map(|id| {
+            let entry = id.to_string();
+            let name = id.name.clone();
+            if let Some(s) = snaps.iter().find(|s| s.kind == id.kind && s.name == name) {
                 return ConfigUse {
                     source: s.source.clone(),
                     reference: name.clone(),
@@ -663,11 +898,11 @@ pub fn config_uses(inv: &Inventory, kind: Kind, template: &Value) -> Vec<ConfigU
                     via: "pin".into(),
                 };
             }
-            // A snapshot name whose object is gone, unless a ConfigMap by that name is a source.
-            if !inv.sources.contains_key(&name) {
+            // A snapshot name whose object is gone, unless a source by that name exists.
+            if !inv.sources.contains_key(&entry) {
                 if let Some((source, hash, _)) = snapshot::parse_name(&name) {
                     return ConfigUse {
-                        source: source.into(),
+                        source: id.with_name(source).to_string(),
                         reference: name.clone(),
                         snapshot: Some(name.clone()),
                         hash: Some(hash.into()),
@@ -676,16 +911,16 @@ pub fn config_uses(inv: &Inventory, kind: Kind, template: &Value) -> Vec<ConfigU
                     };
                 }
             }
-            match snaps.iter().rev().find(|s| s.source == name && s.adopted.contains(&tpl_hash)) {
+            match snaps.iter().rev().find(|s| s.source == entry && s.adopted.contains(&tpl_hash)) {
                 Some(s) => ConfigUse {
-                    source: name.clone(),
+                    source: entry,
                     reference: name,
                     snapshot: Some(s.name.clone()),
                     hash: Some(s.hash.clone()),
                     exists: true,
                     via: "adoption".into(),
                 },
-                None => ConfigUse { source: name.clone(), reference: name, snapshot: None, hash: None, exists: false, via: "plain".into() },
+                None => ConfigUse { source: entry, reference: name, snapshot: None, hash: None, exists: false, via: "plain".into() },
             }
         })
         .collect();
@@ -765,16 +1000,24 @@ pub fn status(inv: &Inventory, wanted: &WorkloadRef) -> Result<Status> {
     let held = w.held();
     let template = w.template();
     let mut pins = Vec::new();
+    let mut secrets_unreadable = None;
     for used in config_uses(inv, w.kind, template) {
         let source_obj = inv.sources.get(&used.source);
-        let head = source_obj.map(head_of);
+        let head = inv.head(&used.source);
+        let kind = source_id(&used.source).kind;
+        if kind == SourceKind::Secret && inv.secrets_unreadable.is_some() {
+            secrets_unreadable.clone_from(&inv.secrets_unreadable);
+        }
         let manual = source_obj.and_then(|s| annotation(s, names::ROLLOUT)) == Some("manual");
         let is_head = used.via == "pin" && used.hash.is_some() && used.hash == head;
         let is_held = held.contains(&used.source);
         let mut pending = None;
         // Propagation follows the head annotation the webhook recorded with changed-at.
         if let (Some(src), Some(h)) = (source_obj, source_obj.and_then(|s| annotation(s, names::HEAD))) {
-            let versioned = source::is_versioned(src, &excluded_sources);
+            let versioned = match kind {
+                SourceKind::ConfigMap => source::is_versioned(src, &excluded_sources),
+                SourceKind::Secret => secret::is_versioned(src, secret::secret_type(src), &excluded_sources),
+            };
             let stale = used.via != "pin" || used.hash.as_deref() != Some(h);
             if let (Some(at), true) = (source::pending_change(src, h), mode.mode == "rewrite" && versioned && !is_held && stale) {
                 let secs = settle(inv, src);
@@ -811,12 +1054,24 @@ pub fn status(inv: &Inventory, wanted: &WorkloadRef) -> Result<Status> {
         mode_source: mode.source.into(),
         refused_label: mode.refused,
         server_config_unavailable: inv.server.unavailable(),
+        secrets_unreadable,
         revision: w.current_revision(),
         images: images(template),
         pins,
         undo,
         undo_unavailable,
     })
+}
+
+/// Refuses an undo to a revision that uses Secrets the user cannot read: whether their snapshots
+/// still exist cannot be told (docs/plugin.md, "Secrets").
+pub fn check_secrets_readable(inv: &Inventory, target: &RevisionConfig) -> Result<()> {
+    match &inv.secrets_unreadable {
+        Some(why) if target.config.iter().any(|c| source_id(&c.source).kind == SourceKind::Secret) => {
+            bail!("cannot check the Secret snapshots revision {} uses: {why}", target.revision.unwrap_or_default())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Refuses an undo whose target names a snapshot that no longer exists.
@@ -863,9 +1118,8 @@ pub fn sources(
     }
     for w in workloads {
         let ns = meta(w, "namespace").unwrap_or_default().to_owned();
-        let pins: BTreeMap<String, String> =
-            source::pins(w).into_iter().filter(|(id, _)| id.kind == SourceKind::ConfigMap).map(|(id, h)| (id.name, h)).collect();
-        let held = configmap_names(source::holds(w).into_keys());
+        let pins: BTreeMap<String, String> = source::pins(w).into_iter().map(|(id, h)| (id.to_string(), h)).collect();
+        let held: BTreeSet<String> = source::holds(w).into_keys().map(|id| id.to_string()).collect();
         for (source, hash) in &pins {
             let Some(row) = rows.get_mut(&(ns.clone(), source.clone())) else { continue };
             row.workloads += 1;
@@ -876,11 +1130,64 @@ pub fn sources(
             }
         }
     }
-    Sources { namespace: namespace.map(String::from), sources: rows.into_values().collect() }
+    Sources { namespace: namespace.map(String::from), sources: rows.into_values().collect(), secrets_unreadable: None }
 }
 
-/// (namespace, source name) of a snapshot, from its metadata.
+/// (namespace, source entry) of a snapshot, from its metadata and `kind` (`secret/db` for a
+/// Secret's).
 pub fn snapshot_source(s: &Value) -> Option<(String, String)> {
     let name = annotation(s, names::SOURCE_NAME).or_else(|| label(s, names::SOURCE_LABEL))?;
-    Some((meta(s, "namespace")?.to_owned(), name.to_owned()))
+    Some((meta(s, "namespace")?.to_owned(), SourceId::new(kind_of(s), name).to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(pairs: &[(&str, &[u8])]) -> SecretContent {
+        SecretContent::new(secret::OPAQUE, pairs.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect())
+    }
+
+    fn picked(name: &str, content: SourceContent) -> Picked {
+        Picked { side: DiffSide { revision: None, name: name.into(), hash: None, head: false, created: None }, content }
+    }
+
+    #[test]
+    fn sealing_takes_a_secrets_values_out_of_its_object() {
+        let applied = r#"{"kind":"Secret","data":{"password":"aHVudGVyMg=="},"stringData":{"user":"admin"}}"#;
+        let obj = json!({"kind": "Secret", "metadata": {"name": "db", "annotations": {LAST_APPLIED: applied, "a": "b"}}, "type": "Opaque",
+            "data": {"password": "aHVudGVyMg=="}, "stringData": {"user": "admin"}});
+        let cm = json!({"kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "b"}});
+        let inv =
+            Inventory { sources: BTreeMap::from([("secret/db".into(), obj.clone()), ("cfg".into(), cm.clone())]), ..Default::default() };
+        let inv = inv.sealed().sealed();
+        let sealed = &inv.sources["secret/db"];
+        assert!(sealed.get("data").is_none() && sealed.get("stringData").is_none(), "{sealed}");
+        assert_eq!(sealed["metadata"]["annotations"], json!({"a": "b"}), "kubectl's copy of the values dropped");
+        assert_eq!(inv.sources["cfg"], cm, "a ConfigMap is left as it is");
+        let content = inv.content_of(SourceKind::Secret, sealed);
+        assert_eq!(content, SourceContent::Secret(secret(&[("password", b"hunter2"), ("user", b"admin")])), "sealing twice keeps it");
+        assert_eq!(content.sizes(), BTreeMap::from([("password".to_owned(), 7), ("user".to_owned(), 5)]));
+        let debug = format!("{inv:?}");
+        assert!(!debug.contains("hunter2") && !debug.contains("aHVudGVyMg") && !debug.contains("admin"), "{debug}");
+    }
+
+    #[test]
+    fn a_secrets_keys_are_compared_and_its_values_shown_only_when_asked() {
+        let old = SourceContent::Secret(secret(&[("a", b"1"), ("b", b"x"), ("bin", b"\xff\x00")]));
+        let new = SourceContent::Secret(secret(&[("a", b"2"), ("c", b"new"), ("bin", b"\xfe")]));
+        assert_eq!(old.changes(&new), (vec!["c".into()], vec!["b".into()], vec!["a".into(), "bin".into()]));
+        let hidden = compare("ns", "secret/s", picked("s-1", old.clone()), picked("s-2", new.clone()), false);
+        assert!(hidden.keys.iter().all(|k| k.hidden && k.hunks.is_empty() && !k.binary), "{:?}", hidden.keys);
+        let bin = hidden.keys.iter().find(|k| k.key == "bin").unwrap();
+        assert_eq!((bin.old_size, bin.new_size), (Some(2), Some(1)));
+        let shown = compare("ns", "secret/s", picked("s-1", old), picked("s-2", new), true);
+        let by_key: BTreeMap<&str, &KeyDiff> = shown.keys.iter().map(|k| (k.key.as_str(), k)).collect();
+        assert!(by_key["bin"].binary && by_key["bin"].hunks.is_empty(), "not UTF-8: not printed as text");
+        assert_eq!(by_key["a"].hunks[0].lines, ["-1", "+2"]);
+        // Contents of two kinds never share keys.
+        let cm = SourceContent::ConfigMap(Content { data: [("a".into(), "1".into())].into(), ..Default::default() });
+        let s = SourceContent::Secret(secret(&[("a", b"1")]));
+        assert_eq!(cm.changes(&s), (vec!["a".into()], vec!["a".into()], vec![]));
+    }
 }

@@ -3,14 +3,14 @@
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{json, Value};
 
 use super::build::{self, Inventory, Workload};
 use crate::model::kinds::{History, Registry};
 use crate::model::names;
-use crate::model::source::SourceKind;
+use crate::model::source::{SourceId, SourceKind};
 use crate::model::template::Kind;
 
 /// Field manager of the plugin's writes.
@@ -50,28 +50,28 @@ fn api_err(e: kube::Error, what: &str) -> anyhow::Error {
     }
 }
 
-async fn list(ctx: &Ctx, ar: &ApiResource, params: &ListParams) -> Result<Vec<Value>> {
-    list_or_missing(ctx, ar, params, false).await
-}
-
-/// [`list`]; with `missing_is_empty`, a resource the API server does not serve (404) has no objects.
+/// The objects of `ar` in the namespace; with `missing_is_empty`, a resource the API server does
+/// not serve (404) has no objects.
 async fn list_or_missing(ctx: &Ctx, ar: &ApiResource, params: &ListParams, missing_is_empty: bool) -> Result<Vec<Value>> {
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, ar);
-    let list = match api.list(params).await {
-        Err(kube::Error::Api(s)) if missing_is_empty && s.code == 404 => return Ok(Vec::new()),
-        listed => listed.map_err(|e| api_err(e, &format!("list {}", ar.plural)))?,
-    };
-    Ok(list
-        .items
+    match api.list(params).await {
+        Err(kube::Error::Api(s)) if missing_is_empty && s.code == 404 => Ok(Vec::new()),
+        listed => Ok(items(listed.map_err(|e| api_err(e, &format!("list {}", ar.plural)))?, ar)),
+    }
+}
+
+/// A list's items as JSON, each with its kind and apiVersion (list items carry none; the
+/// builders need them).
+fn items(list: kube::core::ObjectList<DynamicObject>, ar: &ApiResource) -> Vec<Value> {
+    list.items
         .into_iter()
         .map(|o| {
-            // List items carry no kind; the builders need it.
             let mut v = serde_json::to_value(o).unwrap_or_default();
             v["kind"] = json!(ar.kind);
             v["apiVersion"] = json!(ar.api_version);
             v
         })
-        .collect())
+        .collect()
 }
 
 /// The resource of `kind`, at the version it is served at (`kinds` resolved by
@@ -102,9 +102,42 @@ pub async fn check_installed(client: &kube::Client) -> Result<()> {
     }
 }
 
+/// The resource a source kind's objects are served as.
+fn source_resource(kind: SourceKind) -> ApiResource {
+    match kind {
+        SourceKind::ConfigMap => ApiResource::erase::<ConfigMap>(&()),
+        SourceKind::Secret => ApiResource::erase::<Secret>(&()),
+    }
+}
+
+/// What to tell a user who may not read Secrets (the plugin reads them with their own
+/// credentials, docs/plugin.md "Secrets"). The API server's message names the user and the verb,
+/// never a value.
+fn secrets_forbidden(namespace: &str, verb: &str, message: &str) -> String {
+    format!(
+        "you may not {verb} Secrets in namespace {namespace} ({message}); the plugin reads them with your own credentials: ask for get and list on secrets there (check with `kubectl auth can-i {verb} secrets -n {namespace}`)"
+    )
+}
+
+/// The snapshots of `kind` in the namespace; a 403 on Secrets is `Err(why)` to be said, not a failure.
+async fn list_snapshots(ctx: &Ctx, kind: SourceKind) -> Result<std::result::Result<Vec<Value>, String>> {
+    let params = ListParams::default().labels(names::HASH_LABEL);
+    let ar = source_resource(kind);
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &ar);
+    match api.list(&params).await {
+        Err(kube::Error::Api(s)) if s.code == 403 && kind == SourceKind::Secret => {
+            Ok(Err(secrets_forbidden(&ctx.namespace, "list", &s.message)))
+        }
+        Err(e) => Err(api_err(e, &format!("list {}", ar.plural))),
+        Ok(list) => Ok(Ok(items(list, &ar))),
+    }
+}
+
 /// Reads the namespace: its object, snapshots, workloads and revisions, and the given sources
-/// plus every source the workloads reference.
-pub async fn inventory(ctx: &Ctx, sources: &[&str]) -> Result<Inventory> {
+/// plus every source the workloads reference. Secrets are read (with the user's credentials)
+/// where the server versions them or one is asked for; their values are sealed
+/// ([`Inventory::sealed`]) before anything else sees them.
+pub async fn inventory(ctx: &Ctx, sources: &[SourceId]) -> Result<Inventory> {
     let ns_api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &ApiResource::erase::<Namespace>(&()));
     let namespace_object = match ns_api.get_opt(&ctx.namespace).await {
         Ok(Some(ns)) => serde_json::to_value(ns)?,
@@ -116,41 +149,59 @@ pub async fn inventory(ctx: &Ctx, sources: &[&str]) -> Result<Inventory> {
     let all = ListParams::default();
     let server = server(ctx).await;
     let kinds = kinds(ctx, &server).await;
-    let snapshots_params = ListParams::default().labels(names::HASH_LABEL);
-    let configmaps = ApiResource::erase::<ConfigMap>(&());
-    let (snapshots, workloads, revisions) = futures::try_join!(
-        list(ctx, &configmaps, &snapshots_params),
+    let mut inv = Inventory { namespace: ctx.namespace.clone(), namespace_object, server, kinds, ..Default::default() };
+    // Secrets only where the server versions them, or when one is asked for.
+    let read_secrets = inv.source_kinds().contains(SourceKind::Secret) || sources.iter().any(|id| id.kind == SourceKind::Secret);
+    let (snapshots, secret_snapshots, workloads, revisions) = futures::try_join!(
+        list_snapshots(ctx, SourceKind::ConfigMap),
+        async {
+            if read_secrets {
+                list_snapshots(ctx, SourceKind::Secret).await
+            } else {
+                Ok(Ok(Vec::new()))
+            }
+        },
         futures::future::try_join_all(kinds.workloads().map(|k| list_kind(ctx, k, kinds, &all))),
         futures::future::try_join_all(kinds.revisions().map(|k| list_kind(ctx, k, kinds, &all))),
     )?;
-    let mut inv = Inventory {
-        namespace: ctx.namespace.clone(),
-        namespace_object,
-        snapshots,
-        workloads: workloads.concat(),
-        revisions: revisions.concat(),
-        server,
-        kinds,
-        ..Default::default()
-    };
+    inv.snapshots = snapshots.map_err(|e| anyhow!(e))?;
+    match secret_snapshots {
+        Ok(s) => inv.snapshots.extend(s),
+        Err(why) => inv.secrets_unreadable = Some(why),
+    }
+    inv.workloads = workloads.concat();
+    inv.revisions = revisions.concat();
+    let mut inv = inv.sealed();
     // Sources: the ones asked for, those of snapshots in use, and plain references.
-    let mut wanted: std::collections::BTreeSet<String> = sources.iter().map(|s| s.to_string()).collect();
-    let snap_names: std::collections::BTreeMap<String, String> = inv.snaps().into_iter().map(|s| (s.name, s.source)).collect();
+    let mut wanted: std::collections::BTreeSet<SourceId> = sources.iter().cloned().collect();
+    let snap_sources: std::collections::BTreeMap<(SourceKind, String), String> =
+        inv.snaps().into_iter().map(|s| ((s.kind, s.name), s.source)).collect();
     for w in inv.workloads() {
-        for name in build::configmap_refs(w.template()) {
-            wanted.insert(snap_names.get(&name).cloned().unwrap_or(name));
+        for id in inv.refs(w.template()) {
+            let source = snap_sources.get(&(id.kind, id.name.clone())).map(|entry| build::source_id(entry));
+            wanted.insert(source.unwrap_or(id));
         }
     }
-    let cms: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &ApiResource::erase::<ConfigMap>(&()));
     // Names from templates: only Kubernetes names go into a request path (any other cannot exist).
-    for name in wanted.into_iter().filter(|n| names::is_dns_subdomain(n)) {
-        if let Some(cm) = cms.get_opt(&name).await.map_err(|e| api_err(e, &format!("get configmap {name}")))? {
-            let mut v = serde_json::to_value(cm)?;
-            v["kind"] = json!(SourceKind::ConfigMap.as_str());
-            inv.sources.insert(name, v);
+    for id in wanted.into_iter().filter(|id| names::is_dns_subdomain(&id.name)) {
+        if id.kind == SourceKind::Secret && inv.secrets_unreadable.is_some() {
+            continue;
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &source_resource(id.kind));
+        let got = match api.get_opt(&id.name).await {
+            Err(kube::Error::Api(s)) if s.code == 403 && id.kind == SourceKind::Secret => {
+                inv.secrets_unreadable = Some(secrets_forbidden(&ctx.namespace, "get", &s.message));
+                continue;
+            }
+            got => got.map_err(|e| api_err(e, &format!("get {} {}", id.kind_str().to_ascii_lowercase(), id.name)))?,
+        };
+        if let Some(obj) = got {
+            let mut v = serde_json::to_value(obj)?;
+            v["kind"] = json!(id.kind_str());
+            inv.sources.insert(id.to_string(), v);
         }
     }
-    Ok(inv)
+    Ok(inv.sealed())
 }
 
 /// The kinds the server handles: the built-ins and those its published configuration registers
@@ -218,9 +269,19 @@ pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, d
     }
 }
 
-/// Snapshots of the namespace, re-read (after an undo the webhook may have created one).
-pub async fn snapshots(ctx: &Ctx) -> Result<Vec<Value>> {
-    list(ctx, &ApiResource::erase::<ConfigMap>(&()), &ListParams::default().labels(names::HASH_LABEL)).await
+/// `inv` with its snapshots re-read (after an undo the webhook may have created one), of the
+/// kinds it read before, sealed.
+pub async fn reread_snapshots(ctx: &Ctx, inv: &Inventory) -> Result<Inventory> {
+    let mut inv = inv.clone();
+    let had_secrets = inv.snaps().iter().any(|s| s.kind == SourceKind::Secret);
+    inv.snapshots = list_snapshots(ctx, SourceKind::ConfigMap).await?.map_err(|e| anyhow!(e))?;
+    if had_secrets || (inv.secrets_unreadable.is_none() && inv.source_kinds().contains(SourceKind::Secret)) {
+        match list_snapshots(ctx, SourceKind::Secret).await? {
+            Ok(s) => inv.snapshots.extend(s),
+            Err(why) => inv.secrets_unreadable = Some(why),
+        }
+    }
+    Ok(inv.sealed())
 }
 
 /// Everything `list` needs, metadata only (no ConfigMap data is read): snapshots, their sources
@@ -234,38 +295,58 @@ pub async fn sources(ctx: &Ctx, all: bool) -> Result<super::model::Sources> {
             Api::namespaced_with(client.clone(), &ctx.namespace, ar)
         }
     };
-    let metas = |list: kube::core::ObjectList<kube::core::PartialObjectMeta<DynamicObject>>| -> Vec<Value> {
-        list.items.into_iter().map(|o| json!({ "metadata": o.metadata })).collect()
+    let metas = |list: kube::core::ObjectList<kube::core::PartialObjectMeta<DynamicObject>>, kind: &str| -> Vec<Value> {
+        list.items.into_iter().map(|o| json!({ "kind": kind, "metadata": o.metadata })).collect()
     };
-    let cm = ApiResource::erase::<ConfigMap>(&());
-    let snapshots =
-        metas(api(&cm).list_metadata(&ListParams::default().labels(names::HASH_LABEL)).await.map_err(|e| api_err(e, "list configmaps"))?);
+    let server = server(ctx).await;
+    // Secret snapshots where the server versions Secrets (or may: its configuration unknown).
+    let secrets = server.config().is_none_or(|c| c.secrets);
+    let mut snapshots = Vec::new();
+    let mut secrets_unreadable = None;
+    for kind in SourceKind::ALL.into_iter().filter(|k| *k == SourceKind::ConfigMap || secrets) {
+        let ar = source_resource(kind);
+        // Metadata only: no value of any kind is read.
+        match api(&ar).list_metadata(&ListParams::default().labels(names::HASH_LABEL)).await {
+            Ok(list) => snapshots.extend(metas(list, kind.as_str())),
+            Err(kube::Error::Api(s)) if s.code == 403 && kind == SourceKind::Secret => {
+                let ns = if all { "any namespace".to_owned() } else { ctx.namespace.clone() };
+                secrets_unreadable = Some(secrets_forbidden(&ns, "list", &s.message));
+            }
+            Err(e) => return Err(api_err(e, &format!("list {}", ar.plural))),
+        }
+    }
     let mut sources = std::collections::BTreeMap::new();
     for key in snapshots.iter().filter_map(build::snapshot_source) {
         if sources.contains_key(&key) {
             continue;
         }
+        let id = build::source_id(&key.1);
         // A source name from a snapshot's annotation (the tenant's text): not a Kubernetes name,
         // no source of that name exists, and it never goes into a request path.
-        if !names::is_dns_subdomain(&key.1) {
+        if !names::is_dns_subdomain(&id.name) {
             sources.insert(key, None);
             continue;
         }
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &key.0, &cm);
-        let got = api.get_metadata_opt(&key.1).await.map_err(|e| api_err(e, &format!("get configmap {}/{}", key.0, key.1)))?;
-        sources.insert(key, got.map(|o| json!({ "metadata": o.metadata })));
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &key.0, &source_resource(id.kind));
+        let got = api
+            .get_metadata_opt(&id.name)
+            .await
+            .map_err(|e| api_err(e, &format!("get {} {}/{}", id.kind_str().to_ascii_lowercase(), key.0, id.name)))?;
+        sources.insert(key, got.map(|o| json!({ "kind": id.kind_str(), "metadata": o.metadata })));
     }
     let mut workloads = Vec::new();
-    let kinds = kinds(ctx, &server(ctx).await).await;
+    let kinds = kinds(ctx, &server).await;
     // Jobs are runs: they pin what their CronJob or creator pinned.
     for kind in kinds.workloads().filter(|k| *k != Kind::Job) {
         let ar = resource(kind, kinds);
         match api(&ar).list_metadata(&ListParams::default()).await {
-            Ok(list) => workloads.extend(metas(list)),
+            Ok(list) => workloads.extend(metas(list, kind.as_str())),
             // A registered kind whose API is not served: no objects.
             Err(kube::Error::Api(s)) if s.code == 404 && !kind.is_builtin() => {}
             Err(e) => return Err(api_err(e, &format!("list {}", ar.plural))),
         }
     }
-    Ok(build::sources((!all).then_some(ctx.namespace.as_str()), &snapshots, &sources, &workloads))
+    let mut out = build::sources((!all).then_some(ctx.namespace.as_str()), &snapshots, &sources, &workloads);
+    out.secrets_unreadable = secrets_unreadable;
+    Ok(out)
 }

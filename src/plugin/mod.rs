@@ -30,11 +30,12 @@ use render::Style;
     name = "kubectl-confighistory",
     bin_name = "kubectl confighistory",
     version,
-    about = "Rollout history of ConfigMaps versioned by confighistory",
+    about = "Rollout history of ConfigMaps and Secrets versioned by confighistory",
     after_help = "Examples:\n  \
         kubectl confighistory history pricing-config\n  \
         kubectl confighistory diff pricing-config 3          # revision 3 against the head\n  \
         kubectl confighistory diff pricing-config deployment/pricing@3 head\n  \
+        kubectl confighistory diff secret/db                 # keys and sizes, never values\n  \
         kubectl confighistory status deployment/pricing\n  \
         kubectl confighistory undo deployment/pricing --to-revision 2 --dry-run"
 )]
@@ -76,15 +77,27 @@ pub enum Command {
     },
     /// Snapshots of a source, newest first: revision, hash, age, size, key changes, users, why kept.
     History {
-        /// The source ConfigMap (or one of its snapshots).
+        /// The source: a ConfigMap's NAME (or configmap/NAME), secret/NAME for a Secret, or one
+        /// of its snapshots.
         source: String,
     },
     /// Key- and line-level diff between two snapshots of a source (default: the one before the
     /// head against the head; with one argument: it against the head).
     ///
     /// A and B are `head`, a revision number from `history`, a hash (or unique prefix), a
-    /// snapshot name, or WORKLOAD@REVISION (the snapshot a rollout revision ran with).
-    Diff { source: String, a: Option<String>, b: Option<String> },
+    /// snapshot name, or WORKLOAD@REVISION (the snapshot a rollout revision ran with). A
+    /// Secret's keys are shown with their sizes and whether they changed, never its values
+    /// unless --show-values.
+    Diff {
+        /// NAME (a ConfigMap), configmap/NAME or secret/NAME.
+        source: String,
+        a: Option<String>,
+        b: Option<String>,
+        /// Print a Secret's values in the diff (read with your own credentials). Without it no
+        /// value of a Secret, nor its base64, nor a hash of it is printed.
+        #[arg(long)]
+        show_values: bool,
+    },
     /// A workload's pins, whether each is the head, pending propagation, the namespace's mode, and
     /// what an undo would restore.
     Status {
@@ -235,9 +248,7 @@ fn check_names(cli: &Cli) -> Result<()> {
         check_namespace(ns)?;
     }
     match &cli.command {
-        Command::History { source } | Command::Diff { source, .. } if !crate::model::names::is_dns_subdomain(source) => {
-            anyhow::bail!("{source:?} is not a valid ConfigMap name")
-        }
+        Command::History { source } | Command::Diff { source, .. } => build::parse_source(source).map(drop),
         Command::Status { workload } | Command::Undo { workload, .. } => build::parse_workload(workload).map(drop),
         _ => Ok(()),
     }
@@ -296,7 +307,14 @@ pub async fn run(cli: Cli) -> Result<Done> {
     match &cli.command {
         Command::List { all_namespaces } => {
             let s = gather::sources(&ctx, *all_namespaces).await?;
-            let names: Vec<String> = s.sources.iter().map(|r| format!("configmap/{}", r.name)).collect();
+            let names: Vec<String> = s
+                .sources
+                .iter()
+                .map(|r| {
+                    let id = build::source_id(&r.name);
+                    build::object_name(id.kind, &id.name)
+                })
+                .collect();
             Ok(match cli.output.clone() {
                 Some(o) => emit("Sources", &s, &names, o)?,
                 None => render::sources(&s, style),
@@ -304,21 +322,25 @@ pub async fn run(cli: Cli) -> Result<Done> {
             .into())
         }
         Command::History { source } => {
-            let inv = gather::inventory(&ctx, &[source]).await?;
-            let source = resolve_source(&inv, source);
+            let id = build::parse_source(source)?;
+            let inv = gather::inventory(&ctx, std::slice::from_ref(&id)).await?;
+            let source = resolve_source(&inv, &id);
             let h = build::history(&inv, &source)?;
-            let names: Vec<String> = h.snapshots.iter().map(|s| format!("configmap/{}", s.name)).collect();
+            let kind = build::source_id(&source).kind;
+            let names: Vec<String> = h.snapshots.iter().map(|s| build::object_name(kind, &s.name)).collect();
             Ok(match cli.output.clone() {
                 Some(o) => emit("History", &h, &names, o)?,
                 None => render::history(&h, now, style),
             }
             .into())
         }
-        Command::Diff { source, a, b } => {
-            let inv = gather::inventory(&ctx, &[source]).await?;
-            let source = resolve_source(&inv, source);
-            let d = build::diff(&inv, &source, a.as_deref(), b.as_deref())?;
-            let names = [format!("configmap/{}", d.from.name), format!("configmap/{}", d.to.name)];
+        Command::Diff { source, a, b, show_values } => {
+            let id = build::parse_source(source)?;
+            let inv = gather::inventory(&ctx, std::slice::from_ref(&id)).await?;
+            let source = resolve_source(&inv, &id);
+            let d = build::diff(&inv, &source, a.as_deref(), b.as_deref(), *show_values)?;
+            let kind = build::source_id(&source).kind;
+            let names = [build::object_name(kind, &d.from.name), build::object_name(kind, &d.to.name)];
             let out = match cli.output.clone() {
                 Some(o) => emit("Diff", &d, &names, o)?,
                 None => render::diff(&d, now, style),
@@ -343,14 +365,14 @@ pub async fn run(cli: Cli) -> Result<Done> {
             let (rev, template) = build::undo_target(&w, *to_revision)?;
             let before = build::revision_config(&inv, w.kind, w.current_revision(), w.template());
             let target = build::revision_config(&inv, w.kind, Some(rev), &template);
+            build::check_secrets_readable(&inv, &target)?;
             build::check_target(&wanted, &target)?;
             let skipped = w.kind.template_hash(&template) == w.kind.template_hash(w.template());
             let (after, held) = if skipped {
                 (before.clone(), w.held().into_iter().collect())
             } else {
                 let stored = gather::rollback(&ctx, &inv, &w, rev, dry_run).await?;
-                let mut inv = inv.clone();
-                inv.snapshots = gather::snapshots(&ctx).await?;
+                let inv = gather::reread_snapshots(&ctx, &inv).await?;
                 let after_w = build::Workload { object: stored, ..w.clone() };
                 (build::revision_config(&inv, w.kind, None, after_w.template()), after_w.held().into_iter().collect())
             };
@@ -393,14 +415,16 @@ pub fn complete(args: &[String]) -> String {
     out.into_iter().map(|c| c + "\n").collect::<String>() + ":4\n"
 }
 
-/// A snapshot name given where a source is expected means its source.
-fn resolve_source(inv: &build::Inventory, given: &str) -> String {
-    if inv.snaps_of(given).is_empty() {
-        if let Some(s) = inv.snaps().into_iter().find(|s| s.name == given) {
+/// The source's entry (`cfg`, `secret/db`); a snapshot's name given where a source is expected
+/// means its source.
+fn resolve_source(inv: &build::Inventory, given: &crate::model::source::SourceId) -> String {
+    let entry = given.to_string();
+    if inv.snaps_of(&entry).is_empty() {
+        if let Some(s) = inv.snaps().into_iter().find(|s| s.kind == given.kind && s.name == given.name) {
             return s.source;
         }
     }
-    given.to_owned()
+    entry
 }
 
 /// Entry point of the `kubectl-confighistory` binary: prints the result, or `error: ...` on

@@ -23,10 +23,14 @@ impl std::fmt::Display for WorkloadRef {
 #[serde(rename_all = "camelCase")]
 pub struct History {
     pub namespace: String,
+    /// The source as annotations name it: a ConfigMap's name, `secret/NAME` for a Secret.
     pub source: String,
+    /// `ConfigMap` or `Secret`.
+    pub source_kind: String,
     /// False when the source ConfigMap was deleted (its snapshots live while referenced).
     pub source_exists: bool,
-    /// Hash of the source's current content (`confighistory.io/head`).
+    /// Hash of the source's current content (`confighistory.io/head`); a Secret's is a MAC, read
+    /// from the snapshot holding its content or its `head` annotation (null when neither says).
     pub head: Option<String>,
     /// How many newest snapshots the newest-N rule keeps (`confighistory.io/keep`, else the
     /// server's setting); `None` when neither is known.
@@ -48,7 +52,7 @@ pub struct SnapshotEntry {
     pub hash: String,
     /// RFC 3339.
     pub created: Option<String>,
-    /// Bytes of keys and values.
+    /// Bytes of keys and values (a Secret's values decoded).
     pub size: usize,
     pub keys: Vec<String>,
     /// Keys against the previous (older) snapshot; for revision 1 everything is `added`.
@@ -86,7 +90,10 @@ pub struct Usage {
 #[serde(rename_all = "camelCase")]
 pub struct Diff {
     pub namespace: String,
+    /// The source as annotations name it: a ConfigMap's name, `secret/NAME` for a Secret.
     pub source: String,
+    /// `ConfigMap` or `Secret`.
+    pub source_kind: String,
     pub from: DiffSide,
     pub to: DiffSide,
     pub added: Vec<String>,
@@ -105,7 +112,9 @@ pub struct DiffSide {
     pub revision: Option<u32>,
     /// Snapshot name, or the source's name for its live content.
     pub name: String,
-    pub hash: String,
+    /// Null only for a Secret's live content with no snapshot and no recorded head (a Secret's
+    /// hash is a MAC under a key the plugin does not have).
+    pub hash: Option<String>,
     pub head: bool,
     pub created: Option<String>,
 }
@@ -118,7 +127,12 @@ pub struct KeyDiff {
     /// `added`, `removed` or `changed`.
     pub change: String,
     pub binary: bool,
-    /// Unified-diff hunks of the value's lines (none for binary values).
+    /// A Secret's value, not shown (no hunks) without `--show-values`.
+    pub hidden: bool,
+    /// Size of the value in bytes on each side (null: the key is not there).
+    pub old_size: Option<usize>,
+    pub new_size: Option<usize>,
+    /// Unified-diff hunks of the value's lines (none for binary or hidden values).
     pub hunks: Vec<Hunk>,
 }
 
@@ -154,6 +168,9 @@ pub struct Status {
     /// Why the server's published configuration could not be read (the mode, settle windows and
     /// keep counts are then only what the namespace and sources say).
     pub server_config_unavailable: Option<String>,
+    /// Why the Secrets this workload references could not be read with the user's credentials
+    /// (their pins are then shown as the template names them, unchecked).
+    pub secrets_unreadable: Option<String>,
     /// Current rollout revision, when the kind has revisions.
     pub revision: Option<i64>,
     pub images: Vec<Image>,
@@ -175,6 +192,7 @@ pub struct Image {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Pin {
+    /// The source as annotations name it: a ConfigMap's name, `secret/NAME` for a Secret.
     pub source: String,
     /// The name the template references: a snapshot, or the source itself (not pinned).
     pub reference: String,
@@ -258,12 +276,17 @@ pub struct Sources {
     /// `None` with `--all-namespaces`.
     pub namespace: Option<String>,
     pub sources: Vec<SourceRow>,
+    /// Why Secret snapshots could not be listed with the user's credentials (then only
+    /// ConfigMaps are counted).
+    #[serde(default)]
+    pub secrets_unreadable: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceRow {
     pub namespace: String,
+    /// The source as annotations name it: a ConfigMap's name, `secret/NAME` for a Secret.
     pub name: String,
     /// False when only snapshots are left (the source was deleted).
     pub exists: bool,

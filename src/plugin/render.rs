@@ -308,16 +308,34 @@ pub fn diff(d: &Diff, now: Timestamp, style: Style) -> String {
         out.push_str("no differences\n");
         return out;
     }
+    if d.keys.iter().any(|k| k.hidden) {
+        out.push_str(&style.dim("values hidden: a Secret's keys and sizes only (--show-values prints its values)"));
+        out.push('\n');
+    }
     let summary = [("removed", &d.removed), ("added", &d.added), ("changed", &d.changed), ("unchanged", &d.unchanged)];
     for (what, keys) in summary {
         if !keys.is_empty() {
             out.push_str(&format!("{what}: {}\n", keys.join(", ")));
         }
     }
+    let secret = d.source_kind == "Secret";
     for k in &d.keys {
         out.push('\n');
-        out.push_str(&style.bold(&format!("{} ({})", k.key, k.change)));
+        // A Secret's key with the sizes of its values: all that is shown of them by default.
+        let sizes = match (secret, k.old_size, k.new_size) {
+            (false, ..) => String::new(),
+            (true, Some(o), Some(n)) => format!(", {} → {}", size(o), size(n)),
+            (true, Some(n), None) | (true, None, Some(n)) => format!(", {}", size(n)),
+            (true, None, None) => String::new(),
+        };
+        out.push_str(&style.bold(&format!("{} ({}{sizes})", k.key, k.change)));
         out.push('\n');
+        if k.hidden {
+            if k.change == "changed" {
+                out.push_str("value differs (hidden)\n");
+            }
+            continue;
+        }
         if k.binary {
             out.push_str("binary value differs\n");
             continue;
@@ -366,7 +384,7 @@ pub fn status(s: &Status, now: Timestamp, style: Style) -> String {
         (other, _) => other.to_owned(),
     };
     out.push_str(&format!("  mode:      {} ({mode_from})\n", s.mode));
-    if let Some(why) = &s.server_config_unavailable {
+    for why in [&s.server_config_unavailable, &s.secrets_unreadable].into_iter().flatten() {
         out.push_str(&format!("  {}\n", style.yellow(&format!("note: {why}"))));
     }
     if let Some(r) = s.revision {
@@ -374,7 +392,7 @@ pub fn status(s: &Status, now: Timestamp, style: Style) -> String {
     }
     out.push_str(&format!("  images:    {}\n", images_line(&s.images)));
     if s.pins.is_empty() {
-        out.push_str("  config:    no ConfigMap references\n");
+        out.push_str("  config:    no ConfigMap or Secret references\n");
     } else {
         out.push_str("  config:\n");
         let rows: Vec<Vec<String>> = s
@@ -382,9 +400,12 @@ pub fn status(s: &Status, now: Timestamp, style: Style) -> String {
             .iter()
             .map(|p| {
                 let mut state = Vec::new();
+                let kind = super::build::source_id(&p.source).kind;
+                let unreadable = kind == crate::model::source::SourceKind::Secret && s.secrets_unreadable.is_some();
                 match (&p.hash, p.exists) {
+                    _ if unreadable => state.push("unknown: you may not read Secrets here (see the note)".to_owned()),
                     (None, true) => state.push("not pinned (plain reference)".to_owned()),
-                    (None, false) => state.push("not pinned; ConfigMap does not exist".to_owned()),
+                    (None, false) => state.push(format!("not pinned; {} does not exist", kind.as_str())),
                     (Some(_), false) => state.push("snapshot deleted".to_owned()),
                     (Some(_), true) if p.is_head => state.push("head".to_owned()),
                     (Some(_), true) => state.push(match &p.head {
@@ -476,10 +497,11 @@ pub fn undo(u: &Undo, style: Style) -> String {
 /// `list`: one row per versioned source, kubectl-style columns.
 pub fn sources(s: &Sources, style: Style) -> String {
     let s = &clean(s);
+    let note = s.secrets_unreadable.as_ref().map(|why| style.yellow(&format!("note: {why}")) + "\n").unwrap_or_default();
     if s.sources.is_empty() {
         return match &s.namespace {
-            Some(ns) => format!("No versioned ConfigMaps found in {ns} namespace.\n"),
-            None => "No versioned ConfigMaps found.\n".into(),
+            Some(ns) => format!("{note}No versioned ConfigMaps found in {ns} namespace.\n"),
+            None => format!("{note}No versioned ConfigMaps found.\n"),
         };
     }
     let all = s.namespace.is_none();
@@ -507,7 +529,7 @@ pub fn sources(s: &Sources, style: Style) -> String {
         })
         .collect();
     let behind_col = header.len() - 2;
-    table(&header, &rows, style, |_, col, cell| if col == behind_col && cell != "0" { style.yellow(cell) } else { cell.to_owned() })
+    note + &table(&header, &rows, style, |_, col, cell| if col == behind_col && cell != "0" { style.yellow(cell) } else { cell.to_owned() })
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use base64::Engine as _;
 use serde_json::{json, Map, Value};
 
 use crate::cluster::{ApiError, Cluster, Created};
-use crate::model::keys::{ClusterKey, KeyError, KeyId, Keyring, MIN_KEY_BYTES};
+use crate::model::keys::{ClusterKey, KeyError, KeyId, KeySlot, Keyring, MIN_KEY_BYTES};
 use crate::model::source::{SourceId, SourceKind, SECRET};
 
 /// Reads and writes a rotation makes at most while other writers keep changing the Secret.
@@ -106,6 +106,34 @@ pub async fn ensure(cluster: &dyn Cluster, target: &Target) -> Result<Keyring, E
         }
     }
     Err(Error::Contended { secret: target.name(), attempts: ENSURE_ATTEMPTS })
+}
+
+/// The keyring of the Secret named `target`, read only (`None`: it does not exist): what a
+/// command that validates Secret snapshots and writes no key uses (`confighistory gc`).
+pub async fn load(cluster: &dyn Cluster, target: &Target) -> Result<Option<Keyring>, Error> {
+    match cluster.get_source(&target.namespace, &target.id()).await.map_err(|e| api(target, e))? {
+        Some(obj) => read(&obj, target).map(|(ring, _)| Some(ring)),
+        None => Ok(None),
+    }
+}
+
+/// How often a running server reads the keys Secret again: a rotation (`confighistory
+/// rotate-keys`) reaches every replica within this, with no restart.
+pub const RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Reads the keys Secret again and, when its keyring differs from the one `slot` holds (a
+/// rotation), puts it there for every holder of the policy. Returns whether it changed. A Secret
+/// gone or malformed leaves the slot as it is: the keys held stay in use (existing snapshots are
+/// validated with them) and the error says what is wrong.
+pub async fn reload(cluster: &dyn Cluster, target: &Target, slot: &KeySlot) -> Result<bool, Error> {
+    let Some(ring) = load(cluster, target).await? else { return Err(Error::Missing { secret: target.name() }) };
+    if slot.get().is_some_and(|held| held.to_data() == ring.to_data()) {
+        return Ok(false);
+    }
+    let kept: Vec<String> = ring.ids().map(|i| i.to_string()).collect();
+    tracing::info!(secret = %target.name(), current = %ring.current().id(), kept = %kept.join(","), "cluster keys: read again after a change");
+    slot.set(ring);
+    Ok(true)
 }
 
 /// Adds a new key (the next id) to the Secret named `target` and makes it current; every key it

@@ -416,16 +416,17 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
                 warnings.extend(collisions.iter().map(store::Collision::warning));
                 names.insert((source.clone(), content.hash()), name);
             }
-            Effect::EnsureSecretSnapshot { namespace, source, content, adopted } => {
+            Effect::EnsureSecretSnapshot { namespace, source, content, key, adopted } => {
                 // A decision makes this effect only with the keys loaded (admission::secret,
                 // workload): without them no snapshot could be named, so nothing is pinned.
-                let Some(keys) = app.ctx.policy.secrets.keys.as_deref() else {
+                let keys = app.ctx.policy.secrets.keys.get();
+                let Some(keys) = keys.as_deref() else {
                     let message = "confighistory could not name a Secret snapshot: the cluster keys are not loaded; retrying is safe";
                     let failure =
                         Failure { what: "name a Secret snapshot".into(), cause: message.into(), denial: Response::deny(503, message) };
                     return Err((source.clone(), failure));
                 };
-                let snap = store::Snap::Secret(content, keys);
+                let snap = store::Snap::Secret(content, keys, *key);
                 let (name, collisions) = store::ensure_snap(app.ctx.cluster.as_ref(), namespace, source, snap, adopted, req.dry_run())
                     .await
                     .map_err(|e| (source.clone(), store_failure(e, source.kind)))?;

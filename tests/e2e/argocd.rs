@@ -19,16 +19,16 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::gitops::{assert_reads, git, path_with_kubectl, release, running, written_parts, APP_A, APP_B};
+use crate::gitops::{assert_reads, release, running, written_parts, APP_A, APP_B};
 use crate::support::apps::{KEY_A, KEY_B, SOURCE};
 use crate::support::confighistory::webhook;
-use crate::support::{ci, cluster, repo_root, run_id, wait_for_value, Cluster, TestNamespace};
+use crate::support::controllers::{self, git, Running, Start};
+use crate::support::{cluster, repo_root, run_id, wait_for_value, TestNamespace};
 
 /// How often the controller compares every Application with Git and the cluster (its
 /// `timeout.reconciliation`, 180 s by default with jitter): short, so a minute holds many.
@@ -36,15 +36,15 @@ const RESYNC: &str = "10s";
 /// The compare options docs/install.md gives for an Application.
 const COMPARE_OPTIONS: &str = "ServerSideDiff=true,IncludeMutationWebhook=true";
 
-/// The Argo CD processes of this test process.
-struct ArgoCd {
-    cluster: &'static Cluster,
-    /// Where the settings and Applications live (the controller's `--namespace`).
-    namespace: String,
-    state: PathBuf,
-    git_url: String,
-    // Kept open for the life of the process: closing it stops the controllers.
-    _lifeline: Mutex<(Child, ChildStdin)>,
+/// The Argo CD processes of this test process; its settings and Applications live in `namespace`
+/// (the controller's `--namespace`).
+struct ArgoCd(Running);
+
+impl std::ops::Deref for ArgoCd {
+    type Target = Running;
+    fn deref(&self) -> &Running {
+        &self.0
+    }
 }
 
 static ARGOCD: OnceLock<Option<ArgoCd>> = OnceLock::new();
@@ -55,38 +55,34 @@ fn argocd() -> Option<&'static ArgoCd> {
     let cluster = cluster()?;
     ARGOCD
         .get_or_init(|| {
-            let lane = std::env::var("CONFIGHISTORY_LANE").unwrap_or_default();
-            if lane != "current" && !cluster.external {
-                eprintln!("e2e: argocd: skipping: the Argo CD scenarios need running pods (the current lane), not lane {lane:?}");
-                return None;
-            }
-            let built = Command::new(controllers()).args(["built", "argo-cd"]).output().expect("run tests/e2e/controllers built");
-            if !built.status.success() {
-                let why = String::from_utf8_lossy(&built.stderr);
-                assert!(!ci(), "e2e: argocd: Argo CD is not built (CI=true): {why}");
-                eprintln!("e2e: argocd: skipping: {}", why.trim());
+            if !controllers::can_run(cluster, "argocd", "argo-cd") {
                 return None;
             }
             webhook(cluster);
-            Some(ArgoCd::start(cluster))
+            // Applications have no finalizer: deleting one leaves its resources, which go with the
+            // test's namespace.
+            let how = Start {
+                set: "argo-cd",
+                name: "argocd",
+                delete_first: "applications.argoproj.io",
+                args_variable: "CONFIGHISTORY_E2E_ARGOCD_ARGS",
+                // Read by the application controller (argocd-cm's timeout.reconciliation reaches
+                // it through these in a real install).
+                env: &[("ARGOCD_RECONCILIATION_TIMEOUT", RESYNC), ("ARGOCD_RECONCILIATION_JITTER", "0s")],
+            };
+            Some(ArgoCd(Running::start(cluster, how, |namespace| {
+                cluster.apply_cluster_scoped(&settings(namespace));
+            })))
         })
         .as_ref()
 }
 
-fn controllers() -> PathBuf {
-    repo_root().join("tests/e2e/controllers")
-}
-
-impl ArgoCd {
-    fn start(cluster: &'static Cluster) -> ArgoCd {
-        install_crds(cluster);
-        let namespace = format!("e2e-argocd-{}", run_id());
-        cluster.apply_cluster_scoped(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n"));
-        // What the controller reads at start: argocd-cm and argocd-secret (found by their label;
-        // the secret needs a server.secretkey), and the `default` project that the API server,
-        // not run here, would create.
-        let settings = format!(
-            "apiVersion: v1
+/// What the controller reads at start: argocd-cm and argocd-secret (found by their label; the
+/// secret needs a server.secretkey), and the `default` project that the API server, not run here,
+/// would create.
+fn settings(namespace: &str) -> String {
+    format!(
+        "apiVersion: v1
 kind: ConfigMap
 metadata:
   name: argocd-cm
@@ -112,94 +108,16 @@ spec:
   destinations: [{{server: '*', namespace: '*'}}]
   clusterResourceWhitelist: [{{group: '*', kind: '*'}}]
 ",
-            run = run_id()
-        );
-        cluster.apply_cluster_scoped(&settings);
-        let state = cluster.state_dir.join(format!("run/argocd-{}", run_id()));
-        let _ = std::fs::remove_dir_all(&state);
-        std::fs::create_dir_all(state.join("repos")).expect("create the Argo CD state dir");
-        // Starts git-serve and Argo CD, says "ready", then waits for the pipe from this process
-        // to close: Applications go first (none has a finalizer: deleting one leaves its
-        // resources, which go with the test's namespace), then the processes, then the namespace.
-        let script = r#"
-            set -u
-            C="$1" S="$2" NS="$3"
-            stop() {
-              trap - TERM INT HUP
-              timeout 60 kubectl delete applications.argoproj.io --all -n "$NS" --wait=true --timeout=50s >&2 || true
-              "$C" stop argo-cd --state-dir "$S" || true
-              "$C" stop git-serve --state-dir "$S" || true
-              kubectl delete namespace "$NS" --wait=false --ignore-not-found >&2 || true
-              exit 0
-            }
-            trap stop TERM INT HUP
-            "$C" git-serve --root "$S/repos" --state-dir "$S" >"$S/git-url" || { echo failed >"$S/ready"; exit 1; }
-            "$C" start argo-cd --kubeconfig "$KUBECONFIG" --state-dir "$S" --namespace "$NS" -- ${ARGOCD_ARGS:-} >"$S/env" || { echo failed >"$S/ready"; stop; }
-            echo ok >"$S/ready"
-            cat >/dev/null
-            stop
-        "#;
-        let log = std::fs::File::create(state.join("lifeline.log")).expect("create lifeline.log");
-        let mut child = Command::new("bash")
-            .args(["-c", script, "argocd-lifeline"])
-            .arg(controllers())
-            .arg(&state)
-            .arg(&namespace)
-            .env("KUBECONFIG", &cluster.kubeconfig)
-            .env("ARGOCD_ARGS", std::env::var("CONFIGHISTORY_E2E_ARGOCD_ARGS").unwrap_or_default())
-            // Read by the application controller (argocd-cm's timeout.reconciliation reaches it
-            // through these in a real install).
-            .env("ARGOCD_RECONCILIATION_TIMEOUT", RESYNC)
-            .env("ARGOCD_RECONCILIATION_JITTER", "0s")
-            .env("PATH", path_with_kubectl(cluster))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start the Argo CD lifeline");
-        let stdin = child.stdin.take().expect("piped stdin");
-        let ready = wait_for_value("Argo CD to start", Duration::from_secs(180), || {
-            std::fs::read_to_string(state.join("ready")).ok().filter(|s| s.ends_with('\n'))
-        });
-        let lifeline = std::fs::read_to_string(state.join("lifeline.log")).unwrap_or_default();
-        assert_eq!(ready.trim(), "ok", "Argo CD did not start:\n{lifeline}");
-        let git_url = std::fs::read_to_string(state.join("git-url")).expect("git-serve's URL").trim().to_owned();
-        eprintln!("e2e: argocd: Argo CD in {namespace}, Git at {git_url}, logs in {}", state.join("logs").display());
-        ArgoCd { cluster, namespace, state, git_url, _lifeline: Mutex::new((child, stdin)) }
-    }
-
-    fn kubectl(&self, args: &[&str]) -> crate::support::Kubectl {
-        let mut all = args.to_vec();
-        all.extend(["-n", &self.namespace]);
-        self.cluster.kubectl(&all)
-    }
-
-    /// A test's Git repository and its Application (same name), syncing into `target`.
-    fn repo(&'static self, name: &str) -> Repo {
-        let bare = self.state.join(format!("repos/{name}.git"));
-        let work = self.state.join(format!("work/{name}"));
-        std::fs::create_dir_all(&work).expect("create the work tree");
-        git(&self.state, &["init", "-q", "--bare", bare.to_str().unwrap()]);
-        git(&work, &["init", "-q", "-b", "main"]);
-        Repo { argocd: self, name: name.to_owned(), work, url: format!("{}/{name}.git", self.git_url) }
-    }
+        run = run_id()
+    )
 }
 
-/// Argo CD's CRDs (Application, AppProject, ApplicationSet), created where missing (never
-/// replaced or deleted: other runs may use them).
-fn install_crds(cluster: &Cluster) {
-    let out = Command::new(controllers()).args(["crds", "argo-cd"]).output().expect("run tests/e2e/controllers crds");
-    assert!(out.status.success(), "tests/e2e/controllers crds argo-cd: {}", String::from_utf8_lossy(&out.stderr));
-    let mut names = Vec::new();
-    for file in String::from_utf8_lossy(&out.stdout).lines() {
-        let created = cluster.kubectl(&["create", "-f", file]);
-        assert!(created.success || created.stderr.contains("AlreadyExists"), "creating the CRDs in {file}:\n{}", created.describe());
-        let name = cluster.kubectl(&["get", "-f", file, "-o", "jsonpath={.metadata.name}"]).expect_success().stdout;
-        names.push(format!("crd/{}", name.trim()));
+impl ArgoCd {
+    /// A test's Git repository and its Application (same name), syncing into `target`.
+    fn repo(&'static self, name: &str) -> Repo {
+        let (work, url) = self.repository(name);
+        Repo { argocd: self, name: name.to_owned(), work, url }
     }
-    let mut args = vec!["wait", "--for=condition=established", "--timeout=60s"];
-    args.extend(names.iter().map(String::as_str));
-    cluster.kubectl(&args).expect_success();
 }
 
 /// A test's Git repository (work tree, pushed to git-serve) and its Application, deleted when it

@@ -17,16 +17,18 @@
 //! helm-controller then logs each drift's patch); their logs are in
 //! `$CONFIGHISTORY_E2E_DIR/run/flux-<run id>/logs/`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::support::apps::{configmap, workload, KEY_A, KEY_B, SOURCE};
 use crate::support::confighistory::webhook;
-use crate::support::{ci, cluster, repo_root, run_id, wait_for, wait_for_value, Cluster, TestNamespace};
+use crate::support::controllers::git;
+use crate::support::controllers::{self, Running, Start};
+use crate::support::{cluster, wait_for, wait_for_value, TestNamespace};
 
 /// The test app's images in the loopback registry (docker.io/library/pricing:...): the app prints
 /// `app <version> started` and every file under /etc/pricing, then waits.
@@ -35,15 +37,14 @@ pub(crate) const APP_B: &str = "pricing:4.12";
 /// How often the controllers look at Git and reconcile ("every few seconds").
 const INTERVAL: &str = "5s";
 
-/// The controllers of this process.
-struct Flux {
-    cluster: &'static Cluster,
-    /// Where the Flux objects live; the only namespace the controllers watch.
-    namespace: String,
-    state: PathBuf,
-    git_url: String,
-    // Kept open for the life of the process: closing it stops the controllers.
-    _lifeline: Mutex<(Child, ChildStdin)>,
+/// The controllers of this process; the Flux objects live in `namespace`, the only one they watch.
+struct Flux(Running);
+
+impl std::ops::Deref for Flux {
+    type Target = Running;
+    fn deref(&self) -> &Running {
+        &self.0
+    }
 }
 
 static FLUX: OnceLock<Option<Flux>> = OnceLock::new();
@@ -53,90 +54,24 @@ static FLUX: OnceLock<Option<Flux>> = OnceLock::new();
 fn flux() -> Option<&'static Flux> {
     let cluster = cluster()?;
     FLUX.get_or_init(|| {
-        let lane = std::env::var("CONFIGHISTORY_LANE").unwrap_or_default();
-        if lane != "current" && !cluster.external {
-            eprintln!("e2e: gitops: skipping: the GitOps scenarios need running pods (the current lane), not lane {lane:?}");
-            return None;
-        }
-        let built = Command::new(controllers()).args(["built", "flux"]).output().expect("run tests/e2e/controllers built");
-        if !built.status.success() {
-            let why = String::from_utf8_lossy(&built.stderr);
-            assert!(!ci(), "e2e: gitops: the Flux controllers are not built (CI=true): {why}");
-            eprintln!("e2e: gitops: skipping: {}", why.trim());
+        if !controllers::can_run(cluster, "gitops", "flux") {
             return None;
         }
         webhook(cluster);
-        Some(Flux::start(cluster))
+        let how = Start {
+            set: "flux",
+            name: "flux",
+            delete_first:
+                "helmreleases.helm.toolkit.fluxcd.io,kustomizations.kustomize.toolkit.fluxcd.io,gitrepositories.source.toolkit.fluxcd.io",
+            args_variable: "CONFIGHISTORY_E2E_FLUX_ARGS",
+            env: &[],
+        };
+        Some(Flux(Running::start(cluster, how, |_| {})))
     })
     .as_ref()
 }
 
-fn controllers() -> PathBuf {
-    repo_root().join("tests/e2e/controllers")
-}
-
 impl Flux {
-    fn start(cluster: &'static Cluster) -> Flux {
-        install_crds(cluster);
-        let namespace = format!("e2e-flux-{}", run_id());
-        // Of no run: no confighistory server acts on the Flux objects' namespace.
-        cluster.apply_cluster_scoped(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n"));
-        let state = cluster.state_dir.join(format!("run/flux-{}", run_id()));
-        let _ = std::fs::remove_dir_all(&state);
-        std::fs::create_dir_all(state.join("repos")).expect("create the Flux state dir");
-        // Starts git-serve and the controllers, says "ready", then waits for the pipe from this
-        // process to close: Flux objects go first (their finalizers need the controllers), then
-        // the processes, then the namespace.
-        let script = r#"
-            set -u
-            C="$1" S="$2" NS="$3"
-            stop() {
-              trap - TERM INT HUP
-              timeout 60 kubectl delete helmreleases.helm.toolkit.fluxcd.io,kustomizations.kustomize.toolkit.fluxcd.io,gitrepositories.source.toolkit.fluxcd.io \
-                --all -n "$NS" --wait=true --timeout=50s >&2 || true
-              "$C" stop flux --state-dir "$S" || true
-              "$C" stop git-serve --state-dir "$S" || true
-              kubectl delete namespace "$NS" --wait=false --ignore-not-found >&2 || true
-              exit 0
-            }
-            trap stop TERM INT HUP
-            "$C" git-serve --root "$S/repos" --state-dir "$S" >"$S/git-url" || { echo failed >"$S/ready"; exit 1; }
-            "$C" start flux --kubeconfig "$KUBECONFIG" --state-dir "$S" --namespace "$NS" -- ${FLUX_ARGS:-} >"$S/env" || { echo failed >"$S/ready"; stop; }
-            echo ok >"$S/ready"
-            cat >/dev/null
-            stop
-        "#;
-        let log = std::fs::File::create(state.join("lifeline.log")).expect("create lifeline.log");
-        let mut child = Command::new("bash")
-            .args(["-c", script, "flux-lifeline"])
-            .arg(controllers())
-            .arg(&state)
-            .arg(&namespace)
-            .env("KUBECONFIG", &cluster.kubeconfig)
-            .env("FLUX_ARGS", std::env::var("CONFIGHISTORY_E2E_FLUX_ARGS").unwrap_or_default())
-            .env("PATH", path_with_kubectl(cluster))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start the Flux lifeline");
-        let stdin = child.stdin.take().expect("piped stdin");
-        let ready = wait_for_value("the Flux controllers to start", Duration::from_secs(180), || {
-            std::fs::read_to_string(state.join("ready")).ok().filter(|s| s.ends_with('\n'))
-        });
-        let lifeline = std::fs::read_to_string(state.join("lifeline.log")).unwrap_or_default();
-        assert_eq!(ready.trim(), "ok", "the Flux controllers did not start:\n{lifeline}");
-        let git_url = std::fs::read_to_string(state.join("git-url")).expect("git-serve's URL").trim().to_owned();
-        eprintln!("e2e: gitops: Flux controllers watch {namespace}, Git at {git_url}, logs in {}", state.join("logs").display());
-        Flux { cluster, namespace, state, git_url, _lifeline: Mutex::new((child, stdin)) }
-    }
-
-    fn kubectl(&self, args: &[&str]) -> crate::support::Kubectl {
-        let mut all = args.to_vec();
-        all.extend(["-n", &self.namespace]);
-        self.cluster.kubectl(&all)
-    }
-
     fn apply(&self, yaml: &str) {
         self.cluster.kubectl_stdin(&["apply", "-n", &self.namespace, "-f", "-"], yaml).expect_success();
     }
@@ -172,46 +107,9 @@ impl Flux {
 
     /// Creates a Git repository for a test and its GitRepository source `name`.
     fn repo(&'static self, name: &str) -> Repo {
-        let bare = self.state.join(format!("repos/{name}.git"));
-        let work = self.state.join(format!("work/{name}"));
-        std::fs::create_dir_all(&work).expect("create the work tree");
-        git(&self.state, &["init", "-q", "--bare", bare.to_str().unwrap()]);
-        git(&work, &["init", "-q", "-b", "main"]);
-        Repo { flux: self, name: name.to_owned(), work, url: format!("{}/{name}.git", self.git_url) }
+        let (work, url) = self.repository(name);
+        Repo { flux: self, name: name.to_owned(), work, url }
     }
-}
-
-pub(crate) fn path_with_kubectl(cluster: &Cluster) -> std::ffi::OsString {
-    let mut dirs = vec![cluster.kubectl.parent().map(Path::to_path_buf).unwrap_or_default()];
-    dirs.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
-    std::env::join_paths(dirs).expect("PATH")
-}
-
-/// The Flux CRDs, created where missing (never replaced or deleted: other runs may use them).
-fn install_crds(cluster: &Cluster) {
-    let out = Command::new(controllers()).args(["crds", "flux"]).output().expect("run tests/e2e/controllers crds");
-    assert!(out.status.success(), "tests/e2e/controllers crds flux: {}", String::from_utf8_lossy(&out.stderr));
-    let mut names = Vec::new();
-    for file in String::from_utf8_lossy(&out.stdout).lines() {
-        let created = cluster.kubectl(&["create", "-f", file]);
-        assert!(created.success || created.stderr.contains("AlreadyExists"), "creating the CRDs in {file}:\n{}", created.describe());
-        let name = cluster.kubectl(&["get", "-f", file, "-o", "jsonpath={.metadata.name}"]).expect_success().stdout;
-        names.push(format!("crd/{}", name.trim()));
-    }
-    let mut args = vec!["wait", "--for=condition=established", "--timeout=60s"];
-    args.extend(names.iter().map(String::as_str));
-    cluster.kubectl(&args).expect_success();
-}
-
-pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.email=e2e@confighistory.invalid", "-c", "user.name=e2e", "-c", "commit.gpgsign=false"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run git");
-    assert!(out.status.success(), "git {args:?} in {} failed:\n{}", dir.display(), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// A test's Git repository (work tree, pushed to git-serve) and its Flux objects, deleted when it

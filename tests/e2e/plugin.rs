@@ -453,3 +453,158 @@ fn status_shows_the_servers_own_settings() {
     assert!(s["pins"][0]["pending"]["settleSeconds"].is_null(), "{s:#}");
     drop(server);
 }
+
+/// The canary of the Secret views: a value that must never be printed without `--show-values`.
+const CANARY: &str = "canary-7f3c9e1d";
+
+/// The canary's plain, base64 and SHA-256 (hex) forms, and the unkeyed hash a ConfigMap holding
+/// it would have.
+fn canary_forms() -> Vec<String> {
+    use base64::Engine as _;
+    use confighistory::model::digest::{digest, Sha256};
+    let hex: String = digest::<Sha256>(CANARY.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let as_configmap = confighistory::model::snapshot::Content { data: [("password".into(), CANARY.into())].into(), ..Default::default() };
+    vec![CANARY.into(), base64::engine::general_purpose::STANDARD.encode(CANARY), hex.to_uppercase(), hex, as_configmap.hash()]
+}
+
+/// Whether a run printed a canary form, named by its index only: a failure never quotes output
+/// that may hold a Secret value (docs/testing.md's Secrets discipline).
+#[track_caller]
+fn assert_no_canary(what: &str, run: &Run) {
+    for (i, form) in canary_forms().iter().enumerate() {
+        assert!(
+            !run.stdout.contains(form.as_str()) && !run.stderr.contains(form.as_str()),
+            "{what}: canary form #{i} printed (exit {:?})",
+            run.code
+        );
+    }
+}
+
+/// The plugin's Secret views against the real API server (docs/plugin.md, "Secrets"): Secret
+/// snapshots made by hand as the server makes them (immutable Secrets named and labelled by their
+/// MAC under a key the plugin does not have) in a namespace the webhook leaves alone, a Deployment
+/// whose revisions use two of them. `history`, `diff` and `status` show keys, sizes and changes in
+/// every format and never the canary, its base64 or its SHA-256, unless `diff --show-values`; a
+/// user who may not read Secrets is told so.
+#[test]
+fn secret_views_show_keys_and_sizes_never_values() {
+    use confighistory::model::keys::{ClusterKey, KeyId, MIN_KEY_BYTES};
+    use confighistory::model::secret::{self, SecretContent};
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::excluded(cluster, "plugin-secret");
+    let n = ns.name.as_str();
+    let key = ClusterKey::new(KeyId(1), vec![9; MIN_KEY_BYTES]).unwrap().namespace_key(n);
+    let content = |password: &str, pool: Option<&str>| {
+        let mut data = std::collections::BTreeMap::from([
+            ("api_key".to_owned(), CANARY.as_bytes().to_vec()),
+            ("password".to_owned(), password.as_bytes().to_vec()),
+        ]);
+        if let Some(p) = pool {
+            data.insert("pool".into(), p.as_bytes().to_vec());
+        }
+        SecretContent::new(secret::OPAQUE, data)
+    };
+    let (old, new) = (content(CANARY, None), content("s3cret-rotated-value", Some("10")));
+    let (snap_old, snap_new) = (secret::snapshot_name("db", &old, &key, 0), secret::snapshot_name("db", &new, &key, 0));
+    ns.accepts(&secret::snapshot_object(n, "db", &snap_old, &old, &key, &[]).to_string());
+    ns.accepts(&secret::snapshot_object(n, "db", &snap_new, &new, &key, &[]).to_string());
+    let mut live = secret::snapshot_object(n, "db", "db", &new, &key, &[]);
+    live["metadata"] = serde_json::json!({"name": "db", "annotations": {"confighistory.io/head": new.mac(&key)}});
+    live.as_object_mut().unwrap().remove("immutable");
+    ns.accepts(&live.to_string());
+    let app = |image: &str, snapshot: &str| {
+        deployment(image)
+            .replace("configMap: {name: app-config}", &format!("secret: {{secretName: {snapshot}}}"))
+            .replace("        volumeMounts:", &format!("        env:\n        - name: DB_PASSWORD\n          valueFrom: {{secretKeyRef: {{name: {snapshot}, key: password}}}}\n        volumeMounts:"))
+    };
+    ns.accepts(&app("registry.example/app:1", &snap_old));
+    ns.wait_observed("deployment", "app");
+    ns.accepts(&app("registry.example/app:2", &snap_new));
+    wait_for("two revisions", Duration::from_secs(30), || ns.history_of("app").len() == 2);
+    // The shared server does not version Secrets: status shows them with its configuration unknown.
+    let unknown = ["--server-config", "confighistory/nothing-here"];
+    // Every run: no canary form, and success (or, for diff, differences); its stdout.
+    let run = |what: &str, args: &[&str]| -> String {
+        let out = plugin_with(Some(&cluster.kubeconfig), &[args, &["-n", n]].concat());
+        assert_no_canary(what, &out);
+        assert!(out.success || out.code == Some(1), "{what}: exit {:?}: {}", out.code, out.stderr);
+        out.stdout
+    };
+    let json = |s: String| -> Value { serde_json::from_str(&s).unwrap_or(Value::Null) };
+
+    let h = json(run("history json", &["history", "secret/db", "-o", "json", "--server-config", &webhook(cluster).server_config()]));
+    assert_eq!((h["source"].as_str(), h["sourceKind"].as_str()), (Some("secret/db"), Some("Secret")), "{h:#}");
+    let snaps = h["snapshots"].as_array().expect("snapshots");
+    assert_eq!(snaps.len(), 2, "{h:#}");
+    assert_eq!((snaps[0]["name"].as_str(), snaps[0]["head"].as_bool()), (Some(snap_new.as_str()), Some(true)));
+    assert_eq!(snaps[0]["added"], serde_json::json!(["pool"]), "{h:#}");
+    assert_eq!(snaps[0]["changed"], serde_json::json!(["password"]));
+    assert_eq!(snaps[0]["usedBy"][0]["workload"]["name"], "app");
+    assert_eq!(snaps[1]["usedBy"][0]["revisions"], serde_json::json!([1]));
+    for (what, args) in [
+        ("history", &["history", "secret/db"][..]),
+        ("history yaml", &["history", "secret/db", "-o", "yaml"]),
+        ("history of a snapshot", &["history", &format!("secret/{snap_old}")]),
+        ("diff json", &["diff", "secret/db", "-o", "json"]),
+        ("diff yaml", &["diff", "secret/db", "1", "head", "-o", "yaml"]),
+        ("diff jsonpath", &["diff", "secret/db", "-o", "jsonpath={.keys[*].key} {.keys[*].newSize}"]),
+        ("diff revision", &["diff", "secret/db", "deployment/app@1"]),
+        ("status", &["status", "app", unknown[0], unknown[1]]),
+        ("undo dry run", &["undo", "app", "--dry-run", unknown[0], unknown[1]]),
+        ("list", &["list"]),
+    ] {
+        run(what, args);
+    }
+    assert_eq!(run("history name", &["history", "secret/db", "-o", "name"]), format!("secret/{snap_new}\nsecret/{snap_old}\n"));
+    let d = plugin_with(Some(&cluster.kubeconfig), &["diff", "secret/db", "-n", n]);
+    assert_no_canary("diff", &d);
+    assert_eq!(d.code, Some(1), "differences: {}", d.stderr);
+    assert!(
+        d.stdout.contains("password (changed, 15B → 20B)\nvalue differs (hidden)") && d.stdout.contains("pool (added, 2B)"),
+        "{}",
+        d.stdout
+    );
+    let s = json(run("status json", &["status", "app", "-o", "json", unknown[0], unknown[1]]));
+    let pin = s["pins"].as_array().unwrap().iter().find(|p| p["source"] == "secret/db").cloned().unwrap_or_default();
+    assert_eq!((pin["reference"].as_str(), pin["isHead"].as_bool()), (Some(snap_new.as_str()), Some(true)), "{s:#}");
+    assert_eq!(s["undo"]["config"][0]["snapshot"], snap_old.as_str(), "{s:#}");
+
+    // With --show-values the changed value is printed (the output is not quoted on failure).
+    let shown = plugin_with(Some(&cluster.kubeconfig), &["diff", "secret/db", "1", "2", "--show-values", "-n", n]);
+    assert_eq!(shown.code, Some(1), "{}", shown.stderr);
+    assert!(shown.stdout.contains(&format!("-{CANARY}\n+s3cret-rotated-value")), "the old password shown ({} bytes)", shown.stdout.len());
+
+    // A user who may read the namespace's ConfigMaps and workloads but not its Secrets.
+    ns.kubectl(&["create", "serviceaccount", "viewer"]).expect_success();
+    ns.kubectl(&[
+        "create",
+        "role",
+        "viewer",
+        "--verb=get,list",
+        "--resource=configmaps,deployments,replicasets,statefulsets,daemonsets,controllerrevisions,cronjobs,jobs",
+    ])
+    .expect_success();
+    ns.kubectl(&["create", "rolebinding", "viewer", "--role=viewer", &format!("--serviceaccount={n}:viewer")]).expect_success();
+    let token = ns.kubectl(&["create", "token", "viewer"]).expect_success().stdout.trim().to_owned();
+    let copy = cluster.state_dir.join(format!("{n}.kubeconfig"));
+    std::fs::copy(&cluster.kubeconfig, &copy).expect("copy the kubeconfig");
+    let k = copy.to_str().expect("utf-8 path");
+    let context = cluster.kubectl(&["config", "current-context"]).expect_success().stdout.trim().to_owned();
+    cluster.kubectl(&["config", "set-credentials", "viewer", "--token", &token, "--kubeconfig", k]).expect_success();
+    cluster.kubectl(&["config", "set-context", &context, "--user", "viewer", "--kubeconfig", k]).expect_success();
+    let viewer = |args: &[&str]| {
+        let out = plugin_with(Some(&copy), &[args, &["-n", n]].concat());
+        assert_no_canary("viewer", &out);
+        out
+    };
+    viewer(&["history", "secret/db"]).fails_with(&format!("you may not list Secrets in namespace {n}"));
+    let d = viewer(&["diff", "secret/db", "--show-values"]);
+    assert!(d.code == Some(2) && d.stderr.contains("kubectl auth can-i list secrets"), "{}", d.stderr);
+    let s = viewer(&["status", "app", "-o", "json", unknown[0], unknown[1]]).json();
+    assert!(s["secretsUnreadable"].as_str().is_some_and(|w| w.contains("you may not list Secrets")), "{s:#}");
+    let text = viewer(&["status", "app", unknown[0], unknown[1]]).ok().stdout;
+    assert!(text.contains("unknown: you may not read Secrets here"), "{text}");
+    viewer(&["undo", "app", unknown[0], unknown[1]]).fails_with("cannot check the Secret snapshots revision 1 uses");
+    std::fs::remove_file(&copy).ok();
+}

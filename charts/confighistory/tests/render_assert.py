@@ -329,12 +329,13 @@ def main():
               "certificate RBAC only in tls.mode=server")
     secrets_roles = [r for r in by_kind.get("ClusterRole", []) if r["metadata"]["name"] == f"{fullname}-secrets"]
     if secrets:
-        # Secrets (docs/behaviour.md §4a): a ClusterRole of its own, only when on; no update, no delete.
+        # Secrets (docs/behaviour.md §4a): a ClusterRole of its own, only when on; no update
+        # (delete: GC of Secret snapshots, which the guard policy restricts to snapshots).
         check(len(secrets_roles) == 1 and secrets_roles[0]["rules"] == [
-            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "create", "patch"]}],
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]}],
             f"secrets ClusterRole {secrets_roles}")
         bindings.append(one("ClusterRoleBinding", f"{fullname}-secrets"))
-        print("    rbac: Secrets on: get/list/watch/create/patch on Secrets in a ClusterRole of its own")
+        print("    rbac: Secrets on: get/list/watch/create/patch/delete on Secrets in a ClusterRole of its own")
     else:
         check(not secrets_roles and not any(r["metadata"]["name"] == f"{fullname}-secrets" for r in by_kind.get("ClusterRoleBinding", [])),
               "RBAC on Secrets only with secrets.enabled")
@@ -349,12 +350,17 @@ def main():
         check(vap["spec"]["matchConditions"] == [{"name": "confighistory-itself", "expression":
               f"request.userInfo.username == 'system:serviceaccount:{ns}:{sa}'"}], f"guard binds {vap['spec']['matchConditions']}")
         rules = {r for rule in vap["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]}
-        check(rules == {"configmaps", "deployments", "statefulsets", "daemonsets", "cronjobs"} | ({"rollouts"} if argo else set()),
-              f"guard resources {rules}")
+        check(rules == {"configmaps", "deployments", "statefulsets", "daemonsets", "cronjobs"} | ({"rollouts"} if argo else set())
+              | ({"secrets"} if secrets else set()), f"guard resources {rules}")
         msgs = [v["message"] for v in vap["spec"]["validations"]]
         for m in ("create only immutable snapshots", "delete only snapshots", "may not change labels",
                   "change only confighistory.io/ annotations", "may not change a ConfigMap's data", "images"):
             check(any(m in x for x in msgs), f"guard lacks {m!r}: {msgs}")
+        # With Secrets on, Secret writes too; the server's own keys and certificates Secrets aside.
+        check(any("a Secret's data" in x for x in msgs) == secrets, f"guard on Secret data: {msgs}")
+        own = [v for v in vap["spec"]["variables"] if v["name"] == "own"]
+        check(len(own) == 1 and f"'{fullname}-keys'" in own[0]["expression"] and f"'{fullname}-certs'" in own[0]["expression"]
+              and f"request.namespace == '{ns}'" in own[0]["expression"], f"guard's own Secrets {own}")
         check(vapb["spec"] == {"policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}, f"binding {vapb['spec']}")
         print(f"    guard: {exp['guard']} ValidatingAdmissionPolicy with {len(msgs)} rules on {sa}")
     print(f"    rbac: ClusterRole has exactly the {len(want)} expected resource grants, "

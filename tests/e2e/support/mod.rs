@@ -12,6 +12,7 @@
 
 pub mod apps;
 pub mod confighistory;
+pub mod controllers;
 pub mod test_webhook;
 
 use std::collections::{BTreeMap, BTreeSet};
