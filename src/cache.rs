@@ -218,6 +218,15 @@ pub struct RefCount {
     pub revisions: u32,
 }
 
+/// What the cache knows of one referenced object: the counts, and which workloads reference it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Referenced {
+    pub count: RefCount,
+    /// (kind, name) of each workload of the namespace whose template names it: what
+    /// [`State::plain_users`] and [`State::user_names`] read instead of every workload (issue 29).
+    pub workloads: Vec<(Kind, String)>,
+}
+
 /// Which watches have delivered their initial list.
 #[derive(Clone, Debug, Default)]
 pub struct Synced(pub HashSet<&'static str>);
@@ -229,13 +238,18 @@ pub struct State {
     pub sources: HashMap<SourceKey, ConfigMapInfo>,
     pub workloads: HashMap<(Kind, String, String), WorkloadInfo>,
     pub revisions: HashMap<(Kind, String, String), RevisionInfo>,
-    /// References by (namespace, object referenced), counted.
-    pub refs: HashMap<SourceKey, RefCount>,
+    /// References by (namespace, object referenced), counted, with the workloads that make them.
+    pub refs: HashMap<SourceKey, Referenced>,
+    /// Snapshots by (namespace, source): the names of the objects whose records say they are
+    /// snapshots of it ([`ConfigMapInfo::snapshot_of`]). Kept with `sources`, so that a question
+    /// about one source's snapshots reads its own and not the whole cluster's (issue 29).
+    pub snapshots: HashMap<SourceKey, Vec<String>>,
     /// Sources referenced through a snapshot name, counted (so a source that is only
     /// referenced through its snapshots still gets its head tracked).
     pub snapshot_sources: HashMap<SourceKey, u32>,
-    /// Template hashes of revisions, per owner uid (undo detection).
-    pub owner_templates: HashMap<String, HashSet<String>>,
+    /// Revisions by (namespace, controlling owner's uid), undo detection: (kind, name) of each.
+    /// The namespace in the key, once per owner: a revision counts only in its own namespace.
+    pub owner_revisions: HashMap<Key, Vec<(Kind, String)>>,
     /// Template hashes that still exist as a revision, per namespace (live adoption records).
     pub namespace_templates: HashMap<String, HashMap<String, u32>>,
     /// Template hashes each workload has been seen with, by (namespace, uid): a revision counts
@@ -254,6 +268,14 @@ pub struct State {
     /// The source kinds the admin turned on anywhere (`Policy::acted_on`): the references workload
     /// and revision records keep. ConfigMaps alone unless set at start.
     pub source_kinds: source::SourceKinds,
+}
+
+/// Gives a short index list back the room a push reserved beyond it (a `Vec` grows to four at
+/// once): most lists hold one or two entries, and there is one per referenced object.
+fn tight<T>(v: &mut Vec<T>) {
+    if v.len() <= 8 {
+        v.shrink_to_fit();
+    }
 }
 
 fn str_at(v: &Value, k: &str) -> String {
@@ -310,14 +332,14 @@ impl State {
     }
 
     pub fn ref_count(&self, ns: &str, id: &SourceId) -> RefCount {
-        self.refs.get(&skey(ns, id)).copied().unwrap_or_default()
+        self.refs.get(&skey(ns, id)).map(|r| r.count).unwrap_or_default()
     }
 
     /// A source in the sense of docs/behaviour.md §6.1: referenced by some workload, plainly or through a
     /// snapshot. (The `head` annotation, the third way, is on the object itself.)
     pub fn is_referenced_source(&self, ns: &str, id: &SourceId) -> bool {
         let key = skey(ns, id);
-        self.refs.get(&key).is_some_and(|c| c.workloads > 0) || self.snapshot_sources.get(&key).is_some_and(|c| *c > 0)
+        self.refs.get(&key).is_some_and(|r| r.count.workloads > 0) || self.snapshot_sources.get(&key).is_some_and(|c| *c > 0)
     }
 
     /// The source a referenced object belongs to, when it names a snapshot: (source, hash).
@@ -357,13 +379,14 @@ impl State {
     /// ReplicaSet or ControllerRevision of this namespace controlled by it, whose template the
     /// workload was seen with (or which predates this process).
     pub fn is_revision_of(&self, ns: &str, owner_uid: &str, template_hash: &str) -> bool {
-        if owner_uid.is_empty() || !self.owner_templates.get(owner_uid).is_some_and(|s| s.contains(template_hash)) {
+        if owner_uid.is_empty() {
             return false;
         }
-        let seen = self.seen_templates.get(&(ns.to_owned(), owner_uid.to_owned())).is_some_and(|s| s.contains(template_hash));
-        self.revisions.iter().any(|((_, n, _), r)| {
-            n == ns
-                && r.owner_uid == owner_uid
+        let owner = (ns.to_owned(), owner_uid.to_owned());
+        let Some(owned) = self.owner_revisions.get(&owner) else { return false };
+        let seen = self.seen_templates.get(&owner).is_some_and(|s| s.contains(template_hash));
+        owned.iter().filter_map(|(kind, name)| self.revisions.get(&(*kind, ns.to_owned(), name.clone()))).any(|r| {
+            r.owner_uid == owner_uid
                 && r.template_hash == template_hash
                 && (seen || self.revisions_trusted_before.as_ref().is_none_or(|t| !r.created.is_empty() && r.created < *t))
         })
@@ -373,28 +396,40 @@ impl State {
     /// oldest record wins (then the name): it is the one written first, when the template ran,
     /// and no later object can displace it whatever name it picks.
     pub fn adopted_snapshot(&self, ns: &str, source: &SourceId, template_hash: &str) -> Option<(String, String)> {
-        self.sources
-            .iter()
-            .filter(|((n, id), _)| n == ns && id.kind == source.kind)
-            .filter_map(|((_, id), cm)| {
-                let (src, hash) = cm.snapshot_of(&id.name)?;
-                (src == source.name && source::adopted(cm).any(|t| t == template_hash))
-                    .then(|| (cm.created.as_str(), id.name.clone(), hash))
+        self.snapshots_of(ns, source)
+            .filter_map(|(name, cm, hash)| {
+                source::adopted(cm).any(|t| t == template_hash).then(|| (cm.created.as_str(), name.to_owned(), hash))
             })
             .min()
             .map(|(_, name, hash)| (name, hash))
+    }
+
+    /// The cached snapshots of a source: (name, record, hash), in no particular order.
+    pub fn snapshots_of<'a>(&'a self, ns: &str, source: &SourceId) -> impl Iterator<Item = (&'a str, &'a ConfigMapInfo, String)> + 'a {
+        let names = self.snapshots.get(&skey(ns, source)).map(Vec::as_slice).unwrap_or_default();
+        let ns = ns.to_owned();
+        let kind = source.kind;
+        names.iter().filter_map(move |name| {
+            let id = SourceId::new(kind, name.as_str());
+            let cm = self.sources.get(&(ns.clone(), id))?;
+            let (_, hash) = cm.snapshot_of(name)?;
+            Some((name.as_str(), cm, hash))
+        })
+    }
+
+    /// The workloads of a namespace whose template names `id` (as the reference index has them).
+    fn users<'a>(&'a self, ns: &str, id: &SourceId) -> impl Iterator<Item = (Kind, &'a str, &'a WorkloadInfo)> + 'a {
+        let users = self.refs.get(&skey(ns, id)).map(|r| r.workloads.as_slice()).unwrap_or_default();
+        let ns = ns.to_owned();
+        users.iter().filter_map(move |(kind, name)| Some((*kind, name.as_str(), self.workloads.get(&(*kind, ns.clone(), name.clone()))?)))
     }
 
     /// Workloads in a namespace that reference `name` plainly, with their template hashes. An
     /// ignored workload is none (only rewrite mode keeps content for plain users, and there it is
     /// left alone): no snapshot or adoption record is kept for it.
     pub fn plain_users(&self, ns: &str, id: &SourceId) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .workloads
-            .iter()
-            .filter(|((_, n, _), w)| n == ns && !w.deleting && !policy::ignored(*w) && w.refs.contains(id))
-            .map(|(_, w)| w.template_hash.clone())
-            .collect();
+        let mut v: Vec<String> =
+            self.users(ns, id).filter(|(_, _, w)| !w.deleting && !policy::ignored(*w)).map(|(_, _, w)| w.template_hash.clone()).collect();
         v.sort();
         v.dedup();
         v
@@ -405,10 +440,9 @@ impl State {
     /// checks them).
     pub fn user_names(&self, ns: &str, id: &SourceId, with_ignored: bool) -> Vec<String> {
         let mut v: Vec<String> = self
-            .workloads
-            .iter()
-            .filter(|((_, n, _), w)| n == ns && (with_ignored || !policy::ignored(*w)) && w.refs.contains(id))
-            .map(|((k, _, w), _)| format!("{}/{w}", k.as_str()))
+            .users(ns, id)
+            .filter(|(_, _, w)| with_ignored || !policy::ignored(*w))
+            .map(|(k, name, _)| format!("{}/{name}", k.as_str()))
             .collect();
         v.sort();
         v.truncate(3);
@@ -450,7 +484,35 @@ impl State {
         if let (None, Some(old)) = (info.immutable, self.sources.get(&key)) {
             info.immutable = known_still(old, &info.uid, &info.resource_version);
         }
+        self.remove_source(&key);
+        self.index_snapshot(&key, &info, true);
         self.sources.insert(key, info);
+    }
+
+    /// Adds (or removes) `info`, the record of `key`, to the snapshots of its source.
+    fn index_snapshot(&mut self, key: &SourceKey, info: &ConfigMapInfo, add: bool) {
+        let Some((source, _)) = info.snapshot_of(&key.1.name) else { return };
+        let source = (key.0.clone(), key.1.with_name(source));
+        let names = self.snapshots.entry(source.clone()).or_default();
+        let at = names.iter().position(|n| *n == key.1.name);
+        match (add, at) {
+            (true, None) => names.push(key.1.name.clone()),
+            (false, Some(i)) => {
+                names.swap_remove(i);
+            }
+            _ => {}
+        }
+        if names.is_empty() {
+            self.snapshots.remove(&source);
+        } else {
+            tight(names);
+        }
+    }
+
+    fn remove_source(&mut self, key: &SourceKey) {
+        if let Some(old) = self.sources.remove(key) {
+            self.index_snapshot(key, &old, false);
+        }
     }
 
     /// Records what a full object read from the API server says about immutability, when it is
@@ -464,7 +526,7 @@ impl State {
     }
 
     pub fn delete_source(&mut self, kind: SourceKind, obj: &Value) {
-        self.sources.remove(&source_key(kind, obj));
+        self.remove_source(&source_key(kind, obj));
     }
 
     pub fn apply_workload(&mut self, kind: Kind, obj: &Value) {
@@ -480,7 +542,7 @@ impl State {
             deleting: obj.deleting(),
         };
         self.remove_workload(kind, &ns, &name);
-        self.count_refs(&ns, &info.refs, 1, true);
+        self.count_refs(&ns, &info.refs, 1, Some((kind, &name)));
         if !info.uid.is_empty() {
             self.seen_templates.entry((ns.clone(), info.uid.clone())).or_default().insert(info.template_hash.clone());
         }
@@ -502,7 +564,7 @@ impl State {
 
     fn remove_workload(&mut self, kind: Kind, ns: &str, name: &str) {
         if let Some(old) = self.workloads.remove(&(kind, ns.to_owned(), name.to_owned())) {
-            self.count_refs(ns, &old.refs, -1, true);
+            self.count_refs(ns, &old.refs, -1, Some((kind, name)));
         }
     }
 
@@ -519,8 +581,12 @@ impl State {
             revision,
         };
         self.remove_revision(kind, &ns, &name);
-        self.count_refs(&ns, &info.refs, 1, false);
-        self.owner_templates.entry(info.owner_uid.clone()).or_default().insert(info.template_hash.clone());
+        self.count_refs(&ns, &info.refs, 1, None);
+        if !info.owner_uid.is_empty() {
+            let owned = self.owner_revisions.entry((ns.clone(), info.owner_uid.clone())).or_default();
+            owned.push((kind, name.clone()));
+            tight(owned);
+        }
         *self.namespace_templates.entry(ns.clone()).or_default().entry(info.template_hash.clone()).or_default() += 1;
         self.revisions.insert((kind, ns, name), info);
     }
@@ -532,14 +598,13 @@ impl State {
 
     fn remove_revision(&mut self, kind: Kind, ns: &str, name: &str) {
         let Some(old) = self.revisions.remove(&(kind, ns.to_owned(), name.to_owned())) else { return };
-        self.count_refs(ns, &old.refs, -1, false);
-        // Another revision of the same owner may share the template hash: recompute that owner.
-        let still: HashSet<String> =
-            self.revisions.values().filter(|r| r.owner_uid == old.owner_uid).map(|r| r.template_hash.clone()).collect();
-        if still.is_empty() {
-            self.owner_templates.remove(&old.owner_uid);
-        } else {
-            self.owner_templates.insert(old.owner_uid.clone(), still);
+        self.count_refs(ns, &old.refs, -1, None);
+        let owner = (ns.to_owned(), old.owner_uid.clone());
+        if let Some(owned) = self.owner_revisions.get_mut(&owner) {
+            owned.retain(|(k, n)| !(*k == kind && n == name));
+            if owned.is_empty() {
+                self.owner_revisions.remove(&owner);
+            }
         }
         if let Some(m) = self.namespace_templates.get_mut(ns) {
             if let Some(c) = m.get_mut(&old.template_hash) {
@@ -551,16 +616,29 @@ impl State {
         }
     }
 
-    fn count_refs(&mut self, ns: &str, refs: &[SourceId], delta: i32, workload: bool) {
+    /// Counts `refs` in (`delta` 1) or out (-1): a workload's (`workload`: its kind and name,
+    /// kept with the count) or a revision's.
+    fn count_refs(&mut self, ns: &str, refs: &[SourceId], delta: i32, workload: Option<(Kind, &str)>) {
         for id in refs {
             let key = skey(ns, id);
-            let c = self.refs.entry(key.clone()).or_default();
-            let slot = if workload { &mut c.workloads } else { &mut c.revisions };
+            let r = self.refs.entry(key.clone()).or_default();
+            let slot = if workload.is_some() { &mut r.count.workloads } else { &mut r.count.revisions };
             *slot = slot.saturating_add_signed(delta);
-            if *c == RefCount::default() {
+            if let Some((kind, name)) = workload {
+                let at = r.workloads.iter().position(|(k, n)| *k == kind && n == name);
+                match (delta > 0, at) {
+                    (true, None) => r.workloads.push((kind, name.to_owned())),
+                    (false, Some(i)) => {
+                        r.workloads.swap_remove(i);
+                    }
+                    _ => {}
+                }
+                tight(&mut r.workloads);
+            }
+            if r.count == RefCount::default() {
                 self.refs.remove(&key);
             }
-            if workload {
+            if workload.is_some() {
                 if let Some((source, _, _)) = snapshot::parse_name(&id.name) {
                     let key = (ns.to_owned(), id.with_name(source));
                     let c = self.snapshot_sources.entry(key.clone()).or_default();
@@ -578,7 +656,17 @@ impl State {
         match what {
             Watched::Namespaces => self.namespaces.retain(|n, _| seen.contains(&(String::new(), n.clone()))),
             // Each watch relists its own kind: a ConfigMap relist leaves other kinds' objects be.
-            Watched::Sources(kind) => self.sources.retain(|(ns, id), _| id.kind != kind || seen.contains(&(ns.clone(), id.name.clone()))),
+            Watched::Sources(kind) => {
+                let gone: Vec<SourceKey> = self
+                    .sources
+                    .keys()
+                    .filter(|(ns, id)| id.kind == kind && !seen.contains(&(ns.clone(), id.name.clone())))
+                    .cloned()
+                    .collect();
+                for key in gone {
+                    self.remove_source(&key);
+                }
+            }
             Watched::Workload(kind) => {
                 let gone: Vec<_> =
                     self.workloads.keys().filter(|(k, n, m)| *k == kind && !seen.contains(&(n.clone(), m.clone()))).cloned().collect();
@@ -680,6 +768,175 @@ mod tests {
         s.retain_seen(Watched::Workload(Kind::Deployment), &HashSet::new());
         assert!(!s.is_referenced_source("ns", &SourceId::configmap("cfg")));
         assert!(s.refs.is_empty() && s.snapshot_sources.is_empty());
+    }
+
+    /// The indexes the questions about one source or one owner read (issue 29) answer as a scan
+    /// of the whole cache does, through applies, updates, relabels, deletes and relists.
+    #[test]
+    fn indexes_answer_as_a_scan_of_the_whole_cache() {
+        // The answers as every record gives them, the way they were computed before the indexes.
+        fn plain_users(s: &State, ns: &str, id: &SourceId) -> Vec<String> {
+            let mut v: Vec<String> = s
+                .workloads
+                .iter()
+                .filter(|((_, n, _), w)| n == ns && !w.deleting && !policy::ignored(*w) && w.refs.contains(id))
+                .map(|(_, w)| w.template_hash.clone())
+                .collect();
+            v.sort();
+            v.dedup();
+            v
+        }
+        fn user_names(s: &State, ns: &str, id: &SourceId, with_ignored: bool) -> Vec<String> {
+            let mut v: Vec<String> = s
+                .workloads
+                .iter()
+                .filter(|((_, n, _), w)| n == ns && (with_ignored || !policy::ignored(*w)) && w.refs.contains(id))
+                .map(|((k, _, w), _)| format!("{}/{w}", k.as_str()))
+                .collect();
+            v.sort();
+            v.truncate(3);
+            v
+        }
+        fn adopted_snapshot(s: &State, ns: &str, source: &SourceId, template_hash: &str) -> Option<(String, String)> {
+            s.sources
+                .iter()
+                .filter(|((n, id), _)| n == ns && id.kind == source.kind)
+                .filter_map(|((_, id), cm)| {
+                    let (src, hash) = cm.snapshot_of(&id.name)?;
+                    (src == source.name && source::adopted(cm).any(|t| t == template_hash))
+                        .then(|| (cm.created.as_str(), id.name.clone(), hash))
+                })
+                .min()
+                .map(|(_, name, hash)| (name, hash))
+        }
+        fn is_revision_of(s: &State, ns: &str, owner_uid: &str, template_hash: &str) -> bool {
+            let seen = s.seen_templates.get(&(ns.to_owned(), owner_uid.to_owned())).is_some_and(|t| t.contains(template_hash));
+            !owner_uid.is_empty()
+                && s.revisions.iter().any(|((_, n, _), r)| {
+                    n == ns
+                        && r.owner_uid == owner_uid
+                        && r.template_hash == template_hash
+                        && (seen || s.revisions_trusted_before.as_ref().is_none_or(|t| !r.created.is_empty() && r.created < *t))
+                })
+        }
+
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % n) as usize
+        };
+        let namespaces = ["a", "b"];
+        let sources = ["c0", "c1"];
+        let hashes = ["0123456789ab", "ba9876543210"];
+        let snapshot_name = |src: &str, h: usize| snapshot::name(src, hashes[h], 0);
+        let images = ["app:1", "app:2", "app:3"];
+        let template = |refs: &[String], image: &str| {
+            let volumes: Vec<Value> = refs.iter().map(|r| json!({"name": r, "configMap": {"name": r}})).collect();
+            json!({"metadata": {"labels": {"app": "x"}}, "spec": {"volumes": volumes, "containers": [{"name": "c", "image": image}]}})
+        };
+        let mut s = State { revisions_trusted_before: Some("2026-12-01T00:00:00Z".to_owned()), ..State::default() };
+        let mut templates: HashSet<String> = HashSet::new();
+        for step in 0..800 {
+            let ns = namespaces[next(2)];
+            let name = format!("w{}", next(4));
+            let refs: Vec<String> = (0..next(3))
+                .map(|_| if next(2) == 0 { sources[next(2)].to_owned() } else { snapshot_name(sources[next(2)], next(2)) })
+                .collect();
+            let tpl = template(&refs, images[next(3)]);
+            templates.insert(template::template_hash(&tpl));
+            match next(10) {
+                0..=2 => {
+                    let mut annotations = json!({});
+                    if next(5) == 0 {
+                        annotations[names::IGNORE] = json!("true");
+                    }
+                    let mut w = json!({"metadata": {"namespace": ns, "name": name, "uid": format!("uid-{}", next(5)), "annotations": annotations},
+                        "spec": {"template": tpl}});
+                    if next(8) == 0 {
+                        w["metadata"]["deletionTimestamp"] = json!("2026-12-05T00:00:00Z");
+                    }
+                    s.apply_workload([Kind::Deployment, Kind::StatefulSet][next(2)], &w);
+                }
+                3 => {
+                    s.delete_workload([Kind::Deployment, Kind::StatefulSet][next(2)], &json!({"metadata": {"namespace": ns, "name": name}}))
+                }
+                4..=5 => {
+                    // A snapshot, labelled as one or not (a relabel takes it out of its source's snapshots).
+                    let src = sources[next(2)];
+                    let h = next(2);
+                    let labels =
+                        if next(4) == 0 { json!({}) } else { json!({names::HASH_LABEL: hashes[h], names::MANAGED_BY: names::MANAGER}) };
+                    let adopted: Vec<&String> = templates.iter().filter(|_| next(3) == 0).collect();
+                    let adopted = adopted.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(",");
+                    let obj = json!({"metadata": {"namespace": ns, "name": snapshot_name(src, h), "labels": labels,
+                        "creationTimestamp": format!("2026-12-0{}T00:00:00Z", 1 + next(3)), "annotations": {names::ADOPTED: adopted}}});
+                    s.apply_configmap(&obj);
+                }
+                6 => s.delete_source(
+                    SourceKind::ConfigMap,
+                    &json!({"metadata": {"namespace": ns, "name": snapshot_name(sources[next(2)], next(2))}}),
+                ),
+                7 => {
+                    let owner = format!("uid-{}", next(5));
+                    let created = ["2026-11-01T00:00:00Z", "2026-12-03T00:00:00Z"][next(2)];
+                    let rs = json!({"metadata": {"namespace": ns, "name": format!("r{}", next(6)),
+                        "creationTimestamp": created,
+                        "ownerReferences": [{"kind": "Deployment", "uid": owner, "controller": next(6) != 0}]},
+                        "spec": {"template": tpl}});
+                    s.apply_revision(Kind::ReplicaSet, &rs);
+                }
+                8 => s.delete_revision(Kind::ReplicaSet, &json!({"metadata": {"namespace": ns, "name": format!("r{}", next(6))}})),
+                _ => {
+                    // A relist that no longer has some of one watch's objects.
+                    let what =
+                        [Watched::Sources(SourceKind::ConfigMap), Watched::Workload(Kind::Deployment), Watched::Revision(Kind::ReplicaSet)]
+                            [next(3)];
+                    let keys: Vec<Key> = match what {
+                        Watched::Sources(_) => s.sources.keys().map(|(n, id)| (n.clone(), id.name.clone())).collect(),
+                        Watched::Workload(_) => s.workloads.keys().map(|(_, n, m)| (n.clone(), m.clone())).collect(),
+                        _ => s.revisions.keys().map(|(_, n, m)| (n.clone(), m.clone())).collect(),
+                    };
+                    let seen: HashSet<Key> = keys.into_iter().filter(|_| next(3) != 0).collect();
+                    s.retain_seen(what, &seen);
+                }
+            }
+            for ns in namespaces {
+                for src in sources {
+                    let ids =
+                        [SourceId::configmap(src), SourceId::configmap(snapshot_name(src, 0)), SourceId::configmap(snapshot_name(src, 1))];
+                    for id in &ids {
+                        assert_eq!(s.plain_users(ns, id), plain_users(&s, ns, id), "step {step}: plain users of {ns}/{id}");
+                        for with_ignored in [false, true] {
+                            assert_eq!(
+                                s.user_names(ns, id, with_ignored),
+                                user_names(&s, ns, id, with_ignored),
+                                "step {step}: users of {ns}/{id}"
+                            );
+                        }
+                    }
+                    for t in &templates {
+                        assert_eq!(s.adopted_snapshot(ns, &ids[0], t), adopted_snapshot(&s, ns, &ids[0], t), "step {step}: {ns}/{src} {t}");
+                    }
+                }
+                for owner in (0..5).map(|i| format!("uid-{i}")) {
+                    for t in &templates {
+                        assert_eq!(s.is_revision_of(ns, &owner, t), is_revision_of(&s, ns, &owner, t), "step {step}: {ns} {owner} {t}");
+                    }
+                }
+            }
+        }
+        // Nothing is left in an index once its objects are gone.
+        for what in [
+            Watched::Sources(SourceKind::ConfigMap),
+            Watched::Workload(Kind::Deployment),
+            Watched::Workload(Kind::StatefulSet),
+            Watched::Revision(Kind::ReplicaSet),
+        ] {
+            s.retain_seen(what, &HashSet::new());
+        }
+        assert!(s.refs.is_empty() && s.snapshots.is_empty() && s.owner_revisions.is_empty() && s.snapshot_sources.is_empty());
     }
 
     #[test]

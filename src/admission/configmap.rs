@@ -6,8 +6,10 @@ use serde_json::Value;
 use super::review::{Operation, Request};
 use super::{annotation, annotation_ops, Decision, Effect, Outcome, Reason, View};
 use crate::model::json::At;
+use crate::model::keys::KeyId;
 use crate::model::names;
 use crate::model::policy::Mode;
+use crate::model::secret::SecretContent;
 use crate::model::snapshot::{self, Content};
 use crate::model::source::{self, SourceId};
 
@@ -114,41 +116,99 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     // Workloads still on the plain name ran with the outgoing content: keep it, with their
     // template hashes as adoption records, so an undo to them finds it (docs/behaviour.md §9).
     if let (Some(old_content), true) = (old_content, content_changed) {
-        let users = view.state.plain_users(&req.namespace, &id);
-        if !users.is_empty() {
-            let old_hash = old_content.hash();
-            let recorded = view.state.sources.iter().any(|((n, other), cm)| {
-                n == &req.namespace
-                    && other.kind == kind
-                    && cm.snapshot_of(&other.name).is_some_and(|(s, h)| s == name && h == old_hash)
-                    && users.iter().all(|u| source::adopted(cm).any(|a| a == u))
-            });
-            if !recorded {
-                // The snapshot's content is what the API server stores, never the request's word
-                // for it: a forged oldObject sent straight to the port must not plant content.
-                if let Some(failure) = view.failed.get(&id) {
-                    return Outcome::Done(Decision { response: failure.denial.clone(), reason: Reason::ApiError, ..Default::default() });
-                }
-                let Some(stored) = view.fresh.get(&id) else { return Outcome::Fetch(vec![id]) };
-                let version = |o: &Value| o.at("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
-                match stored {
-                    Some(s) if version(s) == old.and_then(version) && Content::from_object(s) == old_content => {
-                        d.effects.push(Effect::EnsureSnapshot {
-                            namespace: req.namespace.clone(),
-                            source: id.clone(),
-                            content: Content::from_object(s),
-                            adopted: users,
-                        })
-                    }
-                    _ => {
-                        tracing::warn!(namespace = %req.namespace, source = name, "oldObject is not the stored ConfigMap; outgoing content not kept");
-                        d.response.warn(format!("{name}: outgoing config not kept (the stored object is not this request's oldObject)"));
-                    }
-                }
-            }
+        if let Some(outcome) = keep_outgoing(req, view, &id, name, old, old_content, |c| (c.hash(), ()), &mut d) {
+            return outcome;
         }
     }
     Outcome::Done(d)
+}
+
+/// The content of a source kind as [`keep_outgoing`] keeps it: a ConfigMap's [`Content`], named
+/// by its hash, or a Secret's [`SecretContent`], named by its MAC under the namespace's key.
+pub(super) trait Outgoing: PartialEq + Sized {
+    /// What names the content besides itself: nothing for a ConfigMap, the cluster key a
+    /// Secret's MAC is under.
+    type Key;
+    /// The kind, as the log says it.
+    const KIND: &'static str;
+    /// What a warning calls the content.
+    const WHAT: &'static str;
+    /// The content of the stored object, when it has one of this kind.
+    fn stored(obj: &Value) -> Option<Self>;
+    /// The effect that makes sure a snapshot of it exists, listing `adopted` templates.
+    fn ensure(self, key: Self::Key, namespace: String, source: SourceId, adopted: Vec<String>) -> Effect;
+}
+
+impl Outgoing for Content {
+    type Key = ();
+    const KIND: &'static str = "ConfigMap";
+    const WHAT: &'static str = "config";
+    fn stored(obj: &Value) -> Option<Content> {
+        Some(Content::from_object(obj))
+    }
+    fn ensure(self, _: (), namespace: String, source: SourceId, adopted: Vec<String>) -> Effect {
+        Effect::EnsureSnapshot { namespace, source, content: self, adopted }
+    }
+}
+
+impl Outgoing for SecretContent {
+    type Key = KeyId;
+    const KIND: &'static str = "Secret";
+    const WHAT: &'static str = "content";
+    fn stored(obj: &Value) -> Option<SecretContent> {
+        SecretContent::from_object(obj).ok()
+    }
+    fn ensure(self, key: KeyId, namespace: String, source: SourceId, adopted: Vec<String>) -> Effect {
+        Effect::EnsureSecretSnapshot { namespace, source, content: self, key, adopted }
+    }
+}
+
+/// The outgoing content of a source whose content changed (docs/behaviour.md §9), for ConfigMaps
+/// and Secrets alike: when workloads still on the plain name ran with it and no snapshot of it
+/// (named by the first of `named(&old_content)`, under the key that is the second) records all
+/// their templates yet, an effect keeps it, from the
+/// stored object, never the request's word for it (a forged oldObject sent straight to the port
+/// must not plant content). `label` names the source in warnings. `Some`: the whole answer (a
+/// read to make first, or its failure).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn keep_outgoing<C: Outgoing>(
+    req: &Request,
+    view: &View,
+    id: &SourceId,
+    label: &str,
+    old: Option<&Value>,
+    old_content: C,
+    named: impl FnOnce(&C) -> (String, C::Key),
+    d: &mut Decision,
+) -> Option<Outcome> {
+    let users = view.state.plain_users(&req.namespace, id);
+    if users.is_empty() {
+        return None;
+    }
+    let (old_name, key) = named(&old_content);
+    // The source's own snapshots only (the cache's index), not every object of the cluster.
+    let recorded = view
+        .state
+        .snapshots_of(&req.namespace, id)
+        .any(|(_, cm, hash)| hash == old_name && users.iter().all(|u| source::adopted(cm).any(|a| a == u)));
+    if recorded {
+        return None;
+    }
+    if let Some(failure) = view.failed.get(id) {
+        return Some(Outcome::Done(Decision { response: failure.denial.clone(), reason: Reason::ApiError, ..Default::default() }));
+    }
+    let Some(stored) = view.fresh.get(id) else { return Some(Outcome::Fetch(vec![id.clone()])) };
+    let version = |o: &Value| o.at("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
+    match stored.as_ref().and_then(|s| Some((s, C::stored(s)?))) {
+        Some((s, stored_content)) if version(s) == old.and_then(version) && stored_content == old_content => {
+            d.effects.push(stored_content.ensure(key, req.namespace.clone(), id.clone(), users))
+        }
+        _ => {
+            tracing::warn!(namespace = %req.namespace, source = label, "oldObject is not the stored {}; outgoing content not kept", C::KIND);
+            d.response.warn(format!("{label}: outgoing {} not kept (the stored object is not this request's oldObject)", C::WHAT));
+        }
+    }
+    None
 }
 
 /// A source's change markers after this request (docs/behaviour.md §6.1, §7): when its content

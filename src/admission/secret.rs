@@ -10,12 +10,11 @@
 use serde_json::Value;
 
 use super::review::{Operation, Request};
-use super::{annotation, annotation_ops, Decision, Effect, Outcome, Reason, View};
-use crate::model::json::At;
+use super::{annotation, annotation_ops, Decision, Outcome, Reason, View};
 use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::secret::{self, SecretContent};
-use crate::model::source::{self, SourceId, SourceKind};
+use crate::model::source::{SourceId, SourceKind};
 
 pub fn decide(req: &Request, view: &View) -> Outcome {
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
@@ -111,38 +110,14 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     // Workloads still on the plain name ran with the outgoing content: keep it, as for a
     // ConfigMap (docs/behaviour.md §9), from the stored object, never the request's word for it.
     if let (Some(old), Some(old_content), true) = (old, old_content, content_changed) {
-        let users = view.state.plain_users(&req.namespace, &id);
-        if !users.is_empty() {
-            let old_key = secret::source_key(old, &old_content, &req.namespace, keys);
-            let old_mac = old_content.mac(&old_key.namespace_key(&req.namespace));
-            let recorded = view.state.sources.iter().any(|((n, other), cm)| {
-                n == &req.namespace
-                    && other.kind == SourceKind::Secret
-                    && cm.snapshot_of(&other.name).is_some_and(|(s, h)| s == name && h == old_mac)
-                    && users.iter().all(|u| source::adopted(cm).any(|a| a == u))
-            });
-            if !recorded {
-                if let Some(failure) = view.failed.get(&id) {
-                    return Outcome::Done(Decision { response: failure.denial.clone(), reason: Reason::ApiError, ..Default::default() });
-                }
-                let Some(stored) = view.fresh.get(&id) else { return Outcome::Fetch(vec![id]) };
-                let version = |o: &Value| o.at("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
-                match stored.as_ref().map(|s| (s, SecretContent::from_object(s))) {
-                    Some((s, Ok(stored_content))) if version(s) == version(old) && stored_content == old_content => {
-                        d.effects.push(Effect::EnsureSecretSnapshot {
-                            namespace: req.namespace.clone(),
-                            source: id.clone(),
-                            content: stored_content,
-                            key: old_key.id(),
-                            adopted: users,
-                        })
-                    }
-                    _ => {
-                        tracing::warn!(namespace = %req.namespace, source = %id, "oldObject is not the stored Secret; outgoing content not kept");
-                        d.response.warn(format!("{id}: outgoing content not kept (the stored object is not this request's oldObject)"));
-                    }
-                }
-            }
+        let label = id.to_string();
+        // The outgoing content is named under the key the stored Secret recorded.
+        let named = |c: &SecretContent| {
+            let old_key = secret::source_key(old, c, &req.namespace, keys);
+            (c.mac(&old_key.namespace_key(&req.namespace)), old_key.id())
+        };
+        if let Some(outcome) = super::configmap::keep_outgoing(req, view, &id, &label, Some(old), old_content, named, &mut d) {
+            return outcome;
         }
     }
     Outcome::Done(d)

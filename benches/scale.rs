@@ -1,0 +1,458 @@
+//! The watch cache and the decisions that read it at cluster scale (issue 29, the in-process
+//! part): no cluster, the cache filled through the same apply functions the watches call, from
+//! objects shaped as the API server delivers them. `cargo bench --bench scale`; docs/performance.md
+//! ("Scale") gives the figures and what this does not measure.
+//!
+//! Under `cargo test --benches` (no `--bench` argument) it runs the same steps at a hundredth of
+//! the scale, so the benchmark keeps compiling and running in CI at little cost.
+//!
+//! The cluster: `NAMESPACES` namespaces, each with
+//! - 100 ConfigMaps, listed as metadata (`PartialObjectMetadata`, as the watch lists them), each
+//!   with kubectl's `last-applied-configuration` copy of its ~2 KiB of data and managedFields:
+//!   10 sources `cfg-0..9` read by the namespace's workloads (one-tenth referenced), a snapshot of
+//!   each (confighistory's labels and annotations, adoption records), 80 ConfigMaps no workload reads;
+//! - 10 Deployments `app-0..9`, each reading `cfg-i` and `cfg-(i+1)`: the even ones pinned to
+//!   snapshots, the odd ones on the plain names; each with 5 ReplicaSets of history;
+//! - in half of the namespaces, a StatefulSet pinned to `cfg-0`'s snapshot with 3 ControllerRevisions.
+//!
+//! Then a fan-out: one ConfigMap read by 1,000 Deployments of one namespace, with a settled change.
+
+use std::collections::HashSet;
+use std::hint::black_box;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use confighistory::cache::State;
+use confighistory::cluster::MemoryCluster;
+use confighistory::controller::{adopt, propagate};
+use confighistory::model::names;
+use confighistory::model::policy::{Policy, Selector};
+use confighistory::model::snapshot::{self, Content};
+use confighistory::model::source::SourceId;
+use confighistory::model::template::Kind;
+use confighistory::webhook::{self, App};
+use serde_json::{json, Value};
+use tower::ServiceExt as _;
+
+const CONFIGMAPS_PER_NS: usize = 100;
+const SOURCES_PER_NS: usize = 10;
+const DEPLOYMENTS_PER_NS: usize = 10;
+const REPLICASETS_PER_DEPLOYMENT: usize = 5;
+const REVISIONS_PER_STATEFULSET: usize = 3;
+const NOW: &str = "2026-12-05T03:00:00Z";
+const CREATED: &str = "2026-11-01T08:00:00Z";
+
+struct Scale {
+    namespaces: usize,
+    fan_out: usize,
+    requests: usize,
+}
+
+fn ns_name(n: usize) -> String {
+    format!("team-{n:04}")
+}
+
+fn uid(what: &str, ns: usize, i: usize) -> String {
+    // The shape of a Kubernetes uid (36 characters).
+    format!("{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}", ns, i, what.len(), ns % 4096, i)
+}
+
+/// About 2 KiB of settings of ConfigMap `name`, revision `rev`.
+fn data(name: &str, rev: usize) -> Value {
+    let mut yaml = String::new();
+    for k in 0..40 {
+        yaml.push_str(&format!("setting_{k}: value-{k}-of-{name}-r{rev}\n"));
+    }
+    json!({"app.yaml": yaml, "LOG_LEVEL": "info", "FEATURE_FLAGS": "a,b,c"})
+}
+
+fn managed_fields(manager: &str) -> Value {
+    json!([{"manager": manager, "operation": "Update", "apiVersion": "v1", "time": CREATED, "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:data": {".": {}, "f:app.yaml": {}, "f:LOG_LEVEL": {}, "f:FEATURE_FLAGS": {}},
+        "f:metadata": {"f:annotations": {".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}}, "f:labels": {".": {}, "f:app": {}}}}}])
+}
+
+/// A ConfigMap as the metadata-only watch delivers it: its metadata, including kubectl's copy of
+/// the whole manifest (data included) and managedFields.
+fn configmap_metadata(ns: &str, name: &str, uid: String, data: &Value, labels: Value, annotations: Value) -> Value {
+    let manifest =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns, "labels": labels}, "data": data});
+    let mut annotations = annotations;
+    annotations["kubectl.kubernetes.io/last-applied-configuration"] = json!(serde_json::to_string(&manifest).unwrap());
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {
+        "name": name, "namespace": ns, "uid": uid, "resourceVersion": "1048576", "creationTimestamp": CREATED,
+        "labels": labels, "annotations": annotations, "managedFields": managed_fields("kubectl-client-side-apply")}})
+}
+
+fn full_configmap(ns: &str, name: &str, rv: &str, data: &Value, annotations: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{ns}-{name}"),
+        "resourceVersion": rv, "creationTimestamp": CREATED, "labels": {"app": name}, "annotations": annotations}, "data": data})
+}
+
+fn hash_of(data: &Value) -> String {
+    Content::from_object(&json!({"data": data})).hash()
+}
+
+/// A pod template reading `refs` (ConfigMap names, plain or snapshots) through a volume and env.
+fn template(app: &str, image: &str, refs: &[String]) -> Value {
+    let volumes: Vec<Value> =
+        refs.iter().enumerate().map(|(i, r)| json!({"name": format!("config-{i}"), "configMap": {"name": r}})).collect();
+    let env: Vec<Value> = refs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| json!({"name": format!("SETTING_{i}"), "valueFrom": {"configMapKeyRef": {"name": r, "key": "LOG_LEVEL"}}}))
+        .collect();
+    json!({"metadata": {"labels": {"app": app}, "creationTimestamp": null}, "spec": {
+        "volumes": volumes,
+        "containers": [{"name": "app", "image": image, "env": env, "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+            "volumeMounts": refs.iter().enumerate().map(|(i, _)| json!({"name": format!("config-{i}"), "mountPath": format!("/etc/config-{i}")})).collect::<Vec<_>>(),
+            "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent"}],
+        "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst", "schedulerName": "default-scheduler"}})
+}
+
+/// A Deployment as the API server stores it after `kubectl apply` (status, managedFields, the
+/// last-applied copy); `replicas: 0`, as on a cluster where nodes are the limit.
+fn deployment(ns: &str, name: &str, uid: &str, refs: &[String]) -> Value {
+    let tpl = template(name, "registry.example/app:5", refs);
+    let manifest = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}}, "template": tpl}});
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {
+        "name": name, "namespace": ns, "uid": uid, "resourceVersion": "2097152", "generation": 5, "creationTimestamp": CREATED,
+        "annotations": {"deployment.kubernetes.io/revision": "5", "kubectl.kubernetes.io/last-applied-configuration": serde_json::to_string(&manifest).unwrap()},
+        "managedFields": managed_fields("kubectl-client-side-apply")},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}}, "template": tpl,
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}},
+            "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600},
+        "status": {"observedGeneration": 5, "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+            "lastUpdateTime": CREATED, "lastTransitionTime": CREATED, "message": "Deployment has minimum availability."}]}})
+}
+
+fn replicaset(ns: &str, app: &str, owner: &str, rev: usize, refs: &[String]) -> Value {
+    let mut tpl = template(app, &format!("registry.example/app:{rev}"), refs);
+    let pth = format!("{:x}", 0x5d4c3b2a1_u64 + rev as u64);
+    tpl["metadata"]["labels"][names::POD_TEMPLATE_HASH] = json!(pth);
+    json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {
+        "name": format!("{app}-{pth}"), "namespace": ns, "uid": format!("{owner}-rs{rev}"), "resourceVersion": "2097153",
+        "generation": 1, "creationTimestamp": CREATED, "labels": {"app": app, "pod-template-hash": pth},
+        "annotations": {"deployment.kubernetes.io/revision": rev.to_string(), "deployment.kubernetes.io/desired-replicas": "0",
+            "deployment.kubernetes.io/max-replicas": "0"},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": app, "uid": owner, "controller": true, "blockOwnerDeletion": true}],
+        "managedFields": managed_fields("kube-controller-manager")},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": app, "pod-template-hash": pth}}, "template": tpl},
+        "status": {"replicas": 0, "observedGeneration": 1}})
+}
+
+fn statefulset(ns: &str, name: &str, uid: &str, refs: &[String]) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name, "namespace": ns, "uid": uid,
+        "resourceVersion": "2097154", "generation": 3, "creationTimestamp": CREATED, "managedFields": managed_fields("kubectl-client-side-apply")},
+        "spec": {"replicas": 0, "serviceName": name, "selector": {"matchLabels": {"app": name}}, "template": template(name, "registry.example/db:3", refs)},
+        "status": {"replicas": 0, "observedGeneration": 3, "currentRevision": format!("{name}-3"), "updateRevision": format!("{name}-3")}})
+}
+
+fn controller_revision(ns: &str, name: &str, owner: &str, rev: usize, refs: &[String]) -> Value {
+    let mut tpl = template(name, &format!("registry.example/db:{rev}"), refs);
+    tpl["$patch"] = json!("replace");
+    json!({"apiVersion": "apps/v1", "kind": "ControllerRevision", "metadata": {"name": format!("{name}-{rev}"), "namespace": ns,
+        "uid": format!("{owner}-cr{rev}"), "resourceVersion": "2097155", "creationTimestamp": CREATED,
+        "labels": {"app": name, "controller.kubernetes.io/hash": format!("{rev:x}")},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name, "uid": owner, "controller": true, "blockOwnerDeletion": true}]},
+        "data": {"spec": {"template": tpl}}, "revision": rev})
+}
+
+/// Time spent in the cache's apply functions (the objects are built outside the clock).
+#[derive(Default)]
+struct Fill {
+    applied: usize,
+    in_apply: Duration,
+}
+
+impl Fill {
+    fn apply(&mut self, state: &mut State, f: impl FnOnce(&mut State)) {
+        let t = Instant::now();
+        f(state);
+        self.in_apply += t.elapsed();
+        self.applied += 1;
+    }
+}
+
+/// The source `cfg-i` of a namespace: its content, the hash of it, its snapshot's name.
+fn source(i: usize) -> (String, Value, String, String) {
+    let name = format!("cfg-{i}");
+    let d = data(&name, 1);
+    let hash = hash_of(&d);
+    let snap = snapshot::name(&name, &hash, 0);
+    (name, d, hash, snap)
+}
+
+fn refs_of(i: usize) -> Vec<String> {
+    let pinned = i % 2 == 0;
+    [i % SOURCES_PER_NS, (i + 1) % SOURCES_PER_NS].iter().map(|&s| if pinned { source(s).3 } else { source(s).0 }).collect()
+}
+
+/// A namespace and its ConfigMaps (the source, snapshot and unused ones).
+fn fill_configmaps(state: &mut State, fill: &mut Fill, n: usize) {
+    let ns = ns_name(n);
+    let ns_obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "uid": uid("ns", n, 0), "resourceVersion": "1",
+        "creationTimestamp": CREATED, "labels": {"kubernetes.io/metadata.name": ns, "team": format!("t{}", n % 50)}}, "status": {"phase": "Active"}});
+    fill.apply(state, |s| s.apply_namespace(&ns_obj));
+    for i in 0..CONFIGMAPS_PER_NS {
+        let obj = if i < SOURCES_PER_NS {
+            let (name, d, hash, _) = source(i);
+            let annotations = json!({names::HEAD: hash, names::CHANGED_AT: CREATED, names::PROPAGATED: hash});
+            configmap_metadata(&ns, &name, uid("cm", n, i), &d, json!({"app": name}), annotations)
+        } else if i < 2 * SOURCES_PER_NS {
+            // The snapshot of source i - 10 (its adoption records are set by `fill_adoptions`).
+            let (name, d, hash, snap) = source(i - SOURCES_PER_NS);
+            let labels = json!({names::HASH_LABEL: hash, names::MANAGED_BY: names::MANAGER, names::SOURCE_LABEL: name});
+            configmap_metadata(&ns, &snap, uid("cm", n, i), &d, labels, json!({names::LAST_USED: CREATED}))
+        } else {
+            let name = format!("unused-{i}");
+            configmap_metadata(&ns, &name, uid("cm", n, i), &data(&name, 1), json!({"app": name, "tier": "backend"}), json!({}))
+        };
+        fill.apply(state, |s| s.apply_configmap(&obj));
+    }
+}
+
+/// A namespace's Deployments and, `with_statefulset`, its StatefulSet.
+fn fill_workloads(state: &mut State, fill: &mut Fill, n: usize, with_statefulset: bool) {
+    let ns = ns_name(n);
+    for i in 0..DEPLOYMENTS_PER_NS {
+        let d = deployment(&ns, &format!("app-{i}"), &uid("deploy", n, i), &refs_of(i));
+        fill.apply(state, |s| s.apply_workload(Kind::Deployment, &d));
+    }
+    if with_statefulset {
+        let sts = statefulset(&ns, "db", &uid("sts", n, 0), &[source(0).3]);
+        fill.apply(state, |s| s.apply_workload(Kind::StatefulSet, &sts));
+    }
+}
+
+/// A namespace's ReplicaSets and ControllerRevisions.
+fn fill_revisions(state: &mut State, fill: &mut Fill, n: usize, with_statefulset: bool) {
+    let ns = ns_name(n);
+    for i in 0..DEPLOYMENTS_PER_NS {
+        for rev in 1..=REPLICASETS_PER_DEPLOYMENT {
+            let rs = replicaset(&ns, &format!("app-{i}"), &uid("deploy", n, i), rev, &refs_of(i));
+            fill.apply(state, |s| s.apply_revision(Kind::ReplicaSet, &rs));
+        }
+    }
+    if with_statefulset {
+        for rev in 1..=REVISIONS_PER_STATEFULSET {
+            let cr = controller_revision(&ns, "db", &uid("sts", n, 0), rev, &[source(0).3]);
+            fill.apply(state, |s| s.apply_revision(Kind::ControllerRevision, &cr));
+        }
+    }
+}
+
+/// Adoption records: the snapshot of each source lists its plain users' templates (what
+/// admission wrote when their outgoing content was kept), delivered as a watch update.
+fn fill_adoptions(state: &mut State, fill: &mut Fill, n: usize) {
+    let ns = ns_name(n);
+    for i in 0..SOURCES_PER_NS {
+        let (name, d, hash, snap) = source(i);
+        let users = state.plain_users(&ns, &SourceId::configmap(&name)).join(",");
+        let labels = json!({names::HASH_LABEL: hash, names::MANAGED_BY: names::MANAGER, names::SOURCE_LABEL: name});
+        let obj = configmap_metadata(
+            &ns,
+            &snap,
+            uid("cm", n, SOURCES_PER_NS + i),
+            &d,
+            labels,
+            json!({names::LAST_USED: CREATED, names::ADOPTED: users}),
+        );
+        fill.apply(state, |s| s.apply_configmap(&obj));
+    }
+}
+
+/// One ConfigMap read by `n` Deployments of one namespace, all pinned to its previous content,
+/// with a change recorded long enough ago to be due.
+fn fill_fan_out(state: &mut State, fill: &mut Fill, n: usize) -> SourceId {
+    let ns = "fan-out";
+    fill.apply(state, |s| s.apply_namespace(&json!({"metadata": {"name": ns}})));
+    let (old, new) = (data("shared", 1), data("shared", 2));
+    let (old_hash, new_hash) = (hash_of(&old), hash_of(&new));
+    let snap = snapshot::name("shared", &old_hash, 0);
+    let labels = json!({names::HASH_LABEL: old_hash, names::MANAGED_BY: names::MANAGER});
+    let snap_obj = configmap_metadata(ns, &snap, uid("fan", 0, 1), &old, labels, json!({}));
+    fill.apply(state, |s| s.apply_configmap(&snap_obj));
+    // A full object: the source is known mutable (the controller reads it before acting).
+    let src = full_configmap(ns, "shared", "7", &new, json!({names::HEAD: new_hash, names::CHANGED_AT: "2026-12-05T02:00:00Z"}));
+    fill.apply(state, |s| s.apply_configmap(&src));
+    for i in 0..n {
+        let d = deployment(ns, &format!("app-{i:04}"), &uid("fan", 1, i), std::slice::from_ref(&snap));
+        fill.apply(state, |s| s.apply_workload(Kind::Deployment, &d));
+    }
+    SourceId::configmap("shared")
+}
+
+fn status() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = |key: &str| {
+        s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
+    };
+    (kib("VmRSS:"), kib("VmHWM:"))
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// Runs `f` `runs` times; the median time.
+fn timed<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
+    let mut times = Vec::new();
+    let mut last = None;
+    for _ in 0..runs {
+        let t = Instant::now();
+        last = Some(black_box(f()));
+        times.push(t.elapsed());
+    }
+    times.sort();
+    (times[times.len() / 2], last.expect("one run"))
+}
+
+fn review(kind: &str, group: &str, resource: &str, ns: &str, object: &Value, old: &Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "0b9a3c1e-8f5d-4d2b-9a77-1c2d3e4f5a6b", "kind": {"group": group, "version": "v1", "kind": kind},
+        "resource": {"group": group, "version": "v1", "resource": resource}, "name": object["metadata"]["name"], "namespace": ns,
+        "operation": "UPDATE", "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "object": object, "oldObject": old, "dryRun": false}}))
+    .unwrap()
+}
+
+/// `n` admissions of `body` through the router the binary serves; (median, p99, API calls made).
+fn admit(app: &Arc<App>, cluster: &MemoryCluster, body: Vec<u8>, n: usize, want: &str) -> (Duration, Duration, usize) {
+    let router = webhook::router(app.clone());
+    let body = axum::body::Bytes::from(body);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let calls_before = cluster.calls.lock().unwrap().len();
+    let mut times = Vec::with_capacity(n);
+    runtime.block_on(async {
+        for i in 0..n {
+            let request = axum::http::Request::post("/mutate")
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(body.clone()))
+                .unwrap();
+            let t = Instant::now();
+            let response = router.clone().oneshot(request).await.unwrap();
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+            times.push(t.elapsed());
+            if i == 0 {
+                let text = String::from_utf8_lossy(&bytes);
+                assert!(text.contains("\"allowed\":true"), "{want}: {text}");
+            }
+        }
+    });
+    let calls = cluster.calls.lock().unwrap().len() - calls_before;
+    times.sort();
+    (times[n / 2], times[n * 99 / 100], calls)
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let scale = if full {
+        Scale { namespaces: 1_000, fan_out: 1_000, requests: 3_000 }
+    } else {
+        Scale { namespaces: 10, fan_out: 20, requests: 50 }
+    };
+    let (rss0, _) = status();
+    let policy = Policy::default();
+    let selector = Selector::default();
+    let mut state = State::keeping_labels(&policy.excluded_sources);
+    let mut fill = Fill::default();
+    let start = Instant::now();
+    // Each watch lists its kind; the phases show what each kind costs.
+    let mut phases = Vec::new();
+    for phase in ["ConfigMaps", "workloads", "revisions", "adoption records"] {
+        for n in 0..scale.namespaces {
+            match phase {
+                "ConfigMaps" => fill_configmaps(&mut state, &mut fill, n),
+                "workloads" => fill_workloads(&mut state, &mut fill, n, n % 2 == 0),
+                "revisions" => fill_revisions(&mut state, &mut fill, n, n % 2 == 0),
+                _ => fill_adoptions(&mut state, &mut fill, n),
+            }
+        }
+        phases.push(format!("{phase} {}", mib(status().0)));
+    }
+    let wall = start.elapsed();
+    let (rss, hwm) = status();
+    let configmaps = state.sources.len();
+    println!(
+        "fill: {} namespaces, {configmaps} ConfigMaps, {} workloads, {} revisions ({} objects applied)",
+        scale.namespaces,
+        state.workloads.len(),
+        state.revisions.len(),
+        fill.applied
+    );
+    println!("fill time: {} in the apply functions, {} with building the objects", ms(fill.in_apply), ms(wall));
+    println!("RSS after fill: {} (at start {}), peak {}; after each phase: {}", mib(rss), mib(rss0), mib(hwm), phases.join(", "));
+
+    // The loops' pure passes over the whole cache.
+    let runs = if full { 5 } else { 2 };
+    let (t, p) = timed(runs, || propagate::due_propagations(&state, &policy, &selector, propagate::parse_time_ms(NOW).unwrap()));
+    println!("due_propagations: {} ({} plans, {} waiting), peak RSS {}", ms(t), p.plans.len(), p.waiting, mib(status().1));
+    let seen = adopt::current_templates(&state);
+    println!("adopt::current_templates ({} templates, kept by the controller): peak RSS {}", seen.len(), mib(status().1));
+    let (t, d) = timed(runs, || adopt::decide(&state, &policy, &selector, &seen, &adopt::Seen::new(), &HashSet::new()));
+    println!(
+        "adopt::decide: {} ({} adoptions, {} repairs, {} unknown), peak RSS {}",
+        ms(t),
+        d.adoptions.len(),
+        d.repairs.len(),
+        d.unknown.len(),
+        mib(status().1)
+    );
+    let (t, (touches, _)) = timed(runs, || propagate::versioning_touches(&state, &policy, &selector));
+    println!("versioning_touches: {} ({} touches), peak RSS {}", ms(t), touches.len(), mib(status().1));
+    let (t, r) = timed(runs, || propagate::rehash_sources(&state, &policy, &selector));
+    println!("rehash_sources: {} ({} sources), peak RSS {}", ms(t), r.len(), mib(status().1));
+    drop((p, d, touches, r, seen));
+    println!("RSS after the passes: {}, peak {}", mib(status().0), mib(status().1));
+
+    // Watch events at scale: a ReplicaSet's status update, a ConfigMap's metadata update.
+    let ns = ns_name(0);
+    let rs = replicaset(&ns, "app-1", &uid("deploy", 0, 1), 3, &refs_of(1));
+    let (t, _) = timed(runs * 20, || state.apply_revision(Kind::ReplicaSet, &rs));
+    println!("apply of a ReplicaSet update: {}", us(t));
+    let (name, d, hash, _) = source(3);
+    let cm = configmap_metadata(&ns, &name, uid("cm", 0, 3), &d, json!({"app": name}), json!({names::HEAD: hash}));
+    let (t, _) = timed(runs * 20, || state.apply_configmap(&cm));
+    println!("apply of a ConfigMap update: {}", us(t));
+
+    // Admission through the router, steady: nothing to read from the API server.
+    let cluster = MemoryCluster::default();
+    let (name, old_data, hash, _) = source(1);
+    let old =
+        full_configmap(&ns, &name, "1048576", &old_data, json!({names::HEAD: hash, names::CHANGED_AT: CREATED, names::PROPAGATED: hash}));
+    cluster.insert(old.clone());
+    let mut new = old.clone();
+    new["data"] = data(&name, 2);
+    let configmap_body = review("ConfigMap", "", "configmaps", &ns, &new, &old);
+    let pinned = deployment(&ns, "app-0", &uid("deploy", 0, 0), &refs_of(0));
+    let plain = deployment(&ns, "app-0", &uid("deploy", 0, 0), &[source(0).0, source(1).0]);
+    let deployment_body = review("Deployment", "apps", "deployments", &ns, &plain, &pinned);
+    let state = Arc::new(RwLock::new(state));
+    let app = Arc::new(App::ready(policy.clone(), state.clone(), Arc::new(cluster.clone())));
+    for (what, body) in [("source ConfigMap UPDATE, plain users", configmap_body), ("Deployment UPDATE, steady", deployment_body)] {
+        let (median, p99, calls) = admit(&app, &cluster, body, scale.requests, what);
+        println!("admission, {what}: median {}, p99 {}, API calls {calls} in {} requests", us(median), us(p99), scale.requests);
+    }
+    println!("RSS after the admissions: {}, peak {}", mib(status().0), mib(status().1));
+
+    // Fan-out: one ConfigMap read by many Deployments, its change due.
+    let mut state = state.write().unwrap();
+    let id = fill_fan_out(&mut state, &mut Fill::default(), scale.fan_out);
+    let (t, p) = timed(runs, || propagate::due_propagations(&state, &policy, &selector, propagate::parse_time_ms(NOW).unwrap()));
+    let moved = p.plans.iter().filter(|p| p.trigger.contains_key(&id)).count();
+    assert_eq!(moved, scale.fan_out, "every workload of the fan-out moves");
+    println!("fan-out: due_propagations {} with {} plans ({} readers of one ConfigMap)", ms(t), p.plans.len(), scale.fan_out);
+    let (rss, hwm) = status();
+    println!("RSS at the end: {}, peak {}", mib(rss), mib(hwm));
+}
