@@ -116,7 +116,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     // Workloads still on the plain name ran with the outgoing content: keep it, with their
     // template hashes as adoption records, so an undo to them finds it (docs/behaviour.md §9).
     if let (Some(old_content), true) = (old_content, content_changed) {
-        if let Some(outcome) = keep_outgoing(req, view, &id, name, old, old_content, |c| (c.hash(), ()), &mut d) {
+        if let Some(outcome) = keep_outgoing(req, view, &id, name, old, || Some(old_content), |c| (c.hash(), ()), &mut d) {
             return outcome;
         }
     }
@@ -177,7 +177,7 @@ pub(super) fn keep_outgoing<C: Outgoing>(
     id: &SourceId,
     label: &str,
     old: Option<&Value>,
-    old_content: C,
+    old_content: impl FnOnce() -> Option<C>,
     named: impl FnOnce(&C) -> (String, C::Key),
     d: &mut Decision,
 ) -> Option<Outcome> {
@@ -185,6 +185,8 @@ pub(super) fn keep_outgoing<C: Outgoing>(
     if users.is_empty() {
         return None;
     }
+    // Read only now: a Secret's is decoded from base64, which costs more than its MAC.
+    let old_content = old_content()?;
     let (old_name, key) = named(&old_content);
     // The source's own snapshots only (the cache's index), not every object of the cluster.
     let recorded = view

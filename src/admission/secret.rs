@@ -62,8 +62,9 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             return Outcome::Done(d);
         }
     };
-    let old_content = old.and_then(|o| SecretContent::from_object(o).ok());
-    let content_changed = old_content.as_ref().is_none_or(|o| *o != content);
+    // Compared as the API server sends them (canonical base64): the old values are decoded only
+    // when its outgoing content must be kept (docs/performance.md).
+    let content_changed = old.is_none_or(|o| !secret::same_content(o, obj));
     // The key its MACs are under: while its content stays, the one the stored Secret recorded (a
     // key rotation renames nothing and moves no workload); new content takes the current key.
     let cluster_key = match old {
@@ -76,9 +77,9 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     let stale_head = old.and_then(|o| annotation(o, names::HEAD)).or(claimed_head).is_some_and(|h| h != head);
     let changed = stale_head || content_changed || versioning_changed;
     let mut d = Decision::allow(if changed { Reason::SourceChanged } else { Reason::Source });
-    if let (Some(old_content), true) = (&old_content, content_changed) {
-        // Keys, sizes and the type; never a value, and the settings inside a value are never parsed.
-        if let Some(w) = secret::update_warning(&id.to_string(), old_content, &content) {
+    if let (Some(old), true) = (old, content_changed) {
+        // Keys and the type; never a value, and the settings inside a value are never parsed.
+        if let Some(w) = secret::update_warning_of(&id.to_string(), old, obj) {
             d.response.warn(w);
         }
     }
@@ -109,13 +110,14 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
 
     // Workloads still on the plain name ran with the outgoing content: keep it, as for a
     // ConfigMap (docs/behaviour.md §9), from the stored object, never the request's word for it.
-    if let (Some(old), Some(old_content), true) = (old, old_content, content_changed) {
+    if let (Some(old), true) = (old, content_changed) {
         let label = id.to_string();
         // The outgoing content is named under the key the stored Secret recorded.
         let named = |c: &SecretContent| {
             let old_key = secret::source_key(old, c, &req.namespace, keys);
             (c.mac(&old_key.namespace_key(&req.namespace)), old_key.id())
         };
+        let old_content = || SecretContent::from_object(old).ok();
         if let Some(outcome) = super::configmap::keep_outgoing(req, view, &id, &label, Some(old), old_content, named, &mut d) {
             return outcome;
         }

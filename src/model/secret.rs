@@ -310,23 +310,28 @@ pub fn key_changes(old: &SecretContent, new: &SecretContent) -> KeyChanges {
 /// MAC's SHA-256 in instructions, docs/performance.md). `stringData`, which the API server merges
 /// into `data` before admission, is compared too.
 pub fn same_content(a: &Value, b: &Value) -> bool {
-    let part = |o: &Value, k: &str| o.get(k).filter(|v| !v.is_null() && v.as_object().is_none_or(|m| !m.is_empty())).cloned();
+    fn part<'a>(o: &'a Value, k: &str) -> Option<&'a Value> {
+        o.get(k).filter(|v| !v.is_null() && v.as_object().is_none_or(|m| !m.is_empty()))
+    }
     secret_type(a) == secret_type(b) && part(a, "data") == part(b, "data") && part(a, "stringData") == part(b, "stringData")
 }
 
 /// [`key_changes`] of two Secret objects, from their base64 text as [`same_content`] compares it:
-/// no value is decoded.
+/// no value is decoded, nor copied.
 pub fn key_changes_of(old: &Value, new: &Value) -> KeyChanges {
-    let values = |o: &Value| -> BTreeMap<String, Value> {
-        let mut m: BTreeMap<String, Value> =
-            o.get("data").and_then(Value::as_object).into_iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
+    use std::borrow::Cow;
+    fn values(o: &Value) -> BTreeMap<String, Cow<'_, str>> {
+        let mut m: BTreeMap<String, Cow<'_, str>> = BTreeMap::new();
+        for (k, v) in o.get("data").and_then(Value::as_object).into_iter().flatten() {
+            m.insert(k.clone(), Cow::Borrowed(v.as_str().unwrap_or_default()));
+        }
         for (k, v) in o.get("stringData").and_then(Value::as_object).into_iter().flatten() {
-            m.insert(k.clone(), Value::String(base64::engine::general_purpose::STANDARD.encode(v.as_str().unwrap_or_default())));
+            m.insert(k.clone(), Cow::Owned(base64::engine::general_purpose::STANDARD.encode(v.as_str().unwrap_or_default())));
         }
         m
-    };
+    }
     let (old_values, new_values) = (values(old), values(new));
-    let names = |m: &BTreeMap<String, Value>, other: &BTreeMap<String, Value>| -> Vec<String> {
+    let names = |m: &BTreeMap<String, Cow<'_, str>>, other: &BTreeMap<String, Cow<'_, str>>| -> Vec<String> {
         m.keys().filter(|k| !other.contains_key(*k)).cloned().collect()
     };
     KeyChanges {
