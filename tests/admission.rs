@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 mod common;
-use common::{review, Answer, NS};
+use common::{review, Answer, Logs, NS};
 
 const ME: &str = "system:serviceaccount:confighistory:confighistory";
 
@@ -1795,34 +1795,6 @@ async fn the_oldest_adoption_record_wins_whatever_its_name() {
 }
 
 // ---------- signals: logs and metrics operators read ----------
-
-/// Log output captured for the current thread (a `#[tokio::test]` runs on one).
-#[derive(Clone, Default)]
-struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    /// The lines as a pod writes them (the binary's subscriber, text without colours), at debug.
-    fn capture(&self) -> tracing::subscriber::DefaultGuard {
-        tracing::subscriber::set_default(confighistory::runtime::subscriber("debug", false, false, self.writer()))
-    }
-    fn writer(&self) -> impl Fn() -> Logs + Send + Sync + 'static {
-        let logs = self.clone();
-        move || logs.clone()
-    }
-    fn lines(&self) -> Vec<String> {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap().lines().map(str::to_owned).collect()
-    }
-}
 
 /// The value of one sample in a scrape (0 when absent).
 fn sample(scrape: &str, series: &str) -> u64 {

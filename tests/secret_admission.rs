@@ -23,7 +23,7 @@ use confighistory::model::template::Kind;
 use serde_json::{json, Value};
 
 mod common;
-use common::{review, Answer, NS};
+use common::{review, Answer, Logs, NS};
 
 const CANARY: &str = "canary-s3cr3t-value";
 
@@ -447,7 +447,7 @@ async fn with_secrets_off_nothing_about_secrets_changes() {
 #[tokio::test]
 async fn no_form_of_a_canary_secret_value_is_written_anywhere() {
     let logs = Logs::default();
-    let _guard = tracing::subscriber::set_default(confighistory::runtime::subscriber("debug", false, false, logs.writer()));
+    let _guard = logs.capture();
     let mut shown: Shown = Vec::new();
     shown.extend(secret_update_keeps_outgoing_content(CANARY).await);
     shown.extend(deployment_is_pinned_to_secret_snapshots(CANARY).await);
@@ -479,30 +479,6 @@ async fn no_form_of_a_canary_secret_value_is_written_anywhere() {
         for (form, value) in &forms {
             assert!(!text.contains(value.as_str()), "{what} shows {form}");
         }
-    }
-}
-
-/// Log output captured for the current thread (a `#[tokio::test]` runs on one).
-#[derive(Clone, Default)]
-struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn writer(&self) -> impl Fn() -> Logs + Send + Sync + 'static {
-        let logs = self.clone();
-        move || logs.clone()
-    }
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
     }
 }
 

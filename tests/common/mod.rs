@@ -90,3 +90,35 @@ pub async fn post(app: &Arc<App>, path: &str, body: Vec<u8>) -> Answer {
 pub async fn send(app: &Arc<App>, path: &str, review: &Value) -> Answer {
     post(app, path, serde_json::to_vec(review).unwrap()).await
 }
+
+/// Log output captured for the current thread (a `#[tokio::test]` runs on one), as a pod writes it:
+/// the binary's subscriber, text without colours, at debug.
+#[derive(Clone, Default)]
+pub struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    /// Captures this thread's log lines until the guard drops.
+    pub fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        tracing::subscriber::set_default(confighistory::runtime::subscriber("debug", false, false, self.writer()))
+    }
+    pub fn writer(&self) -> impl Fn() -> Logs + Send + Sync + 'static {
+        let logs = self.clone();
+        move || logs.clone()
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+    pub fn lines(&self) -> Vec<String> {
+        self.text().lines().map(str::to_owned).collect()
+    }
+}
