@@ -580,5 +580,9 @@ async fn a_secret_opted_out_of_versioning_moves_its_workloads_back_to_the_plain_
     opted_in["metadata"]["annotations"].as_object_mut().unwrap().remove(names::VERSIONED);
     let back = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&opted_in), Some(&propagated))).await;
     let back = back.patched(&opted_in);
-    assert!(back["metadata"]["annotations"].get(names::PROPAGATED).is_none(), "a new change starts unpropagated: {back}");
+    assert!(
+        back["metadata"]["annotations"].get(names::PROPAGATED).is_none(),
+        "a new change starts unpropagated: {}",
+        back["metadata"]["annotations"]
+    );
 }
