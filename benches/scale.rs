@@ -27,13 +27,14 @@ use confighistory::cluster::MemoryCluster;
 use confighistory::controller::{adopt, propagate};
 use confighistory::model::names;
 use confighistory::model::policy::{Policy, Selector};
-use confighistory::model::snapshot::{self, Content};
+use confighistory::model::snapshot;
 use confighistory::model::source::SourceId;
 use confighistory::model::template::Kind;
 use confighistory::webhook::{self, App};
 use serde_json::{json, Value};
 use tower::ServiceExt as _;
 
+#[path = "scale/objects.rs"]
 mod objects;
 use objects::*;
 

@@ -205,7 +205,9 @@ impl Feed {
                             state.retain_seen(what, &seen);
                             state.synced.0.insert(what.name());
                         }
-                        seen.clear();
+                        // Not `clear()`: the table of a 100,000-object list would stay allocated for
+                        // the process's life (docs/performance.md, "Scale on a real cluster").
+                        seen = HashSet::new();
                         let mut p = pending.lock().expect("lock");
                         p.remove(what.name());
                         if p.is_empty() && !synced.swap(true, Ordering::Relaxed) {

@@ -437,12 +437,18 @@ struct ResyncState {
     adopted: HashSet<(String, SourceId, String)>,
     /// Workloads given a repair trigger recently, with the trigger value and when.
     repaired: HashMap<WorkloadKey, (String, Instant)>,
+    /// ConfigMap sources a re-hash read found named by their `head`, with the resourceVersion it
+    /// read. Any write changes the resourceVersion, which the metadata watch delivers, so a source
+    /// whose cached resourceVersion is still that one is not read again: at 10,000 sources every
+    /// pass read every one at the resync rate, 17 minutes of GETs at 10/s, over and over
+    /// (docs/performance.md, "Scale on a real cluster").
+    verified: HashMap<SourceKey, String>,
 }
 
 /// One resync pass: re-hash, adoption, repair; `seen` are the templates seen before. The number
 /// of adoptions and repairs it decided on.
 async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (usize, usize) {
-    rehash(ctx).await;
+    rehash(ctx, &mut st.verified).await;
     touch_versioning(ctx).await;
     if !ctx.leadership.is_leader() {
         return (0, 0);
@@ -568,10 +574,14 @@ fn repair_note(ctx: &Ctx, p: &Plan) -> String {
 /// change first seen now (missed changes, docs/how-it-works.md). A source without a head is compared with the
 /// snapshots its workloads are pinned to ([`propagate::rehash_sources`]); its touch names one of
 /// them as the head, which the webhook takes from confighistory alone.
-async fn rehash(ctx: &Ctx) {
+async fn rehash(ctx: &Ctx, verified: &mut HashMap<SourceKey, String>) {
     let sources = {
         let state = ctx.shared.state.read().expect("state lock");
-        propagate::rehash_sources(&state, &ctx.shared.policy, &ctx.selector)
+        let sources = propagate::rehash_sources(&state, &ctx.shared.policy, &ctx.selector);
+        let listed: HashSet<&SourceKey> = sources.iter().map(|(k, _)| k).collect();
+        verified.retain(|k, _| listed.contains(k));
+        let unchanged = |k: &SourceKey| verified.get(k).is_some_and(|rv| state.sources.get(k).is_some_and(|c| &c.resource_version == rv));
+        sources.into_iter().filter(|(k, _)| !unchanged(k)).collect::<Vec<_>>()
     };
     for ((ns, name), pins) in sources {
         if !ctx.leadership.is_leader() {
@@ -604,7 +614,16 @@ async fn rehash(ctx: &Ctx) {
             Some(head) => (!content.is_named_by(&ns, head, keys)).then(|| head.to_owned()),
             None => propagate::missed_change(&pins, &actual).map(str::to_owned),
         };
-        let Some(stored) = stored else { continue };
+        let Some(stored) = stored else {
+            // Named by its head at this resourceVersion: not read again until it changes. Only
+            // ConfigMaps with a head: whether a Secret's head names it depends on the keys kept,
+            // and a source without one is compared with pins, which change without it.
+            let rv = obj["metadata"]["resourceVersion"].as_str().unwrap_or_default();
+            if name.kind == SourceKind::ConfigMap && crate::admission::annotation(&obj, names::HEAD).is_some() && !rv.is_empty() {
+                verified.insert((ns, name), rv.to_owned());
+            }
+            continue;
+        };
         tracing::info!(namespace = %ns, source = %name, stored = %stored, actual = %actual, "source changed while the webhook was away; recording the change now");
         // A no-op write (or, without a head, one naming the pin): the webhook sees a stale head
         // and records the change as first seen now.

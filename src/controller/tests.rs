@@ -1109,3 +1109,38 @@ async fn turning_secrets_on_for_a_namespace_adopts_a_workload_newer_than_the_las
     let snap = cluster.source("ns", &id).expect("the snapshot of its current content");
     assert_eq!(crate::admission::annotation(&snap, names::ADOPTED), Some(template.as_str()), "adopted");
 }
+
+/// Issue 29: at 10,000 sources, every resync pass read every source at the resync rate (17
+/// minutes of GETs, over and over). A source the re-hash found named by its head is not read
+/// again while the watch shows the same resourceVersion; a write (a new resourceVersion) makes
+/// the next pass read it, and a change made while the webhook was away is still caught.
+#[tokio::test]
+async fn a_resync_pass_reads_again_only_the_sources_whose_resource_version_changed() {
+    let sources = [source_holding("cfg", "1", "1"), source_holding("other", "1", "1")];
+    let (cluster, state) = resync_world(&sources, &[("app", &["cfg", "other"])]);
+    let seen = adopt::current_templates(&state);
+    let ctx = ctx(&cluster, state, args(&[]));
+    let reads = |c: &MemoryCluster| c.calls.lock().unwrap().iter().filter(|c| c.starts_with("get ")).cloned().collect::<Vec<_>>();
+    let mut st = ResyncState::default();
+
+    resync_pass(&ctx, &seen, &mut st).await;
+    for source in ["get ns/cfg", "get ns/other"] {
+        assert!(reads(&cluster).iter().any(|r| r == source), "the first pass reads each source: {:?}", reads(&cluster));
+    }
+    cluster.calls.lock().unwrap().clear();
+    resync_pass(&ctx, &seen, &mut st).await;
+    assert_eq!(reads(&cluster), Vec::<String>::new(), "unchanged: not read again");
+
+    // Edited while the webhook was away: a new resourceVersion, its head now stale.
+    let mut edited = source_holding("cfg", "2", "1");
+    edited["metadata"]["resourceVersion"] = json!("5");
+    cluster.insert(edited.clone());
+    ctx.shared.state.write().unwrap().apply_configmap(&edited);
+    resync_pass(&ctx, &seen, &mut st).await;
+    assert_eq!(reads(&cluster), ["get ns/cfg"], "only the changed one");
+    assert!(
+        cluster.calls.lock().unwrap().iter().any(|c| c == "patch ns/cfg"),
+        "the missed change is caught: {:?}",
+        cluster.calls.lock().unwrap()
+    );
+}
