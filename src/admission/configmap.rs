@@ -10,7 +10,7 @@ use crate::model::keys::KeyId;
 use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::secret::SecretContent;
-use crate::model::snapshot::{self, Content};
+use crate::model::snapshot::{self, Content, ContentRef};
 use crate::model::source::{self, SourceId};
 
 pub fn decide(req: &Request, view: &View) -> Outcome {
@@ -54,9 +54,11 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         return Outcome::Done(Decision::allow(Reason::NotASource));
     }
 
-    let content = Content::from_object(obj);
+    // Read where the review holds it, not copied (docs/performance.md: a 1 MiB source's old and new
+    // contents were 2 MiB of copies per admission); copied only for a snapshot to write.
+    let content = ContentRef::from_object(obj);
     let head = content.hash();
-    let old_content = old.map(Content::from_object);
+    let old_content = old.map(ContentRef::from_object);
     // A stored head that no longer matches the content means the content changed while the
     // webhook was down: that change counts as first seen now (docs/behaviour.md §7, missed changes).
     let stale_head = old.and_then(|o| annotation(o, names::HEAD)).or(claimed_head).is_some_and(|h| h != head);
@@ -116,7 +118,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     // Workloads still on the plain name ran with the outgoing content: keep it, with their
     // template hashes as adoption records, so an undo to them finds it (docs/behaviour.md §9).
     if let (Some(old_content), true) = (old_content, content_changed) {
-        if let Some(outcome) = keep_outgoing(req, view, &id, name, old, || Some(old_content), |c| (c.hash(), ()), &mut d) {
+        if let Some(outcome) = keep_outgoing(req, view, &id, name, old, || Some(old_content.owned()), |c| (c.hash(), ()), &mut d) {
             return outcome;
         }
     }

@@ -13,7 +13,7 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use crate::model::snapshot::Content;
+use crate::model::snapshot::ContentRef;
 
 /// Larger values are not parsed. Parsing is not free on the admission path: two 256 KiB YAML
 /// values took 180-340 ms (release build, busy 2-core machine, `tests::measure`), two 32 KiB ones
@@ -195,8 +195,8 @@ fn properties_keys(text: &str) -> Option<Vec<String>> {
 
 /// For each key holding a document in both contents whose value changed: the settings removed
 /// and added. Keys whose settings are the same are left out.
-pub fn changes(old: &Content, new: &Content) -> Vec<Change> {
-    let changed = old.data.iter().filter_map(|(k, o)| new.data.get(k).filter(|n| *n != o).map(|n| (k, o, n)));
+pub fn changes(old: &ContentRef, new: &ContentRef) -> Vec<Change> {
+    let changed = old.data().iter().filter_map(|&(k, o)| new.data_value(k).filter(|n| *n != o).map(|n| (k, o, n)));
     let mut out = Vec::new();
     let mut parsed_bytes = 0;
     for (key, o, n) in changed.take(MAX_KEYS) {
@@ -219,7 +219,7 @@ pub fn changes(old: &Content, new: &Content) -> Vec<Change> {
         let removed: Vec<String> = o.difference(&n).cloned().collect();
         let added: Vec<String> = n.difference(&o).cloned().collect();
         if !removed.is_empty() || !added.is_empty() {
-            out.push(Change { key: key.clone(), removed, added });
+            out.push(Change { key: key.to_owned(), removed, added });
         }
     }
     out
@@ -227,7 +227,7 @@ pub fn changes(old: &Content, new: &Content) -> Vec<Change> {
 
 /// Short warnings (docs/behaviour.md §10) for the settings removed and added in a source's UPDATE, e.g.
 /// `pricing-config: config.yaml: settings removed [discount_rules_path], added [rules.discount_path]`.
-pub fn warnings(source: &str, old: &Content, new: &Content) -> Vec<String> {
+pub fn warnings(source: &str, old: &ContentRef, new: &ContentRef) -> Vec<String> {
     let changes = changes(old, new);
     let mut out: Vec<String> = changes.iter().take(MAX_WARNED_KEYS).map(|c| warning(source, c)).collect();
     if changes.len() > MAX_WARNED_KEYS {
@@ -380,6 +380,15 @@ impl<'de> Deserialize<'de> for Key {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::snapshot::Content;
+
+    fn changes(old: &Content, new: &Content) -> Vec<Change> {
+        super::changes(&old.borrowed(), &new.borrowed())
+    }
+
+    fn warnings(source: &str, old: &Content, new: &Content) -> Vec<String> {
+        super::warnings(source, &old.borrowed(), &new.borrowed())
+    }
 
     fn content(pairs: &[(&str, &str)]) -> Content {
         Content { data: pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ..Default::default() }

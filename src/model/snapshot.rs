@@ -39,18 +39,17 @@ pub struct Content {
 impl Content {
     /// Reads `data` and `binaryData` from a ConfigMap object; anything else is ignored.
     pub fn from_object(obj: &Value) -> Content {
-        let field = |k: &str| -> BTreeMap<String, String> {
-            obj.get(k)
-                .and_then(Value::as_object)
-                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect())
-                .unwrap_or_default()
-        };
-        Content { data: field("data"), binary_data: field("binaryData") }
+        ContentRef::from_object(obj).owned()
+    }
+
+    /// This content as a [`ContentRef`] (what the settings comparison and the key diff read).
+    pub fn borrowed(&self) -> ContentRef<'_> {
+        ContentRef { data: pairs(&self.data).collect(), binary_data: pairs(&self.binary_data).collect() }
     }
 
     /// Hash of this content, see [`hash`].
     pub fn hash(&self) -> String {
-        hash_with::<Sha256>(self)
+        hash_with::<Sha256>(pairs(&self.data), pairs(&self.binary_data))
     }
 
     /// Size in bytes of keys and values, for metrics.
@@ -69,6 +68,78 @@ impl Content {
 impl std::fmt::Debug for Content {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Content").field("data", &Sizes(&self.data)).field("binary_data", &Sizes(&self.binary_data)).finish()
+    }
+}
+
+/// A ConfigMap's content where its object holds it: [`Content`] borrowed, not copied. A source
+/// UPDATE reads the content of `object` and `oldObject` to hash, compare and diff them; copied out,
+/// a 1 MiB source was 2 MiB of copies and 400 allocations per admission (docs/performance.md, "The
+/// 1 MiB UPDATE against its limit"). Keys in sorted order, as [`Content`]'s, so the same content
+/// frames, hashes and compares the same either way. Its `Debug` names keys and sizes, never a value.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ContentRef<'a> {
+    data: Vec<(&'a str, &'a str)>,
+    binary_data: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> ContentRef<'a> {
+    /// Reads `data` and `binaryData` from a ConfigMap object, as [`Content::from_object`] does (a
+    /// value that is not a string reads as empty); anything else is ignored.
+    pub fn from_object(obj: &'a Value) -> ContentRef<'a> {
+        let field = |k: &str| -> Vec<(&'a str, &'a str)> {
+            let Some(map) = obj.get(k).and_then(Value::as_object) else { return Vec::new() };
+            let mut pairs: Vec<(&str, &str)> = map.iter().map(|(k, v)| (k.as_str(), v.as_str().unwrap_or_default())).collect();
+            // serde_json's map iterates in key order unless its `preserve_order` feature is on
+            // (some dependency may turn it on): the framing needs sorted keys either way.
+            if !pairs.windows(2).all(|w| w[0].0 < w[1].0) {
+                pairs.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            }
+            pairs
+        };
+        ContentRef { data: field("data"), binary_data: field("binaryData") }
+    }
+
+    /// Hash of this content: [`Content::hash`] of the same content.
+    pub fn hash(&self) -> String {
+        hash_with::<Sha256>(self.data.iter().copied(), self.binary_data.iter().copied())
+    }
+
+    /// `data`, keys sorted.
+    pub fn data(&self) -> &[(&'a str, &'a str)] {
+        &self.data
+    }
+
+    /// The value of `data` key `key`.
+    pub fn data_value(&self, key: &str) -> Option<&'a str> {
+        self.data.binary_search_by(|(k, _)| (*k).cmp(key)).ok().map(|i| self.data[i].1)
+    }
+
+    /// A copy, for what outlives the object (a snapshot to write).
+    pub fn owned(&self) -> Content {
+        let map = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Content { data: map(&self.data), binary_data: map(&self.binary_data) }
+    }
+
+    /// All keys, with binary keys marked so a data→binaryData move shows as a change.
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.data.iter().map(|(k, _)| k.to_string()).collect();
+        keys.extend(self.binary_data.iter().map(|(k, _)| format!("{k} (binary)")));
+        keys
+    }
+}
+
+impl std::fmt::Debug for ContentRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContentRef").field("data", &PairSizes(&self.data)).field("binary_data", &PairSizes(&self.binary_data)).finish()
+    }
+}
+
+/// Keys with the size of their values, for [`ContentRef`]'s `Debug`.
+struct PairSizes<'a>(&'a [(&'a str, &'a str)]);
+
+impl std::fmt::Debug for PairSizes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.0.iter().map(|(k, v)| (k, Bytes(v.len())))).finish()
     }
 }
 
@@ -96,9 +167,12 @@ pub fn hash(content: &Content) -> String {
     content.hash()
 }
 
-fn hash_with<D: Digest>(content: &Content) -> String {
+fn hash_with<'a, D: Digest>(
+    data: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    binary_data: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+) -> String {
     let mut h = D::default();
-    frame(content, |bytes| h.update(bytes));
+    frame(data, binary_data, |bytes| h.update(bytes));
     encode_digest(&h.finish())
 }
 
@@ -111,22 +185,34 @@ pub(crate) fn encode_digest(digest: &[u8; 32]) -> String {
 /// The byte stream [`hash`] digests, for tests that prove it decodes back to one content.
 pub fn framing(content: &Content) -> Vec<u8> {
     let mut out = Vec::with_capacity(content.bytes() + 64);
-    frame(content, |bytes| out.extend_from_slice(bytes));
+    frame(pairs(&content.data), pairs(&content.binary_data), |bytes| out.extend_from_slice(bytes));
     out
 }
 
-fn frame(content: &Content, mut sink: impl FnMut(&[u8])) {
+/// A map's entries as string pairs, in key order.
+fn pairs(map: &BTreeMap<String, String>) -> impl ExactSizeIterator<Item = (&str, &str)> {
+    map.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+}
+
+/// The framing of a content given as its `data` and `binaryData` pairs, each in key order.
+fn frame<'a>(
+    data: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    binary_data: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    mut sink: impl FnMut(&[u8]),
+) {
     sink(b"confighistory/v1\0");
-    for (tag, map) in [(b'd', &content.data), (b'b', &content.binary_data)] {
+    let mut section = |tag: u8, pairs: &mut dyn ExactSizeIterator<Item = (&'a str, &'a str)>| {
         sink(&[tag]);
-        sink(&(map.len() as u64).to_be_bytes());
-        for (k, v) in map {
+        sink(&(pairs.len() as u64).to_be_bytes());
+        for (k, v) in pairs {
             sink(&(k.len() as u64).to_be_bytes());
             sink(k.as_bytes());
             sink(&(v.len() as u64).to_be_bytes());
             sink(v.as_bytes());
         }
-    }
+    };
+    section(b'd', &mut { data });
+    section(b'b', &mut { binary_data });
 }
 
 /// Short DNS-safe hash of any string (used to shorten over-long label values).
@@ -286,7 +372,7 @@ pub fn validate(obj: &Value) -> Result<String, Invalid> {
 }
 
 /// Keys removed and added between two contents, for the UPDATE warning.
-pub fn key_changes(old: &Content, new: &Content) -> (Vec<String>, Vec<String>) {
+pub fn key_changes(old: &ContentRef, new: &ContentRef) -> (Vec<String>, Vec<String>) {
     let (old_keys, new_keys) = (old.keys(), new.keys());
     let (old_set, new_set): (HashSet<&String>, HashSet<&String>) = (old_keys.iter().collect(), new_keys.iter().collect());
     let removed = old_keys.iter().filter(|k| !new_set.contains(k)).cloned().collect();
@@ -383,9 +469,41 @@ mod tests {
     }
 
     #[test]
+    fn a_content_hashes_the_same_read_in_place_or_copied() {
+        // Escapes, characters outside ASCII (one outside the BMP, as a surrogate pair), a control
+        // character, keys out of order in the text, binaryData: the name of this content's snapshot
+        // (docs/behaviour.md §5.1), computed independently of this code (Python's hashlib over the framing).
+        let text = r#"{"data": {"z-last": "plain", "config.yaml": "a: \"quoted\"\n\tb: back\\slash \u00e9t\u00e9 \ud83d\ude00 \u0001",
+            "\u00e9cl\u00e9": "", "A": "x"}, "binaryData": {"key.bin": "AAEC/w==", "a.bin": "aGk="}}"#;
+        let obj: Value = serde_json::from_str(text).unwrap();
+        let (borrowed, copied) = (ContentRef::from_object(&obj), Content::from_object(&obj));
+        assert_eq!(copied.hash(), "qbqepqeyee6q");
+        assert_eq!(borrowed.hash(), "qbqepqeyee6q");
+        assert_eq!(copied.borrowed(), borrowed);
+        assert_eq!(borrowed.owned(), copied);
+        assert_eq!(borrowed.keys(), copied.keys());
+        assert_eq!(borrowed.data_value("\u{e9}cl\u{e9}"), Some(""));
+        assert_eq!(borrowed.data_value("nope"), None);
+        let shown = format!("{borrowed:?}");
+        assert!(!shown.contains("quoted") && !shown.contains("aGk="), "{shown}");
+        assert!(shown.contains("\"key.bin\": 8 bytes"), "{shown}");
+        // Keys given out of order (a map that keeps insertion order) frame in sorted order.
+        let mut unsorted = borrowed.clone();
+        unsorted.data.reverse();
+        assert_ne!(unsorted, borrowed);
+        let obj2 = json!({"data": {"b": "2", "a": "1"}});
+        assert_eq!(ContentRef::from_object(&obj2).hash(), content(&[("a", "1"), ("b", "2")]).hash());
+        // A value that is not a string reads as empty, as it always did.
+        let odd = json!({"data": {"n": 1, "s": "x"}});
+        assert_eq!(ContentRef::from_object(&odd).hash(), content(&[("n", ""), ("s", "x")]).hash());
+    }
+
+    #[test]
     fn key_changes_show_renames() {
-        let (removed, added) =
-            key_changes(&content(&[("discount_rules_path", "x"), ("a", "1")]), &content(&[("rules.discount_path", "x"), ("a", "2")]));
+        let (removed, added) = key_changes(
+            &content(&[("discount_rules_path", "x"), ("a", "1")]).borrowed(),
+            &content(&[("rules.discount_path", "x"), ("a", "2")]).borrowed(),
+        );
         assert_eq!(removed, vec!["discount_rules_path"]);
         assert_eq!(added, vec!["rules.discount_path"]);
     }
