@@ -21,7 +21,8 @@
 //! and (i) + (ii) as a share of (iii). TLS and hyper's connection handling cost the floor and the
 //! server the same and are left out of both.
 //!
-//! `cargo bench --bench limit -- --rounds N` (default 30); `-- --only PATH --seconds S` runs one of
+//! `cargo bench --bench limit -- --rounds N` (default 30), `-- --breakdown` to time the parse, the
+//! decision and the settings diff on their own too; `-- --only PATH --seconds S` runs one of
 //! `floor`, `sha`, `confighistory` in a loop for S seconds (for `perf record`); `-- --body FILE` takes
 //! the review body from a file (e.g. `chbench fixtures`' `big.json`) instead of building it. Under
 //! `cargo test --benches` it checks the answer and runs two rounds.
@@ -250,6 +251,28 @@ fn main() {
         c.push(cpu);
         cw.push(wall);
     }
+    // Where (iii) goes beyond the floor: the parse alone (into the trimmed request), the decision
+    // alone (on a parsed request: hash, compare, key diff, settings diff, patch), the settings
+    // diff alone.
+    let (mut p, mut d, mut w) = (vec![], vec![], vec![]);
+    if args.iter().any(|a| a == "--breakdown") {
+        use confighistory::admission::{self, review, Failed, Fresh, View};
+        let state = state();
+        let (policy, fresh, failed) = (Policy::default(), Fresh::new(), Failed::new());
+        let req = review::parse(&body).unwrap();
+        let (old, new) = (Content::from_object(req.old_object()), Content::from_object(req.object()));
+        for _ in 0..rounds {
+            p.push(per_call(per_round, || drop(black_box(review::parse(black_box(&body)).unwrap()))).0);
+            d.push(
+                per_call(per_round, || {
+                    let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &failed, now: "2026-12-05T06:00:00Z", namespace: None };
+                    drop(black_box(admission::configmap::decide(black_box(&req), &view)))
+                })
+                .0,
+            );
+            w.push(per_call(per_round, || drop(black_box(admission::settings::warnings(SOURCE, &old.borrowed(), &new.borrowed())))).0);
+        }
+    }
     let (f, s, c) = (median(f), median(s), median(c));
     let limit = f + s;
     println!(
@@ -267,5 +290,8 @@ fn main() {
         us(c.saturating_sub(limit)),
         us(limit / 9)
     );
+    if !p.is_empty() {
+        println!("  of (iii): the parse {}, the decision {} (of which SHA-256 ~(ii), the settings diff {})", us(median(p)), us(median(d)), us(median(w)));
+    }
     println!("  load average: {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
 }

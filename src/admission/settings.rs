@@ -105,6 +105,10 @@ fn parse(format: Format, text: &str) -> Option<Tree> {
 fn yaml_options() -> serde_saphyr::Options {
     let mut options = serde_saphyr::Options::default();
     options.alias_limits.max_total_replayed_events = 4 * MAX_PATHS;
+    // A value that does not parse is not compared, and its error is never shown: no source
+    // snippet rendered into it (on a 1 MiB UPDATE of values that are not YAML mappings, that
+    // rendering was a third of the settings diff, docs/performance.md).
+    options.with_snippet = false;
     if let Some(budget) = options.budget.as_mut() {
         budget.max_nodes = 20 * MAX_PATHS;
         budget.max_depth = MAX_DEPTH;
