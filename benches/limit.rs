@@ -260,12 +260,19 @@ fn main() {
         let state = state();
         let (policy, fresh, failed) = (Policy::default(), Fresh::new(), Failed::new());
         let req = review::parse(&body).unwrap();
-        let (old, new) = (Content::from_object(req.old_object()), Content::from_object(req.object()));
+        let (old, new) = (req.old_content().owned(), Content::from_object(req.object()));
         for _ in 0..rounds {
             p.push(per_call(per_round, || drop(black_box(review::parse(black_box(&body)).unwrap()))).0);
             d.push(
                 per_call(per_round, || {
-                    let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &failed, now: "2026-12-05T06:00:00Z", namespace: None };
+                    let view = View {
+                        policy: &policy,
+                        state: &state,
+                        fresh: &fresh,
+                        failed: &failed,
+                        now: "2026-12-05T06:00:00Z",
+                        namespace: None,
+                    };
                     drop(black_box(admission::configmap::decide(black_box(&req), &view)))
                 })
                 .0,
@@ -291,7 +298,12 @@ fn main() {
         us(limit / 9)
     );
     if !p.is_empty() {
-        println!("  of (iii): the parse {}, the decision {} (of which SHA-256 ~(ii), the settings diff {})", us(median(p)), us(median(d)), us(median(w)));
+        println!(
+            "  of (iii): the parse {}, the decision {} (of which SHA-256 ~(ii), the settings diff {})",
+            us(median(p)),
+            us(median(d)),
+            us(median(w))
+        );
     }
     println!("  load average: {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
 }

@@ -8,6 +8,7 @@
 //! paths or more than [`MAX_PATHS`] settings, and keys past [`MAX_KEYS`] are not compared (no
 //! warning, as for a value that does not parse), and the warnings fit the API server's limits.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -107,7 +108,7 @@ fn yaml_options() -> serde_saphyr::Options {
     options.alias_limits.max_total_replayed_events = 4 * MAX_PATHS;
     // A value that does not parse is not compared, and its error is never shown: no source
     // snippet rendered into it (on a 1 MiB UPDATE of values that are not YAML mappings, that
-    // rendering was a third of the settings diff, docs/performance.md).
+    // rendering was most of what the settings diff cost, docs/performance.md).
     options.with_snippet = false;
     if let Some(budget) = options.budget.as_mut() {
         budget.max_nodes = 20 * MAX_PATHS;
@@ -200,10 +201,17 @@ fn properties_keys(text: &str) -> Option<Vec<String>> {
 /// For each key holding a document in both contents whose value changed: the settings removed
 /// and added. Keys whose settings are the same are left out.
 pub fn changes(old: &ContentRef, new: &ContentRef) -> Vec<Change> {
-    let changed = old.data().iter().filter_map(|&(k, o)| new.data_value(k).filter(|n| *n != o).map(|n| (k, o, n)));
+    changes_of(old.data().iter().map(|&(k, o)| (k, Cow::Borrowed(o))), new)
+}
+
+/// [`changes`], the old content's `data` given as its values in key order, each read (decoded)
+/// only as the comparison reaches it.
+pub fn changes_of<'a>(old: impl Iterator<Item = (&'a str, Cow<'a, str>)>, new: &ContentRef) -> Vec<Change> {
+    let changed = old.filter_map(|(k, o)| new.data_value(k).filter(|n| *n != o).map(|n| (k, o, n)));
     let mut out = Vec::new();
     let mut parsed_bytes = 0;
     for (key, o, n) in changed.take(MAX_KEYS) {
+        let o = o.as_ref();
         // Values over the bound are not parsed, so they use none of the request's budget.
         if o.len() > MAX_VALUE_BYTES || n.len() > MAX_VALUE_BYTES {
             continue;
@@ -232,7 +240,15 @@ pub fn changes(old: &ContentRef, new: &ContentRef) -> Vec<Change> {
 /// Short warnings (docs/behaviour.md §10) for the settings removed and added in a source's UPDATE, e.g.
 /// `pricing-config: config.yaml: settings removed [discount_rules_path], added [rules.discount_path]`.
 pub fn warnings(source: &str, old: &ContentRef, new: &ContentRef) -> Vec<String> {
-    let changes = changes(old, new);
+    warnings_of(source, changes(old, new))
+}
+
+/// [`warnings`] for an old content given as [`changes_of`] takes it.
+pub fn warnings_from<'a>(source: &str, old: impl Iterator<Item = (&'a str, Cow<'a, str>)>, new: &ContentRef) -> Vec<String> {
+    warnings_of(source, changes_of(old, new))
+}
+
+fn warnings_of(source: &str, changes: Vec<Change>) -> Vec<String> {
     let mut out: Vec<String> = changes.iter().take(MAX_WARNED_KEYS).map(|c| warning(source, c)).collect();
     if changes.len() > MAX_WARNED_KEYS {
         out.push(format!("{source}: settings also changed in {} more keys", changes.len() - MAX_WARNED_KEYS));

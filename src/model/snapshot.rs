@@ -2,8 +2,10 @@
 //!
 //! Everything here is pure: hashing, naming, validity and the object a snapshot is created as.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use crate::model::digest::{self, Digest, Sha256};
@@ -131,6 +133,97 @@ impl<'a> ContentRef<'a> {
 impl std::fmt::Debug for ContentRef<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ContentRef").field("data", &PairSizes(&self.data)).field("binary_data", &PairSizes(&self.binary_data)).finish()
+    }
+}
+
+/// A ConfigMap's content with each value still as JSON text (a JSON string, escapes and all), as
+/// the review's `oldObject` carries it: parsed only for its keys and where each value ends, each
+/// value decoded when it is read (docs/performance.md, "The 1 MiB UPDATE against its limit": the old
+/// content of a source UPDATE is compared with the new one, which stops at the first difference,
+/// and read for the few keys the settings diff parses). The same content as
+/// [`Content::from_object`] reads from the object: a value that is not a string reads as empty,
+/// a key given twice keeps its last value. Its `Debug` names keys and sizes, never a value.
+#[derive(Clone, Default)]
+pub struct RawContent {
+    data: Vec<(String, Box<RawValue>)>,
+    binary_data: Vec<(String, Box<RawValue>)>,
+}
+
+impl RawContent {
+    /// From the `data` and `binaryData` maps as parsed, in the order given (`None`: the field is
+    /// absent or not a map).
+    pub fn new(data: Option<Vec<(String, Box<RawValue>)>>, binary_data: Option<Vec<(String, Box<RawValue>)>>) -> RawContent {
+        let sorted = |mut pairs: Vec<(String, Box<RawValue>)>| {
+            if !pairs.windows(2).all(|w| w[0].0 < w[1].0) {
+                // Stable: of a key given twice the last one stays last, and is the one kept (as a
+                // map parsed from the same text keeps it).
+                pairs.sort_by(|a, b| a.0.cmp(&b.0));
+                let mut kept: Vec<(String, Box<RawValue>)> = Vec::with_capacity(pairs.len());
+                for pair in pairs {
+                    match kept.last_mut() {
+                        Some(last) if last.0 == pair.0 => *last = pair,
+                        _ => kept.push(pair),
+                    }
+                }
+                pairs = kept;
+            }
+            pairs
+        };
+        RawContent { data: sorted(data.unwrap_or_default()), binary_data: sorted(binary_data.unwrap_or_default()) }
+    }
+
+    /// The content of a ConfigMap object, its values written back as JSON text (for a request
+    /// whose old object was parsed whole).
+    pub fn from_object(obj: &Value) -> RawContent {
+        let raw = |pairs: &[(&str, &str)]| -> Vec<(String, Box<RawValue>)> {
+            pairs.iter().map(|(k, v)| (k.to_string(), RawValue::from_string(Value::from(*v).to_string()).expect("a JSON string"))).collect()
+        };
+        let content = ContentRef::from_object(obj);
+        RawContent { data: raw(&content.data), binary_data: raw(&content.binary_data) }
+    }
+
+    /// `data`'s values, decoded, in key order.
+    pub fn data_values(&self) -> impl Iterator<Item = (&str, Cow<'_, str>)> {
+        self.data.iter().map(|(k, v)| (k.as_str(), decode(v)))
+    }
+
+    /// Whether this is the same content as `other`: keys and decoded values equal.
+    pub fn same(&self, other: &ContentRef) -> bool {
+        let same = |raw: &[(String, Box<RawValue>)], pairs: &[(&str, &str)]| {
+            raw.len() == pairs.len() && raw.iter().zip(pairs).all(|((k, v), (k2, v2))| k == k2 && decode(v) == *v2)
+        };
+        same(&self.data, &other.data) && same(&self.binary_data, &other.binary_data)
+    }
+
+    /// All keys, as [`ContentRef::keys`].
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.data.iter().map(|(k, _)| k.clone()).collect();
+        keys.extend(self.binary_data.iter().map(|(k, _)| format!("{k} (binary)")));
+        keys
+    }
+
+    /// Decoded, for what outlives the request (a snapshot to write).
+    pub fn owned(&self) -> Content {
+        let map = |pairs: &[(String, Box<RawValue>)]| pairs.iter().map(|(k, v)| (k.clone(), decode(v).into_owned())).collect();
+        Content { data: map(&self.data), binary_data: map(&self.binary_data) }
+    }
+}
+
+/// A value's JSON text decoded: borrowed when it has no escapes; empty when it is not a string.
+fn decode(raw: &RawValue) -> Cow<'_, str> {
+    let text = raw.get();
+    match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        // Valid JSON (checked while parsing): without a backslash, the text between the quotes is the string.
+        Some(inner) if !inner.contains('\\') => Cow::Borrowed(inner),
+        Some(_) => Cow::Owned(serde_json::from_str::<String>(text).unwrap_or_default()),
+        None => Cow::Borrowed(""),
+    }
+}
+
+impl std::fmt::Debug for RawContent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sizes = |pairs: &[(String, Box<RawValue>)]| pairs.iter().map(|(k, v)| (k.clone(), Bytes(v.get().len()))).collect::<Vec<_>>();
+        f.debug_struct("RawContent").field("data", &sizes(&self.data)).field("binary_data", &sizes(&self.binary_data)).finish()
     }
 }
 
@@ -372,7 +465,7 @@ pub fn validate(obj: &Value) -> Result<String, Invalid> {
 }
 
 /// Keys removed and added between two contents, for the UPDATE warning.
-pub fn key_changes(old: &ContentRef, new: &ContentRef) -> (Vec<String>, Vec<String>) {
+pub fn key_changes(old: &RawContent, new: &ContentRef) -> (Vec<String>, Vec<String>) {
     let (old_keys, new_keys) = (old.keys(), new.keys());
     let (old_set, new_set): (HashSet<&String>, HashSet<&String>) = (old_keys.iter().collect(), new_keys.iter().collect());
     let removed = old_keys.iter().filter(|k| !new_set.contains(k)).cloned().collect();
@@ -500,10 +593,9 @@ mod tests {
 
     #[test]
     fn key_changes_show_renames() {
-        let (removed, added) = key_changes(
-            &content(&[("discount_rules_path", "x"), ("a", "1")]).borrowed(),
-            &content(&[("rules.discount_path", "x"), ("a", "2")]).borrowed(),
-        );
+        let old = object("ns", "cfg", "cfg-x", &content(&[("discount_rules_path", "x"), ("a", "1")]), &[]);
+        let (removed, added) =
+            key_changes(&RawContent::from_object(&old), &content(&[("rules.discount_path", "x"), ("a", "2")]).borrowed());
         assert_eq!(removed, vec!["discount_rules_path"]);
         assert_eq!(added, vec!["rules.discount_path"]);
     }
