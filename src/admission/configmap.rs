@@ -10,7 +10,7 @@ use crate::model::keys::KeyId;
 use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::secret::SecretContent;
-use crate::model::snapshot::{self, Content};
+use crate::model::snapshot::{self, Content, ContentRef};
 use crate::model::source::{self, SourceId};
 
 pub fn decide(req: &Request, view: &View) -> Outcome {
@@ -54,15 +54,18 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         return Outcome::Done(Decision::allow(Reason::NotASource));
     }
 
-    let content = Content::from_object(obj);
+    // Read where the review holds it, not copied (docs/performance.md: a 1 MiB source's old and new
+    // contents were 2 MiB of copies per admission); copied only for a snapshot to write.
+    let content = ContentRef::from_object(obj);
     let head = content.hash();
-    let old_content = old.map(Content::from_object);
+    // The old one as the review's JSON text, each value decoded only where it is read.
+    let old_content = old.map(|_| req.old_content());
     // A stored head that no longer matches the content means the content changed while the
     // webhook was down: that change counts as first seen now (docs/behaviour.md §7, missed changes).
     let stale_head = old.and_then(|o| annotation(o, names::HEAD)).or(claimed_head).is_some_and(|h| h != head);
     // Equal contents have equal hashes: compare the bytes rather than hash the old content too
     // (a 1 MiB source costs a millisecond per SHA-256 pass).
-    let content_changed = old_content.as_ref().is_none_or(|o| *o != content);
+    let content_changed = old_content.as_ref().is_none_or(|o| !o.same(&content));
     let changed = stale_head || content_changed || versioning_changed;
     let mut d = Decision::allow(if changed { Reason::SourceChanged } else { Reason::Source });
 
@@ -72,7 +75,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             (true, true) => format!("{name}: values changed, same keys"),
             _ => format!("{name}: keys removed [{}], added [{}]", removed.join(", "), added.join(", ")),
         });
-        super::settings::warnings(name, old_content, &content).into_iter().for_each(|w| d.response.warn(w));
+        super::settings::warnings_from(name, old_content.data_values(), &content).into_iter().for_each(|w| d.response.warn(w));
     }
     // A workload admitted in enforce mode while its ConfigMap did not exist yet, then the
     // ConfigMap created mutable: the same mutable reference validation refuses, reached the other
@@ -116,7 +119,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     // Workloads still on the plain name ran with the outgoing content: keep it, with their
     // template hashes as adoption records, so an undo to them finds it (docs/behaviour.md §9).
     if let (Some(old_content), true) = (old_content, content_changed) {
-        if let Some(outcome) = keep_outgoing(req, view, &id, name, old, || Some(old_content), |c| (c.hash(), ()), &mut d) {
+        if let Some(outcome) = keep_outgoing(req, view, &id, name, old, || Some(old_content.owned()), |c| (c.hash(), ()), &mut d) {
             return outcome;
         }
     }

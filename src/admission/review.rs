@@ -10,6 +10,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::model::names;
+use crate::model::snapshot::RawContent;
 use crate::model::source;
 
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +102,10 @@ pub struct Request {
     pub user_info: UserInfo,
     pub object: Option<Value>,
     pub old_object: Option<Value>,
+    /// Of a ConfigMap's UPDATE, `oldObject`'s content, its values left as JSON text while parsing
+    /// (`old_object` then has no `data` or `binaryData`): decoded only where the decision reads
+    /// them ([`Request::old_content`]).
+    pub old_content: Option<RawContent>,
     pub dry_run: Option<bool>,
 }
 
@@ -113,6 +118,142 @@ impl Request {
     }
     pub fn old_object(&self) -> &Value {
         self.old_object.as_ref().unwrap_or(&Value::Null)
+    }
+    /// The content of `oldObject` (a ConfigMap's), however it was parsed.
+    pub fn old_content(&self) -> std::borrow::Cow<'_, RawContent> {
+        match &self.old_content {
+            Some(raw) => std::borrow::Cow::Borrowed(raw),
+            None => std::borrow::Cow::Owned(RawContent::from_object(self.old_object())),
+        }
+    }
+}
+
+/// A ConfigMap's `oldObject`: trimmed as any object, and its `data` and `binaryData` kept as JSON
+/// text (docs/performance.md, "The 1 MiB UPDATE against its limit": building the old content's
+/// strings was most of what parsing a 1 MiB source's review cost beyond scanning it). The decision
+/// reads the old content only to compare it with the new one, name changed keys, and parse the few
+/// values the settings diff reads.
+struct OldConfigMap<'a>(&'a mut Option<RawContent>);
+
+impl<'de> DeserializeSeed<'de> for OldConfigMap<'_> {
+    type Value = Option<Value>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for OldConfigMap<'_> {
+    type Value = Option<Value>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a Kubernetes object or null")
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Option<Value>, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Option<Value>, E> {
+        Ok(None)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
+        d.deserialize_any(OldObject(self.0)).map(Some)
+    }
+}
+
+struct OldObject<'a>(&'a mut Option<RawContent>);
+
+impl<'de> Visitor<'de> for OldObject<'_> {
+    type Value = Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a Kubernetes object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        let (mut data, mut binary_data) = (None, None);
+        while let Some(Key(key)) = map.next_key::<Key>()? {
+            match key.as_ref() {
+                "status" => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                "metadata" => {
+                    out.insert(key.into_owned(), map.next_value_seed(Trim::Metadata { workload: false })?);
+                }
+                // A field given twice keeps its last value, as in a map.
+                "data" => data = Some(map.next_value::<RawPairs>()?.0),
+                "binaryData" => binary_data = Some(map.next_value::<RawPairs>()?.0),
+                _ => {
+                    out.insert(key.into_owned(), map.next_value::<Value>()?);
+                }
+            }
+        }
+        *self.0 = Some(RawContent::new(data.flatten(), binary_data.flatten()));
+        Ok(Value::Object(out))
+    }
+    // Anything but a map is kept as it is, and has no content.
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
+        Trim::Object { workload: false }.visit_seq(seq)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+}
+
+/// A content map's entries with their values as JSON text, in the order given; `None` when it is
+/// not a map (no content, as `Content::from_object` reads it).
+struct RawPairs(Option<Vec<(String, Box<serde_json::value::RawValue>)>>);
+
+impl<'de> Deserialize<'de> for RawPairs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawPairs, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawPairs;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of strings")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawPairs, A::Error> {
+                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some((k, v)) = map.next_entry::<String, Box<serde_json::value::RawValue>>()? {
+                    pairs.push((k, v));
+                }
+                Ok(RawPairs(Some(pairs)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawPairs, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(RawPairs(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<RawPairs, E> {
+                Ok(RawPairs(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<RawPairs, E> {
+                Ok(RawPairs(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<RawPairs, E> {
+                Ok(RawPairs(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<RawPairs, E> {
+                Ok(RawPairs(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<RawPairs, E> {
+                Ok(RawPairs(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<RawPairs, E> {
+                Ok(RawPairs(None))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -275,6 +416,7 @@ impl<'de> Visitor<'de> for RequestVisitor {
         }
         let (mut uid, mut kind, mut resource, mut sub_resource, mut name, mut namespace) = (None, None, None, None, None, None);
         let (mut operation, mut user_info, mut object, mut old_object, mut dry_run) = (None, None, None, None, None);
+        let mut old_content = None;
         while let Some(Key(key)) = map.next_key::<Key>()? {
             match key.as_ref() {
                 "uid" => once(&mut uid, "uid", map.next_value::<String>()?)?,
@@ -285,6 +427,11 @@ impl<'de> Visitor<'de> for RequestVisitor {
                 "namespace" => once(&mut namespace, "namespace", map.next_value::<String>()?)?,
                 "operation" => once(&mut operation, "operation", map.next_value::<Operation>()?)?,
                 "userInfo" => once(&mut user_info, "userInfo", map.next_value::<UserInfo>()?)?,
+                // A ConfigMap's old content is kept as JSON text (OldConfigMap).
+                "oldObject" if kind.as_ref().is_some_and(|k: &GroupVersionKind| k.group.is_empty() && k.kind == source::CONFIGMAP) => {
+                    let value = map.next_value_seed(OldConfigMap(&mut old_content))?;
+                    once(&mut old_object, "oldObject", value)?
+                }
                 "object" | "oldObject" => {
                     // Only sources' other annotations are read (snapshot protection compares them).
                     let workload = kind.as_ref().is_some_and(|k: &GroupVersionKind| source::SourceKind::known(&k.group, &k.kind).is_none());
@@ -311,6 +458,7 @@ impl<'de> Visitor<'de> for RequestVisitor {
             operation: operation.ok_or_else(|| de::Error::missing_field("operation"))?,
             user_info: user_info.unwrap_or_default(),
             object: object.flatten(),
+            old_content: old_content.filter(|_| matches!(old_object, Some(Some(_)))),
             old_object: old_object.flatten(),
             dry_run: dry_run.flatten(),
         })
@@ -503,6 +651,72 @@ mod tests {
         fields.push(("object", json!({"metadata": {"annotations": {"confighistory.io/pins": "p", "x": "y"}}})));
         let escaped = String::from_utf8(body(&fields)).unwrap().replace("confighistory.io/pins", "confighistory.io\\/pins");
         assert_eq!(parse(escaped.as_bytes()).unwrap().object()["metadata"]["annotations"], json!({"confighistory.io/pins": "p"}));
+    }
+
+    #[test]
+    fn a_configmaps_old_content_is_kept_as_json_text_and_reads_as_parsed_whole() {
+        use crate::model::snapshot::{Content, ContentRef};
+        // Escapes, characters outside ASCII, a key given twice (the last one counts), a value that
+        // is not a string (reads as empty), keys out of order, binaryData, null.
+        let olds = [
+            r#"{"metadata": {"name": "cfg", "annotations": {"a": "b"}}, "data": {"z": "1", "k": "a\"b\n\u00e9\ud83d\ude00", "k": "last \\ one",
+                "n": 5, "o": {"x": [1]}, "e": ""}, "binaryData": {"b.bin": "AAE=", "a.bin": "aGk="}, "status": {"x": 1}}"#,
+            r#"{"metadata": {"name": "cfg"}, "data": null, "binaryData": {"b": "AA=="}}"#,
+            r#"{"metadata": {"name": "cfg"}, "data": ["x", {"y": 1}], "binaryData": "no"}"#,
+            r#"{"metadata": {"name": "cfg"}}"#,
+            r#"{"metadata": {"name": "cfg"}, "data": {}, "data": {"again": "x"}}"#,
+        ];
+        for old in olds {
+            let whole: Value = serde_json::from_str(old).unwrap();
+            let body = format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"1","kind":{{"group":"","version":"v1","kind":"ConfigMap"}},"operation":"UPDATE","object":{{"data":{{"k":"v"}}}},"oldObject":{old}}}}}"#
+            );
+            let req = parse(body.as_bytes()).unwrap();
+            let raw = req.old_content.as_ref().expect("kept as text");
+            let want = Content::from_object(&whole);
+            assert_eq!(raw.owned(), want, "{old}");
+            assert_eq!(raw.owned().hash(), want.hash());
+            assert!(raw.same(&want.borrowed()) && !raw.same(&ContentRef::from_object(req.object())), "{old}");
+            assert_eq!(raw.keys(), want.keys());
+            let values: Vec<(String, String)> = raw.data_values().map(|(k, v)| (k.to_owned(), v.into_owned())).collect();
+            assert_eq!(values, want.data.clone().into_iter().collect::<Vec<_>>());
+            assert!(!format!("{raw:?}").contains("last"), "values stay out of Debug: {raw:?}");
+            // The rest of the old object as before: trimmed, without the content.
+            let mut trimmed = whole.clone();
+            for field in ["data", "binaryData", "status"] {
+                trimmed.as_object_mut().unwrap().remove(field);
+            }
+            assert_eq!(req.old_object(), &trimmed);
+        }
+        // Only a ConfigMap's, and only when the kind comes first (as the API server sends it): else
+        // parsed whole, and read from the object.
+        let old = json!({"metadata": {"name": "cfg"}, "data": {"k": "v\n"}});
+        for fields in [
+            vec![
+                ("uid", json!("1")),
+                ("kind", json!({"group": "", "kind": "Secret"})),
+                ("operation", json!("UPDATE")),
+                ("oldObject", old.clone()),
+            ],
+            vec![
+                ("uid", json!("1")),
+                ("oldObject", old.clone()),
+                ("kind", json!({"group": "", "kind": "ConfigMap"})),
+                ("operation", json!("UPDATE")),
+            ],
+        ] {
+            let req = parse(&body(&fields)).unwrap();
+            assert!(req.old_content.is_none());
+            assert_eq!(req.old_object(), &old);
+            assert_eq!(req.old_content().owned(), Content::from_object(&old));
+        }
+        let fields = vec![
+            ("uid", json!("1")),
+            ("kind", json!({"group": "", "kind": "ConfigMap"})),
+            ("operation", json!("DELETE")),
+            ("oldObject", Value::Null),
+        ];
+        assert!(parse(&body(&fields)).unwrap().old_content.is_none(), "no old object, no old content");
     }
 
     #[test]

@@ -8,12 +8,13 @@
 //! paths or more than [`MAX_PATHS`] settings, and keys past [`MAX_KEYS`] are not compared (no
 //! warning, as for a value that does not parse), and the warnings fit the API server's limits.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use crate::model::snapshot::Content;
+use crate::model::snapshot::ContentRef;
 
 /// Larger values are not parsed. Parsing is not free on the admission path: two 256 KiB YAML
 /// values took 180-340 ms (release build, busy 2-core machine, `tests::measure`), two 32 KiB ones
@@ -105,6 +106,10 @@ fn parse(format: Format, text: &str) -> Option<Tree> {
 fn yaml_options() -> serde_saphyr::Options {
     let mut options = serde_saphyr::Options::default();
     options.alias_limits.max_total_replayed_events = 4 * MAX_PATHS;
+    // A value that does not parse is not compared, and its error is never shown: no source
+    // snippet rendered into it (on a 1 MiB UPDATE of values that are not YAML mappings, that
+    // rendering was most of what the settings diff cost, docs/performance.md).
+    options.with_snippet = false;
     if let Some(budget) = options.budget.as_mut() {
         budget.max_nodes = 20 * MAX_PATHS;
         budget.max_depth = MAX_DEPTH;
@@ -195,11 +200,18 @@ fn properties_keys(text: &str) -> Option<Vec<String>> {
 
 /// For each key holding a document in both contents whose value changed: the settings removed
 /// and added. Keys whose settings are the same are left out.
-pub fn changes(old: &Content, new: &Content) -> Vec<Change> {
-    let changed = old.data.iter().filter_map(|(k, o)| new.data.get(k).filter(|n| *n != o).map(|n| (k, o, n)));
+pub fn changes(old: &ContentRef, new: &ContentRef) -> Vec<Change> {
+    changes_of(old.data().iter().map(|&(k, o)| (k, Cow::Borrowed(o))), new)
+}
+
+/// [`changes`], the old content's `data` given as its values in key order, each read (decoded)
+/// only as the comparison reaches it.
+pub fn changes_of<'a>(old: impl Iterator<Item = (&'a str, Cow<'a, str>)>, new: &ContentRef) -> Vec<Change> {
+    let changed = old.filter_map(|(k, o)| new.data_value(k).filter(|n| *n != o).map(|n| (k, o, n)));
     let mut out = Vec::new();
     let mut parsed_bytes = 0;
     for (key, o, n) in changed.take(MAX_KEYS) {
+        let o = o.as_ref();
         // Values over the bound are not parsed, so they use none of the request's budget.
         if o.len() > MAX_VALUE_BYTES || n.len() > MAX_VALUE_BYTES {
             continue;
@@ -219,7 +231,7 @@ pub fn changes(old: &Content, new: &Content) -> Vec<Change> {
         let removed: Vec<String> = o.difference(&n).cloned().collect();
         let added: Vec<String> = n.difference(&o).cloned().collect();
         if !removed.is_empty() || !added.is_empty() {
-            out.push(Change { key: key.clone(), removed, added });
+            out.push(Change { key: key.to_owned(), removed, added });
         }
     }
     out
@@ -227,8 +239,16 @@ pub fn changes(old: &Content, new: &Content) -> Vec<Change> {
 
 /// Short warnings (docs/behaviour.md §10) for the settings removed and added in a source's UPDATE, e.g.
 /// `pricing-config: config.yaml: settings removed [discount_rules_path], added [rules.discount_path]`.
-pub fn warnings(source: &str, old: &Content, new: &Content) -> Vec<String> {
-    let changes = changes(old, new);
+pub fn warnings(source: &str, old: &ContentRef, new: &ContentRef) -> Vec<String> {
+    warnings_of(source, changes(old, new))
+}
+
+/// [`warnings`] for an old content given as [`changes_of`] takes it.
+pub fn warnings_from<'a>(source: &str, old: impl Iterator<Item = (&'a str, Cow<'a, str>)>, new: &ContentRef) -> Vec<String> {
+    warnings_of(source, changes_of(old, new))
+}
+
+fn warnings_of(source: &str, changes: Vec<Change>) -> Vec<String> {
     let mut out: Vec<String> = changes.iter().take(MAX_WARNED_KEYS).map(|c| warning(source, c)).collect();
     if changes.len() > MAX_WARNED_KEYS {
         out.push(format!("{source}: settings also changed in {} more keys", changes.len() - MAX_WARNED_KEYS));
@@ -380,6 +400,15 @@ impl<'de> Deserialize<'de> for Key {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::snapshot::Content;
+
+    fn changes(old: &Content, new: &Content) -> Vec<Change> {
+        super::changes(&old.borrowed(), &new.borrowed())
+    }
+
+    fn warnings(source: &str, old: &Content, new: &Content) -> Vec<String> {
+        super::warnings(source, &old.borrowed(), &new.borrowed())
+    }
 
     fn content(pairs: &[(&str, &str)]) -> Content {
         Content { data: pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ..Default::default() }

@@ -16,7 +16,7 @@
 //! ```
 //! use confighistory::model::snapshot::Content;
 //! let c = Content::default();
-//! confighistory::admission::settings::warnings("db", &c, &c);
+//! confighistory::admission::settings::warnings("db", &c.borrowed(), &c.borrowed());
 //! ```
 
 use std::collections::BTreeMap;

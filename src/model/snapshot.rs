@@ -2,8 +2,10 @@
 //!
 //! Everything here is pure: hashing, naming, validity and the object a snapshot is created as.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use crate::model::digest::{self, Digest, Sha256};
@@ -39,18 +41,17 @@ pub struct Content {
 impl Content {
     /// Reads `data` and `binaryData` from a ConfigMap object; anything else is ignored.
     pub fn from_object(obj: &Value) -> Content {
-        let field = |k: &str| -> BTreeMap<String, String> {
-            obj.get(k)
-                .and_then(Value::as_object)
-                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect())
-                .unwrap_or_default()
-        };
-        Content { data: field("data"), binary_data: field("binaryData") }
+        ContentRef::from_object(obj).owned()
+    }
+
+    /// This content as a [`ContentRef`] (what the settings comparison and the key diff read).
+    pub fn borrowed(&self) -> ContentRef<'_> {
+        ContentRef { data: pairs(&self.data).collect(), binary_data: pairs(&self.binary_data).collect() }
     }
 
     /// Hash of this content, see [`hash`].
     pub fn hash(&self) -> String {
-        hash_with::<Sha256>(self)
+        hash_with::<Sha256>(pairs(&self.data), pairs(&self.binary_data))
     }
 
     /// Size in bytes of keys and values, for metrics.
@@ -69,6 +70,169 @@ impl Content {
 impl std::fmt::Debug for Content {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Content").field("data", &Sizes(&self.data)).field("binary_data", &Sizes(&self.binary_data)).finish()
+    }
+}
+
+/// A ConfigMap's content where its object holds it: [`Content`] borrowed, not copied. A source
+/// UPDATE reads the content of `object` and `oldObject` to hash, compare and diff them; copied out,
+/// a 1 MiB source was 2 MiB of copies and 400 allocations per admission (docs/performance.md, "The
+/// 1 MiB UPDATE against its limit"). Keys in sorted order, as [`Content`]'s, so the same content
+/// frames, hashes and compares the same either way. Its `Debug` names keys and sizes, never a value.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ContentRef<'a> {
+    data: Vec<(&'a str, &'a str)>,
+    binary_data: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> ContentRef<'a> {
+    /// Reads `data` and `binaryData` from a ConfigMap object, as [`Content::from_object`] does (a
+    /// value that is not a string reads as empty); anything else is ignored.
+    pub fn from_object(obj: &'a Value) -> ContentRef<'a> {
+        let field = |k: &str| -> Vec<(&'a str, &'a str)> {
+            let Some(map) = obj.get(k).and_then(Value::as_object) else { return Vec::new() };
+            let mut pairs: Vec<(&str, &str)> = map.iter().map(|(k, v)| (k.as_str(), v.as_str().unwrap_or_default())).collect();
+            // serde_json's map iterates in key order unless its `preserve_order` feature is on
+            // (some dependency may turn it on): the framing needs sorted keys either way.
+            if !pairs.windows(2).all(|w| w[0].0 < w[1].0) {
+                pairs.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            }
+            pairs
+        };
+        ContentRef { data: field("data"), binary_data: field("binaryData") }
+    }
+
+    /// Hash of this content: [`Content::hash`] of the same content.
+    pub fn hash(&self) -> String {
+        hash_with::<Sha256>(self.data.iter().copied(), self.binary_data.iter().copied())
+    }
+
+    /// `data`, keys sorted.
+    pub fn data(&self) -> &[(&'a str, &'a str)] {
+        &self.data
+    }
+
+    /// The value of `data` key `key`.
+    pub fn data_value(&self, key: &str) -> Option<&'a str> {
+        self.data.binary_search_by(|(k, _)| (*k).cmp(key)).ok().map(|i| self.data[i].1)
+    }
+
+    /// A copy, for what outlives the object (a snapshot to write).
+    pub fn owned(&self) -> Content {
+        let map = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Content { data: map(&self.data), binary_data: map(&self.binary_data) }
+    }
+
+    /// All keys, with binary keys marked so a data→binaryData move shows as a change.
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.data.iter().map(|(k, _)| k.to_string()).collect();
+        keys.extend(self.binary_data.iter().map(|(k, _)| format!("{k} (binary)")));
+        keys
+    }
+}
+
+impl std::fmt::Debug for ContentRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContentRef").field("data", &PairSizes(&self.data)).field("binary_data", &PairSizes(&self.binary_data)).finish()
+    }
+}
+
+/// A ConfigMap's content with each value still as JSON text (a JSON string, escapes and all), as
+/// the review's `oldObject` carries it: parsed only for its keys and where each value ends, each
+/// value decoded when it is read (docs/performance.md, "The 1 MiB UPDATE against its limit": the old
+/// content of a source UPDATE is compared with the new one, which stops at the first difference,
+/// and read for the few keys the settings diff parses). The same content as
+/// [`Content::from_object`] reads from the object: a value that is not a string reads as empty,
+/// a key given twice keeps its last value. Its `Debug` names keys and sizes, never a value.
+#[derive(Clone, Default)]
+pub struct RawContent {
+    data: Vec<(String, Box<RawValue>)>,
+    binary_data: Vec<(String, Box<RawValue>)>,
+}
+
+impl RawContent {
+    /// From the `data` and `binaryData` maps as parsed, in the order given (`None`: the field is
+    /// absent or not a map).
+    pub fn new(data: Option<Vec<(String, Box<RawValue>)>>, binary_data: Option<Vec<(String, Box<RawValue>)>>) -> RawContent {
+        let sorted = |mut pairs: Vec<(String, Box<RawValue>)>| {
+            if !pairs.windows(2).all(|w| w[0].0 < w[1].0) {
+                // Stable: of a key given twice the last one stays last, and is the one kept (as a
+                // map parsed from the same text keeps it).
+                pairs.sort_by(|a, b| a.0.cmp(&b.0));
+                let mut kept: Vec<(String, Box<RawValue>)> = Vec::with_capacity(pairs.len());
+                for pair in pairs {
+                    match kept.last_mut() {
+                        Some(last) if last.0 == pair.0 => *last = pair,
+                        _ => kept.push(pair),
+                    }
+                }
+                pairs = kept;
+            }
+            pairs
+        };
+        RawContent { data: sorted(data.unwrap_or_default()), binary_data: sorted(binary_data.unwrap_or_default()) }
+    }
+
+    /// The content of a ConfigMap object, its values written back as JSON text (for a request
+    /// whose old object was parsed whole).
+    pub fn from_object(obj: &Value) -> RawContent {
+        let raw = |pairs: &[(&str, &str)]| -> Vec<(String, Box<RawValue>)> {
+            pairs.iter().map(|(k, v)| (k.to_string(), RawValue::from_string(Value::from(*v).to_string()).expect("a JSON string"))).collect()
+        };
+        let content = ContentRef::from_object(obj);
+        RawContent { data: raw(&content.data), binary_data: raw(&content.binary_data) }
+    }
+
+    /// `data`'s values, decoded, in key order.
+    pub fn data_values(&self) -> impl Iterator<Item = (&str, Cow<'_, str>)> {
+        self.data.iter().map(|(k, v)| (k.as_str(), decode(v)))
+    }
+
+    /// Whether this is the same content as `other`: keys and decoded values equal.
+    pub fn same(&self, other: &ContentRef) -> bool {
+        let same = |raw: &[(String, Box<RawValue>)], pairs: &[(&str, &str)]| {
+            raw.len() == pairs.len() && raw.iter().zip(pairs).all(|((k, v), (k2, v2))| k == k2 && decode(v) == *v2)
+        };
+        same(&self.data, &other.data) && same(&self.binary_data, &other.binary_data)
+    }
+
+    /// All keys, as [`ContentRef::keys`].
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.data.iter().map(|(k, _)| k.clone()).collect();
+        keys.extend(self.binary_data.iter().map(|(k, _)| format!("{k} (binary)")));
+        keys
+    }
+
+    /// Decoded, for what outlives the request (a snapshot to write).
+    pub fn owned(&self) -> Content {
+        let map = |pairs: &[(String, Box<RawValue>)]| pairs.iter().map(|(k, v)| (k.clone(), decode(v).into_owned())).collect();
+        Content { data: map(&self.data), binary_data: map(&self.binary_data) }
+    }
+}
+
+/// A value's JSON text decoded: borrowed when it has no escapes; empty when it is not a string.
+fn decode(raw: &RawValue) -> Cow<'_, str> {
+    let text = raw.get();
+    match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        // Valid JSON (checked while parsing): without a backslash, the text between the quotes is the string.
+        Some(inner) if !inner.contains('\\') => Cow::Borrowed(inner),
+        Some(_) => Cow::Owned(serde_json::from_str::<String>(text).unwrap_or_default()),
+        None => Cow::Borrowed(""),
+    }
+}
+
+impl std::fmt::Debug for RawContent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sizes = |pairs: &[(String, Box<RawValue>)]| pairs.iter().map(|(k, v)| (k.clone(), Bytes(v.get().len()))).collect::<Vec<_>>();
+        f.debug_struct("RawContent").field("data", &sizes(&self.data)).field("binary_data", &sizes(&self.binary_data)).finish()
+    }
+}
+
+/// Keys with the size of their values, for [`ContentRef`]'s `Debug`.
+struct PairSizes<'a>(&'a [(&'a str, &'a str)]);
+
+impl std::fmt::Debug for PairSizes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.0.iter().map(|(k, v)| (k, Bytes(v.len())))).finish()
     }
 }
 
@@ -96,9 +260,12 @@ pub fn hash(content: &Content) -> String {
     content.hash()
 }
 
-fn hash_with<D: Digest>(content: &Content) -> String {
+fn hash_with<'a, D: Digest>(
+    data: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    binary_data: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+) -> String {
     let mut h = D::default();
-    frame(content, |bytes| h.update(bytes));
+    frame(data, binary_data, |bytes| h.update(bytes));
     encode_digest(&h.finish())
 }
 
@@ -111,22 +278,34 @@ pub(crate) fn encode_digest(digest: &[u8; 32]) -> String {
 /// The byte stream [`hash`] digests, for tests that prove it decodes back to one content.
 pub fn framing(content: &Content) -> Vec<u8> {
     let mut out = Vec::with_capacity(content.bytes() + 64);
-    frame(content, |bytes| out.extend_from_slice(bytes));
+    frame(pairs(&content.data), pairs(&content.binary_data), |bytes| out.extend_from_slice(bytes));
     out
 }
 
-fn frame(content: &Content, mut sink: impl FnMut(&[u8])) {
+/// A map's entries as string pairs, in key order.
+fn pairs(map: &BTreeMap<String, String>) -> impl ExactSizeIterator<Item = (&str, &str)> {
+    map.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+}
+
+/// The framing of a content given as its `data` and `binaryData` pairs, each in key order.
+fn frame<'a>(
+    data: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    binary_data: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    mut sink: impl FnMut(&[u8]),
+) {
     sink(b"confighistory/v1\0");
-    for (tag, map) in [(b'd', &content.data), (b'b', &content.binary_data)] {
+    let mut section = |tag: u8, pairs: &mut dyn ExactSizeIterator<Item = (&'a str, &'a str)>| {
         sink(&[tag]);
-        sink(&(map.len() as u64).to_be_bytes());
-        for (k, v) in map {
+        sink(&(pairs.len() as u64).to_be_bytes());
+        for (k, v) in pairs {
             sink(&(k.len() as u64).to_be_bytes());
             sink(k.as_bytes());
             sink(&(v.len() as u64).to_be_bytes());
             sink(v.as_bytes());
         }
-    }
+    };
+    section(b'd', &mut { data });
+    section(b'b', &mut { binary_data });
 }
 
 /// Short DNS-safe hash of any string (used to shorten over-long label values).
@@ -286,7 +465,7 @@ pub fn validate(obj: &Value) -> Result<String, Invalid> {
 }
 
 /// Keys removed and added between two contents, for the UPDATE warning.
-pub fn key_changes(old: &Content, new: &Content) -> (Vec<String>, Vec<String>) {
+pub fn key_changes(old: &RawContent, new: &ContentRef) -> (Vec<String>, Vec<String>) {
     let (old_keys, new_keys) = (old.keys(), new.keys());
     let (old_set, new_set): (HashSet<&String>, HashSet<&String>) = (old_keys.iter().collect(), new_keys.iter().collect());
     let removed = old_keys.iter().filter(|k| !new_set.contains(k)).cloned().collect();
@@ -383,9 +562,40 @@ mod tests {
     }
 
     #[test]
+    fn a_content_hashes_the_same_read_in_place_or_copied() {
+        // Escapes, characters outside ASCII (one outside the BMP, as a surrogate pair), a control
+        // character, keys out of order in the text, binaryData: the name of this content's snapshot
+        // (docs/behaviour.md §5.1), computed independently of this code (Python's hashlib over the framing).
+        let text = r#"{"data": {"z-last": "plain", "config.yaml": "a: \"quoted\"\n\tb: back\\slash \u00e9t\u00e9 \ud83d\ude00 \u0001",
+            "\u00e9cl\u00e9": "", "A": "x"}, "binaryData": {"key.bin": "AAEC/w==", "a.bin": "aGk="}}"#;
+        let obj: Value = serde_json::from_str(text).unwrap();
+        let (borrowed, copied) = (ContentRef::from_object(&obj), Content::from_object(&obj));
+        assert_eq!(copied.hash(), "qbqepqeyee6q");
+        assert_eq!(borrowed.hash(), "qbqepqeyee6q");
+        assert_eq!(copied.borrowed(), borrowed);
+        assert_eq!(borrowed.owned(), copied);
+        assert_eq!(borrowed.keys(), copied.keys());
+        assert_eq!(borrowed.data_value("\u{e9}cl\u{e9}"), Some(""));
+        assert_eq!(borrowed.data_value("nope"), None);
+        let shown = format!("{borrowed:?}");
+        assert!(!shown.contains("quoted") && !shown.contains("aGk="), "{shown}");
+        assert!(shown.contains("\"key.bin\": 8 bytes"), "{shown}");
+        // Keys given out of order (a map that keeps insertion order) frame in sorted order.
+        let mut unsorted = borrowed.clone();
+        unsorted.data.reverse();
+        assert_ne!(unsorted, borrowed);
+        let obj2 = json!({"data": {"b": "2", "a": "1"}});
+        assert_eq!(ContentRef::from_object(&obj2).hash(), content(&[("a", "1"), ("b", "2")]).hash());
+        // A value that is not a string reads as empty, as it always did.
+        let odd = json!({"data": {"n": 1, "s": "x"}});
+        assert_eq!(ContentRef::from_object(&odd).hash(), content(&[("n", ""), ("s", "x")]).hash());
+    }
+
+    #[test]
     fn key_changes_show_renames() {
+        let old = object("ns", "cfg", "cfg-x", &content(&[("discount_rules_path", "x"), ("a", "1")]), &[]);
         let (removed, added) =
-            key_changes(&content(&[("discount_rules_path", "x"), ("a", "1")]), &content(&[("rules.discount_path", "x"), ("a", "2")]));
+            key_changes(&RawContent::from_object(&old), &content(&[("rules.discount_path", "x"), ("a", "2")]).borrowed());
         assert_eq!(removed, vec!["discount_rules_path"]);
         assert_eq!(added, vec!["rules.discount_path"]);
     }

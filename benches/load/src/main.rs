@@ -10,12 +10,15 @@
 //!   highest rate. Prints one JSON line.
 //! - `chbench fixtures --namespace NS --out DIR`: the cluster objects of the steady-state scenario
 //!   (a source, its snapshot, a Deployment pinned to it) and the AdmissionReview bodies.
+//! - `chbench sha --body FILE`: SHA-256 of the content a source UPDATE review carries, as
+//!   confighistory frames it, timed (the other half of the 1 MiB UPDATE's limit, with the floor).
 //! - `chbench bulk --namespaces N --configmaps C --deployments D --out DIR`: multi-document YAML for the
 //!   memory-at-scale measurement.
 
 mod drive;
 mod fixtures;
 mod floor;
+mod sha;
 
 use std::collections::HashMap;
 
@@ -28,6 +31,7 @@ fn main() {
         "drive" => drive::main(&opts),
         "fixtures" => fixtures::main(&opts),
         "bulk" => fixtures::bulk(&opts),
+        "sha" => sha::main(&opts),
         _ => usage(),
     };
     if let Err(e) = result {
@@ -37,7 +41,7 @@ fn main() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: chbench floor|drive|fixtures|bulk --flag value ... (see src/main.rs)");
+    eprintln!("usage: chbench floor|drive|fixtures|bulk|sha --flag value ... (see src/main.rs)");
     std::process::exit(2)
 }
 
