@@ -43,6 +43,9 @@ use ratelimit::{Backoff, Limiter};
 
 /// How often propagation looks at the cache.
 const TICK: Duration = Duration::from_millis(250);
+/// How often a propagation pass also computes the per-namespace gauges (workloads behind their
+/// head, held pins), which walks every workload.
+const METRICS_EVERY: Duration = Duration::from_secs(10);
 /// A workload patched with a trigger is not patched again for this long while the cache catches up.
 const IN_FLIGHT: Duration = Duration::from_secs(20);
 
@@ -220,6 +223,8 @@ struct PropagationState {
     /// Sources read for their immutability, and when (one read a second per source at most,
     /// should the watch lag behind the reads).
     read_at: HashMap<SourceKey, Instant>,
+    /// When the per-namespace gauges were last computed.
+    metrics_at: Option<Instant>,
 }
 
 impl PropagationState {
@@ -249,9 +254,11 @@ async fn propagation_loop(ctx: Arc<Ctx>) {
 async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
     // The API server's time, as `changed-at` is (issue 14: a replica's skew would shorten the window).
     let now_ms = ctx.shared.clock.now_ms();
+    // The per-namespace gauges take walking every workload: every METRICS_EVERY, not every tick.
+    let metrics = st.metrics_at.is_none_or(|t| t.elapsed() >= METRICS_EVERY);
     let plan = {
         let state = ctx.shared.state.read().expect("state lock");
-        propagate::due_propagations(&state, &ctx.shared.policy, &ctx.selector, now_ms)
+        propagate::due_propagations(&state, &ctx.shared.policy, &ctx.selector, now_ms, metrics)
     };
     // Read as the change arrives (it is inside its settle window), so the read adds no delay;
     // a few per pass, the rest on the next ones.
@@ -279,13 +286,16 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
         }
     }
     METRICS.propagations_waiting.store(plan.waiting as u64, Ordering::Relaxed);
-    METRICS.clear_gauge("confighistory_workloads_behind_head");
-    for (ns, n) in &plan.behind {
-        METRICS.set_gauge("confighistory_workloads_behind_head", ns, *n as f64);
-    }
-    METRICS.clear_gauge("confighistory_held_pins");
-    for (ns, n) in &plan.held {
-        METRICS.set_gauge("confighistory_held_pins", ns, *n as f64);
+    if metrics {
+        st.metrics_at = Some(Instant::now());
+        METRICS.clear_gauge("confighistory_workloads_behind_head");
+        for (ns, n) in &plan.behind {
+            METRICS.set_gauge("confighistory_workloads_behind_head", ns, *n as f64);
+        }
+        METRICS.clear_gauge("confighistory_held_pins");
+        for (ns, n) in &plan.held {
+            METRICS.set_gauge("confighistory_held_pins", ns, *n as f64);
+        }
     }
 
     // Settled changes no workload is behind on: record them, once.

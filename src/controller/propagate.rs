@@ -156,7 +156,12 @@ pub fn kinds_in(state: &State, policy: &Policy, ns: &str) -> source::SourceKinds
 /// A workload is updated once for all its stale sources: it waits until every pending change it
 /// is behind on has settled (two sources edited in one apply give one revision), but never more
 /// than one extra window past its earliest due change.
-pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selector, now: i64) -> Propagation {
+///
+/// `metrics`: also count, for [`Propagation::behind`] and [`Propagation::held`], every workload's
+/// pins, which takes walking every workload; without it only the workloads of namespaces with a
+/// pending change are looked at, and a pass with none walks no workload (at 10,000 workloads the
+/// walk was most of a pass that runs 4 times a second, docs/performance.md "Scale on a real cluster").
+pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selector, now: i64, metrics: bool) -> Propagation {
     let mut out = Propagation::default();
     // Pending changes, by (namespace, source).
     let mut changes: HashMap<SourceKey, Change> = HashMap::new();
@@ -185,9 +190,13 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
     }
 
     let mut behind_any: HashMap<SourceKey, bool> = HashMap::new();
+    let changed_namespaces: HashSet<&str> = changes.keys().map(|(ns, _)| ns.as_str()).collect();
     // In no particular order: the plans are sorted below, which is the order this loop had when it
     // went through the workloads sorted (every workload at scale; the plans are few).
-    for ((kind, ns, name), w) in &state.workloads {
+    for ((kind, ns, name), w) in state.workloads.iter().filter(|_| metrics || !changed_namespaces.is_empty()) {
+        if !metrics && !changed_namespaces.contains(ns.as_str()) {
+            continue;
+        }
         if !kind.propagates() || w.deleting || policy::ignored(w) {
             continue;
         }
@@ -468,7 +477,27 @@ pub(crate) mod tests {
     }
 
     fn run(s: &State, at: i64) -> Propagation {
-        due_propagations(s, &Policy::default(), &policy::Selector::default(), at)
+        due_propagations(s, &Policy::default(), &policy::Selector::default(), at, true)
+    }
+
+    /// The gauges are computed every few seconds, not every tick: a tick without them plans the
+    /// same moves and records the same settled changes, and looks at no workload where no source
+    /// has a pending change (issue 29: the walk over 10,000 workloads, 4 times a second).
+    #[test]
+    fn a_tick_without_the_gauges_plans_what_a_tick_with_them_does() {
+        let mut s = setup();
+        let old = snapshot::name("cfg", &h('a'), 0);
+        s.apply_workload(Kind::Deployment, &workload("ns", "behind", &[&old], &[]));
+        s.apply_namespace(&json!({"metadata": {"name": "quiet"}}));
+        s.apply_configmap(&source("quiet", "q", &h('c'), &[]));
+        s.apply_configmap(&snap("quiet", "q", &h('d')));
+        s.apply_workload(Kind::Deployment, &workload("quiet", "stale", &[&snapshot::name("q", &h('d'), 0)], &[]));
+        let at = ms(T0) + 10_000;
+        let (with, without) = (run(&s, at), due_propagations(&s, &Policy::default(), &policy::Selector::default(), at, false));
+        assert_eq!(with.plans.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["behind"]);
+        assert_eq!((&without.plans, &without.done, without.waiting), (&with.plans, &with.done, with.waiting));
+        assert_eq!(with.behind.get("quiet"), Some(&1), "the gauges count every namespace: {:?}", with.behind);
+        assert!(!without.behind.contains_key("quiet"), "a namespace without a pending change is not looked at");
     }
 
     /// A source as the metadata-only watch delivers it: immutability unknown.
@@ -597,7 +626,7 @@ pub(crate) mod tests {
         let s = with_secret();
         let selector = policy::Selector::default();
         let policy = secrets_on("");
-        let due = due_propagations(&s, &policy, &selector, ms(T0) + 10_000);
+        let due = due_propagations(&s, &policy, &selector, ms(T0) + 10_000, true);
         assert_eq!(due.plans.len(), 1);
         assert_eq!(due.plans[0].trigger_value(), format!("cfg={},secret/db={}", h('b'), h('b')));
         let rehashed: Vec<_> = rehash_sources(&s, &policy, &selector).into_iter().map(|((_, id), _)| id.to_string()).collect();
@@ -619,7 +648,7 @@ pub(crate) mod tests {
         let mut no_keys = secrets_on("");
         no_keys.secrets.keys = Default::default();
         for (what, policy) in [("off", Policy::default()), ("keys not loaded", no_keys), ("namespace not selected", secrets_on("team=a"))] {
-            let due = due_propagations(&s, &policy, &selector, ms(T0) + 10_000);
+            let due = due_propagations(&s, &policy, &selector, ms(T0) + 10_000, true);
             assert_eq!(due.plans.len(), 1, "{what}");
             assert_eq!(due.plans[0].trigger_value(), format!("cfg={}", h('b')), "{what}: the ConfigMap's change only");
             assert!(due.done.iter().all(|(_, id, _)| id.kind == source::SourceKind::ConfigMap), "{what}");
@@ -639,7 +668,7 @@ pub(crate) mod tests {
         held["spec"]["template"]["spec"]["volumes"] = json!([{"name": "s", "secret": {"secretName": snapshot::name("db", &h('a'), 0)}}]);
         s.apply_workload(Kind::Deployment, &held);
         let plans = |s: &State| {
-            let due = due_propagations(s, &secrets_on(""), &policy::Selector::default(), ms(T0) + 10_000);
+            let due = due_propagations(s, &secrets_on(""), &policy::Selector::default(), ms(T0) + 10_000, true);
             due.plans.iter().map(|p| (p.name.clone(), p.trigger_value())).collect::<Vec<_>>()
         };
         assert_eq!(plans(&s), [("app".to_owned(), format!("cfg={},secret/db={}", h('b'), h('b')))], "versioned: the hold stands");
@@ -658,7 +687,7 @@ pub(crate) mod tests {
         let mut cert = source("ns", "db", &h('b'), &[(names::CHANGED_AT, T0), (names::CERTIFICATE_NAME, "db")]);
         cert["kind"] = json!("Secret");
         s.apply_source(source::SourceKind::Secret, &cert);
-        let due = due_propagations(&s, &secrets_on(""), &policy::Selector::default(), ms(T0) + 10_000);
+        let due = due_propagations(&s, &secrets_on(""), &policy::Selector::default(), ms(T0) + 10_000, true);
         assert_eq!(due.plans[0].trigger_value(), format!("cfg={}", h('b')));
     }
 

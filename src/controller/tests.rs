@@ -810,7 +810,7 @@ async fn a_source_the_admins_selector_newly_excludes_is_propagated_once_more_to_
     // Propagation, after the window: `app` goes to the plain name; nothing else moves.
     let due = {
         let state = ctx.shared.state.read().unwrap();
-        propagate::due_propagations(&state, &policy, &ctx.selector, propagate::parse_time_ms(now).unwrap() + 10_000)
+        propagate::due_propagations(&state, &policy, &ctx.selector, propagate::parse_time_ms(now).unwrap() + 10_000, true)
     };
     let plans: Vec<(&str, String)> = due.plans.iter().map(|p| (p.name.as_str(), p.trigger_value())).collect();
     assert_eq!(plans, [("app", format!("ca={}", content_hash("1")))]);
