@@ -926,6 +926,38 @@ fn secret_diff_golden() {
     assert_eq!(build::diff(&fresh, "secret/db", None, None, false).unwrap().to.hash, None);
 }
 
+/// A Secret whose `type` alone changed (same keys, same values): the diff says so, with the two
+/// types, never "no differences" (the command exits 1 for it, as for any difference); no value
+/// is printed.
+#[test]
+fn secret_diff_names_a_type_change() {
+    let mut inv = secret_inventory();
+    let c = secret_contents();
+    let retyped = SecretContent::new(
+        "example.com/db-credentials",
+        c[2].keys().map(|k| (k.to_owned(), c[2].revealed_value(k).unwrap().to_vec())).collect(),
+    );
+    let key = namespace_key();
+    let mut o = secret::snapshot_object(NS, "db", &secret_snap_name(&retyped), &retyped, &key, &[]);
+    o["metadata"]["creationTimestamp"] = json!("2024-05-02T09:00:00Z");
+    inv.snapshots.push(o);
+    let inv = inv.sealed();
+    let d = build::diff(&inv, "secret/db", Some("3"), Some("4"), false).unwrap();
+    assert!(d.keys.is_empty() && d.changed.is_empty(), "no key changed: {:?}", d.keys.iter().map(|k| &k.key).collect::<Vec<_>>());
+    let text = render::diff(&d, now(), Style::PLAIN);
+    assert!(!text.contains("no differences"), "the type differs:\n{text}");
+    assert!(text.contains("type changed: Opaque → example.com/db-credentials"), "the two types are named:\n{text}");
+    let json = machine("Diff", &d, Output::Json);
+    assert!(json.contains("\"typeChanged\""), "the machine output has it too:\n{json}");
+    for out in [&text, &json] {
+        assert_no_canary("a type-only diff", out);
+    }
+    // The same type on both sides: no type line, nothing new in the machine output.
+    let same = build::diff(&inv, "secret/db", Some("2"), Some("3"), false).unwrap();
+    assert!(!render::diff(&same, now(), Style::PLAIN).contains("type changed"));
+    assert!(!machine("Diff", &same, Output::Json).contains("typeChanged"));
+}
+
 #[test]
 fn secret_status_golden() {
     let inv = secret_inventory();

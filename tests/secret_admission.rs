@@ -586,3 +586,78 @@ async fn a_secret_opted_out_of_versioning_moves_its_workloads_back_to_the_plain_
         back["metadata"]["annotations"]
     );
 }
+
+/// A Secret of 20,000 keys, every value a form of the canary (`key_changes_of` maps every key of
+/// both sides): an UPDATE changing every value, then one renaming half the keys and changing the
+/// other half. Each is answered correctly (the new MAC as head, the outgoing content kept as a
+/// snapshot of all 20,000 keys), its warning is one line naming at most 16 keys (the first ones:
+/// the router cuts a warning at 120 characters, here inside the first list), and no form of a
+/// value appears in the answer or the debug log. Nothing timing-based is
+/// asserted: the time of each admission is printed (`cargo test --test secret_admission
+/// many_keys -- --nocapture`).
+#[tokio::test]
+async fn a_secret_of_twenty_thousand_keys_is_answered_with_capped_warnings_and_no_value() {
+    const KEYS: usize = 20_000;
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let value = |i: usize, rev: u32| format!("{CANARY}-{rev}-{i}");
+    let secret = |rev: u32, renamed: bool| {
+        let data: serde_json::Map<String, Value> = (0..KEYS)
+            .map(|i| {
+                let key = if renamed && i % 2 == 0 { format!("renamed-{i:05}") } else { format!("key-{i:05}") };
+                (key, json!(b64(value(i, rev).as_bytes())))
+            })
+            .collect();
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": data,
+               "metadata": {"name": "db", "namespace": NS, "uid": "uid-db", "resourceVersion": rev.to_string()}})
+    };
+    let listed = |prefix: &str, step: usize| (0..16).map(|n| format!("{prefix}-{:05}", n * step)).collect::<Vec<_>>().join(", ");
+    let cases = [
+        (secret(1, false), secret(2, false), format!("secret/db: values changed in [{}, +{}], same keys", listed("key", 1), KEYS - 16)),
+        (
+            secret(2, false),
+            secret(3, true),
+            format!(
+                "secret/db: keys removed [{}, +{}], added [{}, +{}]",
+                listed("key", 2),
+                KEYS / 2 - 16,
+                listed("renamed", 2),
+                KEYS / 2 - 16
+            ),
+        ),
+    ];
+    let mut shown = Vec::new();
+    for (old, new, warning) in cases {
+        let f = Fixture::new(secrets_on("")).source(old.clone()).source(configmap("cfg")).workload(&deployment("app:1", "db", "cfg"));
+        let started = std::time::Instant::now();
+        let a = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&new), Some(&old))).await;
+        eprintln!(
+            "MEASURE a {KEYS}-key Secret UPDATE admitted in {:.1?} ({} bytes of review)",
+            started.elapsed(),
+            new.to_string().len() * 2
+        );
+        assert_eq!(a.status, StatusCode::OK);
+        assert!(a.allowed(), "allowed ({} bytes of answer)", a.text.len());
+        let warnings = a.warnings();
+        assert_eq!(warnings.len(), 1, "one warning: {} of them", warnings.len());
+        // Key names only (never a value, so failure output shows none), the first ones in order,
+        // at most 16, the line within the router's 120 characters (which cuts the list's `+N`).
+        let w = &warnings[0];
+        assert!(w.chars().count() <= 120, "one bounded line: {w}");
+        let cut = w.trim_end_matches('…');
+        assert!(warning.starts_with(cut) && cut.len() > 60, "{w}\nis not the start of\n{warning}");
+        assert!(w.matches("key-").count() + w.matches("renamed-").count() <= 16, "at most 16 names: {w}");
+        assert_eq!(a.patched(&new)["metadata"]["annotations"][names::HEAD], json!(mac_of(&new)), "the new content's MAC is the head");
+        let kept = f.secret(&snapshot::name("db", &mac_of(&old), 0)).expect("the outgoing content is kept");
+        assert!(kept["data"] == old["data"] && kept["immutable"] == json!(true), "a snapshot of all {KEYS} keys");
+        shown.push(a.text);
+    }
+    shown.push(logs.text());
+    assert!(shown[2].contains("created snapshot"), "the run logged at debug level");
+    // Every value starts with the canary: its plain form and the base64 of its first 18 bytes
+    // (whole 3-byte groups, so the same in every value's base64) show any value.
+    let b = b64(&CANARY.as_bytes()[..18]);
+    for (i, text) in shown.iter().enumerate() {
+        assert!(!text.contains(CANARY) && !text.contains(&b), "output #{i} shows a value (its {} bytes not printed)", text.len());
+    }
+}

@@ -412,10 +412,20 @@ async fn a_rotation_reaches_a_running_server_through_its_key_slot() {
     let cluster = MemoryCluster::default();
     let slot = KeySlot::new(keys::ensure(&cluster, &target()).await.unwrap());
     let held_by_a_clone = slot.clone();
+    // The namespace key, derived (and kept) under the first key.
+    let mac_in_shop = |slot: &KeySlot| {
+        let key = slot.get().unwrap().current().namespace_key("shop");
+        (key.id(), secret::snapshot_name("db", &SecretContent::new(secret::OPAQUE, Default::default()), &key, 0))
+    };
+    let before = mac_in_shop(&slot);
+    assert_eq!(mac_in_shop(&slot), before);
     assert!(!keys::reload(&cluster, &target(), &slot).await.unwrap(), "unchanged");
+    assert_eq!(mac_in_shop(&held_by_a_clone), before, "an unchanged Secret changes no key");
     keys::rotate(&cluster, &target()).await.unwrap();
     assert!(keys::reload(&cluster, &target(), &slot).await.unwrap(), "rotated");
     assert_eq!(held_by_a_clone.get().unwrap().current().id(), KeyId(2), "every holder of the slot");
+    let after = mac_in_shop(&held_by_a_clone);
+    assert!(after.0 == KeyId(2) && after.1 != before.1, "the namespace key is derived from the new key, not kept from the old");
     assert!(!keys::reload(&cluster, &target(), &slot).await.unwrap());
 
     cluster.insert(keys_secret(json!({"current": b64(b"9"), "key-1": b64(&[5; 32])})));

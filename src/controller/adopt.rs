@@ -55,7 +55,109 @@ pub struct Decisions {
 /// Templates seen before, as (namespace, template hash): per namespace, because the same
 /// manifest deployed elsewhere (another team's namespace, one the loops do not act in) says
 /// nothing about whether this namespace's workload was admitted during an outage.
-pub type Seen = HashSet<(String, String)>;
+///
+/// Kept by namespace, so a pair is looked up and found there from borrowed strings: the
+/// propagation pass ([`note_seen`]) asks about every workload every tick, and a pair already
+/// there costs no allocation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Seen(HashMap<String, HashSet<String>>);
+
+impl Seen {
+    pub fn new() -> Seen {
+        Seen::default()
+    }
+
+    pub fn contains(&self, ns: &str, template: &str) -> bool {
+        self.0.get(ns).is_some_and(|t| t.contains(template))
+    }
+
+    /// Adds (`ns`, `template`); allocates only when it is not there yet. Returns whether it was new.
+    pub fn insert(&mut self, ns: &str, template: &str) -> bool {
+        if self.contains(ns, template) {
+            return false;
+        }
+        match self.0.get_mut(ns) {
+            Some(t) => t.insert(template.to_owned()),
+            None => self.0.entry(ns.to_owned()).or_default().insert(template.to_owned()),
+        }
+    }
+
+    /// The number of (namespace, template) pairs.
+    pub fn len(&self) -> usize {
+        self.0.values().map(HashSet::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.values().all(HashSet::is_empty)
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// Keeps the pairs `keep` says yes to.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str, &str) -> bool) {
+        self.0.retain(|ns, templates| {
+            templates.retain(|t| keep(ns, t));
+            !templates.is_empty()
+        });
+    }
+
+    /// Every pair of `other` that `skip` says no to.
+    pub fn extend_except(&mut self, other: Seen, skip: &Seen) {
+        for (ns, templates) in other.0 {
+            let kept: Vec<String> = templates.into_iter().filter(|t| !skip.contains(&ns, t)).collect();
+            if !kept.is_empty() {
+                self.0.entry(ns).or_default().extend(kept);
+            }
+        }
+    }
+}
+
+impl FromIterator<(String, String)> for Seen {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Seen {
+        let mut seen = Seen::new();
+        seen.extend(pairs);
+        seen
+    }
+}
+
+impl Extend<(String, String)> for Seen {
+    fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, pairs: I) {
+        for (ns, template) in pairs {
+            self.0.entry(ns).or_default().insert(template);
+        }
+    }
+}
+
+impl<const N: usize> From<[(String, String); N]> for Seen {
+    fn from(pairs: [(String, String); N]) -> Seen {
+        pairs.into_iter().collect()
+    }
+}
+
+/// What the propagation pass notes about every workload, every tick (docs/behaviour.md §9, §4a):
+/// templates in namespaces the loops do not act in were admitted unpinned on purpose (audit,
+/// enforce, off), so they go to `seen`, to be adopted, not repaired, if the namespace later
+/// switches to rewrite; with Secrets on for some namespaces only (`without_secrets`: `Some` when
+/// the admin turned Secrets on), a template's Secret references in the others are plain on
+/// purpose until Secrets are turned on there. A pair already noted costs a lookup only, and each
+/// namespace's mode and Secrets are decided once a pass, not once per workload.
+pub fn note_seen(state: &State, policy: &Policy, selector: &Selector, seen: &mut Seen, mut without_secrets: Option<&mut Seen>) {
+    // Namespace → (the loops act in it, Secrets are on in it), for this pass.
+    let mut namespaces: HashMap<&str, (bool, bool)> = HashMap::new();
+    for ((_, ns, _), w) in &state.workloads {
+        let (active, secrets) = *namespaces.entry(ns.as_str()).or_insert_with(|| {
+            let active = propagate::namespace_active(state, policy, selector, ns);
+            (active, active && without_secrets.is_some() && propagate::kinds_in(state, policy, ns).contains(SourceKind::Secret))
+        });
+        if !active {
+            seen.insert(ns, &w.template_hash);
+        } else if let (Some(set), false) = (without_secrets.as_deref_mut(), secrets) {
+            set.insert(ns, &w.template_hash);
+        }
+    }
+}
 
 /// Every template the cache holds now (workloads and revisions): what "seen before" starts from
 /// when this replica becomes leader.
@@ -113,9 +215,9 @@ pub fn decide(
             continue;
         }
         let sources = propagate::sources_of(state, policy, ns, &w.refs);
-        let key = (ns.clone(), w.template_hash.clone());
         let only_secrets_plain = sources.iter().filter(|(_, pins)| pins.contains(&None)).all(|(s, _)| s.kind == SourceKind::Secret);
-        let seen_before = seen.contains(&key) || (only_secrets_plain && seen_without_secrets.contains(&key));
+        let seen_before =
+            seen.contains(ns, &w.template_hash) || (only_secrets_plain && seen_without_secrets.contains(ns, &w.template_hash));
         let new_template = !seen_before;
         let pinned_before = w.annotations.contains_key(names::PINS);
         let mut plain: Vec<(SourceId, String)> = Vec::new(); // (source, hash to go to)
@@ -214,6 +316,41 @@ mod tests {
 
     fn tpl_hash(s: &State, name: &str) -> String {
         s.workloads[&(Kind::Deployment, "ns".to_owned(), name.to_owned())].template_hash.clone()
+    }
+
+    /// The propagation pass's bookkeeping (docs/behaviour.md §4a, §9): templates of namespaces
+    /// the loops do not act in go to `seen`; where Secrets are on for some namespaces only, those
+    /// of the others to `without_secrets`; a later pass finds them noted and changes nothing.
+    #[test]
+    fn the_pass_notes_each_template_once_where_it_was_admitted_unpinned_on_purpose() {
+        let policy = crate::controller::propagate::tests::secrets_on("secrets=on");
+        let mut s = State::default();
+        s.apply_namespace(&json!({"metadata": {"name": "on", "labels": {"secrets": "on"}}}));
+        s.apply_namespace(&json!({"metadata": {"name": "off"}}));
+        s.apply_namespace(&json!({"metadata": {"name": "audited", "labels": {names::MODE_LABEL: "audit"}}}));
+        for ns in ["on", "off", "audited"] {
+            for name in ["a", "b"] {
+                s.apply_workload(Kind::Deployment, &workload(ns, name, &[name], &[]));
+            }
+        }
+        let template = |ns: &str, name: &str| s.workloads[&(Kind::Deployment, ns.to_owned(), name.to_owned())].template_hash.clone();
+        let (mut seen, mut without) = (Seen::new(), Seen::new());
+        note_seen(&s, &policy, &Selector::default(), &mut seen, Some(&mut without));
+        let expected = |ns: &str| Seen::from([(ns.to_owned(), template(ns, "a")), (ns.to_owned(), template(ns, "b"))]);
+        assert_eq!(seen, expected("audited"), "the loops do not act in audit mode");
+        assert_eq!(without, expected("off"), "Secrets are off there");
+        let (seen_before, without_before) = (seen.clone(), without.clone());
+        note_seen(&s, &policy, &Selector::default(), &mut seen, Some(&mut without));
+        assert_eq!((seen.len(), without.len()), (2, 2));
+        assert!(seen == seen_before && without == without_before, "a steady pass changes nothing");
+        assert!(!without.insert("off", &template("off", "a")), "already there: not inserted again");
+        // Secrets off for the whole server: nothing is noted without them.
+        note_seen(&s, &Policy::default(), &Selector::default(), &mut Seen::new(), None);
+        let mut retained = without.clone();
+        retained.retain(|_, t| t == template("off", "a"));
+        assert_eq!(retained, Seen::from([("off".to_owned(), template("off", "a"))]));
+        retained.retain(|_, _| false);
+        assert!(retained.is_empty() && retained == Seen::new(), "an emptied namespace is dropped");
     }
 
     #[test]

@@ -268,22 +268,12 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
     st.read_at.extend(reads.iter().map(|k| (k.clone(), Instant::now())));
     learn_immutability(ctx, reads.iter(), None).await;
     if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
-        // Templates in namespaces the loops do not act in were admitted on purpose unpinned (audit,
-        // enforce, off): if the namespace later switches to rewrite, they are adopted, not repaired.
+        // Templates admitted unpinned on purpose (another mode; Secrets off for the namespace):
+        // adopted, not repaired, when that changes (a restart with --secrets starts a new leader,
+        // which has seen every template).
         let state = ctx.shared.state.read().expect("state lock");
-        // Where the admin turns Secrets on for some namespaces only (a restart with --secrets
-        // starts a new leader, which has seen every template): a template's Secret references
-        // in the others are plain on purpose, until Secrets are turned on there.
         let mut without_secrets = ctx.shared.policy.secrets.enabled.then(|| ctx.seen_without_secrets.lock().expect("seen lock"));
-        for ((_, ns, _), w) in &state.workloads {
-            if !propagate::namespace_active(&state, &ctx.shared.policy, &ctx.selector, ns) {
-                seen.insert((ns.clone(), w.template_hash.clone()));
-            } else if let Some(set) = without_secrets.as_mut() {
-                if !propagate::kinds_in(&state, &ctx.shared.policy, ns).contains(SourceKind::Secret) {
-                    set.insert((ns.clone(), w.template_hash.clone()));
-                }
-            }
-        }
+        adopt::note_seen(&state, &ctx.shared.policy, &ctx.selector, seen, without_secrets.as_deref_mut());
     }
     METRICS.propagations_waiting.store(plan.waiting as u64, Ordering::Relaxed);
     if metrics {
@@ -555,9 +545,9 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (us
             .chain(decisions.deferred.iter().cloned())
             .collect();
         // Kept while the template exists: one gone is never decided about again.
-        ctx.seen_without_secrets.lock().expect("seen lock").retain(|t| present.contains(t));
+        ctx.seen_without_secrets.lock().expect("seen lock").retain(|ns, t| present.contains(ns, t));
         if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
-            seen.extend(present.into_iter().filter(|t| !waiting.contains(t)));
+            seen.extend_except(present, &waiting);
         }
     }
     (decisions.adoptions.len(), decisions.repairs.len())

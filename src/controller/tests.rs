@@ -842,7 +842,7 @@ async fn a_template_left_undecided_for_want_of_a_read_is_repaired_once_the_read_
 
     resync_pass(&ctx, &adopt::Seen::new(), &mut ResyncState::default()).await;
     assert_eq!(trigger_of(&cluster, "new"), None);
-    assert_eq!(ctx.seen.lock().unwrap().as_ref().map(HashSet::len), Some(0), "undecided: not seen");
+    assert_eq!(ctx.seen.lock().unwrap().as_ref().map(adopt::Seen::len), Some(0), "undecided: not seen");
 
     *cluster.fail.lock().unwrap() = None;
     let seen = ctx.seen.lock().unwrap().clone().unwrap();

@@ -63,6 +63,25 @@ pub enum KeyError {
 pub struct ClusterKey {
     id: KeyId,
     bytes: Vec<u8>,
+    derived: Derived,
+}
+
+/// At most this many namespace keys are kept per cluster key ([`ClusterKey::namespace_key`]); past
+/// it the cache starts again empty, so a tenant creating namespaces costs derivations, never
+/// memory without bound (about 100 bytes each: under half a MiB per cluster key).
+pub const MAX_CACHED_NAMESPACE_KEYS: usize = 4096;
+
+/// The namespace keys derived from one cluster key, by namespace. It lives and dies with its
+/// cluster key: the keyring a server holds is replaced whole when the keys Secret is read again
+/// after a rotation (`KeySlot::set`), so a derivation under an old ring is never served for a new
+/// one. A clone starts empty.
+#[derive(Default)]
+struct Derived(std::sync::Mutex<std::collections::HashMap<String, [u8; 32]>>);
+
+impl Clone for Derived {
+    fn clone(&self) -> Derived {
+        Derived::default()
+    }
 }
 
 impl ClusterKey {
@@ -70,7 +89,7 @@ impl ClusterKey {
         if bytes.len() < MIN_KEY_BYTES {
             return Err(KeyError::TooShort(id, bytes.len()));
         }
-        Ok(ClusterKey { id, bytes })
+        Ok(ClusterKey { id, bytes, derived: Derived::default() })
     }
 
     pub fn id(&self) -> KeyId {
@@ -79,13 +98,33 @@ impl ClusterKey {
 
     /// The key of `namespace`: HMAC-SHA256 under the cluster key of a fixed label, the
     /// namespace's length and the namespace (unambiguous: the label ends in NUL, the length is
-    /// fixed-width). Unrelated between namespaces for anyone without the cluster key.
+    /// fixed-width). Unrelated between namespaces for anyone without the cluster key. Derived
+    /// once per namespace and kept (at most [`MAX_CACHED_NAMESPACE_KEYS`]): every Secret review
+    /// and every Secret reference of a workload asks for it.
     pub fn namespace_key(&self, namespace: &str) -> NamespaceKey {
+        let mut derived = self.derived.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(bytes) = derived.get(namespace) {
+            return NamespaceKey { id: self.id, bytes: *bytes };
+        }
+        let bytes = self.derive(namespace);
+        if derived.len() >= MAX_CACHED_NAMESPACE_KEYS {
+            derived.clear();
+        }
+        derived.insert(namespace.to_owned(), bytes);
+        NamespaceKey { id: self.id, bytes }
+    }
+
+    fn derive(&self, namespace: &str) -> [u8; 32] {
         let mut m = HmacSha256::new(&self.bytes);
         m.update(NAMESPACE_KEY_LABEL);
         m.update(&(namespace.len() as u64).to_be_bytes());
         m.update(namespace.as_bytes());
-        NamespaceKey { id: self.id, bytes: m.finish() }
+        m.finish()
+    }
+
+    /// How many namespace keys are kept now.
+    pub fn cached_namespace_keys(&self) -> usize {
+        self.derived.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
     }
 }
 
@@ -291,6 +330,25 @@ pub(crate) mod tests {
         framed.extend_from_slice(b"shop");
         let derived = digest::mac(&[7; MIN_KEY_BYTES], &framed);
         assert_eq!(mac_of(&a, b"x"), digest::mac(&derived, b"x"));
+    }
+
+    /// The namespace keys are kept per cluster key, bounded: a tenant creating namespaces makes
+    /// derivations, not memory; a key read from the cache is the key derived.
+    #[test]
+    fn namespace_keys_are_cached_per_cluster_key_and_bounded() {
+        let k = key(1, 7);
+        let first = mac_of(&k.namespace_key("shop"), b"x");
+        assert_eq!(k.cached_namespace_keys(), 1);
+        assert_eq!(mac_of(&k.namespace_key("shop"), b"x"), first, "from the cache: the same key");
+        assert_eq!(k.cached_namespace_keys(), 1);
+        for n in 0..MAX_CACHED_NAMESPACE_KEYS + 10 {
+            k.namespace_key(&format!("tenant-{n}"));
+            assert!(k.cached_namespace_keys() <= MAX_CACHED_NAMESPACE_KEYS, "bounded after {n}");
+        }
+        assert_eq!(mac_of(&k.namespace_key("shop"), b"x"), first, "derived again after the cache started anew");
+        assert_eq!(mac_of(&key(1, 7).namespace_key("tenant-5000"), b"x"), mac_of(&k.namespace_key("tenant-5000"), b"x"));
+        assert_eq!(k.clone().cached_namespace_keys(), 0, "a clone derives anew");
+        assert!(!format!("{k:?}").contains("shop"), "Debug names no namespace: {k:?}");
     }
 
     #[test]

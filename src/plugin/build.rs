@@ -814,6 +814,12 @@ pub fn compare(namespace: &str, source: &str, from: Picked, to: Picked, show_val
         };
         keys.push(KeyDiff { key: k.clone(), change: change.into(), binary, hidden, old_size, new_size, hunks });
     }
+    let type_changed = match (&from.content, &to.content) {
+        (SourceContent::Secret(o), SourceContent::Secret(n)) if o.secret_type() != n.secret_type() => {
+            Some(TypeChange { from: o.secret_type().into(), to: n.secret_type().into() })
+        }
+        _ => None,
+    };
     Diff {
         namespace: namespace.into(),
         source: source.into(),
@@ -825,6 +831,7 @@ pub fn compare(namespace: &str, source: &str, from: Picked, to: Picked, show_val
         changed,
         unchanged,
         keys,
+        type_changed,
     }
 }
 

@@ -345,7 +345,7 @@ pub async fn run(cli: Cli) -> Result<Done> {
                 Some(o) => emit("Diff", &d, &names, o)?,
                 None => render::diff(&d, now, style),
             };
-            Ok(Done { out, code: u8::from(!d.keys.is_empty()) })
+            Ok(Done { out, code: u8::from(!d.keys.is_empty() || d.type_changed.is_some()) })
         }
         Command::Status { workload } => {
             let inv = gather::inventory(&ctx, &[]).await?;

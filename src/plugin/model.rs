@@ -102,6 +102,16 @@ pub struct Diff {
     pub unchanged: Vec<String>,
     /// Every added, removed or changed key, sorted by key.
     pub keys: Vec<KeyDiff>,
+    /// A Secret's `type` when it differs between the two sides (a type is no value: shown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub type_changed: Option<TypeChange>,
+}
+
+/// A Secret's `type` on each side of a diff.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TypeChange {
+    pub from: String,
+    pub to: String,
 }
 
 /// One side of a diff.

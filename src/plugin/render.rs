@@ -304,8 +304,13 @@ pub fn diff(d: &Diff, now: Timestamp, style: Style) -> String {
     out.push('\n');
     out.push_str(&style.green(&format!("+++ {}", side(&d.to, now))));
     out.push('\n');
+    if let Some(t) = &d.type_changed {
+        out.push_str(&format!("type changed: {} → {}\n", t.from, t.to));
+    }
     if d.keys.is_empty() {
-        out.push_str("no differences\n");
+        if d.type_changed.is_none() {
+            out.push_str("no differences\n");
+        }
         return out;
     }
     if d.keys.iter().any(|k| k.hidden) {

@@ -27,7 +27,7 @@ use confighistory::model::secret::{self, SecretContent};
 use confighistory::model::snapshot::Content;
 use confighistory::webhook::keys;
 
-use crate::support::confighistory::{Install, Webhook, NAMESPACE};
+use crate::support::confighistory::{ChartRelease, Install, Webhook, NAMESPACE};
 use crate::support::{cluster, run_id, wait_for, wait_for_value, Kubectl, TestNamespace};
 
 /// Namespaces with this label have Secrets on (the group server's admin selector).
@@ -765,4 +765,254 @@ fn turning_secrets_on_for_a_namespace_restarts_nothing_and_adopts() {
     assert_eq!(ns.get_json("deployment", "pricing").unwrap()["spec"]["template"], template, "the template is untouched");
 
     g.canary.assert_not_shown(&g.server, &[&ns], &seen);
+}
+
+// ---------- e) GC, a key rotation and the guard, against the real API server ----------
+
+/// `confighistory gc` for one namespace of the group, as confighistory's own identity (the
+/// chart ServiceAccount's token the group server runs with), with the group server's cluster keys
+/// (`--secrets`, its keys Secret): recorded in `seen`.
+fn gc(g: &Group, ns: &TestNamespace, seen: &mut Seen, extra: &[&str]) -> String {
+    let keys_secret = format!("--keys-secret={}-keys", g.server.name);
+    let selector = format!("--secrets-namespace-selector={SECRETS_LABEL}=on");
+    let mut args = vec!["gc", "--only-namespace", &ns.name, "--gc-keep", "1", "--gc-grace", "3", "--secrets", &selector];
+    args.extend(["--namespace", NAMESPACE, &keys_secret]);
+    args.extend_from_slice(extra);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_confighistory"))
+        .args(&args)
+        .env("KUBECONFIG", &g.server.kubeconfig)
+        .output()
+        .expect("run confighistory gc");
+    let run = seen.record(Kubectl {
+        args: args.iter().map(|a| a.to_string()).collect(),
+        success: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    });
+    assert!(run.success, "confighistory gc failed:\n{}", g.canary.redact(&run.describe()));
+    run.stdout
+}
+
+/// The report line of snapshot `name` (`keep    ns/name: why`, `deleted ns/name: why`).
+#[track_caller]
+fn verdict_of<'a>(g: &Group, report: &'a str, ns: &str, name: &str) -> &'a str {
+    let needle = format!(" {ns}/{name}:");
+    report.lines().find(|l| l.contains(&needle)).unwrap_or_else(|| panic!("{name} not in the report:\n{}", g.canary.redact(report)))
+}
+
+/// docs/behaviour.md §4a, §8: GC sweeps Secret snapshots against the real API server as it sweeps
+/// ConfigMap snapshots. Three releases of a Deployment (revision history 1) over three contents
+/// of its Secret: the first snapshot is left unreferenced once revision 1 is trimmed. A dry run
+/// keeps it for the grace period, the second (a ReplicaSet's) and the third (the head); a sweep as
+/// confighistory records last use, one after the grace period deletes it and only it, with the
+/// snapshots validated under the cluster keys; an undo still finds the second.
+#[test]
+fn gc_sweeps_secret_snapshots_on_the_api_server() {
+    let Some(g) = group() else { return };
+    let ns = namespace(g, "sec-gc", true, &[]);
+    let (c, mut seen) = (Checked { ns: &ns, canary: &g.canary }, Seen::default());
+    let canary = &g.canary.value;
+    // No pods (replicas 0): every rollout completes at once, so old ReplicaSets are trimmed.
+    let app = |image: &str| reader("app", image, "app-secret").replace("  replicas: 0\n", "  replicas: 0\n  revisionHistoryLimit: 1\n");
+    let mut snapshots = Vec::new();
+    for v in ["1", "2", "3"] {
+        c.accepts(
+            &mut seen,
+            &format!("{}---\n{}", opaque("app-secret", &[("password", canary), ("v", v)]), app(&format!("registry.example/app:{v}"))),
+        );
+        let now = template_secrets(&ns, "deployment", "app");
+        assert_eq!(now.len(), 1, "{now:?}");
+        assert_mac_named_snapshot(g, &ns, &now[0], "app-secret", &content_of(&ns, "app-secret"));
+        snapshots.push(now[0].clone());
+    }
+    let [first, second, third] = <[String; 3]>::try_from(snapshots).unwrap();
+    wait_for("revision 1 to be trimmed", Duration::from_secs(60), || {
+        let rs = ns.list_json("replicasets");
+        let refs: Vec<String> = rs.iter().flat_map(|r| secret_refs(&r["spec"]["template"]["spec"])).collect();
+        rs.len() == 2 && !refs.contains(&first)
+    });
+    let refused = seen.record(ns.kubectl(&["delete", "secret", &second]));
+    assert!(!refused.success, "a Secret snapshot a ReplicaSet references is not deleted:\n{}", g.canary.redact(&refused.describe()));
+
+    let dry = gc(g, &ns, &mut seen, &["--dry-run"]);
+    assert!(verdict_of(g, &dry, &ns.name, &first).starts_with("keep"), "the grace period first:\n{}", g.canary.redact(&dry));
+    assert!(verdict_of(g, &dry, &ns.name, &second).contains("referenced by ReplicaSet/"), "{}", g.canary.redact(&dry));
+    assert!(verdict_of(g, &dry, &ns.name, &third).contains("the head of"), "{}", g.canary.redact(&dry));
+    assert!(
+        ns.get_json("secret", &first)
+            .and_then(|s| s["metadata"]["annotations"]["confighistory.io/last-used"].as_str().map(str::to_owned))
+            .is_none(),
+        "a dry run records nothing"
+    );
+
+    // The first sweep records when it found the snapshot unused; one past the grace period deletes.
+    gc(g, &ns, &mut seen, &[]);
+    let first_obj = ns.get_json("secret", &first).expect("the first snapshot is kept by the first sweep");
+    assert!(first_obj["metadata"]["annotations"]["confighistory.io/last-used"].is_string(), "its last use is recorded");
+    std::thread::sleep(Duration::from_secs(4));
+    let report = gc(g, &ns, &mut seen, &[]);
+    assert!(verdict_of(g, &report, &ns.name, &first).starts_with("deleted"), "{}", g.canary.redact(&report));
+    assert!(ns.get_json("secret", &first).is_none(), "the unused snapshot is gone");
+    for kept in [&second, &third] {
+        assert!(ns.get_json("secret", kept).is_some(), "{kept} stays");
+    }
+    assert!(ns.get_json("secret", "app-secret").is_some(), "the source stays");
+
+    // An undo still finds the content revision 2 ran with.
+    ns.wait_observed("deployment", "app");
+    c.kubectl(&mut seen, &["rollout", "undo", "deployment/app"]);
+    assert_eq!(template_secrets(&ns, "deployment", "app"), [second], "the undo is pinned to the second snapshot");
+
+    g.canary.assert_not_shown(&g.server, &[&ns], &seen);
+}
+
+/// docs/behaviour.md §4a, docs/operations.md "Secrets' cluster key": `confighistory rotate-keys`
+/// against a live server (one of this test's own: the rotation changes its keys for every
+/// namespace). The server takes the new key within `webhook::keys::RELOAD_INTERVAL` (30 s; a
+/// few seconds more allowed for the API round trips) without a restart: new content is MAC'd
+/// under it, while the workload pinned before stays on its snapshot (a rotation renames no
+/// snapshot and moves no workload) until the content changes; the old snapshot stays valid.
+#[test]
+fn rotate_keys_reaches_a_running_server_within_its_reload_interval() {
+    let Some(g) = group() else { return };
+    let cluster = cluster().expect("the group runs on a cluster");
+    let run = format!("{}-rotate", run_id());
+    let selector = format!("{{\"matchLabels\":{{\"{SECRETS_LABEL}\":\"on\"}}}}");
+    let namespace_selector = format!("secrets.namespaceSelector={selector}");
+    let values = ["--set", "secrets.enabled=true", "--set-json", namespace_selector.as_str()];
+    let (resync, selector) = (RESYNC.to_string(), format!("--secrets-namespace-selector={SECRETS_LABEL}=on"));
+    let install = Install { values: &values, rust_log: Some("debug"), ..Install::default() };
+    let server = Webhook::start_with(cluster, &run, &["--settle", "2", "--resync-interval", &resync, &selector], &install);
+    let ns = server.namespace("sec-rotate", &[(SECRETS_LABEL, "on")]);
+    let (c, mut seen) = (Checked { ns: &ns, canary: &g.canary }, Seen::default());
+    let canary = &g.canary.value;
+    let keys_of = || {
+        let secret = format!("{}-keys", server.name);
+        let out = cluster.kubectl(&["get", "secret", &secret, "-n", NAMESPACE, "-o", "json"]);
+        assert!(out.success, "the server's keys Secret {NAMESPACE}/{secret}: {}", out.stderr);
+        keys::read(&out.json(), &keys::Target { namespace: NAMESPACE.into(), secret }).expect("a keyring").0
+    };
+    let key_id_of = |obj: &Value| obj["metadata"]["labels"]["confighistory.io/key-id"].as_str().map(str::to_owned);
+
+    c.accepts(&mut seen, &format!("{}---\n{}", opaque("db", &[("password", canary)]), reader("app", APP_A, "db")));
+    let [first] = <[String; 1]>::try_from(template_secrets(&ns, "deployment", "app")).expect("one reference");
+    let before = keys_of();
+    let first_obj = ns.get_json("secret", &first).expect("the first snapshot");
+    assert_eq!(key_id_of(&first_obj), Some(before.current().id().to_string()), "made under the current key");
+
+    // The rotation, as docs/operations.md runs it: as confighistory's ServiceAccount.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_confighistory"))
+        .args(["rotate-keys", "--namespace", NAMESPACE, &format!("--keys-secret={}-keys", server.name)])
+        .env("KUBECONFIG", &server.kubeconfig)
+        .output()
+        .expect("run confighistory rotate-keys");
+    let printed = seen.record(Kubectl {
+        args: vec!["confighistory".into(), "rotate-keys".into()],
+        success: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    });
+    assert!(printed.success, "rotate-keys failed:\n{}", g.canary.redact(&printed.describe()));
+    let rotated_at = std::time::Instant::now();
+    let after = keys_of();
+    let new_id = after.current().id().to_string();
+    assert_ne!(after.current().id(), before.current().id(), "a new current key");
+    assert!(printed.stdout.contains(&format!("MAC'd under key {new_id}")), "{}", printed.stdout);
+
+    // New content, asked for as a server-side dry run (nothing is written): the server names the
+    // key it would MAC it under.
+    let edited = opaque("db", &[("password", canary), ("rotated", "yes")]);
+    let taken = wait_for_value("the server to take the new key", Duration::from_secs(45), || {
+        let out = ns.apply_with(&edited, &["--dry-run=server", "-o", "json"]).ok()?;
+        let obj: Value = serde_json::from_str(&out.stdout).ok()?;
+        (obj["metadata"]["annotations"]["confighistory.io/key-id"].as_str() == Some(new_id.as_str())).then(|| rotated_at.elapsed())
+    });
+    eprintln!("e2e: secrets: the server took the rotated key {:.1?} after rotate-keys", taken);
+    assert!(
+        taken <= keys::RELOAD_INTERVAL + Duration::from_secs(5),
+        "the running server took the new key after {taken:.1?}, past its reload interval of {:?}",
+        keys::RELOAD_INTERVAL
+    );
+    // The rotation itself moved nothing: same snapshot, still valid under the key it names.
+    assert_eq!(template_secrets(&ns, "deployment", "app"), std::slice::from_ref(&first), "no workload moved");
+    assert!(secret::validate(&first_obj, &ns.name, &after).is_ok(), "the old snapshot stays valid");
+
+    // A real content change: the release pins a snapshot MAC'd under the new key.
+    c.accepts(&mut seen, &format!("{edited}---\n{}", reader("app", APP_B, "db")));
+    let [second] = <[String; 1]>::try_from(template_secrets(&ns, "deployment", "app")).expect("one reference");
+    let second_obj = ns.get_json("secret", &second).expect("the second snapshot");
+    assert_eq!(key_id_of(&second_obj), Some(new_id.clone()), "new content is MAC'd under the new key");
+    assert_eq!(second, secret::snapshot_name("db", &content_of(&ns, "db"), &after.current().namespace_key(&ns.name), 0));
+    assert!(ns.get_json("secret", &first).is_some(), "the old snapshot stays");
+
+    g.canary.assert_not_shown(&server, &[&ns], &seen);
+}
+
+/// The chart's guard (ValidatingAdmissionPolicy, docs/behaviour.md §9a) with Secrets on, as the
+/// API server enforces it: confighistory's ServiceAccount may not change a Secret's data. The
+/// group's release renders the policy (`secrets.enabled=true`); its binding is the chart's,
+/// narrowed to this test's namespace (the suite shares the ServiceAccount with every run on the
+/// cluster). Writes are server-side dry runs with the group server's own token: admitted before
+/// the policy is bound (RBAC allows the patch), denied by the policy after; an annotation-only
+/// write by the same identity and the admin's data write stay admitted.
+#[test]
+fn the_guard_denies_a_forged_secret_data_write_by_confighistorys_service_account() {
+    let Some(g) = group() else { return };
+    let cluster = cluster().expect("the group runs on a cluster");
+    let served = cluster.kubectl(&["api-resources", "--api-group=admissionregistration.k8s.io", "-o", "name"]);
+    if !served.stdout.lines().any(|l| l.starts_with("validatingadmissionpolicies")) {
+        eprintln!("e2e: secrets: ValidatingAdmissionPolicy is not served here (before 1.28 beta): the chart renders no guard");
+        return;
+    }
+    let ns = namespace(g, "sec-guard", true, &[]);
+    let (c, mut seen) = (Checked { ns: &ns, canary: &g.canary }, Seen::default());
+    c.accepts(&mut seen, &opaque("db", &[("password", &g.canary.value)]));
+    let forged = format!("{{\"data\":{{\"password\":\"{}\"}}}}", b64_of("forged"));
+    let write_as_server = |seen: &mut Seen, patch: &str| {
+        seen.record(g.server.kubectl(&["patch", "secret", "db", "-n", &ns.name, "--dry-run=server", "--type=merge", "-p", patch]))
+    };
+    let before = write_as_server(&mut seen, &forged);
+    assert!(before.success, "without the guard, RBAC lets the ServiceAccount patch a Secret:\n{}", g.canary.redact(&before.describe()));
+
+    let chart = ChartRelease { cluster, name: &g.server.name, run: &g.server.run, url_base: &g.server.url_base, ca_pem: &g.server.ca_pem };
+    let vap_api = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy";
+    let rendered =
+        chart.render(&["templates/validatingadmissionpolicy.yaml"], &["--set", "secrets.enabled=true", "--api-versions", vap_api]);
+    assert!(rendered.contains("confighistory may not change a Secret's data or type"), "the chart renders the Secret rule:\n{rendered}");
+    let narrowed = rendered.replacen(
+        "  validationActions: [Deny]",
+        &format!("  validationActions: [Deny]\n  matchResources:\n    namespaceSelector:\n      matchLabels:\n        kubernetes.io/metadata.name: {}", ns.name),
+        1,
+    );
+    assert_ne!(narrowed, rendered, "the chart's binding: {rendered}");
+    let guard = Guard { cluster, name: format!("{}-guard", g.server.name) };
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &narrowed).expect_success();
+
+    let denial = "confighistory may not change a Secret's data or type";
+    let denied = wait_for_value("the guard to deny the forged write", Duration::from_secs(30), || {
+        let out = write_as_server(&mut seen, &forged);
+        (!out.success && out.stderr.contains(denial)).then_some(out)
+    });
+    assert!(denied.stderr.contains(&guard.name), "the chart's policy denies it: {}", g.canary.redact(&denied.stderr));
+    let annotated = write_as_server(&mut seen, "{\"metadata\":{\"annotations\":{\"confighistory.io/e2e-probe\":\"1\"}}}");
+    assert!(annotated.success, "its own annotations stay writable:\n{}", g.canary.redact(&annotated.describe()));
+    let admin = c.kubectl(&mut seen, &["patch", "secret", "db", "--dry-run=server", "--type=merge", "-p", &forged]);
+    assert!(admin.success, "the guard is confighistory's only");
+    drop(guard);
+
+    g.canary.assert_not_shown(&g.server, &[&ns], &seen);
+}
+
+/// The guard's two cluster-scoped objects, deleted when dropped.
+struct Guard {
+    cluster: &'static crate::support::Cluster,
+    name: String,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let (policy, binding) =
+            (format!("validatingadmissionpolicy/{}", self.name), format!("validatingadmissionpolicybinding/{}", self.name));
+        self.cluster.kubectl(&["delete", &policy, &binding, "--ignore-not-found", "--wait=false"]);
+    }
 }
