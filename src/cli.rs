@@ -321,7 +321,7 @@ pub struct ControllerArgs {
     /// Seconds between resyncs: re-hash of referenced sources, adoption, repair.
     #[arg(long, env = "CONFIGHISTORY_RESYNC_INTERVAL", default_value_t = 60)]
     pub resync_interval: u64,
-    /// Rate of the resync's API reads and snapshot writes (per second).
+    /// Rate of the resync's API reads and snapshot writes, and of GC's per-namespace lists (per second).
     #[arg(long, env = "CONFIGHISTORY_RESYNC_QPS", default_value_t = 10.0)]
     pub resync_qps: f64,
     /// Label selector of the namespaces the loops act in (default: all). For canaries and tests.

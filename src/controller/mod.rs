@@ -778,6 +778,10 @@ async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
             break;
         }
         let keys = keys.filter(|_| secrets);
+        // At the resync rate: a sweep lists each namespace's snapshots in full, and 1,000 of them
+        // back to back took the API server and this replica from the admissions beside them
+        // (docs/performance.md, "Scale on a real cluster").
+        Limiter::acquire(&ctx.reads, &ns).await;
         match gc::sweep_namespace(ctx.shared.cluster.as_ref(), &ctx.shared.clock, &ns, settings, false, keys).await {
             Ok(report) => {
                 METRICS.set_gauge("confighistory_snapshots", &ns, report.snapshots as f64);
