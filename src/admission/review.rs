@@ -490,7 +490,7 @@ pub struct Response {
 }
 
 /// Longest warning we send: the API server truncates longer ones.
-pub const MAX_WARNING: usize = 120;
+pub use crate::model::text::MAX_WARNING;
 /// Few warnings per response: more would drown the one that matters.
 pub const MAX_WARNINGS: usize = 8;
 

@@ -263,8 +263,10 @@ fn warning(source: &str, c: &Change) -> String {
         [("removed", c.removed.as_slice()), ("added", c.added.as_slice())].into_iter().filter(|(_, l)| !l.is_empty()).collect();
     // Share the room left between the lists, so both show at least their first setting.
     let each = budget / parts.len().max(1);
-    let body: Vec<String> =
-        parts.iter().map(|(what, list)| format!(" {what} [{}]", fit(list, each.saturating_sub(what.len() + 4)))).collect();
+    let body: Vec<String> = parts
+        .iter()
+        .map(|(what, list)| format!(" {what} [{}]", crate::model::text::fit_list(list, each.saturating_sub(what.len() + 4))))
+        .collect();
     let named = head.clone() + &body.join(",");
     if named.len() <= super::review::MAX_WARNING {
         return named;
@@ -272,21 +274,6 @@ fn warning(source: &str, c: &Change) -> String {
     // Not even the first setting of each list fits: counts say at least that much.
     let counts: Vec<String> = parts.iter().map(|(what, list)| format!(" {what} {}", list.len())).collect();
     head + &counts.join(",")
-}
-
-/// `list` joined by ", " within about `room` bytes, the rest counted as `+N`.
-fn fit(list: &[String], room: usize) -> String {
-    let mut out = String::new();
-    for (i, item) in list.iter().enumerate() {
-        let more = format!(" +{}", list.len() - i);
-        let sep = if i == 0 { "" } else { ", " };
-        if i > 0 && out.len() + sep.len() + item.len() + more.len() > room {
-            return out + &more;
-        }
-        out.push_str(sep);
-        out.push_str(item);
-    }
-    out
 }
 
 impl<'de> Deserialize<'de> for Tree {

@@ -12,3 +12,4 @@ pub mod secret;
 pub mod snapshot;
 pub mod source;
 pub mod template;
+pub mod text;

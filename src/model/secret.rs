@@ -358,23 +358,34 @@ pub fn update_warning_of(source: &str, old: &Value, new: &Value) -> Option<Strin
 }
 
 fn warning(source: &str, c: &KeyChanges, old_type: &str, new_type: &str) -> Option<String> {
-    let list = |keys: &[String]| {
-        let shown: Vec<&str> = keys.iter().take(MAX_WARNED_KEYS).map(String::as_str).collect();
-        match keys.len().saturating_sub(MAX_WARNED_KEYS) {
-            0 => shown.join(", "),
-            more => format!("{}, +{more}", shown.join(", ")),
+    // The lists share the room the line leaves (the API server cuts longer warnings), so their
+    // `+N` counts and the words after them are never cut off: at most MAX_WARNED_KEYS names.
+    let type_part = c.type_changed.then(|| format!("; type changed from {old_type} to {new_type}")).unwrap_or_default();
+    let list = |keys: &[String], room: usize| {
+        let shown = &keys[..keys.len().min(MAX_WARNED_KEYS)];
+        let fitted = super::text::fit_list(shown, room);
+        match keys.len() - shown.len() {
+            0 => fitted,
+            more if fitted.contains(" +") => {
+                let (names, counted) = fitted.rsplit_once(" +").unwrap_or((&fitted, "0"));
+                format!("{names} +{}", counted.parse::<usize>().unwrap_or(0) + more)
+            }
+            more => format!("{fitted} +{more}"),
         }
     };
+    let fixed = source.len() + 2 + type_part.len();
     let mut parts = Vec::new();
     if !c.removed.is_empty() || !c.added.is_empty() {
-        parts.push(format!("keys removed [{}], added [{}]", list(&c.removed), list(&c.added)));
+        let lists = [&c.removed, &c.added].iter().filter(|l| !l.is_empty()).count().max(1);
+        let room = super::text::MAX_WARNING.saturating_sub(fixed + "keys removed [], added []".len()) / lists;
+        parts.push(format!("keys removed [{}], added [{}]", list(&c.removed, room), list(&c.added, room)));
     } else if !c.changed.is_empty() {
-        parts.push(format!("values changed in [{}], same keys", list(&c.changed)));
+        let room = super::text::MAX_WARNING.saturating_sub(fixed + "values changed in [], same keys".len());
+        parts.push(format!("values changed in [{}], same keys", list(&c.changed, room)));
     }
-    if c.type_changed {
-        parts.push(format!("type changed from {old_type} to {new_type}"));
-    }
-    (!parts.is_empty()).then(|| format!("{source}: {}", parts.join("; ")))
+    let body = parts.join("; ");
+    (!body.is_empty() || c.type_changed)
+        .then(|| format!("{source}: {}{}", body, if body.is_empty() { type_part.trim_start_matches("; ").to_owned() } else { type_part }))
 }
 
 #[cfg(test)]
@@ -603,6 +614,10 @@ mod tests {
         }
         let many = SecretContent::new(OPAQUE, (0..40).map(|i| (format!("k{i:02}"), b"v".to_vec())).collect());
         let w = update_warning("secret/db", &content(OPAQUE, &[]), &many).unwrap();
-        assert!(w.ends_with("k15, +24]") && w.len() < 200, "{w}");
+        // Fitted to the line the API server keeps, the rest counted: every key accounted for.
+        assert!(w.len() <= crate::model::text::MAX_WARNING, "{w}");
+        let (names, more) = w.trim_end_matches(']').rsplit_once(" +").expect("a count");
+        let shown = names.rsplit_once('[').unwrap().1.split(", ").count();
+        assert_eq!(shown + more.parse::<usize>().unwrap(), 40, "{w}");
     }
 }
