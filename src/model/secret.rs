@@ -360,32 +360,31 @@ pub fn update_warning_of(source: &str, old: &Value, new: &Value) -> Option<Strin
 fn warning(source: &str, c: &KeyChanges, old_type: &str, new_type: &str) -> Option<String> {
     // The lists share the room the line leaves (the API server cuts longer warnings), so their
     // `+N` counts and the words after them are never cut off: at most MAX_WARNED_KEYS names.
-    let type_part = c.type_changed.then(|| format!("; type changed from {old_type} to {new_type}")).unwrap_or_default();
+    // Key names have no spaces (Kubernetes' rule), so " +" only ever starts the count.
     let list = |keys: &[String], room: usize| {
         let shown = &keys[..keys.len().min(MAX_WARNED_KEYS)];
         let fitted = super::text::fit_list(shown, room);
-        match keys.len() - shown.len() {
-            0 => fitted,
-            more if fitted.contains(" +") => {
-                let (names, counted) = fitted.rsplit_once(" +").unwrap_or((&fitted, "0"));
-                format!("{names} +{}", counted.parse::<usize>().unwrap_or(0) + more)
-            }
-            more => format!("{fitted} +{more}"),
+        match (keys.len() - shown.len(), fitted.rsplit_once(" +")) {
+            (0, _) => fitted,
+            (more, Some((names, counted))) => format!("{names} +{}", counted.parse::<usize>().unwrap_or(0) + more),
+            (more, None) => format!("{fitted} +{more}"),
         }
     };
-    let fixed = source.len() + 2 + type_part.len();
+    let type_part = format!("type changed from {old_type} to {new_type}");
+    let fixed = source.len() + 2 + if c.type_changed { type_part.len() + 2 } else { 0 };
     let mut parts = Vec::new();
     if !c.removed.is_empty() || !c.added.is_empty() {
-        let lists = [&c.removed, &c.added].iter().filter(|l| !l.is_empty()).count().max(1);
+        let lists = [&c.removed, &c.added].iter().filter(|l| !l.is_empty()).count();
         let room = super::text::MAX_WARNING.saturating_sub(fixed + "keys removed [], added []".len()) / lists;
         parts.push(format!("keys removed [{}], added [{}]", list(&c.removed, room), list(&c.added, room)));
     } else if !c.changed.is_empty() {
         let room = super::text::MAX_WARNING.saturating_sub(fixed + "values changed in [], same keys".len());
         parts.push(format!("values changed in [{}], same keys", list(&c.changed, room)));
     }
-    let body = parts.join("; ");
-    (!body.is_empty() || c.type_changed)
-        .then(|| format!("{source}: {}{}", body, if body.is_empty() { type_part.trim_start_matches("; ").to_owned() } else { type_part }))
+    if c.type_changed {
+        parts.push(type_part);
+    }
+    (!parts.is_empty()).then(|| format!("{source}: {}", parts.join("; ")))
 }
 
 #[cfg(test)]
