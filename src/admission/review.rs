@@ -160,6 +160,31 @@ impl<'de> Visitor<'de> for OldConfigMap<'_> {
 
 struct OldObject<'a>(&'a mut Option<RawContent>);
 
+/// The scalar `visit_*` methods of a visitor that keeps a scalar as the `Value` it is (the
+/// trimming visitors below: only maps are reshaped).
+macro_rules! scalars_as_values {
+    () => {
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+            Ok(Value::Bool(v))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+            Ok(Value::String(v))
+        }
+    };
+}
+
 impl<'de> Visitor<'de> for OldObject<'_> {
     type Value = Value;
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -191,24 +216,7 @@ impl<'de> Visitor<'de> for OldObject<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
         Trim::Object { workload: false }.visit_seq(seq)
     }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
+    scalars_as_values!();
 }
 
 /// A content map's entries with their values as JSON text, in the order given; `None` when it is
@@ -372,24 +380,7 @@ impl<'de> Visitor<'de> for Trim {
     fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
         Ok(Value::Null)
     }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
+    scalars_as_values!();
 }
 
 impl<'de> Deserialize<'de> for Request {
