@@ -99,14 +99,21 @@ fn plan(n: usize) -> Plan {
     Plan { ns, configmaps, deployments, statefulset }
 }
 
-async fn create<K>(client: &Client, ns: &str, obj: &Value) -> Result<Value>
-where
+/// A namespaced kind the API creates and returns as typed objects.
+trait Namespaced:
+    kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug
+{
+}
+impl<K> Namespaced for K where
     K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + DeserializeOwned
         + Serialize
-        + std::fmt::Debug,
+        + std::fmt::Debug
 {
+}
+
+async fn create<K: Namespaced>(client: &Client, ns: &str, obj: &Value) -> Result<Value> {
     let api: Api<K> = Api::namespaced(client.clone(), ns);
     let typed: K = serde_json::from_value(obj.clone())?;
     let created = match api.create(&PostParams::default(), &typed).await {
@@ -118,14 +125,7 @@ where
     Ok(serde_json::to_value(created)?)
 }
 
-async fn all<K>(client: &Client, ns: &str, objs: Vec<Value>, concurrency: usize) -> Result<Vec<Value>>
-where
-    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + std::fmt::Debug,
-{
+async fn all<K: Namespaced>(client: &Client, ns: &str, objs: Vec<Value>, concurrency: usize) -> Result<Vec<Value>> {
     stream::iter(objs).map(|o| async move { create::<K>(client, ns, &o).await }).buffered(concurrency).try_collect().await
 }
 
