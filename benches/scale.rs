@@ -235,8 +235,73 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
 }
 
+/// A list page of `objects` as the API server sends it.
+fn page(objects: Vec<Value>) -> Vec<u8> {
+    serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "2097153"}, "items": objects})).unwrap()
+}
+
+/// The watches' parse of a list page of 100 ConfigMaps as metadata and one of 100 ReplicaSets:
+/// as kube's typed objects turned into the JSON the cache reads (before), and straight into that
+/// JSON (`cluster::raw`, now). CPU per object, median of `runs`.
+fn parse_pages(runs: usize) {
+    use confighistory::cluster::raw::{RawMetadata, RawObject};
+    use kube::api::{DynamicObject, PartialObjectMeta};
+    use kube::core::ObjectList;
+    let configmaps = page(
+        (0..100)
+            .map(|i| {
+                let (name, d, hash, _) = source(i % SOURCES_PER_NS);
+                configmap_metadata("ns-0", &format!("{name}-{i}"), uid("cm", 0, i), &d, json!({"app": name}), json!({names::HEAD: hash}))
+            })
+            .collect(),
+    );
+    let replicasets =
+        page((0..100).map(|i| replicaset("ns-0", &format!("app-{}", i / 5), &uid("deploy", 0, i / 5), i % 5, &refs_of(i / 5))).collect());
+    let per = |d: Duration| us(d / 100);
+    let (typed, _) = timed(runs, || {
+        let l: ObjectList<PartialObjectMeta<DynamicObject>> = serde_json::from_slice(&configmaps).unwrap();
+        l.items
+            .into_iter()
+            .map(|o| json!({"kind": "PartialObjectMetadata", "metadata": serde_json::to_value(o.metadata).unwrap()}))
+            .collect::<Vec<Value>>()
+    });
+    let (raw, _) = timed(runs, || {
+        serde_json::from_slice::<ObjectList<RawMetadata>>(&configmaps)
+            .unwrap()
+            .items
+            .into_iter()
+            .map(RawMetadata::into_value)
+            .collect::<Vec<Value>>()
+    });
+    println!(
+        "parse of a page of 100 ConfigMaps as metadata ({} KiB): typed then JSON {} per object, once into JSON {}",
+        configmaps.len() / 1024,
+        per(typed),
+        per(raw)
+    );
+    let (typed, _) = timed(runs, || {
+        let l: ObjectList<DynamicObject> = serde_json::from_slice(&replicasets).unwrap();
+        l.items.into_iter().map(|o| serde_json::to_value(o).unwrap()).collect::<Vec<Value>>()
+    });
+    let (raw, _) = timed(runs, || {
+        serde_json::from_slice::<ObjectList<RawObject>>(&replicasets)
+            .unwrap()
+            .items
+            .into_iter()
+            .map(RawObject::into_value)
+            .collect::<Vec<Value>>()
+    });
+    println!(
+        "parse of a page of 100 ReplicaSets ({} KiB): typed then JSON {} per object, once into JSON {}",
+        replicasets.len() / 1024,
+        per(typed),
+        per(raw)
+    );
+}
+
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
+    parse_pages(if full { 200 } else { 3 });
     let scale = if full {
         Scale { namespaces: 1_000, fan_out: 1_000, requests: 3_000 }
     } else {

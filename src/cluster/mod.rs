@@ -5,9 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams, PostParams, Preconditions,
-};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{self as kube_events, Recorder, Reporter};
 use serde_json::Value;
 
@@ -18,6 +16,7 @@ use crate::model::source::{SourceId, SourceKind};
 use crate::model::template::Kind;
 
 pub mod clock;
+pub mod raw;
 pub mod watch;
 
 /// An API-server failure, as much as the caller needs to explain it.
@@ -321,7 +320,8 @@ impl Cluster for KubeCluster {
     }
 
     fn list<'a>(&'a self, ns: &'a str, what: Watched) -> BoxFuture<'a, Result<Vec<Value>>> {
-        let all = list_all(self.api(ns, what), ListParams::default().limit(500), |o| serde_json::to_value(o).unwrap_or(Value::Null));
+        let api: Api<raw::RawObject> = Api::namespaced_with(self.client.clone(), ns, &watch::api_resource(what, self.kinds));
+        let all = list_all(api, ListParams::default().limit(500), raw::RawObject::into_value);
         Box::pin(async move {
             all.await.map_err(|e| match what {
                 Watched::Sources(kind) => ApiError::from_source(kind, e),
@@ -331,11 +331,11 @@ impl Cluster for KubeCluster {
     }
 
     fn list_source_metadata<'a>(&'a self, ns: &'a str, kind: SourceKind) -> BoxFuture<'a, Result<Vec<Value>>> {
-        // `Api<PartialObjectMeta<_>>` asks for metadata only.
-        let api: Api<PartialObjectMeta<DynamicObject>> =
+        // `RawMetadata` asks for metadata only.
+        let api: Api<raw::RawMetadata> =
             Api::namespaced_with(self.client.clone(), ns, &watch::api_resource(Watched::Sources(kind), self.kinds));
-        let all = list_all(api, ListParams::default().limit(500), move |o: PartialObjectMeta<DynamicObject>| {
-            source_metadata(kind, serde_json::to_value(o.metadata).unwrap_or(Value::Null))
+        let all = list_all(api, ListParams::default().limit(500), move |o: raw::RawMetadata| {
+            source_metadata(kind, o.into_value()["metadata"].take())
         });
         Box::pin(async move { all.await.map_err(|e| ApiError::from_source(kind, e)) })
     }

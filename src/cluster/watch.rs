@@ -7,12 +7,13 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::{Stream, TryStreamExt};
-use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
+use kube::api::{Api, ApiResource};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::cache::{Key, State, Watched, PARTIAL_OBJECT_METADATA};
+use crate::cache::{Key, State, Watched};
+use crate::cluster::raw::{RawMetadata, RawObject};
 use crate::cluster::{Cluster, ObjectRef};
 use crate::model::kinds::{Kind, Registry};
 use crate::model::source::SourceKind;
@@ -61,9 +62,10 @@ pub fn kind_resource(kind: Kind, kinds: &Registry) -> ApiResource {
     resource(d.group, kinds.version(kind), d.kind, d.resource)
 }
 
-/// Objects per page of the initial lists. Each page is parsed whole before it is reduced to the
-/// records `State` keeps, and all watches list at once: with kube's default of 500, a start against
-/// 10,000 ConfigMaps and 2,000 Deployments peaked at about 50 MiB of heap for 16 MiB of caches, and the
+/// Objects per page of the initial lists, where they are paged (API servers without streaming
+/// lists: [`Lists`]). Each page is parsed whole before it is reduced to the records `State`
+/// keeps, and all watches list at once: with kube's default of 500, a start against 10,000
+/// ConfigMaps and 2,000 Deployments peaked at about 50 MiB of heap for 16 MiB of caches, and the
 /// allocator keeps the peak as RSS (issue 7, valgrind massif). 100 keeps the transient small; the
 /// extra list requests cost the API server little.
 const LIST_PAGE_SIZE: u32 = 100;
@@ -94,8 +96,9 @@ pub fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<Atomic
     let sources = state.read().expect("state lock").source_kinds;
     let all = Watched::all(kinds, sources);
     let pending = Arc::new(Mutex::new(all.iter().filter(|w| !registered(w)).map(|w| w.name()).collect::<HashSet<_>>()));
+    let paged = Arc::new(AtomicBool::new(false));
     for what in all {
-        let feed = Feed { what, state: state.clone(), synced: synced.clone(), pending: pending.clone() };
+        let feed = Feed { what, state: state.clone(), synced: synced.clone(), pending: pending.clone(), paged: paged.clone() };
         match what {
             Watched::Workload(kind) if registered(&what) => {
                 tokio::spawn(watch_when_served(client.clone(), kind, kinds, feed, report.clone()));
@@ -105,10 +108,27 @@ pub fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<Atomic
     }
 }
 
-/// Spawns the watch of `what`, feeding `feed`.
-fn run_watch(client: kube::Client, what: Watched, kinds: &'static Registry, feed: Feed) {
-    let resource = api_resource(what, kinds);
-    let mut config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
+/// How a watch gets its initial list.
+///
+/// Streamed where the API server can (`sendInitialEvents`, Kubernetes' WatchList, on by default
+/// since 1.32): one watch request whose first events are every object, served from the API
+/// server's watch cache, then a bookmark. Paged lists are served from etcd when they go past the
+/// first page: at 163,000 objects a replica listed for minutes, and one list restarted after `410
+/// Expired` when etcd compacted under it (docs/performance.md, "Scale on a real cluster").
+/// Older API servers, or ones with the feature off, refuse the request (422) and every watch
+/// then lists in pages of [`LIST_PAGE_SIZE`], as they did before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lists {
+    Streamed,
+    Paged,
+}
+
+/// The watch configuration of `what`.
+fn config(what: Watched, lists: Lists) -> watcher::Config {
+    let mut config = match lists {
+        Lists::Streamed => watcher::Config::default().streaming_lists(),
+        Lists::Paged => watcher::Config::default().page_size(LIST_PAGE_SIZE),
+    };
     if what == Watched::Sources(SourceKind::Secret) {
         // Secrets the admin turned on (docs/behaviour.md §4a), as metadata like ConfigMaps, and
         // never the types that are never sources (tokens, Helm release records): those are not
@@ -116,18 +136,34 @@ fn run_watch(client: kube::Client, what: Watched, kinds: &'static Registry, feed
         // type that may be a source.
         config = config.fields(&crate::model::secret::NEVER_SOURCE_TYPES.map(|t| format!("type!={t}")).join(","));
     }
-    if matches!(what, Watched::Sources(_)) {
-        // `Api<PartialObjectMeta<_>>` asks for metadata only (list and watch alike).
-        let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &resource);
-        let stream = watcher(api, config).default_backoff();
-        tokio::spawn(feed.run(stream, |o: PartialObjectMeta<DynamicObject>| {
-            json!({"kind": PARTIAL_OBJECT_METADATA, "metadata": serde_json::to_value(o.metadata).unwrap_or(Value::Null)})
-        }));
-    } else {
-        let api: Api<DynamicObject> = Api::all_with(client, &resource);
-        let stream = watcher(api, config).default_backoff();
-        tokio::spawn(feed.run(stream, |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null)));
-    }
+    config
+}
+
+/// Spawns the watch of `what`, feeding `feed`: streamed lists unless this API server refused
+/// them ([`Lists`]).
+fn run_watch(client: kube::Client, what: Watched, kinds: &'static Registry, feed: Feed) {
+    let resource = api_resource(what, kinds);
+    tokio::spawn(async move {
+        loop {
+            let lists = if feed.paged.load(Ordering::Relaxed) { Lists::Paged } else { Lists::Streamed };
+            let ended = if matches!(what, Watched::Sources(_)) {
+                // `RawMetadata` asks for metadata only (list and watch alike).
+                let api: Api<RawMetadata> = Api::all_with(client.clone(), &resource);
+                feed.run(watcher(api, config(what, lists)).default_backoff(), lists, RawMetadata::into_value).await
+            } else {
+                let api: Api<RawObject> = Api::all_with(client.clone(), &resource);
+                feed.run(watcher(api, config(what, lists)).default_backoff(), lists, RawObject::into_value).await
+            };
+            match ended {
+                Ended::Refused(why) => {
+                    if !feed.paged.swap(true, Ordering::Relaxed) {
+                        tracing::info!(watch = what.name(), %why, "this API server does not stream lists; every watch lists in pages");
+                    }
+                }
+                Ended::Closed => break,
+            }
+        }
+    });
 }
 
 /// Watches a registered kind once discovery shows its API served (docs/behaviour.md §4b). Until
@@ -183,12 +219,29 @@ struct Feed {
     state: Arc<RwLock<State>>,
     synced: Arc<AtomicBool>,
     pending: Arc<Mutex<HashSet<&'static str>>>,
+    /// Set once the API server refused a streamed list: every watch then lists in pages.
+    paged: Arc<AtomicBool>,
+}
+
+/// Why [`Feed::run`] returned.
+enum Ended {
+    /// The stream ended (it does not, with backoff).
+    Closed,
+    /// The API server refused the streamed list, saying this.
+    Refused(String),
 }
 
 impl Feed {
-    async fn run<T>(self, stream: impl Stream<Item = Result<Event<T>, watcher::Error>>, value: impl Fn(T) -> Value) {
-        let Feed { what, state, synced, pending } = self;
+    async fn run<T>(
+        &self,
+        stream: impl Stream<Item = Result<Event<T>, watcher::Error>>,
+        lists: Lists,
+        value: impl Fn(T) -> Value,
+    ) -> Ended {
+        let Feed { what, state, synced, pending, .. } = self;
+        let what = *what;
         let mut seen: HashSet<Key> = HashSet::new();
+        let mut listed = false;
         let mut stream = std::pin::pin!(stream);
         loop {
             match stream.try_next().await {
@@ -200,6 +253,7 @@ impl Feed {
                         state.write().expect("state lock").apply(what, &v);
                     }
                     Event::InitDone => {
+                        listed = true;
                         {
                             let mut state = state.write().expect("state lock");
                             state.retain_seen(what, &seen);
@@ -211,20 +265,142 @@ impl Feed {
                         let mut p = pending.lock().expect("lock");
                         p.remove(what.name());
                         if p.is_empty() && !synced.swap(true, Ordering::Relaxed) {
-                            tracing::info!("caches synced");
+                            tracing::info!(lists = ?lists, "caches synced");
                         }
                     }
                     Event::Apply(o) => state.write().expect("state lock").apply(what, &value(o)),
                     Event::Delete(o) => state.write().expect("state lock").delete(what, &value(o)),
                 },
-                Ok(None) => break,
-                Err(e) => tracing::warn!(watch = what.name(), error = %e, "watch failed; retrying with backoff"),
+                Ok(None) => return Ended::Closed,
+                Err(e) => match refused(&e) {
+                    Some(why) if lists == Lists::Streamed && !listed => return Ended::Refused(why),
+                    _ => tracing::warn!(watch = what.name(), error = %e, "watch failed; retrying with backoff"),
+                },
             }
         }
+    }
+}
+
+/// What the API server said when it refused a streamed list: a watch that could not start with
+/// 400 or 422, what a server without WatchList answers `sendInitialEvents` or a watch's
+/// `resourceVersionMatch` with. Any other request that fails so fails as paged lists too, and
+/// is retried there.
+fn refused(e: &watcher::Error) -> Option<String> {
+    match e {
+        watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => {
+            Some(format!("{} {}", s.code, s.message))
+        }
+        _ => None,
     }
 }
 
 fn key(v: &Value) -> Key {
     let s = |k: &str| v["metadata"][k].as_str().unwrap_or_default().to_owned();
     (s("namespace"), s("name"))
+}
+
+#[cfg(test)]
+mod tests {
+    //! The choice between streamed and paged lists against API servers that can only be faked
+    //! here: one without WatchList (the current lane's serves it; the v1.20 lane's refuses it, and
+    //! is not run in CI). The streamed path against a real API server is every e2e test's.
+    use super::*;
+    use futures::StreamExt;
+    use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+    use hyper::body::{Bytes, Frame};
+    use serde_json::json;
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    type Body = BoxBody<Bytes, Infallible>;
+
+    fn full(code: u16, v: Value) -> hyper::Response<Body> {
+        hyper::Response::builder().status(code).body(Full::new(Bytes::from(serde_json::to_vec(&v).unwrap())).boxed()).unwrap()
+    }
+
+    /// Watch events, one per line, then a stream that never ends (as a watch that stays open).
+    fn events(lines: Vec<Value>) -> hyper::Response<Body> {
+        let chunks = lines.into_iter().map(|l| Ok(Frame::data(Bytes::from(format!("{l}\n")))));
+        let stream = futures::stream::iter(chunks).chain(futures::stream::pending());
+        hyper::Response::builder().status(200).body(BodyExt::boxed(StreamBody::new(stream))).unwrap()
+    }
+
+    fn namespace(name: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "resourceVersion": "5", "managedFields": [{"manager": "m"}]}})
+    }
+
+    /// An API server answering every list and watch with no objects but namespace `team`;
+    /// `streams`: whether it serves `sendInitialEvents` (else 422, as one without WatchList).
+    /// The requests' paths and queries go to `log`.
+    fn server(streams: bool, log: Arc<Mutex<Vec<String>>>) -> kube::Client {
+        let svc = tower::service_fn(move |req: hyper::Request<kube::client::Body>| {
+            let uri = req.uri().to_string();
+            log.lock().unwrap().push(uri.clone());
+            let items = if uri.starts_with("/api/v1/namespaces?") { vec![namespace("team")] } else { vec![] };
+            let response = if uri.contains("sendInitialEvents=true") {
+                if streams {
+                    let mut lines: Vec<Value> = items.into_iter().map(|o| json!({"type": "ADDED", "object": o})).collect();
+                    lines.push(json!({"type": "BOOKMARK", "object": {"kind": "Namespace", "apiVersion": "v1",
+                        "metadata": {"resourceVersion": "6", "annotations": {"k8s.io/initial-events-end": "true"}}}}));
+                    events(lines)
+                } else {
+                    full(
+                        422,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "code": 422,
+                        "message": "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch"}),
+                    )
+                }
+            } else if uri.contains("watch=true") {
+                events(vec![])
+            } else {
+                full(200, json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "5"}, "items": items}))
+            };
+            async move { Ok::<_, Infallible>(response) }
+        });
+        kube::Client::new(svc, "default")
+    }
+
+    /// Starts the watches against `client` and waits until they synced.
+    async fn synced(client: kube::Client) -> Arc<RwLock<State>> {
+        let state = Arc::new(RwLock::new(State::default()));
+        let synced = Arc::new(AtomicBool::new(false));
+        start(client, state.clone(), synced.clone(), Registry::builtin(), None);
+        for _ in 0..500 {
+            if synced.load(Ordering::Relaxed) {
+                return state;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the watches did not sync");
+    }
+
+    #[tokio::test]
+    async fn lists_are_streamed_where_the_api_server_can() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let state = synced(server(true, log.clone())).await;
+        assert!(state.read().unwrap().namespace("team").is_some());
+        let log = log.lock().unwrap();
+        assert!(log.iter().all(|r| r.contains("sendInitialEvents=true")), "a request that is no streamed list: {log:?}");
+        assert_eq!(log.len(), Watched::all(Registry::builtin(), State::default().source_kinds).len(), "one request per watch: {log:?}");
+    }
+
+    #[tokio::test]
+    async fn where_the_api_server_refuses_streamed_lists_every_watch_lists_in_pages() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let state = synced(server(false, log.clone())).await;
+        assert!(state.read().unwrap().namespace("team").is_some(), "the namespace of the paged list");
+        let log = log.lock().unwrap().clone();
+        let watches = Watched::all(Registry::builtin(), State::default().source_kinds);
+        for what in &watches {
+            let path = format!("/{}?", api_resource(*what, Registry::builtin()).plural);
+            let of = |r: &&String| r.contains(&path);
+            let streamed = log.iter().filter(of).filter(|r| r.contains("sendInitialEvents=true")).count();
+            assert!(streamed <= 1, "{} asked for a streamed list again after a refusal: {log:?}", what.name());
+            assert!(
+                log.iter().filter(of).any(|r| r.contains("limit=100") && !r.contains("watch=true")),
+                "{} was not listed in pages: {log:?}",
+                what.name()
+            );
+        }
+    }
 }
