@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use compact_str::CompactString;
 use serde_json::Value;
 
 use crate::model::json::At;
@@ -61,18 +62,65 @@ impl Meta for NamespaceInfo {
 
 #[derive(Clone, Debug, Default)]
 pub struct ConfigMapInfo {
-    pub uid: String,
-    pub resource_version: String,
-    pub created: String,
+    pub uid: CompactString,
+    pub resource_version: CompactString,
+    pub created: CompactString,
     /// `immutable: true`, which is not metadata: `None` for a record the metadata-only watch made.
     /// Immutability is for good (an immutable ConfigMap never becomes mutable again), so `Some(true)`
     /// holds for the uid's lifetime; `Some(false)` only at `resource_version`. Learnt from full
     /// objects ([`State::learn_source`]) where a decision needs it; see [`Meta::immutable`].
     pub immutable: Option<bool>,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Pairs,
     /// Only confighistory's own annotations: the rest may hold whole copies of the data
     /// (kubectl's last-applied-configuration).
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: Pairs,
+}
+
+/// A record's few labels or annotations: sorted by key, each string sized to fit. A `BTreeMap`
+/// of `String`s took a 544-byte node for even one entry, and the cache holds one or two per
+/// source, snapshot and pinned workload: ~30,000 of them at 100,000 ConfigMaps
+/// (docs/performance.md, "Scale").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pairs(Box<[(Box<str>, Box<str>)]>);
+
+impl Pairs {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.binary_search_by(|(k, _)| k.as_ref().cmp(key)).ok().map(|i| &*self.0[i].1)
+    }
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (&**k, &**v))
+    }
+    /// Sets `key` (rare: the slice is rebuilt).
+    pub fn insert(&mut self, key: &str, value: &str) {
+        let mut v = std::mem::take(&mut self.0).into_vec();
+        match v.binary_search_by(|(k, _)| k.as_ref().cmp(key)) {
+            Ok(i) => v[i].1 = value.into(),
+            Err(i) => v.insert(i, (key.into(), value.into())),
+        }
+        self.0 = v.into_boxed_slice();
+    }
+    /// Heap bytes, about.
+    fn approx_bytes(&self) -> usize {
+        self.0.len() * std::mem::size_of::<(Box<str>, Box<str>)>() + self.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+    }
+}
+
+impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Pairs {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Pairs {
+        let mut v: Vec<(Box<str>, Box<str>)> = iter.into_iter().map(|(k, v)| (k.as_ref().into(), v.as_ref().into())).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.dedup_by(|a, b| a.0 == b.0);
+        Pairs(v.into_boxed_slice())
+    }
 }
 
 /// The annotations a ConfigMap's record keeps: the ones the rules read on sources and snapshots.
@@ -97,9 +145,9 @@ const WORKLOAD_ANNOTATIONS: [&str; 4] = [names::IGNORE, names::PINS, names::HELD
 
 /// The annotations in `keys`, each bounded ([`meta::bounded`]): a tenant's object costs the cache
 /// a bounded number of bytes, however many or large its annotations.
-fn kept_annotations(v: &Value, keys: &[&str]) -> BTreeMap<String, String> {
-    let Some(m) = v.as_object() else { return BTreeMap::new() };
-    keys.iter().filter_map(|k| m.get(*k).map(|v| (k.to_string(), meta::bounded(k, v.as_str().unwrap_or_default()).to_owned()))).collect()
+fn kept_annotations(v: &Value, keys: &[&str]) -> Pairs {
+    let Some(m) = v.as_object() else { return Pairs::default() };
+    keys.iter().filter_map(|k| m.get(*k).map(|v| (*k, meta::bounded(k, v.as_str().unwrap_or_default())))).collect()
 }
 
 impl ConfigMapInfo {
@@ -116,11 +164,17 @@ impl ConfigMapInfo {
         let meta = &obj["metadata"];
         let metadata_only = obj.get("kind").and_then(Value::as_str) == Some(PARTIAL_OBJECT_METADATA);
         ConfigMapInfo {
-            uid: str_at(meta, "uid"),
-            resource_version: str_at(meta, "resourceVersion"),
-            created: str_at(meta, "creationTimestamp"),
+            uid: str_at(meta, "uid").into(),
+            resource_version: str_at(meta, "resourceVersion").into(),
+            created: str_at(meta, "creationTimestamp").into(),
             immutable: (!metadata_only).then(|| obj.immutable()),
-            labels: string_map(&meta["labels"], |k| labels.is_none_or(|keep| CONFIGMAP_LABELS.contains(&k) || keep.contains(k))),
+            labels: meta["labels"]
+                .as_object()
+                .map(|m| {
+                    let keep = |k: &str| labels.is_none_or(|keep| CONFIGMAP_LABELS.contains(&k) || keep.contains(k));
+                    m.iter().filter(|(k, _)| keep(k)).map(|(k, v)| (k, v.as_str().unwrap_or_default())).collect()
+                })
+                .unwrap_or_default(),
             annotations: kept_annotations(&meta["annotations"], &CONFIGMAP_ANNOTATIONS),
         }
     }
@@ -128,23 +182,21 @@ impl ConfigMapInfo {
     /// Bytes the record takes, about: its strings and, per map entry, two `String`s and a share
     /// of a B-tree node. For tests and measurements of what a tenant's object costs.
     pub fn approx_bytes(&self) -> usize {
-        let entry = 2 * std::mem::size_of::<String>() + 16;
-        let map = |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| entry + k.capacity() + v.capacity()).sum::<usize>();
         std::mem::size_of::<Self>()
             + self.uid.capacity()
             + self.resource_version.capacity()
             + self.created.capacity()
-            + map(&self.labels)
-            + map(&self.annotations)
+            + self.labels.approx_bytes()
+            + self.annotations.approx_bytes()
     }
 
     /// (source name, hash) when this ConfigMap is labelled as a snapshot.
     pub fn snapshot_of(&self, name: &str) -> Option<(String, String)> {
         let hash = self.labels.get(names::HASH_LABEL)?;
-        if self.labels.get(names::MANAGED_BY).map(String::as_str) != Some(names::MANAGER) {
+        if self.labels.get(names::MANAGED_BY) != Some(names::MANAGER) {
             return None;
         }
-        Some((source::snapshot_source(name, self)?.to_owned(), hash.clone()))
+        Some((source::snapshot_source(name, self)?.to_owned(), hash.to_owned()))
     }
 
     /// Whether the record knows the ConfigMap is mutable. The controller's planners act on a
@@ -164,10 +216,10 @@ pub const PARTIAL_OBJECT_METADATA: &str = "PartialObjectMetadata";
 /// fresh reads, never from this.
 impl Meta for ConfigMapInfo {
     fn annotation(&self, key: &str) -> Option<&str> {
-        self.annotations.get(key).map(String::as_str)
+        self.annotations.get(key)
     }
     fn label(&self, key: &str) -> Option<&str> {
-        self.labels.get(key).map(String::as_str)
+        self.labels.get(key)
     }
     fn immutable(&self) -> bool {
         self.immutable == Some(true)
@@ -177,10 +229,10 @@ impl Meta for ConfigMapInfo {
 /// A workload (Deployment, StatefulSet, DaemonSet, Job, CronJob).
 #[derive(Clone, Debug, Default)]
 pub struct WorkloadInfo {
-    pub uid: String,
-    pub template_hash: String,
+    pub uid: CompactString,
+    pub template_hash: CompactString,
     pub refs: Vec<SourceId>,
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: Pairs,
     /// Kind of the controlling owner (a Job made by a CronJob).
     pub owner_kind: Option<String>,
     pub deleting: bool,
@@ -189,7 +241,7 @@ pub struct WorkloadInfo {
 /// The cache keeps no workload labels.
 impl Meta for WorkloadInfo {
     fn annotation(&self, key: &str) -> Option<&str> {
-        self.annotations.get(key).map(String::as_str)
+        self.annotations.get(key)
     }
     fn label(&self, _: &str) -> Option<&str> {
         None
@@ -202,10 +254,10 @@ impl Meta for WorkloadInfo {
 /// A revision: ReplicaSet or ControllerRevision.
 #[derive(Clone, Debug, Default)]
 pub struct RevisionInfo {
-    pub owner_uid: String,
+    pub owner_uid: CompactString,
     /// creationTimestamp (RFC 3339): history older than this process is trusted as it is.
-    pub created: String,
-    pub template_hash: String,
+    pub created: CompactString,
+    pub template_hash: CompactString,
     pub refs: Vec<SourceId>,
     pub revision: i64,
 }
@@ -251,7 +303,7 @@ pub struct State {
     /// The namespace in the key, once per owner: a revision counts only in its own namespace.
     pub owner_revisions: HashMap<Key, Vec<(Kind, String)>>,
     /// Template hashes that still exist as a revision, per namespace (live adoption records).
-    pub namespace_templates: HashMap<String, HashMap<String, u32>>,
+    pub namespace_templates: HashMap<String, HashMap<CompactString, u32>>,
     /// Template hashes each workload has been seen with, by (namespace, uid): a revision counts
     /// for undo only when its template is one of them or it predates this process (docs/behaviour.md §9a: a
     /// ReplicaSet forged with an owner reference to a tenant's Deployment makes no "undo").
@@ -388,7 +440,7 @@ impl State {
         owned.iter().filter_map(|(kind, name)| self.revisions.get(&(*kind, ns.to_owned(), name.clone()))).any(|r| {
             r.owner_uid == owner_uid
                 && r.template_hash == template_hash
-                && (seen || self.revisions_trusted_before.as_ref().is_none_or(|t| !r.created.is_empty() && r.created < *t))
+                && (seen || self.revisions_trusted_before.as_ref().is_none_or(|t| !r.created.is_empty() && r.created.as_str() < t.as_str()))
         })
     }
 
@@ -428,8 +480,11 @@ impl State {
     /// ignored workload is none (only rewrite mode keeps content for plain users, and there it is
     /// left alone): no snapshot or adoption record is kept for it.
     pub fn plain_users(&self, ns: &str, id: &SourceId) -> Vec<String> {
-        let mut v: Vec<String> =
-            self.users(ns, id).filter(|(_, _, w)| !w.deleting && !policy::ignored(*w)).map(|(_, _, w)| w.template_hash.clone()).collect();
+        let mut v: Vec<String> = self
+            .users(ns, id)
+            .filter(|(_, _, w)| !w.deleting && !policy::ignored(*w))
+            .map(|(_, _, w)| w.template_hash.to_string())
+            .collect();
         v.sort();
         v.dedup();
         v
@@ -478,7 +533,7 @@ impl State {
             // annotations above are confighistory's own, heads are MACs).
             let cert = obj["metadata"]["annotations"].get(names::CERTIFICATE_NAME).and_then(Value::as_str);
             if let Some(c) = cert {
-                info.annotations.insert(names::CERTIFICATE_NAME.to_owned(), meta::bounded(names::CERTIFICATE_NAME, c).to_owned());
+                info.annotations.insert(names::CERTIFICATE_NAME, meta::bounded(names::CERTIFICATE_NAME, c));
             }
         }
         if let (None, Some(old)) = (info.immutable, self.sources.get(&key)) {
@@ -534,8 +589,8 @@ impl State {
         let tpl = obj.at(kind.template_pointer()).cloned().unwrap_or(Value::Null);
         let meta = &obj["metadata"];
         let info = WorkloadInfo {
-            uid: str_at(meta, "uid"),
-            template_hash: kind.template_hash(&tpl),
+            uid: str_at(meta, "uid").into(),
+            template_hash: kind.template_hash(&tpl).into(),
             refs: template::ref_sources(&tpl, self.source_kinds).into_iter().collect(),
             annotations: kept_annotations(&meta["annotations"], &WORKLOAD_ANNOTATIONS),
             owner_kind: controller_owner(meta).map(|(k, _)| k),
@@ -544,7 +599,7 @@ impl State {
         self.remove_workload(kind, &ns, &name);
         self.count_refs(&ns, &info.refs, 1, Some((kind, &name)));
         if !info.uid.is_empty() {
-            self.seen_templates.entry((ns.clone(), info.uid.clone())).or_default().insert(info.template_hash.clone());
+            self.seen_templates.entry((ns.clone(), info.uid.to_string())).or_default().insert(info.template_hash.to_string());
         }
         self.workloads.insert((kind, ns, name), info);
     }
@@ -556,7 +611,7 @@ impl State {
 
     /// A workload that is gone: its references and the templates it was seen with.
     fn forget_workload(&mut self, kind: Kind, ns: &str, name: &str) {
-        if let Some(uid) = self.workloads.get(&(kind, ns.to_owned(), name.to_owned())).map(|w| w.uid.clone()) {
+        if let Some(uid) = self.workloads.get(&(kind, ns.to_owned(), name.to_owned())).map(|w| w.uid.to_string()) {
             self.seen_templates.remove(&(ns.to_owned(), uid));
         }
         self.remove_workload(kind, ns, name);
@@ -574,16 +629,16 @@ impl State {
         let tpl = obj.at(kind.template_pointer()).cloned().unwrap_or(Value::Null);
         let (revision, template_hash) = self.kinds.revision_of(kind, obj);
         let info = RevisionInfo {
-            owner_uid: controller_owner(meta).map(|(_, uid)| uid).unwrap_or_default(),
-            created: str_at(meta, "creationTimestamp"),
-            template_hash,
+            owner_uid: controller_owner(meta).map(|(_, uid)| uid.into()).unwrap_or_default(),
+            created: str_at(meta, "creationTimestamp").into(),
+            template_hash: template_hash.into(),
             refs: template::ref_sources(&tpl, self.source_kinds).into_iter().collect(),
             revision,
         };
         self.remove_revision(kind, &ns, &name);
         self.count_refs(&ns, &info.refs, 1, None);
         if !info.owner_uid.is_empty() {
-            let owned = self.owner_revisions.entry((ns.clone(), info.owner_uid.clone())).or_default();
+            let owned = self.owner_revisions.entry((ns.clone(), info.owner_uid.to_string())).or_default();
             owned.push((kind, name.clone()));
             tight(owned);
         }
@@ -599,7 +654,7 @@ impl State {
     fn remove_revision(&mut self, kind: Kind, ns: &str, name: &str) {
         let Some(old) = self.revisions.remove(&(kind, ns.to_owned(), name.to_owned())) else { return };
         self.count_refs(ns, &old.refs, -1, None);
-        let owner = (ns.to_owned(), old.owner_uid.clone());
+        let owner = (ns.to_owned(), old.owner_uid.to_string());
         if let Some(owned) = self.owner_revisions.get_mut(&owner) {
             owned.retain(|(k, n)| !(*k == kind && n == name));
             if owned.is_empty() {
@@ -773,6 +828,27 @@ mod tests {
     /// The indexes the questions about one source or one owner read (issue 29) answer as a scan
     /// of the whole cache does, through applies, updates, relabels, deletes and relists.
     #[test]
+    fn pairs_answer_as_a_btree_map_of_the_same_entries() {
+        let entries = [("b", "2"), ("a", "1"), ("c", "3"), ("a", "first wins")];
+        let mut pairs: Pairs = entries.iter().copied().collect();
+        let mut map: BTreeMap<&str, &str> = BTreeMap::new();
+        for (k, v) in entries {
+            map.entry(k).or_insert(v);
+        }
+        assert_eq!(pairs.iter().collect::<Vec<_>>(), map.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>());
+        pairs.insert("b", "two");
+        pairs.insert("0", "zero");
+        map.insert("b", "two");
+        map.insert("0", "zero");
+        assert_eq!(pairs.iter().collect::<Vec<_>>(), map.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>());
+        for k in ["0", "a", "b", "c", "d", ""] {
+            assert_eq!(pairs.get(k), map.get(k).copied(), "{k}");
+            assert_eq!(pairs.contains_key(k), map.contains_key(k));
+        }
+        assert_eq!((pairs.len(), Pairs::default().is_empty()), (4, true));
+    }
+
+    #[test]
     fn indexes_answer_as_a_scan_of_the_whole_cache() {
         // The answers as every record gives them, the way they were computed before the indexes.
         fn plain_users(s: &State, ns: &str, id: &SourceId) -> Vec<String> {
@@ -780,7 +856,7 @@ mod tests {
                 .workloads
                 .iter()
                 .filter(|((_, n, _), w)| n == ns && !w.deleting && !policy::ignored(*w) && w.refs.contains(id))
-                .map(|(_, w)| w.template_hash.clone())
+                .map(|(_, w)| w.template_hash.to_string())
                 .collect();
             v.sort();
             v.dedup();
@@ -816,7 +892,8 @@ mod tests {
                     n == ns
                         && r.owner_uid == owner_uid
                         && r.template_hash == template_hash
-                        && (seen || s.revisions_trusted_before.as_ref().is_none_or(|t| !r.created.is_empty() && r.created < *t))
+                        && (seen
+                            || s.revisions_trusted_before.as_ref().is_none_or(|t| !r.created.is_empty() && r.created.as_str() < t.as_str()))
                 })
         }
 
@@ -1118,7 +1195,7 @@ mod tests {
         s.apply_configmap(&obj);
         let cm = s.source("ns", &SourceId::configmap("cfg")).unwrap();
         assert!(cm.approx_bytes() < 4 * 1024, "{} bytes", cm.approx_bytes());
-        assert_eq!(cm.labels.keys().collect::<Vec<_>>(), ["ca-bundle"], "only what the selector reads");
+        assert_eq!(cm.labels.iter().map(|(k, _)| k).collect::<Vec<_>>(), ["ca-bundle"], "only what the selector reads");
         // Malformed, not shortened, on the raw object and in the record alike.
         for key in [names::HEAD, names::ADOPTED] {
             assert_eq!((obj.annotation(key), cm.annotation(key)), (Some(meta::TOO_LONG), Some(meta::TOO_LONG)), "{key}");

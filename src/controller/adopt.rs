@@ -24,6 +24,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use compact_str::CompactString;
+
 use super::propagate::{self, Plan};
 use crate::cache::{SourceKey, State};
 use crate::model::meta::Meta;
@@ -60,7 +62,7 @@ pub struct Decisions {
 /// propagation pass ([`note_seen`]) asks about every workload every tick, and a pair already
 /// there costs no allocation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Seen(HashMap<String, HashSet<String>>);
+pub struct Seen(HashMap<String, HashSet<CompactString>>);
 
 impl Seen {
     pub fn new() -> Seen {
@@ -77,8 +79,8 @@ impl Seen {
             return false;
         }
         match self.0.get_mut(ns) {
-            Some(t) => t.insert(template.to_owned()),
-            None => self.0.entry(ns.to_owned()).or_default().insert(template.to_owned()),
+            Some(t) => t.insert(template.into()),
+            None => self.0.entry(ns.to_owned()).or_default().insert(template.into()),
         }
     }
 
@@ -106,7 +108,7 @@ impl Seen {
     /// Every pair of `other` that `skip` says no to.
     pub fn extend_except(&mut self, other: Seen, skip: &Seen) {
         for (ns, templates) in other.0 {
-            let kept: Vec<String> = templates.into_iter().filter(|t| !skip.contains(&ns, t)).collect();
+            let kept: Vec<CompactString> = templates.into_iter().filter(|t| !skip.contains(&ns, t)).collect();
             if !kept.is_empty() {
                 self.0.entry(ns).or_default().extend(kept);
             }
@@ -114,24 +116,24 @@ impl Seen {
     }
 }
 
-impl FromIterator<(String, String)> for Seen {
-    fn from_iter<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Seen {
+impl<T: AsRef<str>> FromIterator<(String, T)> for Seen {
+    fn from_iter<I: IntoIterator<Item = (String, T)>>(pairs: I) -> Seen {
         let mut seen = Seen::new();
         seen.extend(pairs);
         seen
     }
 }
 
-impl Extend<(String, String)> for Seen {
-    fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, pairs: I) {
+impl<T: AsRef<str>> Extend<(String, T)> for Seen {
+    fn extend<I: IntoIterator<Item = (String, T)>>(&mut self, pairs: I) {
         for (ns, template) in pairs {
-            self.0.entry(ns).or_default().insert(template);
+            self.0.entry(ns).or_default().insert(template.as_ref().into());
         }
     }
 }
 
-impl<const N: usize> From<[(String, String); N]> for Seen {
-    fn from(pairs: [(String, String); N]) -> Seen {
+impl<T: AsRef<str>, const N: usize> From<[(String, T); N]> for Seen {
+    fn from(pairs: [(String, T); N]) -> Seen {
         pairs.into_iter().collect()
     }
 }
@@ -270,7 +272,7 @@ pub fn decide(
         }
         if read_first {
             // One decision for the whole template, once every source it names plainly is known.
-            deferred.push((ns.clone(), w.template_hash.clone()));
+            deferred.push((ns.clone(), w.template_hash.to_string()));
             continue;
         }
         if plain.is_empty() {
@@ -281,7 +283,7 @@ pub fn decide(
                 kind: *kind,
                 namespace: ns.clone(),
                 name: name.clone(),
-                uid: w.uid.clone(),
+                uid: w.uid.to_string(),
                 trigger: plain.into_iter().collect(),
                 released: Vec::new(),
                 undone,
@@ -289,8 +291,8 @@ pub fn decide(
             });
         } else if !pinned_before && unknown_config.is_empty() && kind.has_history() {
             for (source, _) in plain {
-                if !done.contains(&(ns.clone(), source.clone(), w.template_hash.clone())) {
-                    adoptions.entry((ns.clone(), source)).or_default().insert(w.template_hash.clone());
+                if !done.contains(&(ns.clone(), source.clone(), w.template_hash.to_string())) {
+                    adoptions.entry((ns.clone(), source)).or_default().insert(w.template_hash.to_string());
                 }
             }
         }
@@ -315,7 +317,7 @@ mod tests {
     use serde_json::json;
 
     fn tpl_hash(s: &State, name: &str) -> String {
-        s.workloads[&(Kind::Deployment, "ns".to_owned(), name.to_owned())].template_hash.clone()
+        s.workloads[&(Kind::Deployment, "ns".to_owned(), name.to_owned())].template_hash.to_string()
     }
 
     /// The propagation pass's bookkeeping (docs/behaviour.md §4a, §9): templates of namespaces

@@ -310,7 +310,7 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
                         kind: source.kind_str().into(),
                         namespace: ns.clone(),
                         name: source.name.clone(),
-                        uid: uid.unwrap_or_default(),
+                        uid: uid.map(|u| u.to_string()).unwrap_or_default(),
                     };
                     let note = format!("Propagated {head} to {n} workload{}", if n == 1 { "" } else { "s" });
                     event(ctx, regarding, false, "Propagated", "Propagate", note).await;
@@ -504,8 +504,11 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (us
         }
         let recorded = |s: &&SourceId| template.is_some() && !p.undone.contains(*s) && !p.unknown.contains(*s);
         for source in p.trigger.keys().filter(recorded) {
-            let a =
-                adopt::Adoption { namespace: p.namespace.clone(), source: source.clone(), templates: template.iter().cloned().collect() };
+            let a = adopt::Adoption {
+                namespace: p.namespace.clone(),
+                source: source.clone(),
+                templates: template.iter().map(|t| t.to_string()).collect(),
+            };
             if st.adopted.contains(&(a.namespace.clone(), a.source.clone(), a.templates[0].clone())) {
                 continue;
             }
@@ -541,7 +544,7 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (us
         let waiting: adopt::Seen = decisions
             .repairs
             .iter()
-            .filter_map(|p| Some((p.namespace.clone(), state.workloads.get(&p.key())?.template_hash.clone())))
+            .filter_map(|p| Some((p.namespace.clone(), state.workloads.get(&p.key())?.template_hash.to_string())))
             .chain(decisions.deferred.iter().cloned())
             .collect();
         // Kept while the template exists: one gone is never decided about again.
@@ -580,7 +583,9 @@ async fn rehash(ctx: &Ctx, verified: &mut HashMap<SourceKey, String>) {
         let sources = propagate::rehash_sources(&state, &ctx.shared.policy, &ctx.selector);
         let listed: HashSet<&SourceKey> = sources.iter().map(|(k, _)| k).collect();
         verified.retain(|k, _| listed.contains(k));
-        let unchanged = |k: &SourceKey| verified.get(k).is_some_and(|rv| state.sources.get(k).is_some_and(|c| &c.resource_version == rv));
+        let unchanged = |k: &SourceKey| {
+            verified.get(k).is_some_and(|rv| state.sources.get(k).is_some_and(|c| c.resource_version.as_str() == rv.as_str()))
+        };
         sources.into_iter().filter(|(k, _)| !unchanged(k)).collect::<Vec<_>>()
     };
     for ((ns, name), pins) in sources {

@@ -258,7 +258,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
             kind: *kind,
             namespace: ns.clone(),
             name: name.clone(),
-            uid: w.uid.clone(),
+            uid: w.uid.to_string(),
             trigger,
             released,
             undone: Vec::new(),

@@ -267,8 +267,8 @@ async fn a_resync_pass_adopts_templates_seen_before_and_repairs_new_plain_ones()
     resync_pass(&ctx, &seen, &mut st).await;
     let snapshot = cluster.get("ns", &snapshot::name("cfg", &hash, 0)).expect("the snapshot of the current content");
     let record = crate::admission::annotation(&snapshot, names::ADOPTED).unwrap_or_default().to_owned();
-    assert!(record.contains(&old_t), "adopted: {record}");
-    assert!(record.contains(&new_t), "the repaired template's content is recorded before its trigger: {record}");
+    assert!(record.contains(old_t.as_str()), "adopted: {record}");
+    assert!(record.contains(new_t.as_str()), "the repaired template's content is recorded before its trigger: {record}");
     assert_eq!(trigger_of(&cluster, "old"), None, "an adopted workload is not restarted");
     assert_eq!(trigger_of(&cluster, "new"), Some(format!("cfg={hash}")));
     let events = cluster.events();
@@ -1016,7 +1016,10 @@ async fn a_resync_pass_adopts_repairs_and_rehashes_secret_sources_where_secrets_
     assert_eq!(snap["data"]["password"], json!(b64(CANARY)), "a copy of the data");
     crate::model::secret::validate(&snap, "ns", &policy.secrets.keys.get().unwrap()).expect("a valid Secret snapshot");
     let record = crate::admission::annotation(&snap, names::ADOPTED).unwrap_or_default().to_owned();
-    assert!(record.contains(&old_t) && record.contains(&new_t), "adopted, and the repaired template recorded first: {record}");
+    assert!(
+        record.contains(old_t.as_str()) && record.contains(new_t.as_str()),
+        "adopted, and the repaired template recorded first: {record}"
+    );
     assert_eq!(trigger_of(&cluster, "old"), None, "an adopted workload is not restarted");
     assert_eq!(trigger_of(&cluster, "new"), Some(format!("secret/db={mac}")));
     let calls = cluster.calls.lock().unwrap().clone();
