@@ -20,9 +20,12 @@ use crate::model::source::{self, SourceId, SourceKind};
 use crate::model::template::{self, Kind};
 
 /// (namespace, name)
-pub type Key = (String, String);
+pub type Key = (CompactString, CompactString);
 /// (namespace, source): a source, or a snapshot of one (an object of the source's kind).
-pub type SourceKey = (String, SourceId);
+pub type SourceKey = (CompactString, SourceId);
+/// (kind, namespace, name) of a workload or revision. Names and namespaces of up to 24 bytes are
+/// held inline: a key costs no allocation of its own (docs/performance.md, "Scale").
+pub type ObjectKey = (Kind, CompactString, CompactString);
 
 #[derive(Clone, Debug, Default)]
 pub struct NamespaceInfo {
@@ -276,7 +279,7 @@ pub struct Referenced {
     pub count: RefCount,
     /// (kind, name) of each workload of the namespace whose template names it: what
     /// [`State::plain_users`] and [`State::user_names`] read instead of every workload (issue 29).
-    pub workloads: Vec<(Kind, String)>,
+    pub workloads: Vec<(Kind, CompactString)>,
 }
 
 /// Which watches have delivered their initial list.
@@ -288,8 +291,8 @@ pub struct State {
     pub namespaces: HashMap<String, NamespaceInfo>,
     /// Objects of the source kinds (sources and their snapshots), by (namespace, kind and name).
     pub sources: HashMap<SourceKey, ConfigMapInfo>,
-    pub workloads: HashMap<(Kind, String, String), WorkloadInfo>,
-    pub revisions: HashMap<(Kind, String, String), RevisionInfo>,
+    pub workloads: HashMap<ObjectKey, WorkloadInfo>,
+    pub revisions: HashMap<ObjectKey, RevisionInfo>,
     /// References by (namespace, object referenced), counted, with the workloads that make them.
     pub refs: HashMap<SourceKey, Referenced>,
     /// Snapshots by (namespace, source): the names of the objects whose records say they are
@@ -301,7 +304,7 @@ pub struct State {
     pub snapshot_sources: HashMap<SourceKey, u32>,
     /// Revisions by (namespace, controlling owner's uid), undo detection: (kind, name) of each.
     /// The namespace in the key, once per owner: a revision counts only in its own namespace.
-    pub owner_revisions: HashMap<Key, Vec<(Kind, String)>>,
+    pub owner_revisions: HashMap<Key, Vec<(Kind, CompactString)>>,
     /// Template hashes that still exist as a revision, per namespace (live adoption records).
     pub namespace_templates: HashMap<String, HashMap<CompactString, u32>>,
     /// Template hashes each workload has been seen with, by (namespace, uid): a revision counts
@@ -350,15 +353,15 @@ fn known_still(old: &ConfigMapInfo, uid: &str, resource_version: &str) -> Option
 }
 
 fn key_of(obj: &Value) -> Key {
-    (str_at(&obj["metadata"], "namespace"), str_at(&obj["metadata"], "name"))
+    (str_at(&obj["metadata"], "namespace").into(), str_at(&obj["metadata"], "name").into())
 }
 
 fn source_key(kind: SourceKind, obj: &Value) -> SourceKey {
-    (str_at(&obj["metadata"], "namespace"), SourceId::new(kind, str_at(&obj["metadata"], "name")))
+    (str_at(&obj["metadata"], "namespace").into(), SourceId::new(kind, str_at(&obj["metadata"], "name")))
 }
 
 fn skey(ns: &str, id: &SourceId) -> SourceKey {
-    (ns.to_owned(), id.clone())
+    (ns.into(), id.clone())
 }
 
 impl State {
@@ -434,10 +437,10 @@ impl State {
         if owner_uid.is_empty() {
             return false;
         }
-        let owner = (ns.to_owned(), owner_uid.to_owned());
+        let owner: Key = (ns.into(), owner_uid.into());
         let Some(owned) = self.owner_revisions.get(&owner) else { return false };
         let seen = self.seen_templates.get(&owner).is_some_and(|s| s.contains(template_hash));
-        owned.iter().filter_map(|(kind, name)| self.revisions.get(&(*kind, ns.to_owned(), name.clone()))).any(|r| {
+        owned.iter().filter_map(|(kind, name)| self.revisions.get(&(*kind, ns.into(), name.clone()))).any(|r| {
             r.owner_uid == owner_uid
                 && r.template_hash == template_hash
                 && (seen || self.revisions_trusted_before.as_ref().is_none_or(|t| !r.created.is_empty() && r.created.as_str() < t.as_str()))
@@ -463,7 +466,7 @@ impl State {
         let kind = source.kind;
         names.iter().filter_map(move |name| {
             let id = SourceId::new(kind, name.as_str());
-            let cm = self.sources.get(&(ns.clone(), id))?;
+            let cm = self.sources.get(&(ns.as_str().into(), id))?;
             let (_, hash) = cm.snapshot_of(name)?;
             Some((name.as_str(), cm, hash))
         })
@@ -472,7 +475,7 @@ impl State {
     /// The workloads of a namespace whose template names `id` (as the reference index has them).
     fn users<'a>(&'a self, ns: &str, id: &SourceId) -> impl Iterator<Item = (Kind, &'a str, &'a WorkloadInfo)> + 'a {
         let users = self.refs.get(&skey(ns, id)).map(|r| r.workloads.as_slice()).unwrap_or_default();
-        let ns = ns.to_owned();
+        let ns = CompactString::from(ns);
         users.iter().filter_map(move |(kind, name)| Some((*kind, name.as_str(), self.workloads.get(&(*kind, ns.clone(), name.clone()))?)))
     }
 
@@ -599,7 +602,7 @@ impl State {
         self.remove_workload(kind, &ns, &name);
         self.count_refs(&ns, &info.refs, 1, Some((kind, &name)));
         if !info.uid.is_empty() {
-            self.seen_templates.entry((ns.clone(), info.uid.to_string())).or_default().insert(info.template_hash.to_string());
+            self.seen_templates.entry((ns.clone(), info.uid.clone())).or_default().insert(info.template_hash.to_string());
         }
         self.workloads.insert((kind, ns, name), info);
     }
@@ -611,14 +614,14 @@ impl State {
 
     /// A workload that is gone: its references and the templates it was seen with.
     fn forget_workload(&mut self, kind: Kind, ns: &str, name: &str) {
-        if let Some(uid) = self.workloads.get(&(kind, ns.to_owned(), name.to_owned())).map(|w| w.uid.to_string()) {
-            self.seen_templates.remove(&(ns.to_owned(), uid));
+        if let Some(uid) = self.workloads.get(&(kind, ns.into(), name.into())).map(|w| w.uid.clone()) {
+            self.seen_templates.remove(&(ns.into(), uid));
         }
         self.remove_workload(kind, ns, name);
     }
 
     fn remove_workload(&mut self, kind: Kind, ns: &str, name: &str) {
-        if let Some(old) = self.workloads.remove(&(kind, ns.to_owned(), name.to_owned())) {
+        if let Some(old) = self.workloads.remove(&(kind, ns.into(), name.into())) {
             self.count_refs(ns, &old.refs, -1, Some((kind, name)));
         }
     }
@@ -638,11 +641,11 @@ impl State {
         self.remove_revision(kind, &ns, &name);
         self.count_refs(&ns, &info.refs, 1, None);
         if !info.owner_uid.is_empty() {
-            let owned = self.owner_revisions.entry((ns.clone(), info.owner_uid.to_string())).or_default();
+            let owned = self.owner_revisions.entry((ns.clone(), info.owner_uid.clone())).or_default();
             owned.push((kind, name.clone()));
             tight(owned);
         }
-        *self.namespace_templates.entry(ns.clone()).or_default().entry(info.template_hash.clone()).or_default() += 1;
+        *self.namespace_templates.entry(ns.to_string()).or_default().entry(info.template_hash.clone()).or_default() += 1;
         self.revisions.insert((kind, ns, name), info);
     }
 
@@ -652,9 +655,9 @@ impl State {
     }
 
     fn remove_revision(&mut self, kind: Kind, ns: &str, name: &str) {
-        let Some(old) = self.revisions.remove(&(kind, ns.to_owned(), name.to_owned())) else { return };
+        let Some(old) = self.revisions.remove(&(kind, ns.into(), name.into())) else { return };
         self.count_refs(ns, &old.refs, -1, None);
-        let owner = (ns.to_owned(), old.owner_uid.to_string());
+        let owner: Key = (ns.into(), old.owner_uid.clone());
         if let Some(owned) = self.owner_revisions.get_mut(&owner) {
             owned.retain(|(k, n)| !(*k == kind && n == name));
             if owned.is_empty() {
@@ -682,7 +685,7 @@ impl State {
             if let Some((kind, name)) = workload {
                 let at = r.workloads.iter().position(|(k, n)| *k == kind && n == name);
                 match (delta > 0, at) {
-                    (true, None) => r.workloads.push((kind, name.to_owned())),
+                    (true, None) => r.workloads.push((kind, name.into())),
                     (false, Some(i)) => {
                         r.workloads.swap_remove(i);
                     }
@@ -695,7 +698,7 @@ impl State {
             }
             if workload.is_some() {
                 if let Some((source, _, _)) = snapshot::parse_name(&id.name) {
-                    let key = (ns.to_owned(), id.with_name(source));
+                    let key: SourceKey = (ns.into(), id.with_name(source));
                     let c = self.snapshot_sources.entry(key.clone()).or_default();
                     *c = c.saturating_add_signed(delta);
                     if *c == 0 {
@@ -709,13 +712,13 @@ impl State {
     /// Replaces every object of one watch after a relist: entries not in `seen` are dropped.
     pub fn retain_seen(&mut self, what: Watched, seen: &HashSet<Key>) {
         match what {
-            Watched::Namespaces => self.namespaces.retain(|n, _| seen.contains(&(String::new(), n.clone()))),
+            Watched::Namespaces => self.namespaces.retain(|n, _| seen.contains(&(CompactString::default(), n.as_str().into()))),
             // Each watch relists its own kind: a ConfigMap relist leaves other kinds' objects be.
             Watched::Sources(kind) => {
                 let gone: Vec<SourceKey> = self
                     .sources
                     .keys()
-                    .filter(|(ns, id)| id.kind == kind && !seen.contains(&(ns.clone(), id.name.clone())))
+                    .filter(|(ns, id)| id.kind == kind && !seen.contains(&(ns.clone(), id.name.as_str().into())))
                     .cloned()
                     .collect();
                 for key in gone {
@@ -886,7 +889,7 @@ mod tests {
                 .map(|(_, name, hash)| (name, hash))
         }
         fn is_revision_of(s: &State, ns: &str, owner_uid: &str, template_hash: &str) -> bool {
-            let seen = s.seen_templates.get(&(ns.to_owned(), owner_uid.to_owned())).is_some_and(|t| t.contains(template_hash));
+            let seen = s.seen_templates.get(&(ns.into(), owner_uid.into())).is_some_and(|t| t.contains(template_hash));
             !owner_uid.is_empty()
                 && s.revisions.iter().any(|((_, n, _), r)| {
                     n == ns
@@ -971,7 +974,7 @@ mod tests {
                         [Watched::Sources(SourceKind::ConfigMap), Watched::Workload(Kind::Deployment), Watched::Revision(Kind::ReplicaSet)]
                             [next(3)];
                     let keys: Vec<Key> = match what {
-                        Watched::Sources(_) => s.sources.keys().map(|(n, id)| (n.clone(), id.name.clone())).collect(),
+                        Watched::Sources(_) => s.sources.keys().map(|(n, id)| (n.clone(), id.name.as_str().into())).collect(),
                         Watched::Workload(_) => s.workloads.keys().map(|(_, n, m)| (n.clone(), m.clone())).collect(),
                         _ => s.revisions.keys().map(|(_, n, m)| (n.clone(), m.clone())).collect(),
                     };
@@ -1165,7 +1168,7 @@ mod tests {
         obj["metadata"]["annotations"] = json!({names::HELD: "cfg, other,", names::HELD_HEADS: r#"{"cfg":"h1"}"#, "kubectl.kubernetes.io/last-applied-configuration": "{}"});
         let mut s = State::default();
         s.apply_workload(Kind::Deployment, &obj);
-        let info = &s.workloads[&(Kind::Deployment, "ns".to_owned(), "a".to_owned())];
+        let info = &s.workloads[&(Kind::Deployment, "ns".into(), "a".into())];
         let want: source::Holds = [(SourceId::configmap("cfg"), Some("h1".to_owned())), (SourceId::configmap("other"), None)].into();
         assert_eq!(source::holds(&obj), want);
         assert_eq!(source::holds(info), want);
@@ -1213,7 +1216,7 @@ mod tests {
         let mut w = deployment("a", "cfg");
         w["metadata"]["annotations"] = json!({names::HELD: big, "confighistory.io/other": big, names::IGNORE: "true"});
         s.apply_workload(Kind::Deployment, &w);
-        let info = &s.workloads[&(Kind::Deployment, "ns".to_owned(), "a".to_owned())];
+        let info = &s.workloads[&(Kind::Deployment, "ns".into(), "a".into())];
         assert_eq!(info.annotations.len(), 2);
         assert_eq!((source::holds(&w), source::holds(info)), (source::holds(info), [(SourceId::configmap(meta::TOO_LONG), None)].into()));
     }

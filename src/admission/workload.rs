@@ -153,7 +153,7 @@ pub fn made_by_cronjob(kind: Kind, ns: &str, obj: &Value, template: &Value, view
         return false;
     };
     let (name, uid) = (owner["name"].as_str().unwrap_or_default(), owner["uid"].as_str().unwrap_or_default());
-    let Some(cronjob) = view.state.workloads.get(&(maker, ns.to_owned(), name.to_owned())) else { return false };
+    let Some(cronjob) = view.state.workloads.get(&(maker, ns.into(), name.into())) else { return false };
     let mut template = template.clone();
     if let Some(labels) = template.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
         for added in ["controller-uid", "job-name", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name"] {

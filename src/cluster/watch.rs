@@ -295,7 +295,7 @@ fn refused(e: &watcher::Error) -> Option<String> {
 }
 
 fn key(v: &Value) -> Key {
-    let s = |k: &str| v["metadata"][k].as_str().unwrap_or_default().to_owned();
+    let s = |k: &str| v["metadata"][k].as_str().unwrap_or_default().into();
     (s("namespace"), s("name"))
 }
 

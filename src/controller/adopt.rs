@@ -164,8 +164,8 @@ pub fn note_seen(state: &State, policy: &Policy, selector: &Selector, seen: &mut
 /// Every template the cache holds now (workloads and revisions): what "seen before" starts from
 /// when this replica becomes leader.
 pub fn current_templates(state: &State) -> Seen {
-    let workloads = state.workloads.iter().map(|((_, ns, _), w)| (ns.clone(), w.template_hash.clone()));
-    workloads.chain(state.revisions.iter().map(|((_, ns, _), r)| (ns.clone(), r.template_hash.clone()))).collect()
+    let workloads = state.workloads.iter().map(|((_, ns, _), w)| (ns.to_string(), w.template_hash.clone()));
+    workloads.chain(state.revisions.iter().map(|((_, ns, _), r)| (ns.to_string(), r.template_hash.clone()))).collect()
 }
 
 /// Decides adoptions and repairs. `seen`: templates this controller saw before;
@@ -272,7 +272,7 @@ pub fn decide(
         }
         if read_first {
             // One decision for the whole template, once every source it names plainly is known.
-            deferred.push((ns.clone(), w.template_hash.to_string()));
+            deferred.push((ns.to_string(), w.template_hash.to_string()));
             continue;
         }
         if plain.is_empty() {
@@ -281,8 +281,8 @@ pub fn decide(
         if (pinned_before || new_template || !undone.is_empty() || !unknown_config.is_empty()) && kind.propagates() {
             repairs.push(Plan {
                 kind: *kind,
-                namespace: ns.clone(),
-                name: name.clone(),
+                namespace: ns.to_string(),
+                name: name.to_string(),
                 uid: w.uid.to_string(),
                 trigger: plain.into_iter().collect(),
                 released: Vec::new(),
@@ -291,7 +291,7 @@ pub fn decide(
             });
         } else if !pinned_before && unknown_config.is_empty() && kind.has_history() {
             for (source, _) in plain {
-                if !done.contains(&(ns.clone(), source.clone(), w.template_hash.to_string())) {
+                if !done.contains(&(ns.to_string(), source.clone(), w.template_hash.to_string())) {
                     adoptions.entry((ns.clone(), source)).or_default().insert(w.template_hash.to_string());
                 }
             }
@@ -300,7 +300,7 @@ pub fn decide(
     Decisions {
         adoptions: adoptions
             .into_iter()
-            .map(|((namespace, source), t)| Adoption { namespace, source, templates: t.into_iter().collect() })
+            .map(|((namespace, source), t)| Adoption { namespace: namespace.to_string(), source, templates: t.into_iter().collect() })
             .collect(),
         repairs,
         unknown: unknown.into_iter().collect(),
@@ -317,7 +317,7 @@ mod tests {
     use serde_json::json;
 
     fn tpl_hash(s: &State, name: &str) -> String {
-        s.workloads[&(Kind::Deployment, "ns".to_owned(), name.to_owned())].template_hash.to_string()
+        s.workloads[&(Kind::Deployment, "ns".into(), name.into())].template_hash.to_string()
     }
 
     /// The propagation pass's bookkeeping (docs/behaviour.md §4a, §9): templates of namespaces
@@ -335,7 +335,7 @@ mod tests {
                 s.apply_workload(Kind::Deployment, &workload(ns, name, &[name], &[]));
             }
         }
-        let template = |ns: &str, name: &str| s.workloads[&(Kind::Deployment, ns.to_owned(), name.to_owned())].template_hash.clone();
+        let template = |ns: &str, name: &str| s.workloads[&(Kind::Deployment, ns.into(), name.into())].template_hash.clone();
         let (mut seen, mut without) = (Seen::new(), Seen::new());
         note_seen(&s, &policy, &Selector::default(), &mut seen, Some(&mut without));
         let expected = |ns: &str| Seen::from([(ns.to_owned(), template(ns, "a")), (ns.to_owned(), template(ns, "b"))]);
@@ -416,7 +416,7 @@ mod tests {
         let run = |s: &State| decide(s, &Policy::default(), &Selector::default(), &seen, &Seen::new(), &HashSet::new());
         let d = run(&s);
         assert_eq!((d.adoptions.len(), d.repairs.len()), (0, 0));
-        assert_eq!(d.unknown, [("ns".to_owned(), SourceId::configmap("cfg")), ("ns".to_owned(), SourceId::configmap("imm"))]);
+        assert_eq!(d.unknown, [("ns".into(), SourceId::configmap("cfg")), ("ns".into(), SourceId::configmap("imm"))]);
         let deferred: Vec<&str> = d.deferred.iter().map(|(_, t)| t.as_str()).collect();
         assert_eq!(deferred, [tpl_hash(&s, "both"), tpl_hash(&s, "old")], "not decided, so not seen yet");
 

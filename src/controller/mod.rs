@@ -492,7 +492,7 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (us
         // current content (repair skips sources with a pending change, and adopt_one refuses a
         // change the webhook missed). Recording it lets an undo to that revision bring its
         // config back (docs/behaviour.md §9); when it cannot be told, an Event says so.
-        let template = ctx.shared.state.read().expect("state lock").workloads.get(&p.key()).map(|w| w.template_hash.clone());
+        let template = ctx.shared.state.read().expect("state lock").workloads.get(&p.key()).map(|w| w.template_hash.to_string());
         // A source going back to an adopted snapshot (an undo) has its record already; one whose
         // revision's config is unknown gets none (the head's content is not what it ran with).
         for source in &p.unknown {
@@ -766,7 +766,7 @@ async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
             .sources
             .iter()
             .filter(|((ns, id), cm)| propagate::kinds_in(&state, policy, ns).contains(id.kind) && cm.snapshot_of(&id.name).is_some())
-            .map(|((ns, _), _)| ns.clone())
+            .map(|((ns, _), _)| ns.to_string())
             .filter(|ns| gc_namespace_allowed(&state, policy, &ctx.selector, ns))
             .map(|ns| {
                 let secrets = propagate::kinds_in(&state, policy, &ns).contains(SourceKind::Secret);

@@ -15,7 +15,7 @@ use crate::model::source::{self, hold_stands, SourceId};
 use crate::model::template::Kind;
 
 /// (kind, namespace, name) of a workload.
-pub type WorkloadKey = (Kind, String, String);
+pub type WorkloadKey = crate::cache::ObjectKey;
 
 /// A change of one source that has not been propagated yet.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,7 +55,7 @@ pub struct Plan {
 
 impl Plan {
     pub fn key(&self) -> WorkloadKey {
-        (self.kind, self.namespace.clone(), self.name.clone())
+        (self.kind, self.namespace.as_str().into(), self.name.as_str().into())
     }
     pub fn trigger_value(&self) -> String {
         names::format_trigger(&self.trigger)
@@ -214,11 +214,11 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
             }
         }
         if is_behind {
-            *out.behind.entry(ns.clone()).or_default() += 1;
+            *out.behind.entry(ns.to_string()).or_default() += 1;
         }
         let held_count = held.keys().filter(|s| sources.contains_key(*s)).count() as u64;
         if held_count > 0 {
-            *out.held.entry(ns.clone()).or_default() += held_count;
+            *out.held.entry(ns.to_string()).or_default() += held_count;
         }
 
         if changes.is_empty() {
@@ -256,8 +256,8 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
         let released = trigger.keys().filter(|s| held.contains_key(*s)).cloned().collect();
         out.plans.push(Plan {
             kind: *kind,
-            namespace: ns.clone(),
-            name: name.clone(),
+            namespace: ns.to_string(),
+            name: name.to_string(),
             uid: w.uid.to_string(),
             trigger,
             released,
@@ -269,7 +269,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
     let mut done: Vec<(String, SourceId, String)> = changes
         .into_iter()
         .filter(|(key, c)| c.due_ms <= now && c.known_mutable && !behind_any.contains_key(key))
-        .map(|((ns, source), c)| (ns, source, c.head))
+        .map(|((ns, source), c)| (ns.to_string(), source, c.head))
         .collect();
     done.sort();
     out.done = done;
@@ -398,7 +398,7 @@ pub fn missed_change<'a>(pins: &'a [PinnedTo], actual: &str) -> Option<&'a str> 
 /// A snapshot hash some workload moved by propagation is pinned to, for a source without a
 /// `head`: what confighistory's touch names as the head it last knew.
 pub fn pinned_hash(state: &State, policy: &Policy, ns: &str, src: &SourceId) -> Option<String> {
-    pins_by_source(state, policy).remove(&(ns.to_owned(), src.clone()))?.into_iter().map(|p| p.hash).min()
+    pins_by_source(state, policy).remove(&(ns.into(), src.clone()))?.into_iter().map(|p| p.hash).min()
 }
 
 /// Orders plans round-robin over namespaces, so one busy namespace does not hold up the others.
@@ -523,7 +523,7 @@ pub(crate) mod tests {
         let early = run(&s, ms(T0));
         assert_eq!(
             early.unknown,
-            [("ns".to_owned(), SourceId::configmap("cfg")), ("ns".to_owned(), SourceId::configmap("untouched"))],
+            [("ns".into(), SourceId::configmap("cfg")), ("ns".into(), SourceId::configmap("untouched"))],
             "read at once"
         );
         let due = run(&s, ms(t1) + 10_000);
@@ -788,7 +788,7 @@ pub(crate) mod tests {
         s.apply_workload(Kind::Deployment, &workload("ns", "held", &[&old], &[(names::HELD, "cfg"), (names::HELD_HEADS, &heads)]));
         let policy = Policy { excluded_sources: "ca-bundle=true".parse().unwrap(), ..Policy::default() };
         let (touches, unknown) = versioning_touches(&s, &policy, &policy::Selector::default());
-        assert_eq!((touches, unknown), (vec![("ns".to_owned(), SourceId::configmap("cfg"))], vec![]));
+        assert_eq!((touches, unknown), (vec![("ns".into(), SourceId::configmap("cfg"))], vec![]));
     }
 
     /// Issue 27.8, the admin's selector: a source that never had a head (no write of it passed
@@ -804,7 +804,7 @@ pub(crate) mod tests {
         s.apply_workload(Kind::Deployment, &workload("ns", "plain", &["idle"], &[]));
         let policy = Policy { excluded_sources: "ca-bundle=true".parse().unwrap(), ..Policy::default() };
         let (touches, unknown) = versioning_touches(&s, &policy, &policy::Selector::default());
-        assert_eq!((touches, unknown), (vec![("ns".to_owned(), SourceId::configmap("cfg"))], vec![]));
+        assert_eq!((touches, unknown), (vec![("ns".into(), SourceId::configmap("cfg"))], vec![]));
     }
 
     #[test]

@@ -257,7 +257,7 @@ async fn a_resync_pass_adopts_templates_seen_before_and_repairs_new_plain_ones()
         state.apply_workload(Kind::Deployment, &obj);
         cluster.insert_workload(Kind::Deployment, obj);
     }
-    let template = |name: &str| state.workloads[&(Kind::Deployment, "ns".to_owned(), name.to_owned())].template_hash.clone();
+    let template = |name: &str| state.workloads[&(Kind::Deployment, "ns".into(), name.into())].template_hash.clone();
     let (old_t, new_t) = (template("old"), template("new"));
     // "old" was there when this replica started leading; "new" was admitted while the webhook was away.
     let seen: adopt::Seen = [("ns".to_owned(), old_t.clone())].into();
@@ -821,7 +821,7 @@ async fn a_source_the_admins_selector_newly_excludes_is_propagated_once_more_to_
     assert!(!cluster.calls.lock().unwrap().iter().any(|c| c.starts_with("patch ns/")), "{:?}", cluster.calls.lock().unwrap());
     let state = ctx.shared.state.read().unwrap();
     let (touches, _) = propagate::versioning_touches(&state, &Policy::default(), &ctx.selector);
-    assert_eq!(touches, [("ns".to_owned(), SourceId::configmap("ca")), ("ns".to_owned(), SourceId::configmap("done"))]);
+    assert_eq!(touches, [("ns".into(), SourceId::configmap("ca")), ("ns".into(), SourceId::configmap("done"))]);
 }
 
 /// A workload admitted while the webhook was away, naming a source the cache knows by metadata
@@ -1003,7 +1003,7 @@ async fn a_resync_pass_adopts_repairs_and_rehashes_secret_sources_where_secrets_
     let edited = secret_holding(&policy, "edited", "two", "one");
     let workloads = [secret_workload("old", "db"), secret_workload("new", "db"), secret_workload("user", "edited")];
     let (cluster, state) = secret_world(&policy, &[db, edited], &workloads);
-    let template = |name: &str| state.workloads[&(Kind::Deployment, "ns".to_owned(), name.to_owned())].template_hash.clone();
+    let template = |name: &str| state.workloads[&(Kind::Deployment, "ns".into(), name.into())].template_hash.clone();
     let (old_t, new_t, user_t) = (template("old"), template("new"), template("user"));
     let seen: adopt::Seen = [("ns".to_owned(), old_t.clone()), ("ns".to_owned(), user_t)].into();
     let ctx = ctx_with(&cluster, state, args(&[]), policy.clone());
@@ -1097,7 +1097,7 @@ async fn turning_secrets_on_for_a_namespace_adopts_a_workload_newer_than_the_las
     let policy = super::propagate::tests::secrets_on("team=a");
     let db = secret_holding(&policy, "db", CANARY, CANARY);
     let (cluster, state) = secret_world(&policy, &[db], &[secret_workload("new", "db")]);
-    let template = state.workloads[&(Kind::Deployment, "ns".to_owned(), "new".to_owned())].template_hash.clone();
+    let template = state.workloads[&(Kind::Deployment, "ns".into(), "new".into())].template_hash.clone();
     let ctx = ctx_with(&cluster, state, args(&[]), policy.clone());
     // This replica leads since before the workload: its resync passes have not seen it.
     *ctx.seen.lock().unwrap() = Some(adopt::Seen::new());
