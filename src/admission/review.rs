@@ -133,16 +133,27 @@ impl Request {
 /// strings was most of what parsing a 1 MiB source's review cost beyond scanning it). The decision
 /// reads the old content only to compare it with the new one, name changed keys, and parse the few
 /// values the settings diff reads.
-struct OldConfigMap<'a>(&'a mut Option<RawContent>);
+struct OldObject<'a>(&'a mut Option<RawContent>);
 
-impl<'de> DeserializeSeed<'de> for OldConfigMap<'_> {
+impl<'de> DeserializeSeed<'de> for OldObject<'_> {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+/// `object` or `oldObject` parsed by the seed `S` (a [`Trim`], or an [`OldObject`]); absent or
+/// null is `None`.
+struct OrNull<S>(S);
+
+impl<'de, S: DeserializeSeed<'de, Value = Value>> DeserializeSeed<'de> for OrNull<S> {
     type Value = Option<Value>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
         d.deserialize_option(self)
     }
 }
 
-impl<'de> Visitor<'de> for OldConfigMap<'_> {
+impl<'de, S: DeserializeSeed<'de, Value = Value>> Visitor<'de> for OrNull<S> {
     type Value = Option<Value>;
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a Kubernetes object or null")
@@ -154,11 +165,9 @@ impl<'de> Visitor<'de> for OldConfigMap<'_> {
         Ok(None)
     }
     fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
-        d.deserialize_any(OldObject(self.0)).map(Some)
+        self.0.deserialize(d).map(Some)
     }
 }
-
-struct OldObject<'a>(&'a mut Option<RawContent>);
 
 /// The scalar `visit_*` methods of a visitor that keeps a scalar as the `Value` it is (the
 /// trimming visitors below: only maps are reshaped).
@@ -284,32 +293,6 @@ enum Trim {
     Annotations,
 }
 
-/// `object` or `oldObject`: absent or null is `None`.
-struct Trimmed(Trim);
-
-impl<'de> DeserializeSeed<'de> for Trimmed {
-    type Value = Option<Value>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Trimmed {
-    type Value = Option<Value>;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a Kubernetes object or null")
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Option<Value>, E> {
-        Ok(None)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Option<Value>, E> {
-        Ok(None)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
-        d.deserialize_any(self.0).map(Some)
-    }
-}
-
 /// A map key, borrowed from the body unless it has escapes: a key that is left out costs no
 /// allocation.
 struct Key<'de>(std::borrow::Cow<'de, str>);
@@ -418,15 +401,15 @@ impl<'de> Visitor<'de> for RequestVisitor {
                 "namespace" => once(&mut namespace, "namespace", map.next_value::<String>()?)?,
                 "operation" => once(&mut operation, "operation", map.next_value::<Operation>()?)?,
                 "userInfo" => once(&mut user_info, "userInfo", map.next_value::<UserInfo>()?)?,
-                // A ConfigMap's old content is kept as JSON text (OldConfigMap).
+                // A ConfigMap's old content is kept as JSON text (OldObject).
                 "oldObject" if kind.as_ref().is_some_and(|k: &GroupVersionKind| k.group.is_empty() && k.kind == source::CONFIGMAP) => {
-                    let value = map.next_value_seed(OldConfigMap(&mut old_content))?;
+                    let value = map.next_value_seed(OrNull(OldObject(&mut old_content)))?;
                     once(&mut old_object, "oldObject", value)?
                 }
                 "object" | "oldObject" => {
                     // Only sources' other annotations are read (snapshot protection compares them).
                     let workload = kind.as_ref().is_some_and(|k: &GroupVersionKind| source::SourceKind::known(&k.group, &k.kind).is_none());
-                    let value = map.next_value_seed(Trimmed(Trim::Object { workload }))?;
+                    let value = map.next_value_seed(OrNull(Trim::Object { workload }))?;
                     if key == "object" {
                         once(&mut object, "object", value)?
                     } else {
