@@ -4,14 +4,13 @@
 //! newer or older than any typed client knows, and must copy ConfigMap bytes exactly.
 
 use base64::Engine;
-use serde::de::value::SeqAccessDeserializer;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use crate::model::names;
 use crate::model::snapshot::RawContent;
 use crate::model::source;
+use crate::model::trim::{scalars_as_values, Annotations, Key, Leave, Trim};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -169,31 +168,6 @@ impl<'de, S: DeserializeSeed<'de, Value = Value>> Visitor<'de> for OrNull<S> {
     }
 }
 
-/// The scalar `visit_*` methods of a visitor that keeps a scalar as the `Value` it is (the
-/// trimming visitors below: only maps are reshaped).
-macro_rules! scalars_as_values {
-    () => {
-        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
-            Ok(Value::Bool(v))
-        }
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-            Ok(Value::from(v))
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-            Ok(Value::from(v))
-        }
-        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-            Ok(Value::from(v))
-        }
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
-            Ok(Value::from(v))
-        }
-        fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
-            Ok(Value::String(v))
-        }
-    };
-}
-
 impl<'de> Visitor<'de> for OldObject<'_> {
     type Value = Value;
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -208,7 +182,7 @@ impl<'de> Visitor<'de> for OldObject<'_> {
                     map.next_value::<IgnoredAny>()?;
                 }
                 "metadata" => {
-                    out.insert(key.into_owned(), map.next_value_seed(Trim::Metadata { workload: false })?);
+                    out.insert(key.into_owned(), map.next_value_seed(Trim::metadata(leave(false)))?);
                 }
                 // A field given twice keeps its last value, as in a map.
                 "data" => data = Some(map.next_value::<RawPairs>()?.0),
@@ -223,7 +197,7 @@ impl<'de> Visitor<'de> for OldObject<'_> {
     }
     // Anything but a map is kept as it is, and has no content.
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
-        Trim::Object { workload: false }.visit_seq(seq)
+        Trim::object(leave(false)).visit_seq(seq)
     }
     scalars_as_values!();
 }
@@ -274,96 +248,16 @@ impl<'de> Deserialize<'de> for RawPairs {
     }
 }
 
-/// `object` and `oldObject` as the decisions read them. Left out while parsing rather than built
-/// and dropped (issues 7, 17: parsing is most of an admission's cost), because no rule reads them:
-/// `status` and `metadata.managedFields` of every object, often most of a workload's bytes; and
-/// of a workload, every annotation but confighistory's own (kubectl's last-applied copy of the
-/// whole manifest is a third of a typical Deployment review). A workload's annotations map
-/// itself stays, so a patch still knows whether to add the map or a key to it. ConfigMaps keep
-/// all their annotations: snapshot protection compares them. "Workload" is the request's kind,
-/// which the API server sends before the objects; a body that sends them first (no API server
-/// does) is parsed whole.
-#[derive(Clone, Copy, PartialEq)]
-enum Trim {
-    /// An object: `status` left out, `metadata` trimmed.
-    Object { workload: bool },
-    /// `metadata`: `managedFields` left out, a workload's `annotations` trimmed.
-    Metadata { workload: bool },
-    /// A workload's annotations: confighistory's own only.
-    Annotations,
-}
-
-/// A map key, borrowed from the body unless it has escapes: a key that is left out costs no
-/// allocation.
-struct Key<'de>(std::borrow::Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key<'de>, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(v.into()))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(v.to_owned().into()))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
-                Ok(Key(v.into()))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for Trim {
-    type Value = Value;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Trim {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a Kubernetes object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = serde_json::Map::new();
-        while let Some(Key(key)) = map.next_key::<Key>()? {
-            let (leave_out, inner) = match (self, key.as_ref()) {
-                (Trim::Object { .. }, "status") | (Trim::Metadata { .. }, "managedFields") => (true, None),
-                (Trim::Object { workload }, "metadata") => (false, Some(Trim::Metadata { workload })),
-                (Trim::Metadata { workload: true }, "annotations") => (false, Some(Trim::Annotations)),
-                (Trim::Annotations, k) => (!k.starts_with(names::PREFIX), None),
-                _ => (false, None),
-            };
-            if leave_out {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            }
-            let value = match inner {
-                Some(trim) => map.next_value_seed(trim)?,
-                None => map.next_value::<Value>()?,
-            };
-            out.insert(key.into_owned(), value);
-        }
-        Ok(Value::Object(out))
-    }
-
-    // Anything but a map is kept as it is.
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
-        Value::deserialize(SeqAccessDeserializer::new(seq))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    scalars_as_values!();
+/// What `object` and `oldObject` leave out while parsing (issues 7, 17: parsing is most of an
+/// admission's cost), because no rule reads it: `status` of every object, often most of a
+/// workload's bytes; and of a workload, every annotation but confighistory's own (kubectl's
+/// last-applied copy of the whole manifest is a third of a typical Deployment review). A
+/// workload's annotations map itself stays, so a patch still knows whether to add the map or a key
+/// to it. Sources keep all their annotations: snapshot protection compares them. "Workload" is the
+/// request's kind, which the API server sends before the objects; a body that sends them first (no
+/// API server does) is parsed whole but for `status`.
+fn leave(workload: bool) -> Leave {
+    Leave { status: true, annotations: if workload { Annotations::AllButOwn } else { Annotations::None } }
 }
 
 impl<'de> Deserialize<'de> for Request {
@@ -409,7 +303,7 @@ impl<'de> Visitor<'de> for RequestVisitor {
                 "object" | "oldObject" => {
                     // Only sources' other annotations are read (snapshot protection compares them).
                     let workload = kind.as_ref().is_some_and(|k: &GroupVersionKind| source::SourceKind::known(&k.group, &k.kind).is_none());
-                    let value = map.next_value_seed(OrNull(Trim::Object { workload }))?;
+                    let value = map.next_value_seed(OrNull(Trim::object(leave(workload))))?;
                     if key == "object" {
                         once(&mut object, "object", value)?
                     } else {

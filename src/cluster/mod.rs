@@ -217,8 +217,7 @@ where
     }
 }
 
-/// kubectl's annotation holding the whole object it last applied: a Secret's data, base64.
-pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+use crate::model::trim::LAST_APPLIED;
 
 /// One item of [`Cluster::list_source_metadata`] from an object's `metadata`: for a Secret,
 /// without [`LAST_APPLIED`], so a metadata list of Secrets holds no value of theirs.

@@ -14,16 +14,16 @@ use std::fmt;
 
 use kube::api::{ApiResource, DynamicObject};
 use kube::core::{DynamicResourceScope, ObjectMeta, Resource};
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer};
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::cache::PARTIAL_OBJECT_METADATA;
-use crate::cluster::LAST_APPLIED;
+use crate::model::trim::{described, Annotations, Leave, Trim};
 
-/// `metadata` fields left out: the server's record of field ownership, read by nothing here and
-/// often larger than the rest of the metadata together.
-const MANAGED_FIELDS: &str = "managedFields";
+/// What a watched or listed object leaves out besides `managedFields`: kubectl's last-applied
+/// copy. Everything else, `status` too, reaches the caller as the server sent it.
+const WATCHED: Leave = Leave { status: false, annotations: Annotations::LastApplied };
 
 /// An object of any kind, parsed once into JSON. `METADATA`: it is asked for as metadata only
 /// (`PartialObjectMetadata`, as `kube::core::PartialObjectMeta` does), and its JSON says so in
@@ -89,106 +89,34 @@ impl<const M: bool> Resource for Raw<M> {
 
 impl<'de, const M: bool> Deserialize<'de> for Raw<M> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut object = d.deserialize_any(Fields(Part::Object))?;
+        // Errors describe what came instead and never quote it: it may be a Secret's.
+        let wrong = |what: &Value, expected: &'static str| de::Error::invalid_type(de::Unexpected::Other(described(what)), &expected);
+        let object = match Trim::object(WATCHED).deserialize(d)? {
+            Value::Object(object) => object,
+            other => return Err(wrong(&other, "an object")),
+        };
+        let m = match object.get("metadata") {
+            None | Some(Value::Object(_)) => object.get("metadata"),
+            Some(other) => return Err(wrong(other, "an object's metadata")),
+        };
+        let s = |k: &str| m.and_then(|m| m.get(k)).and_then(Value::as_str).map(str::to_owned);
+        let meta = ObjectMeta { name: s("name"), namespace: s("namespace"), resource_version: s("resourceVersion"), ..Default::default() };
+        let mut object = object;
         if M {
             object.insert("kind".into(), Value::String(PARTIAL_OBJECT_METADATA.into()));
         }
-        let m = object.get("metadata");
-        let s = |k: &str| m.and_then(|m| m.get(k)).and_then(Value::as_str).map(str::to_owned);
-        let meta = ObjectMeta { name: s("name"), namespace: s("namespace"), resource_version: s("resourceVersion"), ..Default::default() };
         Ok(Raw { meta, value: Value::Object(object) })
-    }
-}
-
-/// Which map is being parsed: what of it is left out.
-#[derive(Clone, Copy)]
-enum Part {
-    /// The object: its `metadata` is a [`Part::Metadata`].
-    Object,
-    /// Without `managedFields`; its `annotations` are a [`Part::Annotations`].
-    Metadata,
-    /// Without kubectl's last-applied copy.
-    Annotations,
-}
-
-/// Parses one map as `Value` does, leaving out what its [`Part`] says.
-struct Fields(Part);
-
-impl<'de> Visitor<'de> for Fields {
-    type Value = Map<String, Value>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str(match self.0 {
-            Part::Object => "an object",
-            Part::Metadata => "an object's metadata",
-            Part::Annotations => "annotations",
-        })
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut out = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let value = match (self.0, key.as_str()) {
-                (Part::Object, "metadata") => Value::Object(map.next_value_seed(Nested(Part::Metadata))?),
-                (Part::Metadata, "annotations") => map.next_value_seed(Nullable(Part::Annotations))?,
-                (Part::Metadata, MANAGED_FIELDS) | (Part::Annotations, LAST_APPLIED) => {
-                    map.next_value::<IgnoredAny>()?;
-                    continue;
-                }
-                _ => map.next_value::<Value>()?,
-            };
-            out.insert(key, value);
-        }
-        Ok(out)
-    }
-
-    /// Described, never quoted: it may be a Secret's.
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Err(E::invalid_type(de::Unexpected::Other("a string"), &self))
-    }
-}
-
-/// A map of a [`Part`] as a value.
-struct Nested(Part);
-
-impl<'de> DeserializeSeed<'de> for Nested {
-    type Value = Map<String, Value>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(Fields(self.0))
-    }
-}
-
-/// A map of a [`Part`] that may be `null` (as the API server never sends it, but JSON allows).
-struct Nullable(Part);
-
-impl<'de> DeserializeSeed<'de> for Nullable {
-    type Value = Value;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Nullable {
-    type Value = Value;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        Fields(self.0).expecting(f)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Value, A::Error> {
-        Fields(self.0).visit_map(map).map(Value::Object)
-    }
-    fn visit_str<E: de::Error>(self, s: &str) -> Result<Value, E> {
-        Fields(self.0).visit_str(s).map(Value::Object)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::trim::LAST_APPLIED;
     use kube::ResourceExt;
     use serde_json::json;
+
+    const MANAGED_FIELDS: &str = "managedFields";
 
     fn object() -> Value {
         json!({

@@ -13,3 +13,4 @@ pub mod snapshot;
 pub mod source;
 pub mod template;
 pub mod text;
+pub mod trim;

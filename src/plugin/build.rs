@@ -17,6 +17,7 @@ use crate::model::secret::{self, SecretContent};
 use crate::model::snapshot::{self, Content};
 use crate::model::source::{self, SourceId, SourceKind, SourceKinds};
 use crate::model::template::{self, Kind};
+use crate::model::trim::LAST_APPLIED;
 
 /// The revision annotation of a ReplicaSet-kept history (its owner's kind's), or of a workload
 /// that keeps its history in ReplicaSets.
@@ -283,9 +284,6 @@ pub fn label<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
 fn meta<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
     obj.pointer("/metadata").and_then(|m| m.get(key)).and_then(Value::as_str)
 }
-
-/// `kubectl apply`'s copy of the manifest it applied: for a Secret, its values.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// The source kind of an object read from the cluster (its `kind`; ConfigMap when it has none).
 pub fn kind_of(obj: &Value) -> SourceKind {
