@@ -8,6 +8,7 @@
 //! ```sh
 //! cargo bench --bench scale_cluster -- populate --namespaces 1000 [--from 0] [--concurrency 6]
 //! cargo bench --bench scale_cluster -- applies --namespace restart-load --rate 200 --seconds 120
+//! cargo bench --bench scale_cluster -- moves --namespace fanout-1 --rate 2 --count 300
 //! ```
 //!
 //! with `KUBECONFIG` an admin's. `benches/scale-cluster/run` runs it and measures the servers
@@ -269,6 +270,25 @@ async fn applies(client: &Client, ns: &str, rate: usize, seconds: usize) -> Resu
     Ok(())
 }
 
+/// `moves`: a rollout of each of `count` Deployments `app-0`.. in `ns`, at `rate`/s, made by a
+/// client (a pod-template annotation changed), not by propagation: the control for a fan-out's
+/// cost to everybody else (`benches/fanout/run --control`). Prints one JSON line.
+async fn moves(client: &Client, ns: &str, rate: usize, count: usize) -> Result<()> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let interval = std::time::Duration::from_secs_f64(1.0 / rate.max(1) as f64);
+    let start = tokio::time::Instant::now();
+    let mut failed = 0usize;
+    for i in 0..count {
+        tokio::time::sleep_until(start + interval * i as u32).await;
+        let patch = json!({"spec": {"template": {"metadata": {"annotations": {"bench/moved": "1"}}}}});
+        if deployments.patch(&format!("app-{i}"), &PatchParams::default(), &Patch::Merge(&patch)).await.is_err() {
+            failed += 1;
+        }
+    }
+    println!("{}", json!({"moved": count - failed, "failed": failed, "seconds": start.elapsed().as_secs_f64()}));
+    Ok(())
+}
+
 fn arg(args: &[String], name: &str, default: usize) -> usize {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -276,10 +296,13 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    let ns =
+        || args.iter().position(|a| a == "--namespace").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| "restart-load".into());
     if args.iter().any(|a| a == "applies") {
-        let ns =
-            args.iter().position(|a| a == "--namespace").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| "restart-load".into());
-        return applies(&Client::try_default().await?, &ns, arg(&args, "--rate", 200), arg(&args, "--seconds", 120)).await;
+        return applies(&Client::try_default().await?, &ns(), arg(&args, "--rate", 200), arg(&args, "--seconds", 120)).await;
+    }
+    if args.iter().any(|a| a == "moves") {
+        return moves(&Client::try_default().await?, &ns(), arg(&args, "--rate", 2), arg(&args, "--count", 100)).await;
     }
     if !args.iter().any(|a| a == "populate") {
         // No cluster: one namespace's objects are well formed and what the in-process bench uses.

@@ -29,6 +29,9 @@ use crate::{Opts, Result};
 
 struct Plan {
     addr: SocketAddr,
+    /// The name the certificate is checked against: `--server-name`, else the address (a server
+    /// reached by a pod IP serves a certificate for its Service's DNS name).
+    server_name: ServerName<'static>,
     host: String,
     path: String,
     body: Bytes,
@@ -62,6 +65,10 @@ pub fn main(opts: &Opts) -> Result<()> {
     let warmup = Duration::from_secs_f64(opts.num("warmup", 2.0)?);
     let duration = Duration::from_secs_f64(opts.num("duration", 10.0)?);
     let threads: usize = opts.num("threads", 1)?;
+    let server_name = match opts.or("server-name", "") {
+        "" => ServerName::IpAddress(addr.ip().into()),
+        name => ServerName::try_from(name.to_owned())?,
+    };
 
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(opts.get("ca")?)? {
@@ -83,11 +90,12 @@ pub fn main(opts: &Opts) -> Result<()> {
         // Connect (and handshake) every connection before the clock starts.
         let mut senders = Vec::new();
         for _ in 0..connections {
-            senders.push(connect(&connector, addr).await?);
+            senders.push(connect(&connector, addr, &server_name).await?);
         }
         let start = Instant::now() + Duration::from_millis(50);
         let plan = Arc::new(Plan {
             addr,
+            server_name,
             host: hostport.to_owned(),
             path,
             body,
@@ -147,10 +155,10 @@ fn new_hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 120_000_000, 3).expect("histogram bounds")
 }
 
-async fn connect(connector: &TlsConnector, addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>> {
+async fn connect(connector: &TlsConnector, addr: SocketAddr, name: &ServerName<'static>) -> Result<SendRequest<Full<Bytes>>> {
     let tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
-    let stream = connector.connect(ServerName::IpAddress(addr.ip().into()), tcp).await?;
+    let stream = connector.connect(name.clone(), tcp).await?;
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(conn);
     Ok(sender)
@@ -204,7 +212,7 @@ async fn run_connection(plan: Arc<Plan>, mut sender: SendRequest<Full<Bytes>>, c
                 tally.errors += u64::from(record);
                 tally.first_error.get_or_insert(e.to_string());
                 // The connection may be gone: open a new one.
-                match connect(&connector, plan.addr).await {
+                match connect(&connector, plan.addr, &plan.server_name).await {
                     Ok(s) => sender = s,
                     Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
                 }

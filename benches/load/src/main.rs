@@ -4,7 +4,7 @@
 //! - `chbench floor --listen ADDR --cert PEM --key PEM`: the floor of this stack, a webhook that
 //!   does the least any webhook must do: TLS (rustls, ring), HTTP/1.1 keep-alive (hyper), parse the
 //!   AdmissionReview (serde_json, the whole document) and answer allowed with the request's uid.
-//! - `chbench drive --url https://HOST:PORT/PATH --body FILE --ca PEM [--rate R] ...`: HTTPS
+//! - `chbench drive --url https://HOST:PORT/PATH --body FILE --ca PEM [--rate R] [--server-name DNS] ...`: HTTPS
 //!   keep-alive load at a fixed rate (latency measured from each request's intended send time, so
 //!   a stalled server is not hidden by coordinated omission), or closed-loop (`--rate max`) for the
 //!   highest rate. Prints one JSON line.
