@@ -345,7 +345,7 @@ fn main() {
     let (t, p) = timed(runs, || propagate::due_propagations(&state, &policy, &selector, now, true));
     println!("due_propagations with the gauges: {} ({} plans, {} waiting), peak RSS {}", ms(t), p.plans.len(), p.waiting, mib(status().1));
     let (t, _) = timed(runs, || propagate::due_propagations(&state, &policy, &selector, now, false));
-    println!("due_propagations, a tick without the gauges: {}", ms(t));
+    println!("due_propagations, a tick without the gauges: {:.1} µs", t.as_secs_f64() * 1e6);
     let seen = adopt::current_templates(&state);
     println!("adopt::current_templates ({} templates, kept by the controller): peak RSS {}", seen.len(), mib(status().1));
     let (t, d) = timed(runs, || adopt::decide(&state, &policy, &selector, &seen, &adopt::Seen::new(), &HashSet::new()));

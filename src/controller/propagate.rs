@@ -165,13 +165,10 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
     let mut out = Propagation::default();
     // Pending changes, by (namespace, source).
     let mut changes: HashMap<SourceKey, Change> = HashMap::new();
-    // Every object of the source kinds: the cheap question first (most have no pending change,
-    // and most of all no annotation), the namespace's mode only for those that do (issue 29:
-    // 100,000 ConfigMaps, a pass every tick).
-    for ((ns, id), cm) in &state.sources {
-        if cm.annotation(names::CHANGED_AT).is_none() {
-            continue;
-        }
+    // The sources whose records say a change waits (the cache keeps them apart: issue 29, 100,000
+    // ConfigMaps, a pass every tick), then the namespace's mode for those.
+    for key @ (ns, id) in &state.pending_changes {
+        let Some(cm) = state.sources.get(key) else { continue };
         let Some(change) = pending_change(state, policy, ns, id, cm) else { continue };
         if !kinds_in(state, policy, ns).contains(id.kind)
             || !source::is_tracked_source(id, cm, &policy.excluded_sources)
