@@ -7,7 +7,9 @@
 
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 use confighistory::admission::{self, review, Failed, Fresh, Outcome, View};
 use confighistory::cache::State;

@@ -29,7 +29,9 @@
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 use std::time::{Duration, Instant};
 
 use confighistory::cache::State;

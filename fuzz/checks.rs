@@ -20,11 +20,11 @@
 #![allow(dead_code)] // each includer uses part of it
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 
 use confighistory::admission::review::{self, Request, Response, MAX_WARNING};
 use confighistory::admission::Reason;
-use confighistory::cache::State;
+use confighistory::cache::{Lock, State};
 use confighistory::cluster::MemoryCluster;
 use confighistory::model::kinds::Registry;
 use confighistory::model::policy::Policy;
@@ -155,7 +155,7 @@ pub fn app(cluster: &MemoryCluster) -> App {
     let web = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": NS, "uid": "uid-web"},
         "spec": {"template": w.revisions[1]}});
     state.apply_workload(Kind::Deployment, &web);
-    App::ready(Policy::default(), Arc::new(RwLock::new(state)), Arc::new(cluster.clone()))
+    App::ready(Policy::default(), Arc::new(Lock::new(state)), Arc::new(cluster.clone()))
 }
 
 fn runtime() -> &'static tokio::runtime::Runtime {
@@ -457,7 +457,7 @@ pub fn rewrite_bytes(data: &[u8]) {
     // or not the watch has delivered the snapshots just created.
     for caches in [false, true] {
         if caches {
-            let mut state = app.ctx.state.write().expect("lock");
+            let mut state = app.ctx.state.write();
             for obj in cluster.objects.lock().expect("lock").values() {
                 state.apply_configmap(obj);
             }

@@ -286,6 +286,38 @@ pub struct Referenced {
 #[derive(Clone, Debug, Default)]
 pub struct Synced(pub HashSet<&'static str>);
 
+/// The cache as the watches (writers), the webhook and the controller loops share it. The webhook
+/// reads it with `read_recursive`, which does not queue behind a waiting writer: a watch event
+/// waiting for a controller pass over the whole cache to end (at 100,000 objects, up to a few
+/// hundred ms) holds up no admission (docs/performance.md, "Admissions beside the controller's
+/// passes").
+pub type Lock = parking_lot::RwLock<State>;
+
+/// Runs `f`, which may hold the cache's lock long or wait for it, without holding up the
+/// runtime's other tasks: on a multi-threaded runtime the worker first hands its other tasks to
+/// another thread (`block_in_place`). The chart gives a replica one CPU, so tokio one worker
+/// thread: a controller pass run on it, or a watch event waiting on it for a pass to end, held up
+/// every admission of the replica for that long. Elsewhere (tests on a current-thread runtime,
+/// no runtime at all) `f` just runs.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+/// The cache to read, for the watches and the controller loops: at once when the lock is free,
+/// else waited for off the runtime ([`blocking`]). (The webhook reads with `read_recursive`.)
+pub fn read(lock: &Lock) -> parking_lot::RwLockReadGuard<'_, State> {
+    lock.try_read().unwrap_or_else(|| blocking(|| lock.read()))
+}
+
+/// The cache to change: at once when the lock is free, else waited for off the runtime
+/// ([`blocking`]): a watch event arriving during a controller pass waits for its end.
+pub fn write(lock: &Lock) -> parking_lot::RwLockWriteGuard<'_, State> {
+    lock.try_write().unwrap_or_else(|| blocking(|| lock.write()))
+}
+
 #[derive(Debug, Default)]
 pub struct State {
     pub namespaces: HashMap<String, NamespaceInfo>,

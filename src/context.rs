@@ -3,9 +3,9 @@
 //! process (`crate::runtime`), or directly by tests over an in-memory cluster.
 
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
-use crate::cache::State;
+use crate::cache::Lock;
 use crate::cluster::clock::Clock;
 use crate::cluster::Cluster;
 use crate::model::kinds::Registry;
@@ -13,7 +13,7 @@ use crate::model::policy::Policy;
 
 pub struct Context {
     pub policy: Policy,
-    pub state: Arc<RwLock<State>>,
+    pub state: Arc<Lock>,
     pub cluster: Arc<dyn Cluster>,
     /// Watch caches have delivered their first list.
     pub synced: Arc<AtomicBool>,
@@ -26,7 +26,7 @@ pub struct Context {
 
 impl Context {
     /// A context whose caches are not synced yet (the watches set `synced`).
-    pub fn new(policy: Policy, state: Arc<RwLock<State>>, cluster: Arc<dyn Cluster>) -> Context {
+    pub fn new(policy: Policy, state: Arc<Lock>, cluster: Arc<dyn Cluster>) -> Context {
         Context {
             policy,
             state,
@@ -38,7 +38,7 @@ impl Context {
     }
 
     /// A context whose caches count as synced: for tests and tools that fill `state` themselves.
-    pub fn synced(policy: Policy, state: Arc<RwLock<State>>, cluster: Arc<dyn Cluster>) -> Context {
+    pub fn synced(policy: Policy, state: Arc<Lock>, cluster: Arc<dyn Cluster>) -> Context {
         let ctx = Context::new(policy, state, cluster);
         ctx.synced.store(true, std::sync::atomic::Ordering::Relaxed);
         ctx
@@ -47,7 +47,7 @@ impl Context {
     /// The same context handling `kinds`, in its cache too (one registry for admission and loops).
     pub fn with_kinds(mut self, kinds: &'static Registry) -> Context {
         self.kinds = kinds;
-        self.state.write().expect("state lock").kinds = kinds;
+        self.state.write().kinds = kinds;
         self
     }
 

@@ -5,7 +5,8 @@
 //! This is the top layer: it may import every other module, and nothing imports it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
 use std::time::Duration;
 
 use std::net::SocketAddr;
@@ -13,7 +14,7 @@ use std::net::SocketAddr;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::cache::State;
+use crate::cache::{Lock, State};
 use crate::cli::{ControllerCommandArgs, GcArgs, PolicyArgs, RotateKeysArgs, SelftestArgs, ServeArgs};
 use crate::cluster::clock::{Clock, DateLayer};
 use crate::cluster::{watch, KubeCluster, ObjectRef};
@@ -108,7 +109,7 @@ async fn start(
         let now = k8s_openapi::jiff::Timestamp::from_millisecond(clock.now_ms()).unwrap_or_default();
         state.revisions_trusted_before = Some(format!("{now:.0}"));
     }
-    let state = Arc::new(RwLock::new(state));
+    let state = Arc::new(Lock::new(state));
     let report = watch::Reporter { cluster: cluster.clone(), regarding };
     let shared = Arc::new(Context::new(policy, state.clone(), cluster).with_clock(clock).with_kinds(kinds));
     watch::start(client.clone(), state, shared.synced.clone(), kinds, Some(report));

@@ -2,7 +2,9 @@
 //! AdmissionReview JSON. The API server is an in-memory stand-in here (fault injection included);
 //! the e2e suite repeats the important scenarios against a real kube-apiserver.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 use axum::body::Body;
 use axum::http::{Request as HttpRequest, StatusCode};
@@ -74,7 +76,7 @@ impl Fixture {
     fn source(self, name: &str, data: &[(&str, &str)]) -> Fixture {
         let cm = configmap(name, data);
         self.cluster.insert(cm.clone());
-        self.state.write().unwrap().apply_configmap(&cm);
+        self.state.write().apply_configmap(&cm);
         self
     }
 
@@ -83,12 +85,12 @@ impl Fixture {
         let c = content(data);
         let obj = snapshot::object(NS, source, &snapshot::name(source, &c.hash(), 0), &c, adopted);
         self.cluster.insert(obj.clone());
-        self.state.write().unwrap().apply_configmap(&obj);
+        self.state.write().apply_configmap(&obj);
         self
     }
 
     fn workload(self, obj: &Value) -> Fixture {
-        self.state.write().unwrap().apply_workload(Kind::Deployment, obj);
+        self.state.write().apply_workload(Kind::Deployment, obj);
         self
     }
 
@@ -100,12 +102,12 @@ impl Fixture {
             "annotations": {"deployment.kubernetes.io/revision": n.to_string()},
             "ownerReferences": [{"kind": "Deployment", "uid": "uid-pricing", "controller": true}]},
             "spec": {"template": tpl}});
-        self.state.write().unwrap().apply_revision(Kind::ReplicaSet, &rs);
+        self.state.write().apply_revision(Kind::ReplicaSet, &rs);
         self
     }
 
     fn namespace_mode(self, mode: &str) -> Fixture {
-        self.state.write().unwrap().apply_namespace(&json!({"metadata": {"name": NS, "labels": {"confighistory.io/mode": mode}}}));
+        self.state.write().apply_namespace(&json!({"metadata": {"name": NS, "labels": {"confighistory.io/mode": mode}}}));
         self
     }
 
@@ -113,7 +115,7 @@ impl Fixture {
         let mut cm = self.cluster.get(NS, name).unwrap();
         cm["data"] = json!(data.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>());
         self.cluster.insert(cm.clone());
-        self.state.write().unwrap().apply_configmap(&cm);
+        self.state.write().apply_configmap(&cm);
     }
 
     fn app(&self) -> Arc<App> {
@@ -220,7 +222,7 @@ async fn pinning_a_source_without_a_head_records_its_head() {
     let with_head = Fixture::new().source("pricing-config", A);
     let cm = with_annotations(with_head.cluster.get(NS, "pricing-config").unwrap(), &[("confighistory.io/head", &content(A).hash())]);
     with_head.cluster.insert(cm.clone());
-    with_head.state.write().unwrap().apply_configmap(&cm);
+    with_head.state.write().apply_configmap(&cm);
     assert!(with_head.mutate_deployment("CREATE", &d, None).await.allowed());
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let patches: Vec<String> = with_head.calls().into_iter().filter(|c| *c == format!("patch {NS}/pricing-config")).collect();
@@ -735,7 +737,7 @@ async fn an_undo_goes_through_when_the_api_server_fails() {
     let f = Fixture::new().source("pricing-config", B).workload(&rev2).revision(&rev1, 1).revision(&rev2, 2);
     let mut source = configmap("pricing-config", B);
     source["metadata"]["annotations"] = json!({"confighistory.io/head": content(B).hash()});
-    f.state.write().unwrap().apply_configmap(&source);
+    f.state.write().apply_configmap(&source);
     *f.cluster.fail.lock().unwrap() = unavailable();
     let a = f.mutate_deployment("UPDATE", &rev1, Some(&rev2)).await;
     assert!(a.allowed(), "{}", a.message());
@@ -771,7 +773,7 @@ async fn an_undo_whose_snapshot_cannot_be_written_goes_through_as_sent() {
 async fn a_cronjobs_job_is_never_denied_when_the_api_server_fails() {
     let (cronjob, job) = cronjob_and_job(&snap("pricing-config", A));
     let f = Fixture::new().source("pricing-config", A).snapshot("pricing-config", A, &[]);
-    f.state.write().unwrap().apply_workload(Kind::CronJob, &cronjob);
+    f.state.write().apply_workload(Kind::CronJob, &cronjob);
     *f.cluster.fail.lock().unwrap() = unavailable();
     let m = f.send("/mutate", review("Job", "batch", "v1", "CREATE", Some(&job), None)).await;
     assert!(m.allowed(), "{}", m.message());
@@ -1269,7 +1271,7 @@ async fn undos_deletions_and_cronjob_jobs_are_never_denied() {
     assert!(f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&deleting), None)).await.allowed());
 
     let (cronjob, job) = cronjob_and_job("pricing-config");
-    f.state.write().unwrap().apply_workload(Kind::CronJob, &cronjob);
+    f.state.write().apply_workload(Kind::CronJob, &cronjob);
     let a = f.send("/validate", review("Job", "batch", "v1", "CREATE", Some(&job), None)).await;
     assert!(a.allowed());
     assert!(!a.warnings().is_empty());
@@ -1302,7 +1304,7 @@ async fn a_forged_replicaset_does_not_make_a_mutable_template_an_undo() {
         .namespace_mode("enforce")
         .workload(&rev1)
         .workload(&rev2);
-    f.state.write().unwrap().revisions_trusted_before = Some("2026-12-01T00:00:00Z".into());
+    f.state.write().revisions_trusted_before = Some("2026-12-01T00:00:00Z".into());
     // The tenant creates a ReplicaSet "of" their Deployment whose template names the mutable source.
     let mutable = deployment("pricing:unvetted", "pricing-config");
     let forged = |ns: &str| {
@@ -1311,25 +1313,25 @@ async fn a_forged_replicaset_does_not_make_a_mutable_template_an_undo() {
         json!({"metadata": {"name": "pricing-forged", "namespace": ns, "creationTimestamp": "2026-12-02T10:00:00Z",
             "ownerReferences": [{"kind": "Deployment", "uid": "uid-pricing", "controller": true}]}, "spec": {"template": tpl}})
     };
-    f.state.write().unwrap().apply_revision(Kind::ReplicaSet, &forged(NS));
+    f.state.write().apply_revision(Kind::ReplicaSet, &forged(NS));
     let a = f.send("/validate", review("Deployment", "apps", "v1", "UPDATE", Some(&mutable), Some(&rev2))).await;
     assert!(!a.allowed(), "not an undo: the workload was never seen with that template");
     assert!(a.message().contains("names mutable ConfigMap pricing-config"), "{}", a.message());
     // The same ReplicaSet from another namespace claiming the Deployment's uid: not its history either.
     let f2 = Fixture::new().source("pricing-config", A).namespace_mode("enforce").workload(&rev2);
-    f2.state.write().unwrap().apply_revision(Kind::ReplicaSet, &forged("elsewhere"));
+    f2.state.write().apply_revision(Kind::ReplicaSet, &forged("elsewhere"));
     assert!(!f2.send("/validate", review("Deployment", "apps", "v1", "UPDATE", Some(&mutable), Some(&rev2))).await.allowed());
 
     // A real revision, created after this process started, whose template the workload had (a
     // mutable one, from before the namespace was switched to enforce): an undo, never denied.
     let before = deployment("pricing:4.10", "pricing-config");
-    f.state.write().unwrap().apply_workload(Kind::Deployment, &before);
-    f.state.write().unwrap().apply_workload(Kind::Deployment, &rev2);
+    f.state.write().apply_workload(Kind::Deployment, &before);
+    f.state.write().apply_workload(Kind::Deployment, &rev2);
     let mut tpl = before["spec"]["template"].clone();
     tpl["metadata"]["labels"]["pod-template-hash"] = json!("h0");
     let real = json!({"metadata": {"name": "pricing-0", "namespace": NS, "creationTimestamp": "2026-12-02T09:00:00Z",
         "ownerReferences": [{"kind": "Deployment", "uid": "uid-pricing", "controller": true}]}, "spec": {"template": tpl}});
-    f.state.write().unwrap().apply_revision(Kind::ReplicaSet, &real);
+    f.state.write().apply_revision(Kind::ReplicaSet, &real);
     assert!(f.send("/validate", review("Deployment", "apps", "v1", "UPDATE", Some(&before), Some(&rev2))).await.allowed());
 }
 
@@ -1342,13 +1344,13 @@ async fn a_job_claiming_a_cronjob_owner_is_checked_against_that_cronjob() {
     // A CronJob of that name with another uid, or whose template is not the Job's.
     let mut other_uid = cronjob.clone();
     other_uid["metadata"]["uid"] = json!("uid-someone-else");
-    f.state.write().unwrap().apply_workload(Kind::CronJob, &other_uid);
+    f.state.write().apply_workload(Kind::CronJob, &other_uid);
     assert!(!f.send("/validate", review("Job", "batch", "v1", "CREATE", Some(&job), None)).await.allowed());
     let (immutable_cronjob, _) = cronjob_and_job("immutable-config");
-    f.state.write().unwrap().apply_workload(Kind::CronJob, &immutable_cronjob);
+    f.state.write().apply_workload(Kind::CronJob, &immutable_cronjob);
     assert!(!f.send("/validate", review("Job", "batch", "v1", "CREATE", Some(&job), None)).await.allowed());
     // The real thing: warned, not denied.
-    f.state.write().unwrap().apply_workload(Kind::CronJob, &cronjob);
+    f.state.write().apply_workload(Kind::CronJob, &cronjob);
     let a = f.send("/validate", review("Job", "batch", "v1", "CREATE", Some(&job), None)).await;
     assert!(a.allowed() && !a.warnings().is_empty());
 }
@@ -1415,7 +1417,7 @@ async fn referenced_snapshots_cannot_be_deleted_until_the_namespace_goes() {
     assert!(a.message().contains("Deployment/pricing"), "{}", a.message());
 
     let f = f.namespace_mode("rewrite");
-    f.state.write().unwrap().apply_namespace(&json!({"metadata": {"name": NS, "deletionTimestamp": "2026-12-02T10:00:00Z"}}));
+    f.state.write().apply_namespace(&json!({"metadata": {"name": NS, "deletionTimestamp": "2026-12-02T10:00:00Z"}}));
     assert!(f.send("/protect", review("ConfigMap", "", "v1", "DELETE", None, Some(&obj))).await.allowed());
 
     let unused = Fixture::new().snapshot("pricing-config", A, &[]);
@@ -1433,7 +1435,7 @@ async fn a_head_or_adopted_snapshot_cannot_be_deleted() {
 
     let f = Fixture::new().snapshot("pricing-config", A, &[]);
     let head = with_annotations(configmap("pricing-config", A), &[("confighistory.io/head", &content(A).hash())]);
-    f.state.write().unwrap().apply_configmap(&head);
+    f.state.write().apply_configmap(&head);
     let a = f.send("/protect", review("ConfigMap", "", "v1", "DELETE", None, Some(&obj))).await;
     assert!(a.message().contains("current content"), "{}", a.message());
     // The reason a sweep keeps a snapshot by, when it lost the race to the source's revert.
@@ -1460,10 +1462,7 @@ async fn a_delete_collection_judges_each_snapshot_by_its_own_name() {
 
     // The head of its source, unreferenced otherwise: kept too.
     let f = Fixture::new().snapshot("pricing-config", A, &[]);
-    f.state
-        .write()
-        .unwrap()
-        .apply_configmap(&with_annotations(configmap("pricing-config", A), &[("confighistory.io/head", &content(A).hash())]));
+    f.state.write().apply_configmap(&with_annotations(configmap("pricing-config", A), &[("confighistory.io/head", &content(A).hash())]));
     assert!(f.send("/protect", item(&obj)).await.message().contains("current content"));
 
     // An unused snapshot goes with the rest.
@@ -1648,7 +1647,7 @@ async fn requests_the_webhooks_never_send_are_refused_without_state() {
 async fn a_namespace_that_does_not_exist_costs_one_namespace_read() {
     let f = Fixture::new();
     {
-        let mut state = f.state.write().unwrap();
+        let mut state = f.state.write();
         state.apply_namespace(&json!({"metadata": {"name": NS}}));
         state.synced.0.insert("namespaces");
     }
@@ -1687,7 +1686,7 @@ async fn a_namespace_that_does_not_exist_costs_one_namespace_read() {
 async fn a_namespace_the_watch_has_not_delivered_yet_is_read_and_decided_normally() {
     let f = Fixture::new();
     {
-        let mut state = f.state.write().unwrap();
+        let mut state = f.state.write();
         state.apply_namespace(&json!({"metadata": {"name": NS}}));
         state.synced.0.insert("namespaces");
     }
@@ -1788,7 +1787,7 @@ async fn the_oldest_adoption_record_wins_whatever_its_name() {
     later["metadata"]["creationTimestamp"] = json!("2026-06-01T00:00:00Z");
     for o in [&first, &later] {
         f.cluster.insert(o.clone());
-        f.state.write().unwrap().apply_configmap(o);
+        f.state.write().apply_configmap(o);
     }
     let a = f.mutate_deployment("UPDATE", &plain, Some(&pinned_b)).await;
     assert_eq!(pin_of(&a.patched(&plain)).0, snap("pricing-config", A));
@@ -1830,7 +1829,7 @@ async fn a_refused_mode_label_is_logged_once_per_namespace() {
     let ns = "signals-refused";
     let mut f = Fixture::new();
     f.policy.allowed_modes = vec![Mode::Rewrite];
-    f.state.write().unwrap().apply_namespace(&json!({"metadata": {"name": ns, "labels": {"confighistory.io/mode": "audit"}}}));
+    f.state.write().apply_namespace(&json!({"metadata": {"name": ns, "labels": {"confighistory.io/mode": "audit"}}}));
     for i in 0..3 {
         let r = in_namespace(review("ConfigMap", "", "v1", "CREATE", Some(&configmap(&format!("cm-{i}"), A)), None), ns);
         assert!(f.post("/mutate", serde_json::to_vec(&r).unwrap()).await.body["response"]["allowed"] == json!(true));
@@ -1839,7 +1838,7 @@ async fn a_refused_mode_label_is_logged_once_per_namespace() {
     assert_eq!(warned.len(), 1, "{warned:#?}");
     assert!(warned[0].contains("WARN") && warned[0].contains(ns) && warned[0].contains("using rewrite"), "{}", warned[0]);
     // Another refused value is news: logged again, once.
-    f.state.write().unwrap().apply_namespace(&json!({"metadata": {"name": ns, "labels": {"confighistory.io/mode": "off"}}}));
+    f.state.write().apply_namespace(&json!({"metadata": {"name": ns, "labels": {"confighistory.io/mode": "off"}}}));
     for _ in 0..2 {
         let r = in_namespace(review("ConfigMap", "", "v1", "CREATE", Some(&configmap("cm-x", A)), None), ns);
         f.post("/mutate", serde_json::to_vec(&r).unwrap()).await;

@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -150,7 +152,7 @@ async fn an_undo_past_the_deadline_is_let_through_as_sent() {
     let template = |image: &str, cm: &str| json!({"metadata": {"labels": {"app": "web"}}, "spec": {"volumes": [{"name": "c", "configMap": {"name": cm}}], "containers": [{"name": "a", "image": image}]}});
     let rev1 = template("web:1", "app-config-0123456789ab");
     let rev2 = template("web:2", "app-config-bcdefghjkmnp");
-    app.ctx.state.write().unwrap().apply_revision(
+    app.ctx.state.write().apply_revision(
         confighistory::model::template::Kind::ReplicaSet,
         &json!({"metadata": {"name": "web-1", "namespace": "shop", "ownerReferences": [{"kind": "Deployment", "uid": "uid-web", "controller": true}]},
             "spec": {"template": rev1}}),

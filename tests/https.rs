@@ -5,7 +5,9 @@
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};

@@ -76,7 +76,7 @@ fn pinned_name(source_text: &str, source: &str) -> String {
     let app = checks::app(&cluster);
     let obj: Value = serde_json::from_str(source_text).unwrap();
     cluster.insert(obj.clone());
-    app.ctx.state.write().unwrap().apply_configmap(&obj);
+    app.ctx.state.write().apply_configmap(&obj);
     let template = checks::deployment_template("img:1", &[source]);
     let req = serde_json::from_value(json!({
         "uid": "u", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"}, "name": "d", "namespace": checks::NS,

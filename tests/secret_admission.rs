@@ -6,7 +6,9 @@
 //! snapshots, and with Secrets off nothing about Secrets changes. A canary run repeats the
 //! scenarios at debug log level and finds no form of the canary value in anything written.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 use axum::http::StatusCode;
 use base64::Engine as _;
@@ -90,17 +92,17 @@ impl Fixture {
     fn source(self, obj: Value) -> Fixture {
         self.cluster.insert(obj.clone());
         let kind = if obj["kind"] == "Secret" { SourceKind::Secret } else { SourceKind::ConfigMap };
-        self.state.write().unwrap().apply_source(kind, &obj);
+        self.state.write().apply_source(kind, &obj);
         self
     }
 
     fn workload(self, obj: &Value) -> Fixture {
-        self.state.write().unwrap().apply_workload(Kind::Deployment, obj);
+        self.state.write().apply_workload(Kind::Deployment, obj);
         self
     }
 
     fn namespace(self, labels: Value) -> Fixture {
-        self.state.write().unwrap().apply_namespace(&json!({"metadata": {"name": NS, "labels": labels}}));
+        self.state.write().apply_namespace(&json!({"metadata": {"name": NS, "labels": labels}}));
         self
     }
 

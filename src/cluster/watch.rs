@@ -3,7 +3,8 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
 
 use futures::{Stream, TryStreamExt};
@@ -12,7 +13,7 @@ use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use serde_json::Value;
 
-use crate::cache::{Key, State, Watched};
+use crate::cache::{self, Key, Lock, Watched};
 use crate::cluster::raw::{RawMetadata, RawObject};
 use crate::cluster::{Cluster, ObjectRef};
 use crate::model::kinds::{Kind, Registry};
@@ -91,9 +92,9 @@ pub struct Reporter {
 /// immutable is not metadata: the controller reads a source when a decision needs it
 /// ([`State::learn_source`]), and admission decides from the request and fresh reads.
 /// `kinds`: the registry resolved at start ([`resolve_kinds`]).
-pub fn start(client: kube::Client, state: Arc<RwLock<State>>, synced: Arc<AtomicBool>, kinds: &'static Registry, report: Option<Reporter>) {
+pub fn start(client: kube::Client, state: Arc<Lock>, synced: Arc<AtomicBool>, kinds: &'static Registry, report: Option<Reporter>) {
     let registered = |w: &Watched| matches!(w, Watched::Workload(k) if !k.is_builtin());
-    let sources = state.read().expect("state lock").source_kinds;
+    let sources = state.read().source_kinds;
     let all = Watched::all(kinds, sources);
     let pending = Arc::new(Mutex::new(all.iter().filter(|w| !registered(w)).map(|w| w.name()).collect::<HashSet<_>>()));
     let paged = Arc::new(AtomicBool::new(false));
@@ -216,7 +217,7 @@ async fn watch_when_served(client: kube::Client, kind: Kind, kinds: &'static Reg
 /// One watch feeding [`State`].
 struct Feed {
     what: Watched,
-    state: Arc<RwLock<State>>,
+    state: Arc<Lock>,
     synced: Arc<AtomicBool>,
     pending: Arc<Mutex<HashSet<&'static str>>>,
     /// Set once the API server refused a streamed list: every watch then lists in pages.
@@ -250,12 +251,12 @@ impl Feed {
                     Event::InitApply(o) => {
                         let v = value(o);
                         seen.insert(key(&v));
-                        state.write().expect("state lock").apply(what, &v);
+                        cache::write(state).apply(what, &v);
                     }
                     Event::InitDone => {
                         listed = true;
                         {
-                            let mut state = state.write().expect("state lock");
+                            let mut state = cache::write(state);
                             state.retain_seen(what, &seen);
                             state.synced.0.insert(what.name());
                         }
@@ -268,8 +269,8 @@ impl Feed {
                             tracing::info!(lists = ?lists, "caches synced");
                         }
                     }
-                    Event::Apply(o) => state.write().expect("state lock").apply(what, &value(o)),
-                    Event::Delete(o) => state.write().expect("state lock").delete(what, &value(o)),
+                    Event::Apply(o) => cache::write(state).apply(what, &value(o)),
+                    Event::Delete(o) => cache::write(state).delete(what, &value(o)),
                 },
                 Ok(None) => return Ended::Closed,
                 Err(e) => match refused(&e) {
@@ -305,6 +306,7 @@ mod tests {
     //! here: one without WatchList (the current lane's serves it; the v1.20 lane's refuses it, and
     //! is not run in CI). The streamed path against a real API server is every e2e test's.
     use super::*;
+    use crate::cache::State;
     use futures::StreamExt;
     use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
     use hyper::body::{Bytes, Frame};
@@ -361,8 +363,8 @@ mod tests {
     }
 
     /// Starts the watches against `client` and waits until they synced.
-    async fn synced(client: kube::Client) -> Arc<RwLock<State>> {
-        let state = Arc::new(RwLock::new(State::default()));
+    async fn synced(client: kube::Client) -> Arc<Lock> {
+        let state = Arc::new(Lock::new(State::default()));
         let synced = Arc::new(AtomicBool::new(false));
         start(client, state.clone(), synced.clone(), Registry::builtin(), None);
         for _ in 0..500 {
@@ -378,7 +380,7 @@ mod tests {
     async fn lists_are_streamed_where_the_api_server_can() {
         let log = Arc::new(Mutex::new(Vec::new()));
         let state = synced(server(true, log.clone())).await;
-        assert!(state.read().unwrap().namespace("team").is_some());
+        assert!(state.read().namespace("team").is_some());
         let log = log.lock().unwrap();
         assert!(log.iter().all(|r| r.contains("sendInitialEvents=true")), "a request that is no streamed list: {log:?}");
         assert_eq!(log.len(), Watched::all(Registry::builtin(), State::default().source_kinds).len(), "one request per watch: {log:?}");
@@ -388,7 +390,7 @@ mod tests {
     async fn where_the_api_server_refuses_streamed_lists_every_watch_lists_in_pages() {
         let log = Arc::new(Mutex::new(Vec::new()));
         let state = synced(server(false, log.clone())).await;
-        assert!(state.read().unwrap().namespace("team").is_some(), "the namespace of the paged list");
+        assert!(state.read().namespace("team").is_some(), "the namespace of the paged list");
         let log = log.lock().unwrap().clone();
         let watches = Watched::all(Registry::builtin(), State::default().source_kinds);
         for what in &watches {

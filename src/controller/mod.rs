@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::sync::Mutex;
 
-use crate::cache::SourceKey;
 use crate::cache::Watched;
+use crate::cache::{self, SourceKey};
 use crate::cli::ControllerArgs;
 use crate::cluster::watch::api_resource;
 use crate::cluster::{ApiError, Cluster, Event, ObjectRef};
@@ -256,10 +256,12 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
     let now_ms = ctx.shared.clock.now_ms();
     // The per-namespace gauges take walking every workload: every METRICS_EVERY, not every tick.
     let metrics = st.metrics_at.is_none_or(|t| t.elapsed() >= METRICS_EVERY);
-    let plan = {
-        let state = ctx.shared.state.read().expect("state lock");
+    // Passes over the whole cache run off the runtime (cache::blocking): the webhook's admissions
+    // share its one worker thread with this loop.
+    let plan = cache::blocking(|| {
+        let state = ctx.shared.state.read();
         propagate::due_propagations(&state, &ctx.shared.policy, &ctx.selector, now_ms, metrics)
-    };
+    });
     // Read as the change arrives (it is inside its settle window), so the read adds no delay;
     // a few per pass, the rest on the next ones.
     st.read_at.retain(|k, at| plan.unknown.contains(k) && at.elapsed() < Duration::from_secs(1));
@@ -271,9 +273,11 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
         // Templates admitted unpinned on purpose (another mode; Secrets off for the namespace):
         // adopted, not repaired, when that changes (a restart with --secrets starts a new leader,
         // which has seen every template).
-        let state = ctx.shared.state.read().expect("state lock");
-        let mut without_secrets = ctx.shared.policy.secrets.enabled.then(|| ctx.seen_without_secrets.lock().expect("seen lock"));
-        adopt::note_seen(&state, &ctx.shared.policy, &ctx.selector, seen, without_secrets.as_deref_mut());
+        cache::blocking(|| {
+            let state = ctx.shared.state.read();
+            let mut without_secrets = ctx.shared.policy.secrets.enabled.then(|| ctx.seen_without_secrets.lock().expect("seen lock"));
+            adopt::note_seen(&state, &ctx.shared.policy, &ctx.selector, seen, without_secrets.as_deref_mut());
+        });
     }
     METRICS.propagations_waiting.store(plan.waiting as u64, Ordering::Relaxed);
     if metrics {
@@ -304,7 +308,7 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
                 st.recorded.insert(key.clone(), Instant::now());
                 tracing::info!(namespace = %ns, source = %source, head = %head, "change propagated");
                 if let Some(n) = st.moved.remove(key) {
-                    let uid = ctx.shared.state.read().expect("state lock").source(ns, source).map(|c| c.uid.clone());
+                    let uid = cache::read(&ctx.shared.state).source(ns, source).map(|c| c.uid.clone());
                     let regarding = ObjectRef {
                         api_version: "v1".into(),
                         kind: source.kind_str().into(),
@@ -420,7 +424,7 @@ async fn resync_loop(ctx: Arc<Ctx>) {
             .seen
             .lock()
             .expect("seen lock")
-            .get_or_insert_with(|| adopt::current_templates(&ctx.shared.state.read().expect("state lock")))
+            .get_or_insert_with(|| cache::blocking(|| adopt::current_templates(&ctx.shared.state.read())))
             .clone();
         let (adoptions, repairs) = resync_pass(&ctx, &seen, &mut st).await;
         // How long a pass takes at the cluster's scale, and what it wrote (docs/performance.md).
@@ -457,9 +461,14 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (us
     // that arrives while the pass runs (its writes are rate-limited, so that can take long) was
     // not looked at; marking it seen would adopt an outage's template instead of repairing it.
     let decide = || {
-        let state = ctx.shared.state.read().expect("state lock");
-        let without_secrets = ctx.seen_without_secrets.lock().expect("seen lock").clone();
-        (adopt::decide(&state, &ctx.shared.policy, &ctx.selector, seen, &without_secrets, &st.adopted), adopt::current_templates(&state))
+        cache::blocking(|| {
+            let state = ctx.shared.state.read();
+            let without_secrets = ctx.seen_without_secrets.lock().expect("seen lock").clone();
+            (
+                adopt::decide(&state, &ctx.shared.policy, &ctx.selector, seen, &without_secrets, &st.adopted),
+                adopt::current_templates(&state),
+            )
+        })
     };
     let (mut decisions, mut present) = decide();
     if !decisions.unknown.is_empty() {
@@ -492,7 +501,7 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (us
         // current content (repair skips sources with a pending change, and adopt_one refuses a
         // change the webhook missed). Recording it lets an undo to that revision bring its
         // config back (docs/behaviour.md §9); when it cannot be told, an Event says so.
-        let template = ctx.shared.state.read().expect("state lock").workloads.get(&p.key()).map(|w| w.template_hash.to_string());
+        let template = cache::read(&ctx.shared.state).workloads.get(&p.key()).map(|w| w.template_hash.to_string());
         // A source going back to an adopted snapshot (an undo) has its record already; one whose
         // revision's config is unknown gets none (the head's content is not what it ran with).
         for source in &p.unknown {
@@ -539,8 +548,8 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (us
     // Everything present now has been seen, except the templates still waiting for repair
     // (they stay repair candidates until the webhook has pinned them) and those left undecided
     // because a source could not be read (under load): an outage's must not pass for seen.
-    {
-        let state = ctx.shared.state.read().expect("state lock");
+    cache::blocking(|| {
+        let state = ctx.shared.state.read();
         let waiting: adopt::Seen = decisions
             .repairs
             .iter()
@@ -552,7 +561,7 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (us
         if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
             seen.extend_except(present, &waiting);
         }
-    }
+    });
     (decisions.adoptions.len(), decisions.repairs.len())
 }
 
@@ -560,7 +569,7 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (us
 /// that is held against the current one.
 fn repair_note(ctx: &Ctx, p: &Plan) -> String {
     let mut note = "Admitted with mutable config references while confighistory was unreachable; pinning them".to_owned();
-    let state = ctx.shared.state.read().expect("state lock");
+    let state = cache::read(&ctx.shared.state);
     for source in &p.undone {
         let hash = &p.trigger[source];
         let head = state.source(&p.namespace, source).and_then(|c| c.annotation(names::HEAD));
@@ -578,8 +587,8 @@ fn repair_note(ctx: &Ctx, p: &Plan) -> String {
 /// snapshots its workloads are pinned to ([`propagate::rehash_sources`]); its touch names one of
 /// them as the head, which the webhook takes from confighistory alone.
 async fn rehash(ctx: &Ctx, verified: &mut HashMap<SourceKey, String>) {
-    let sources = {
-        let state = ctx.shared.state.read().expect("state lock");
+    let sources = cache::blocking(|| {
+        let state = ctx.shared.state.read();
         let sources = propagate::rehash_sources(&state, &ctx.shared.policy, &ctx.selector);
         let listed: HashSet<&SourceKey> = sources.iter().map(|(k, _)| k).collect();
         verified.retain(|k, _| listed.contains(k));
@@ -587,7 +596,7 @@ async fn rehash(ctx: &Ctx, verified: &mut HashMap<SourceKey, String>) {
             verified.get(k).is_some_and(|rv| state.sources.get(k).is_some_and(|c| c.resource_version.as_str() == rv.as_str()))
         };
         sources.into_iter().filter(|(k, _)| !unchanged(k)).collect::<Vec<_>>()
-    };
+    });
     for ((ns, name), pins) in sources {
         if !ctx.leadership.is_leader() {
             return;
@@ -601,7 +610,7 @@ async fn rehash(ctx: &Ctx, verified: &mut HashMap<SourceKey, String>) {
                 continue;
             }
         };
-        ctx.shared.state.write().expect("state lock").learn_source(&ns, &name, &obj);
+        cache::write(&ctx.shared.state).learn_source(&ns, &name, &obj);
         if obj.immutable() {
             continue; // made immutable after it was a source: never touched (docs/behaviour.md §3)
         }
@@ -644,8 +653,10 @@ async fn rehash(ctx: &Ctx, verified: &mut HashMap<SourceKey, String>) {
 /// propagation moves their workloads (to the plain name, or back to snapshots) once.
 async fn touch_versioning(ctx: &Ctx) {
     let plan = || {
-        let state = ctx.shared.state.read().expect("state lock");
-        propagate::versioning_touches(&state, &ctx.shared.policy, &ctx.selector)
+        cache::blocking(|| {
+            let state = ctx.shared.state.read();
+            propagate::versioning_touches(&state, &ctx.shared.policy, &ctx.selector)
+        })
     };
     let (mut touches, unknown) = plan();
     if !unknown.is_empty() {
@@ -659,7 +670,7 @@ async fn touch_versioning(ctx: &Ctx) {
         // Without a head (never written while a workload named it), the touch names a pin as
         // the head confighistory last knew, which the webhook takes from it alone.
         let head = {
-            let state = ctx.shared.state.read().expect("state lock");
+            let state = cache::read(&ctx.shared.state);
             let head = state.source(&ns, &name).and_then(|c| c.annotation(names::HEAD)).map(str::to_owned);
             head.or_else(|| propagate::pinned_hash(&state, &ctx.shared.policy, &ns, &name))
         };
@@ -688,7 +699,7 @@ async fn learn_immutability(ctx: &Ctx, sources: impl Iterator<Item = &SourceKey>
             Limiter::acquire(l, ns).await;
         }
         match ctx.shared.cluster.get_source(ns, name).await {
-            Ok(Some(obj)) => ctx.shared.state.write().expect("state lock").learn_source(ns, name, &obj),
+            Ok(Some(obj)) => cache::write(&ctx.shared.state).learn_source(ns, name, &obj),
             Ok(None) => {}
             Err(e) => tracing::debug!(namespace = %ns, source = %name, error = %e, "could not read the source; retried"),
         }
@@ -759,8 +770,8 @@ async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
     let start = Instant::now();
     let keys = ctx.shared.policy.secrets.keys.get();
     let keys = keys.as_deref();
-    let namespaces: Vec<(String, bool)> = {
-        let state = ctx.shared.state.read().expect("state lock");
+    let namespaces: Vec<(String, bool)> = cache::blocking(|| {
+        let state = ctx.shared.state.read();
         let policy = &ctx.shared.policy;
         let mut v: Vec<(String, bool)> = state
             .sources
@@ -776,7 +787,7 @@ async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
         v.sort();
         v.dedup();
         v
-    };
+    });
     let (mut deleted, mut total) = (0, 0);
     for (ns, secrets) in namespaces {
         if !ctx.leadership.is_leader() {

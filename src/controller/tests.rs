@@ -1,7 +1,7 @@
 //! The loops against the in-memory cluster: what a pass writes, what it leaves alone, and how it
 //! takes a failed write.
 
-use std::sync::RwLock;
+use parking_lot::RwLock;
 
 use serde_json::{json, Value};
 
@@ -103,7 +103,7 @@ async fn a_propagation_pass_triggers_the_pinned_workload_and_records_the_change_
 
     // The webhook re-pinned it (as the watch delivers): the change is recorded on the source, once.
     let new = snapshot::name("cfg", &h('b'), 0);
-    ctx.shared.state.write().unwrap().apply_workload(Kind::Deployment, &workload("ns", "stale", &[&new], &[]));
+    ctx.shared.state.write().apply_workload(Kind::Deployment, &workload("ns", "stale", &[&new], &[]));
     propagation_pass(&ctx, &mut st).await;
     assert_eq!(crate::admission::annotation(&cluster.get("ns", "cfg").unwrap(), names::PROPAGATED), Some(h('b').as_str()));
     let events = cluster.events();
@@ -347,7 +347,7 @@ async fn a_resync_pass_touches_a_source_changed_while_the_webhook_was_away_and_t
         old_object: Some(sources[0].clone()),
         ..Default::default()
     };
-    let state = ctx.shared.state.read().unwrap();
+    let state = ctx.shared.state.read();
     let (fresh, failed) = (crate::admission::Fresh::new(), crate::admission::Failed::new());
     let view = crate::admission::View { policy: &ctx.shared.policy, state: &state, fresh: &fresh, failed: &failed, now, namespace: None };
     let crate::admission::Outcome::Done(d) = crate::admission::configmap::decide(&req, &view) else { panic!("no read expected") };
@@ -405,7 +405,7 @@ async fn a_resync_pass_touches_a_source_edited_while_away_before_it_ever_had_a_h
             user_info: crate::admission::review::UserInfo { username: user.into(), ..Default::default() },
             ..Default::default()
         };
-        let state = ctx.shared.state.read().unwrap();
+        let state = ctx.shared.state.read();
         let (fresh, failed) = (crate::admission::Fresh::new(), crate::admission::Failed::new());
         let view =
             crate::admission::View { policy: &ctx.shared.policy, state: &state, fresh: &fresh, failed: &failed, now, namespace: None };
@@ -792,7 +792,7 @@ async fn a_source_the_admins_selector_newly_excludes_is_propagated_once_more_to_
         ..Default::default()
     };
     let d = {
-        let state = ctx.shared.state.read().unwrap();
+        let state = ctx.shared.state.read();
         let (fresh, failed) = (crate::admission::Fresh::new(), crate::admission::Failed::new());
         let view = crate::admission::View { policy: &policy, state: &state, fresh: &fresh, failed: &failed, now, namespace: None };
         let crate::admission::Outcome::Done(d) = crate::admission::configmap::decide(&req, &view) else { panic!("no read expected") };
@@ -805,11 +805,11 @@ async fn a_source_the_admins_selector_newly_excludes_is_propagated_once_more_to_
     assert_eq!((annotation(names::CHANGED_AT).as_deref(), annotation(names::PROPAGATED)), (Some(now), None));
     assert_eq!(annotation(names::EXCLUDED).as_deref(), Some("true"));
     cluster.insert(stored.clone());
-    ctx.shared.state.write().unwrap().apply_configmap(&stored);
+    ctx.shared.state.write().apply_configmap(&stored);
 
     // Propagation, after the window: `app` goes to the plain name; nothing else moves.
     let due = {
-        let state = ctx.shared.state.read().unwrap();
+        let state = ctx.shared.state.read();
         propagate::due_propagations(&state, &policy, &ctx.selector, propagate::parse_time_ms(now).unwrap() + 10_000, true)
     };
     let plans: Vec<(&str, String)> = due.plans.iter().map(|p| (p.name.as_str(), p.trigger_value())).collect();
@@ -819,7 +819,7 @@ async fn a_source_the_admins_selector_newly_excludes_is_propagated_once_more_to_
     cluster.calls.lock().unwrap().clear();
     resync_pass(&ctx, &adopt::Seen::new(), &mut ResyncState::default()).await;
     assert!(!cluster.calls.lock().unwrap().iter().any(|c| c.starts_with("patch ns/")), "{:?}", cluster.calls.lock().unwrap());
-    let state = ctx.shared.state.read().unwrap();
+    let state = ctx.shared.state.read();
     let (touches, _) = propagate::versioning_touches(&state, &Policy::default(), &ctx.selector);
     assert_eq!(touches, [("ns".into(), SourceId::configmap("ca")), ("ns".into(), SourceId::configmap("done"))]);
 }
@@ -864,7 +864,7 @@ async fn the_same_template_in_another_namespace_does_not_make_an_outage_workload
     propagation_pass(&ctx, &mut quick()).await;
 
     let outage = workload("ns", "new", &["cfg"], &[]);
-    ctx.shared.state.write().unwrap().apply_workload(Kind::Deployment, &outage);
+    ctx.shared.state.write().apply_workload(Kind::Deployment, &outage);
     cluster.insert_workload(Kind::Deployment, outage);
     let seen = ctx.seen.lock().unwrap().clone().unwrap();
     resync_pass(&ctx, &seen, &mut ResyncState::default()).await;
@@ -1102,7 +1102,7 @@ async fn turning_secrets_on_for_a_namespace_adopts_a_workload_newer_than_the_las
     // This replica leads since before the workload: its resync passes have not seen it.
     *ctx.seen.lock().unwrap() = Some(adopt::Seen::new());
     propagation_pass(&ctx, &mut quick()).await; // the namespace without Secrets on: noted
-    ctx.shared.state.write().unwrap().apply_namespace(&json!({"metadata": {"name": "ns", "labels": {"team": "a"}}}));
+    ctx.shared.state.write().apply_namespace(&json!({"metadata": {"name": "ns", "labels": {"team": "a"}}}));
     resync_pass(&ctx, &adopt::Seen::new(), &mut ResyncState::default()).await;
     assert_eq!(trigger_of(&cluster, "new"), None, "not restarted");
     let id = crate::model::source::SourceId::new(
@@ -1138,7 +1138,7 @@ async fn a_resync_pass_reads_again_only_the_sources_whose_resource_version_chang
     let mut edited = source_holding("cfg", "2", "1");
     edited["metadata"]["resourceVersion"] = json!("5");
     cluster.insert(edited.clone());
-    ctx.shared.state.write().unwrap().apply_configmap(&edited);
+    ctx.shared.state.write().apply_configmap(&edited);
     resync_pass(&ctx, &seen, &mut st).await;
     assert_eq!(reads(&cluster), ["get ns/cfg"], "only the changed one");
     assert!(

@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, RwLock};
+use std::sync::{Arc, LazyLock, Mutex};
+
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -16,7 +17,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use crate::admission::{self, review, Decision, Effect, Failed, Failure, Fresh, Outcome, Reason, Response, View};
-use crate::cache::{NamespaceInfo, State};
+use crate::cache::{Lock, NamespaceInfo};
 use crate::cluster::{ApiError, Cluster};
 use crate::context::Context;
 use crate::model::kinds::{Kind, Registry};
@@ -52,7 +53,7 @@ impl App {
     }
 
     /// [`App::new`] over a context whose caches count as synced.
-    pub fn ready(policy: Policy, state: Arc<RwLock<State>>, cluster: Arc<dyn Cluster>) -> App {
+    pub fn ready(policy: Policy, state: Arc<Lock>, cluster: Arc<dyn Cluster>) -> App {
         App::new(Arc::new(Context::synced(policy, state, cluster)))
     }
 }
@@ -177,7 +178,7 @@ pub(crate) fn reply(response: &Response, uid: &str) -> HttpResponse {
 /// The namespace's mode; a mode label the admin refuses is logged, once per namespace and label
 /// value (docs/behaviour.md §3: the default applies, and the admin should know someone asked).
 fn mode(app: &App, namespace: &str) -> Mode {
-    let state = app.ctx.state.read().expect("state lock");
+    let state = app.ctx.state.read_recursive();
     let info = state.namespace(namespace);
     let (mode, refused) = app.ctx.policy.namespace_mode(namespace, info);
     let label = info.and_then(|n| crate::model::meta::Meta::label(n, crate::model::names::MODE_LABEL));
@@ -249,7 +250,7 @@ fn kind_label(kinds: &Registry, sources: source::SourceKinds, k: &review::GroupV
 
 /// Whether a workload request must never be denied (an undo, a CronJob's run), from the caches.
 pub fn never_denied(app: &App, req: &review::Request) -> bool {
-    let (state, now) = (app.ctx.state.read().expect("state lock"), String::new());
+    let (state, now) = (app.ctx.state.read_recursive(), String::new());
     let view = View { policy: &app.ctx.policy, state: &state, fresh: &Fresh::new(), failed: &Failed::new(), now: &now, namespace: None };
     app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind).is_none() && admission::workload::never_denied(req, &view)
 }
@@ -275,7 +276,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     let mut place = None;
     for _ in 0..MAX_PASSES {
         let outcome = {
-            let state = app.ctx.state.read().expect("state lock");
+            let state = app.ctx.state.read_recursive();
             let view =
                 View { policy: &app.ctx.policy, state: &state, fresh: &fresh, failed: &failed, now: &now, namespace: namespace.as_deref() };
             match endpoint {
@@ -363,7 +364,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
 async fn read_namespace(app: &App, endpoint: Endpoint, req: &review::Request) -> Result<Option<Box<NamespaceInfo>>, Failure> {
     let ns = req.namespace.as_str();
     // Snapshot protection does not depend on the namespace's mode.
-    let unlisted = || app.ctx.state.read().expect("state lock").namespace_unlisted(ns);
+    let unlisted = || app.ctx.state.read_recursive().namespace_unlisted(ns);
     if endpoint == Endpoint::Protect || !unlisted() || app.namespace_reads.known_missing(ns) {
         return Ok(None);
     }
@@ -473,7 +474,7 @@ fn record_head(app: &App, namespace: &str, source: &SourceId, hash: &str) {
 /// Says on the source that its snapshot met collisions (docs/behaviour.md §5), in the background: the answer
 /// does not wait for an Event, and one that cannot be written is logged, not retried.
 fn record_collision(app: &App, namespace: &str, source: &SourceId, name: &str, collisions: &[store::Collision]) {
-    let uid = app.ctx.state.read().expect("state lock").source(namespace, source).map(|c| c.uid.clone()).unwrap_or_default();
+    let uid = app.ctx.state.read_recursive().source(namespace, source).map(|c| c.uid.clone()).unwrap_or_default();
     let event = store::collision_event(namespace, source, &uid, name, collisions);
     let cluster = app.ctx.cluster.clone();
     tokio::spawn(

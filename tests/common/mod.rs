@@ -4,7 +4,9 @@
 
 #![allow(dead_code)] // each suite uses its part
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 use axum::body::Body;
 use axum::http::{Request as HttpRequest, StatusCode};
