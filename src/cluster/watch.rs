@@ -302,9 +302,10 @@ fn key(v: &Value) -> Key {
 
 #[cfg(test)]
 mod tests {
-    //! The choice between streamed and paged lists against API servers that can only be faked
-    //! here: one without WatchList (the current lane's serves it; the v1.20 lane's refuses it, and
-    //! is not run in CI). The streamed path against a real API server is every e2e test's.
+    //! The choice between streamed and paged lists, against faked API servers. Against real ones:
+    //! the current lane's serves streamed lists (every e2e test in CI); the v1.20 lane's refuses
+    //! them with 422 ("resourceVersionMatch is forbidden for watch") and its e2e suite passes on
+    //! paged lists (`tests/run --e2e-only --lane v1.20`, not run in CI).
     use super::*;
     use crate::cache::State;
     use futures::StreamExt;

@@ -831,7 +831,8 @@ fn register_configmap_webhook(cluster: &Cluster, name: &str, ns: &TestNamespace,
             "name": "mtls.e2e.confighistory.io",
             "clientConfig": {"url": format!("https://{}/mutate", server.addr), "caBundle": crate::support::ca_bundle(&ca)},
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"], "operations": ["CREATE"], "scope": "Namespaced"}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
+            // The harness's label: before 1.21 the API server sets no kubernetes.io/metadata.name.
+            "namespaceSelector": {"matchLabels": {crate::support::NAMESPACE_LABEL: ns.name}},
             "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 10,
         }],
     });
