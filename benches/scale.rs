@@ -475,10 +475,11 @@ fn main() {
     for (inline, how) in [(true, "on the worker (before)"), (false, "off it (cache::blocking)")] {
         let (median, p99, max, passes) = beside_passes(&app, &state, deployment_body.clone(), inline, scale.requests);
         println!(
-            "admission at 1,000/s, one worker thread, beside {passes} resync passes {how}: median {}, p99 {}, max {}",
+            "admission at 1,000/s, one worker thread, beside {passes} resync passes {how}: median {}, p99 {}, max {}; RSS {}",
             us(median),
             us(p99),
-            us(max)
+            us(max),
+            mib(status().0)
         );
     }
     println!("RSS after the admissions: {}, peak {}", mib(status().0), mib(status().1));
