@@ -1869,3 +1869,30 @@ async fn audit_mode_violations_and_decision_reasons_are_counted() {
 async fn touch(f: &Fixture, obj: &Value) -> Value {
     f.send("/mutate", review("ConfigMap", "", "v1", "UPDATE", Some(obj), Some(obj))).await.patched(obj)
 }
+
+/// docs/performance.md, "Admissions beside the controller's passes": an admission is answered while
+/// a long pass holds the cache and a watch event waits to write it; it does not queue behind the
+/// waiting writer (the webhook reads with `read_recursive`).
+#[tokio::test]
+async fn an_admission_does_not_wait_behind_a_writer_waiting_for_a_pass() {
+    let f = Fixture::new().source("pricing-config", A);
+    let pass = f.state.clone();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let _guard = pass.read();
+        held_tx.send(()).unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    });
+    held_rx.recv().unwrap();
+    let event = f.state.clone();
+    let writer = std::thread::spawn(move || drop(event.write()));
+    // The writer is parked on the lock by now.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    let a = f.mutate_deployment("CREATE", &deployment("pricing:4.11", "pricing-config"), None).await;
+    let took = started.elapsed();
+    assert!(a.allowed());
+    assert!(took < std::time::Duration::from_secs(1), "the admission waited {took:?} for the pass");
+    reader.join().unwrap();
+    writer.join().unwrap();
+}
