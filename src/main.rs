@@ -3,8 +3,17 @@ use clap::Parser;
 use confighistory::cli::{Cli, Command};
 use std::io::IsTerminal;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    let result = runtime.block_on(run());
+    // A thread still busy at exit (a pass over the cache, a wait for its lock: they run off the
+    // runtime's workers) must not keep the process alive after it released its Lease; dropping
+    // the runtime would wait for it without end.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    result
+}
+
+async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let filter = std::env::var("RUST_LOG").ok().filter(|f| !f.is_empty()).unwrap_or_else(|| "info".into());
     // Colours only for a person at a terminal who did not set NO_COLOR: in a pod, escape codes

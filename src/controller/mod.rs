@@ -105,13 +105,36 @@ pub struct Ctx {
     pub reads: Mutex<Limiter>,
     pub identity: String,
     /// Templates seen before (repair vs adoption), from when this replica started leading.
-    pub seen: std::sync::Mutex<Option<adopt::Seen>>,
+    /// Taken through [`Ctx::seen`] only, which see.
+    seen: std::sync::Mutex<Option<adopt::Seen>>,
     /// Templates seen where Secrets were off for their namespace, while this replica leads
     /// (`adopt::decide`: adopted, not repaired, when the admin turns Secrets on there).
-    pub seen_without_secrets: std::sync::Mutex<adopt::Seen>,
+    /// Taken through [`Ctx::seen_without_secrets`] only.
+    seen_without_secrets: std::sync::Mutex<adopt::Seen>,
 }
 
+/// The lock order of the leader's passes: the cache, then `seen`, then `seen_without_secrets`.
+/// The passes run on threads of their own (`cache::blocking`) and overlap, and the cache's lock
+/// queues a reader behind a waiting writer (a watch event). So a pass holding `seen` while it
+/// waited for the cache, beside one holding the cache and wanting `seen`, with a watch event
+/// waiting between them, stopped all three for good: the watches, the loops and the process's
+/// exit. Taking `seen` needs the cache's guard (`_cache`), so it is always taken second.
 impl Ctx {
+    pub(crate) fn seen(&self, _cache: &crate::cache::State) -> std::sync::MutexGuard<'_, Option<adopt::Seen>> {
+        self.seen.lock().expect("seen lock")
+    }
+
+    /// Taken after [`Ctx::seen`] when both are held.
+    pub(crate) fn seen_without_secrets(&self, _cache: &crate::cache::State) -> std::sync::MutexGuard<'_, adopt::Seen> {
+        self.seen_without_secrets.lock().expect("seen lock")
+    }
+
+    /// Forgets what was seen (leadership lost): takes nothing else while it holds them.
+    fn forget_seen(&self) {
+        *self.seen.lock().expect("seen lock") = None;
+        self.seen_without_secrets.lock().expect("seen lock").clear();
+    }
+
     /// The loops' context; `client` is used for the Lease only, every other call goes through
     /// `shared.cluster`.
     pub fn new(
@@ -244,7 +267,7 @@ async fn propagation_loop(ctx: Arc<Ctx>) {
         tokio::time::sleep(TICK).await;
         if !ctx.leadership.is_leader() {
             st.in_flight.clear();
-            ctx.seen_without_secrets.lock().expect("seen lock").clear();
+            ctx.forget_seen();
             continue;
         }
         propagation_pass(&ctx, &mut st).await;
@@ -269,16 +292,16 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
         plan.unknown.iter().filter(|k| !st.read_at.contains_key(*k)).take(UNKNOWN_READS_PER_PASS).cloned().collect();
     st.read_at.extend(reads.iter().map(|k| (k.clone(), Instant::now())));
     learn_immutability(ctx, reads.iter(), None).await;
-    if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
-        // Templates admitted unpinned on purpose (another mode; Secrets off for the namespace):
-        // adopted, not repaired, when that changes (a restart with --secrets starts a new leader,
-        // which has seen every template).
-        cache::blocking(|| {
-            let state = ctx.shared.state.read();
-            let mut without_secrets = ctx.shared.policy.secrets.enabled.then(|| ctx.seen_without_secrets.lock().expect("seen lock"));
+    // Templates admitted unpinned on purpose (another mode; Secrets off for the namespace):
+    // adopted, not repaired, when that changes (a restart with --secrets starts a new leader,
+    // which has seen every template).
+    cache::blocking(|| {
+        let state = ctx.shared.state.read();
+        if let Some(seen) = ctx.seen(&state).as_mut() {
+            let mut without_secrets = ctx.shared.policy.secrets.enabled.then(|| ctx.seen_without_secrets(&state));
             adopt::note_seen(&state, &ctx.shared.policy, &ctx.selector, seen, without_secrets.as_deref_mut());
-        });
-    }
+        }
+    });
     METRICS.propagations_waiting.store(plan.waiting as u64, Ordering::Relaxed);
     if metrics {
         st.metrics_at = Some(Instant::now());
@@ -414,18 +437,16 @@ async fn resync_loop(ctx: Arc<Ctx>) {
     let interval = Duration::from_secs(ctx.args.resync_interval.max(1));
     loop {
         if !ctx.leadership.is_leader() {
-            *ctx.seen.lock().expect("seen lock") = None;
+            ctx.forget_seen();
             tokio::time::sleep(Duration::from_millis(500)).await;
             continue;
         }
         let started = Instant::now();
         // What "seen before" means starts when this replica starts leading.
-        let seen = ctx
-            .seen
-            .lock()
-            .expect("seen lock")
-            .get_or_insert_with(|| cache::blocking(|| adopt::current_templates(&ctx.shared.state.read())))
-            .clone();
+        let seen = cache::blocking(|| {
+            let state = ctx.shared.state.read();
+            ctx.seen(&state).get_or_insert_with(|| adopt::current_templates(&state)).clone()
+        });
         let (adoptions, repairs) = resync_pass(&ctx, &seen, &mut st).await;
         // How long a pass takes at the cluster's scale, and what it wrote (docs/performance.md).
         tracing::info!(adoptions, repairs, elapsed = ?started.elapsed(), "resync pass done");
@@ -463,7 +484,7 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (us
     let decide = || {
         cache::blocking(|| {
             let state = ctx.shared.state.read();
-            let without_secrets = ctx.seen_without_secrets.lock().expect("seen lock").clone();
+            let without_secrets = ctx.seen_without_secrets(&state).clone();
             (
                 adopt::decide(&state, &ctx.shared.policy, &ctx.selector, seen, &without_secrets, &st.adopted),
                 adopt::current_templates(&state),
@@ -557,8 +578,8 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (us
             .chain(decisions.deferred.iter().cloned())
             .collect();
         // Kept while the template exists: one gone is never decided about again.
-        ctx.seen_without_secrets.lock().expect("seen lock").retain(|ns, t| present.contains(ns, t));
-        if let Some(seen) = ctx.seen.lock().expect("seen lock").as_mut() {
+        ctx.seen_without_secrets(&state).retain(|ns, t| present.contains(ns, t));
+        if let Some(seen) = ctx.seen(&state).as_mut() {
             seen.extend_except(present, &waiting);
         }
     });

@@ -1171,3 +1171,84 @@ async fn a_gc_pass_lists_namespaces_at_the_resync_rate() {
     gc_pass(&ctx, gc::Settings { keep: 0, grace: Duration::from_secs(600) }).await;
     assert!(start.elapsed() >= Duration::from_millis(1400), "5 namespaces swept in {:?}", start.elapsed());
 }
+
+/// The leader's passes run on threads of their own (`cache::blocking`), so they overlap each
+/// other and the watches. The cache's lock queues a reader behind a waiting writer, so a pass
+/// that holds one of the controller's own locks while it waits for the cache, beside a pass that
+/// holds the cache and wants that lock, while a watch event waits to write, stops all three for
+/// good: the watches, the loops and the process's exit (found in the scale run as a server that
+/// never exited). Both passes and a writer run here on a multi-threaded runtime; each pass must
+/// keep completing.
+#[test]
+fn the_passes_and_a_watch_writer_never_stop_each_other() {
+    let (cluster, mut state) = (MemoryCluster::default(), State::default());
+    state.apply_namespace(&json!({"metadata": {"name": "ns"}}));
+    let pinned = snapshot::name("cfg", &h('a'), 0);
+    for obj in [source("ns", "cfg", &h('a'), &[]), snap("ns", "cfg", &h('a'))] {
+        state.apply_configmap(&obj);
+        cluster.insert(obj);
+    }
+    // Enough workloads that each pass holds the cache for a while.
+    for i in 0..3000 {
+        state.apply_workload(Kind::Deployment, &workload("ns", &format!("w{i}"), &[&pinned], &[]));
+    }
+    let seen = adopt::current_templates(&state);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let ctx = Arc::new(runtime.block_on(async { ctx(&cluster, state, args(&[])) }));
+    *ctx.seen.lock().unwrap() = Some(seen.clone());
+    let (propagations, resyncs) = (Arc::new(std::sync::atomic::AtomicUsize::new(0)), Arc::new(std::sync::atomic::AtomicUsize::new(0)));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let (c, n) = (ctx.clone(), propagations.clone());
+        runtime.spawn(async move {
+            let mut st = quick();
+            loop {
+                propagation_pass(&c, &mut st).await;
+                n.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        });
+        let (c, n) = (ctx.clone(), resyncs.clone());
+        runtime.spawn(async move {
+            let mut st = ResyncState::default();
+            loop {
+                resync_pass(&c, &seen, &mut st).await;
+                n.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        });
+    }
+    // A watch: one event after another, each waiting for the passes' reads to end.
+    let writer = {
+        let (ctx, stop) = (ctx.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let labels = json!({"metadata": {"name": "ns", "labels": {"n": i.to_string()}}});
+                ctx.shared.state.write().apply_namespace(&labels);
+            }
+        })
+    };
+    let progress = || (propagations.load(Ordering::Relaxed), resyncs.load(Ordering::Relaxed));
+    let started = Instant::now();
+    let (mut last, mut moved_at) = (progress(), Instant::now());
+    while started.elapsed() < Duration::from_secs(4) {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = progress();
+        if now.0 > last.0 && now.1 > last.1 {
+            (last, moved_at) = (now, Instant::now());
+        }
+        if moved_at.elapsed() > Duration::from_secs(2) {
+            // Stuck threads cannot be joined: leave them, so the failure is reported.
+            stop.store(true, Ordering::Relaxed);
+            runtime.shutdown_background();
+            panic!("the passes stopped: (propagation, resync) passes completed {now:?}, none for 2 s");
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    let (p, r) = progress();
+    assert!(p > 2 && r > 2, "both passes ran: {p} propagation, {r} resync");
+}
