@@ -176,19 +176,16 @@ impl<'de> Visitor<'de> for OldObject<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = serde_json::Map::new();
         let (mut data, mut binary_data) = (None, None);
+        let rest = Trim::object(leave(false));
         while let Some(Key(key)) = map.next_key::<Key>()? {
             match key.as_ref() {
-                "status" => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-                "metadata" => {
-                    out.insert(key.into_owned(), map.next_value_seed(Trim::metadata(leave(false)))?);
-                }
                 // A field given twice keeps its last value, as in a map.
                 "data" => data = Some(map.next_value::<RawPairs>()?.0),
                 "binaryData" => binary_data = Some(map.next_value::<RawPairs>()?.0),
                 _ => {
-                    out.insert(key.into_owned(), map.next_value::<Value>()?);
+                    if let Some(value) = rest.value(&key, &mut map)? {
+                        out.insert(key.into_owned(), value);
+                    }
                 }
             }
         }

@@ -93,6 +93,20 @@ impl Trim {
         Trim { part: Part::Metadata, leave }
     }
 
+    /// The value of `key`, the map's next, as this reader keeps it: `None` when it is left out
+    /// (skipped unparsed). For parsers that read some of an object's fields themselves (the
+    /// admission's `oldObject` takes `data` apart) and leave the rest to this one rule.
+    pub fn value<'de, A: MapAccess<'de>>(self, key: &str, map: &mut A) -> Result<Option<Value>, A::Error> {
+        Ok(match self.key(key) {
+            None => {
+                map.next_value::<IgnoredAny>()?;
+                None
+            }
+            Some(Some(inner)) => Some(map.next_value_seed(inner)?),
+            Some(None) => Some(map.next_value::<Value>()?),
+        })
+    }
+
     /// Whether `key` of this map is left out; and how its value is parsed when it is kept.
     fn key(self, key: &str) -> Option<Option<Trim>> {
         let leave = self.leave;
@@ -130,15 +144,9 @@ impl<'de> Visitor<'de> for Trim {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = Map::new();
         while let Some(Key(key)) = map.next_key::<Key>()? {
-            let value = match self.key(&key) {
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                    continue;
-                }
-                Some(Some(inner)) => map.next_value_seed(inner)?,
-                Some(None) => map.next_value::<Value>()?,
-            };
-            out.insert(key.into_owned(), value);
+            if let Some(value) = self.value(&key, &mut map)? {
+                out.insert(key.into_owned(), value);
+            }
         }
         Ok(Value::Object(out))
     }
@@ -148,12 +156,6 @@ impl<'de> Visitor<'de> for Trim {
     }
     fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
         Ok(Value::Null)
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(self)
     }
     scalars_as_values!();
 }
