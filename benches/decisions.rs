@@ -9,8 +9,6 @@ use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
-
 use confighistory::admission::{self, review, Failed, Fresh, Outcome, View};
 use confighistory::cache::State;
 use confighistory::model::policy::Policy;
@@ -334,7 +332,7 @@ fn count_served(path: &str, body: Vec<u8>, policy: Policy, state: State, fresh: 
     for obj in fresh.into_values().flatten() {
         cluster.insert(obj);
     }
-    let app = Arc::new(App::ready(policy, Arc::new(RwLock::new(state)), Arc::new(cluster)));
+    let app = Arc::new(App::ready(policy, Arc::new(confighistory::cache::Lock::new(state)), Arc::new(cluster)));
     let router = serve::limited(webhook::router(app.clone()), app, 4 << 20, 64, std::time::Duration::from_secs(10));
     let body = axum::body::Bytes::from(body);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

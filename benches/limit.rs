@@ -31,7 +31,6 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
 use std::time::{Duration, Instant};
 
 use confighistory::cache::State;
@@ -152,7 +151,8 @@ struct Served {
 impl Served {
     fn new(body: Vec<u8>) -> Served {
         confighistory::runtime::init_logging("info", false, false, std::io::sink);
-        let app = Arc::new(App::ready(Policy::default(), Arc::new(RwLock::new(state())), Arc::new(MemoryCluster::default())));
+        let app =
+            Arc::new(App::ready(Policy::default(), Arc::new(confighistory::cache::Lock::new(state())), Arc::new(MemoryCluster::default())));
         let router = serve::limited(webhook::router(app.clone()), app, 4 << 20, 64, Duration::from_secs(10));
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         Served { runtime, router, body: body.into() }

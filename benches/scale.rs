@@ -236,13 +236,12 @@ fn beside_passes(app: &Arc<App>, state: &Arc<Lock>, body: Vec<u8>, inline: bool,
             let (state, stop, passes) = (state.clone(), stop.clone(), passes.clone());
             tokio::spawn(async move {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let decide = || {
-                        let s = state.read();
-                        adopt::decide(&s, &Policy::default(), &Selector::default(), &seen, &adopt::Seen::new(), &HashSet::new())
+                    let decide = |s: &State| {
+                        adopt::decide(s, &Policy::default(), &Selector::default(), &seen, &adopt::Seen::new(), &HashSet::new())
                             .adoptions
                             .len()
                     };
-                    black_box(if inline { decide() } else { cache::blocking(decide) });
+                    black_box(if inline { decide(&state.read()) } else { cache::pass(&state, decide) });
                     passes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
@@ -277,6 +276,60 @@ fn beside_passes(app: &Arc<App>, state: &Arc<Lock>, body: Vec<u8>, inline: bool,
     });
     times.sort();
     (times[n / 2], times[n * 99 / 100], times[n - 1], passes.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// A watch writer beside admissions on `threads` threads at once, each sending `body` back to
+/// back (more workers than the chart's one CPU gives, under a flood): the webhook reads the cache
+/// with `read_recursive`, which lets a reader in while other readers hold it even when a writer
+/// waits, so overlapping reads could keep a watch event out. The writer applies an event every
+/// 5 ms for `run`; (median, p99, max) of its waits for the lock, events, admissions. `ask`: the
+/// writer waits with `cache::write`, which makes admissions queue behind it once it has waited
+/// long enough; else with the lock's own `write`, as every writer did before.
+fn writer_beside_admissions(
+    app: &Arc<App>,
+    state: &Arc<Lock>,
+    body: Vec<u8>,
+    threads: usize,
+    run: Duration,
+    ask: bool,
+) -> (Duration, Duration, Duration, usize, usize) {
+    let body = axum::body::Bytes::from(body);
+    let ns = ns_name(0);
+    let rs = replicaset(&ns, "app-1", &uid("deploy", 0, 1), 3, &refs_of(1));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let admitted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let senders: Vec<_> = (0..threads)
+        .map(|_| {
+            let (router, body, stop, admitted) = (webhook::router(app.clone()), body.clone(), stop.clone(), admitted.clone());
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                runtime.block_on(async {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let request = axum::http::Request::post("/mutate")
+                            .header("content-type", "application/json")
+                            .body(axum::body::Body::from(body.clone()))
+                            .unwrap();
+                        let response = router.clone().oneshot(request).await.unwrap();
+                        black_box(axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap());
+                        admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                })
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let (started, mut waits) = (Instant::now(), Vec::new());
+    while started.elapsed() < run || waits.is_empty() {
+        let t = Instant::now();
+        if ask { cache::write(state) } else { state.write() }.apply_revision(Kind::ReplicaSet, &rs);
+        waits.push(t.elapsed());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    senders.into_iter().for_each(|s| s.join().unwrap());
+    waits.sort();
+    let n = waits.len();
+    (waits[n / 2], waits[n * 99 / 100], waits[n - 1], n, admitted.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 /// A policy with Secrets on in the namespaces `selector` selects, the cluster keys loaded.
@@ -468,7 +521,9 @@ fn main() {
     let deployment_body = review("Deployment", "apps", "deployments", &ns, &plain, &pinned);
     let state = Arc::new(Lock::new(state));
     let app = Arc::new(App::ready(policy.clone(), state.clone(), Arc::new(cluster.clone())));
-    for (what, body) in [("source ConfigMap UPDATE, plain users", configmap_body), ("Deployment UPDATE, steady", deployment_body.clone())] {
+    for (what, body) in
+        [("source ConfigMap UPDATE, plain users", configmap_body.clone()), ("Deployment UPDATE, steady", deployment_body.clone())]
+    {
         let (median, p99, calls) = admit(&app, &cluster, body, scale.requests, what);
         println!("admission, {what}: median {}, p99 {}, API calls {calls} in {} requests", us(median), us(p99), scale.requests);
     }
@@ -481,6 +536,31 @@ fn main() {
             us(max),
             mib(status().0)
         );
+    }
+    let big = "x".repeat(1024 * 1024 - 4096);
+    let mut big_old = old.clone();
+    big_old["data"] = json!({"blob": big});
+    let mut big_new = old.clone();
+    big_new["data"] = json!({"blob": format!("{big}y")});
+    let big_body = review("ConfigMap", "", "configmaps", &ns, &big_new, &big_old);
+    let bodies = [
+        ("source ConfigMap UPDATEs", configmap_body.clone()),
+        ("1 MiB source ConfigMap UPDATEs", big_body),
+        ("steady Deployment UPDATEs", deployment_body.clone()),
+    ];
+    for threads in [2, 4] {
+        for (what, body) in &bodies {
+            for (ask, how) in [(false, "lock's write (before)"), (true, "cache::write")] {
+                let run = Duration::from_millis(if full { 5_000 } else { 100 });
+                let (median, p99, max, events, admitted) = writer_beside_admissions(&app, &state, body.clone(), threads, run, ask);
+                println!(
+                    "watch writer ({how}) beside {what} on {threads} threads back to back: its wait median {}, p99 {}, max {} ({events} events, {admitted} admissions)",
+                    us(median),
+                    us(p99),
+                    us(max)
+                );
+            }
+        }
     }
     println!("RSS after the admissions: {}, peak {}", mib(status().0), mib(status().1));
 

@@ -7,7 +7,6 @@ use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -59,7 +58,7 @@ impl Cluster for Stalled {
 }
 
 fn app(cluster: Arc<dyn Cluster>) -> Arc<App> {
-    Arc::new(App::ready(Policy::default(), Arc::new(RwLock::new(State::default())), cluster))
+    Arc::new(App::ready(Policy::default(), Arc::new(confighistory::cache::Lock::new(State::default())), cluster))
 }
 
 fn deployment_review() -> Value {

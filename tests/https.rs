@@ -7,7 +7,6 @@ use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
@@ -48,7 +47,8 @@ async fn start_with(dir: &Path, client_auth: Option<Arc<tls::ClientAuth>>) -> Se
     }
     let ready = Arc::new(AtomicBool::new(false));
     tokio::spawn(tls::watch(dir.join("tls.crt"), dir.join("tls.key"), resolver, ready.clone(), Duration::from_millis(100)));
-    let mut app = App::ready(Policy::default(), Arc::new(RwLock::new(State::default())), Arc::new(MemoryCluster::default()));
+    let mut app =
+        App::ready(Policy::default(), Arc::new(confighistory::cache::Lock::new(State::default())), Arc::new(MemoryCluster::default()));
     app.tls_ready = ready;
     let app = Arc::new(app);
     let health = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -344,7 +344,11 @@ async fn dashboards_and_alerts_query_only_metrics_the_server_exports() {
     assert_eq!(post(&server, config.clone(), review()).await.unwrap().0, 200);
     assert_eq!(post(&server, config, json!("not a review")).await.unwrap().0, 400);
 
-    let app = Arc::new(App::ready(Policy::default(), Arc::new(RwLock::new(State::default())), Arc::new(MemoryCluster::default())));
+    let app = Arc::new(App::ready(
+        Policy::default(),
+        Arc::new(confighistory::cache::Lock::new(State::default())),
+        Arc::new(MemoryCluster::default()),
+    ));
     let req = hyper::Request::get("/metrics").body(axum::body::Body::empty()).unwrap();
     let resp = webhook::health_router(app).oneshot(req).await.unwrap();
     let scrape = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();

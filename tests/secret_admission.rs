@@ -8,8 +8,6 @@
 
 use std::sync::Arc;
 
-use parking_lot::RwLock;
-
 use axum::http::StatusCode;
 use base64::Engine as _;
 use confighistory::cache::State;
@@ -77,7 +75,7 @@ fn deployment(image: &str, s: &str, cm: &str) -> Value {
 }
 
 struct Fixture {
-    state: Arc<RwLock<State>>,
+    state: Arc<confighistory::cache::Lock>,
     cluster: MemoryCluster,
     policy: Policy,
 }
@@ -85,7 +83,7 @@ struct Fixture {
 impl Fixture {
     fn new(policy: Policy) -> Fixture {
         let state = State { source_kinds: policy.acted_on(), ..State::default() };
-        Fixture { state: Arc::new(RwLock::new(state)), cluster: MemoryCluster::default(), policy }
+        Fixture { state: Arc::new(confighistory::cache::Lock::new(state)), cluster: MemoryCluster::default(), policy }
     }
 
     /// A source (ConfigMap or Secret, by its kind) in the cluster and the caches.

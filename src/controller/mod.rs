@@ -114,7 +114,7 @@ pub struct Ctx {
 }
 
 /// The lock order of the leader's passes: the cache, then `seen`, then `seen_without_secrets`.
-/// The passes run on threads of their own (`cache::blocking`) and overlap, and the cache's lock
+/// The passes run on threads of their own (`cache::pass`) and overlap, and the cache's lock
 /// queues a reader behind a waiting writer (a watch event). So a pass holding `seen` while it
 /// waited for the cache, beside one holding the cache and wanting `seen`, with a watch event
 /// waiting between them, stopped all three for good: the watches, the loops and the process's
@@ -279,12 +279,10 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
     let now_ms = ctx.shared.clock.now_ms();
     // The per-namespace gauges take walking every workload: every METRICS_EVERY, not every tick.
     let metrics = st.metrics_at.is_none_or(|t| t.elapsed() >= METRICS_EVERY);
-    // Passes over the whole cache run off the runtime (cache::blocking): the webhook's admissions
+    // Passes over the whole cache run off the runtime (cache::pass): the webhook's admissions
     // share its one worker thread with this loop.
-    let plan = cache::blocking(|| {
-        let state = ctx.shared.state.read();
-        propagate::due_propagations(&state, &ctx.shared.policy, &ctx.selector, now_ms, metrics)
-    });
+    let plan =
+        cache::pass(&ctx.shared.state, |state| propagate::due_propagations(state, &ctx.shared.policy, &ctx.selector, now_ms, metrics));
     // Read as the change arrives (it is inside its settle window), so the read adds no delay;
     // a few per pass, the rest on the next ones.
     st.read_at.retain(|k, at| plan.unknown.contains(k) && at.elapsed() < Duration::from_secs(1));
@@ -295,11 +293,10 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
     // Templates admitted unpinned on purpose (another mode; Secrets off for the namespace):
     // adopted, not repaired, when that changes (a restart with --secrets starts a new leader,
     // which has seen every template).
-    cache::blocking(|| {
-        let state = ctx.shared.state.read();
-        if let Some(seen) = ctx.seen(&state).as_mut() {
-            let mut without_secrets = ctx.shared.policy.secrets.enabled.then(|| ctx.seen_without_secrets(&state));
-            adopt::note_seen(&state, &ctx.shared.policy, &ctx.selector, seen, without_secrets.as_deref_mut());
+    cache::pass(&ctx.shared.state, |state| {
+        if let Some(seen) = ctx.seen(state).as_mut() {
+            let mut without_secrets = ctx.shared.policy.secrets.enabled.then(|| ctx.seen_without_secrets(state));
+            adopt::note_seen(state, &ctx.shared.policy, &ctx.selector, seen, without_secrets.as_deref_mut());
         }
     });
     METRICS.propagations_waiting.store(plan.waiting as u64, Ordering::Relaxed);
@@ -443,10 +440,7 @@ async fn resync_loop(ctx: Arc<Ctx>) {
         }
         let started = Instant::now();
         // What "seen before" means starts when this replica starts leading.
-        let seen = cache::blocking(|| {
-            let state = ctx.shared.state.read();
-            ctx.seen(&state).get_or_insert_with(|| adopt::current_templates(&state)).clone()
-        });
+        let seen = cache::pass(&ctx.shared.state, |state| ctx.seen(state).get_or_insert_with(|| adopt::current_templates(state)).clone());
         let (adoptions, repairs) = resync_pass(&ctx, &seen, &mut st).await;
         // How long a pass takes at the cluster's scale, and what it wrote (docs/performance.md).
         tracing::info!(adoptions, repairs, elapsed = ?started.elapsed(), "resync pass done");
@@ -482,13 +476,9 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (us
     // that arrives while the pass runs (its writes are rate-limited, so that can take long) was
     // not looked at; marking it seen would adopt an outage's template instead of repairing it.
     let decide = || {
-        cache::blocking(|| {
-            let state = ctx.shared.state.read();
-            let without_secrets = ctx.seen_without_secrets(&state).clone();
-            (
-                adopt::decide(&state, &ctx.shared.policy, &ctx.selector, seen, &without_secrets, &st.adopted),
-                adopt::current_templates(&state),
-            )
+        cache::pass(&ctx.shared.state, |state| {
+            let without_secrets = ctx.seen_without_secrets(state).clone();
+            (adopt::decide(state, &ctx.shared.policy, &ctx.selector, seen, &without_secrets, &st.adopted), adopt::current_templates(state))
         })
     };
     let (mut decisions, mut present) = decide();
@@ -569,8 +559,7 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (us
     // Everything present now has been seen, except the templates still waiting for repair
     // (they stay repair candidates until the webhook has pinned them) and those left undecided
     // because a source could not be read (under load): an outage's must not pass for seen.
-    cache::blocking(|| {
-        let state = ctx.shared.state.read();
+    cache::pass(&ctx.shared.state, |state| {
         let waiting: adopt::Seen = decisions
             .repairs
             .iter()
@@ -578,8 +567,8 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (us
             .chain(decisions.deferred.iter().cloned())
             .collect();
         // Kept while the template exists: one gone is never decided about again.
-        ctx.seen_without_secrets(&state).retain(|ns, t| present.contains(ns, t));
-        if let Some(seen) = ctx.seen(&state).as_mut() {
+        ctx.seen_without_secrets(state).retain(|ns, t| present.contains(ns, t));
+        if let Some(seen) = ctx.seen(state).as_mut() {
             seen.extend_except(present, &waiting);
         }
     });
@@ -608,9 +597,8 @@ fn repair_note(ctx: &Ctx, p: &Plan) -> String {
 /// snapshots its workloads are pinned to ([`propagate::rehash_sources`]); its touch names one of
 /// them as the head, which the webhook takes from confighistory alone.
 async fn rehash(ctx: &Ctx, verified: &mut HashMap<SourceKey, String>) {
-    let sources = cache::blocking(|| {
-        let state = ctx.shared.state.read();
-        let sources = propagate::rehash_sources(&state, &ctx.shared.policy, &ctx.selector);
+    let sources = cache::pass(&ctx.shared.state, |state| {
+        let sources = propagate::rehash_sources(state, &ctx.shared.policy, &ctx.selector);
         let listed: HashSet<&SourceKey> = sources.iter().map(|(k, _)| k).collect();
         verified.retain(|k, _| listed.contains(k));
         let unchanged = |k: &SourceKey| {
@@ -673,12 +661,7 @@ async fn rehash(ctx: &Ctx, verified: &mut HashMap<SourceKey, String>) {
 /// ([`propagate::versioning_touches`]), rate-limited: the webhook records the change, and
 /// propagation moves their workloads (to the plain name, or back to snapshots) once.
 async fn touch_versioning(ctx: &Ctx) {
-    let plan = || {
-        cache::blocking(|| {
-            let state = ctx.shared.state.read();
-            propagate::versioning_touches(&state, &ctx.shared.policy, &ctx.selector)
-        })
-    };
+    let plan = || cache::pass(&ctx.shared.state, |state| propagate::versioning_touches(state, &ctx.shared.policy, &ctx.selector));
     let (mut touches, unknown) = plan();
     if !unknown.is_empty() {
         learn_immutability(ctx, unknown.iter(), Some(&ctx.reads)).await;
@@ -791,17 +774,16 @@ async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
     let start = Instant::now();
     let keys = ctx.shared.policy.secrets.keys.get();
     let keys = keys.as_deref();
-    let namespaces: Vec<(String, bool)> = cache::blocking(|| {
-        let state = ctx.shared.state.read();
+    let namespaces: Vec<(String, bool)> = cache::pass(&ctx.shared.state, |state| {
         let policy = &ctx.shared.policy;
         let mut v: Vec<(String, bool)> = state
             .sources
             .iter()
-            .filter(|((ns, id), cm)| propagate::kinds_in(&state, policy, ns).contains(id.kind) && cm.snapshot_of(&id.name).is_some())
+            .filter(|((ns, id), cm)| propagate::kinds_in(state, policy, ns).contains(id.kind) && cm.snapshot_of(&id.name).is_some())
             .map(|((ns, _), _)| ns.to_string())
-            .filter(|ns| gc_namespace_allowed(&state, policy, &ctx.selector, ns))
+            .filter(|ns| gc_namespace_allowed(state, policy, &ctx.selector, ns))
             .map(|ns| {
-                let secrets = propagate::kinds_in(&state, policy, &ns).contains(SourceKind::Secret);
+                let secrets = propagate::kinds_in(state, policy, &ns).contains(SourceKind::Secret);
                 (ns, secrets)
             })
             .collect();

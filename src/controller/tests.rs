@@ -1,8 +1,6 @@
 //! The loops against the in-memory cluster: what a pass writes, what it leaves alone, and how it
 //! takes a failed write.
 
-use parking_lot::RwLock;
-
 use serde_json::{json, Value};
 
 use super::propagate::tests::{h, snap, source, workload, T0};
@@ -29,7 +27,7 @@ fn ctx(cluster: &MemoryCluster, state: State, args: ControllerArgs) -> Ctx {
 }
 
 fn ctx_with(cluster: &MemoryCluster, state: State, args: ControllerArgs, policy: Policy) -> Ctx {
-    let shared = Arc::new(Context::synced(policy, Arc::new(RwLock::new(state)), Arc::new(cluster.clone())));
+    let shared = Arc::new(Context::synced(policy, Arc::new(crate::cache::Lock::new(state)), Arc::new(cluster.clone())));
     // Used for the Lease only, which these tests never touch: nothing listens there.
     let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
     Ctx::new(client, shared, args, crate::model::kinds::Registry::builtin(), "test".into(), leader::Leadership::always()).unwrap()

@@ -178,7 +178,7 @@ pub(crate) fn reply(response: &Response, uid: &str) -> HttpResponse {
 /// The namespace's mode; a mode label the admin refuses is logged, once per namespace and label
 /// value (docs/behaviour.md §3: the default applies, and the admin should know someone asked).
 fn mode(app: &App, namespace: &str) -> Mode {
-    let state = app.ctx.state.read_recursive();
+    let state = crate::cache::admission_read(&app.ctx.state);
     let info = state.namespace(namespace);
     let (mode, refused) = app.ctx.policy.namespace_mode(namespace, info);
     let label = info.and_then(|n| crate::model::meta::Meta::label(n, crate::model::names::MODE_LABEL));
@@ -250,7 +250,7 @@ fn kind_label(kinds: &Registry, sources: source::SourceKinds, k: &review::GroupV
 
 /// Whether a workload request must never be denied (an undo, a CronJob's run), from the caches.
 pub fn never_denied(app: &App, req: &review::Request) -> bool {
-    let (state, now) = (app.ctx.state.read_recursive(), String::new());
+    let (state, now) = (crate::cache::admission_read(&app.ctx.state), String::new());
     let view = View { policy: &app.ctx.policy, state: &state, fresh: &Fresh::new(), failed: &Failed::new(), now: &now, namespace: None };
     app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind).is_none() && admission::workload::never_denied(req, &view)
 }
@@ -276,7 +276,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     let mut place = None;
     for _ in 0..MAX_PASSES {
         let outcome = {
-            let state = app.ctx.state.read_recursive();
+            let state = crate::cache::admission_read(&app.ctx.state);
             let view =
                 View { policy: &app.ctx.policy, state: &state, fresh: &fresh, failed: &failed, now: &now, namespace: namespace.as_deref() };
             match endpoint {
@@ -364,7 +364,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
 async fn read_namespace(app: &App, endpoint: Endpoint, req: &review::Request) -> Result<Option<Box<NamespaceInfo>>, Failure> {
     let ns = req.namespace.as_str();
     // Snapshot protection does not depend on the namespace's mode.
-    let unlisted = || app.ctx.state.read_recursive().namespace_unlisted(ns);
+    let unlisted = || crate::cache::admission_read(&app.ctx.state).namespace_unlisted(ns);
     if endpoint == Endpoint::Protect || !unlisted() || app.namespace_reads.known_missing(ns) {
         return Ok(None);
     }
@@ -474,7 +474,7 @@ fn record_head(app: &App, namespace: &str, source: &SourceId, hash: &str) {
 /// Says on the source that its snapshot met collisions (docs/behaviour.md §5), in the background: the answer
 /// does not wait for an Event, and one that cannot be written is logged, not retried.
 fn record_collision(app: &App, namespace: &str, source: &SourceId, name: &str, collisions: &[store::Collision]) {
-    let uid = app.ctx.state.read_recursive().source(namespace, source).map(|c| c.uid.clone()).unwrap_or_default();
+    let uid = crate::cache::admission_read(&app.ctx.state).source(namespace, source).map(|c| c.uid.clone()).unwrap_or_default();
     let event = store::collision_event(namespace, source, &uid, name, collisions);
     let cluster = app.ctx.cluster.clone();
     tokio::spawn(

@@ -6,12 +6,10 @@
 
 use std::sync::Arc;
 
-use parking_lot::RwLock;
-
 use axum::body::Body;
 use axum::http::{Request as HttpRequest, StatusCode};
 use base64::Engine as _;
-use confighistory::cache::State;
+use confighistory::cache::Lock;
 use confighistory::cluster::MemoryCluster;
 use confighistory::model::policy::Policy;
 use confighistory::webhook::{self, App};
@@ -74,7 +72,7 @@ impl Answer {
 }
 
 /// A server over `cluster` and the cache `state`, ready (its cache synced).
-pub fn app(policy: &Policy, state: &Arc<RwLock<State>>, cluster: &MemoryCluster) -> Arc<App> {
+pub fn app(policy: &Policy, state: &Arc<Lock>, cluster: &MemoryCluster) -> Arc<App> {
     Arc::new(App::ready(policy.clone(), state.clone(), Arc::new(cluster.clone())))
 }
 
