@@ -920,6 +920,50 @@ mod tests {
                "spec": {"template": {"spec": {"volumes": [{"name": "c", "configMap": {"name": cm}}]}}}})
     }
 
+    /// A writer kept out by a pass leaves admissions' reads going ahead of it; one kept out by
+    /// admissions' reads alone makes new admissions queue behind it, and lowers the flag once in.
+    #[test]
+    fn a_writer_asks_admissions_to_queue_only_when_no_pass_keeps_it_out() {
+        use std::time::Duration;
+        let lock = std::sync::Arc::new(Lock::default());
+        for by_pass in [true, false] {
+            let (held_tx, held_rx) = std::sync::mpsc::channel();
+            let reader = {
+                let lock = lock.clone();
+                std::thread::spawn(move || {
+                    let hold = || {
+                        held_tx.send(()).unwrap();
+                        std::thread::sleep(Duration::from_millis(300));
+                    };
+                    if by_pass {
+                        pass(&lock, |_| hold());
+                    } else {
+                        let _admission = admission_read(&lock);
+                        hold();
+                    }
+                })
+            };
+            held_rx.recv().unwrap();
+            let writer = {
+                let lock = lock.clone();
+                std::thread::spawn(move || drop(write(&lock)))
+            };
+            // A few of the writer's 20 ms turns.
+            std::thread::sleep(Duration::from_millis(150));
+            let asked = lock.writer_starved.load(Ordering::SeqCst);
+            assert_eq!(
+                asked,
+                !by_pass,
+                "kept out by {}: admissions asked to queue: {asked}",
+                if by_pass { "a pass" } else { "an admission" }
+            );
+            reader.join().unwrap();
+            writer.join().unwrap();
+            assert!(!lock.writer_starved.load(Ordering::SeqCst), "lowered once the writer is in");
+            assert_eq!(lock.passes.load(Ordering::SeqCst), 0, "a pass is counted while it holds the cache only");
+        }
+    }
+
     #[test]
     fn reference_counts_follow_updates_and_deletes() {
         let mut s = State::default();
