@@ -33,6 +33,7 @@ use crate::model::source::{SourceId, SourceKind};
 use crate::store::SourceContent;
 
 pub mod adopt;
+pub mod checkpoint;
 pub mod gc;
 pub mod leader;
 pub mod propagate;
@@ -120,6 +121,11 @@ pub struct Ctx {
 /// waiting between them, stopped all three for good: the watches, the loops and the process's
 /// exit. Taking `seen` needs the cache's guard (`_cache`), so it is always taken second.
 impl Ctx {
+    /// The namespace of the leader-election Lease (and of the resync checkpoint beside it).
+    pub fn lease_namespace(&self) -> String {
+        self.args.leader_election_namespace.clone().unwrap_or_else(|| "confighistory".into())
+    }
+
     pub(crate) fn seen(&self, _cache: &crate::cache::State) -> std::sync::MutexGuard<'_, Option<adopt::Seen>> {
         self.seen.lock().expect("seen lock")
     }
@@ -218,8 +224,7 @@ pub async fn start(client: kube::Client, shared: Arc<Context>, args: ControllerA
 /// Gives the Lease up (on shutdown), so another replica takes over without waiting for expiry.
 pub async fn release(ctx: &Ctx) {
     if ctx.leadership.is_leader() {
-        let lease_ns = ctx.args.leader_election_namespace.clone().unwrap_or_else(|| "confighistory".into());
-        leader::release(ctx.client.clone(), &leader::Config::new(&lease_ns, &ctx.args.lease_name, ctx.identity.clone())).await;
+        leader::release(ctx.client.clone(), &leader::Config::new(&ctx.lease_namespace(), &ctx.args.lease_name, ctx.identity.clone())).await;
     }
 }
 
@@ -435,6 +440,8 @@ async fn resync_loop(ctx: Arc<Ctx>) {
     loop {
         if !ctx.leadership.is_leader() {
             ctx.forget_seen();
+            // Leading again later, it takes the checkpoint of the leaders between.
+            st.checkpoint = None;
             tokio::time::sleep(Duration::from_millis(500)).await;
             continue;
         }
@@ -462,12 +469,21 @@ struct ResyncState {
     /// pass read every one at the resync rate, 17 minutes of GETs at 10/s, over and over
     /// (docs/performance.md, "Scale on a real cluster").
     verified: HashMap<SourceKey, String>,
+    /// The last leader's checkpoint of `verified` ([`checkpoint`]), read when this replica
+    /// starts leading and used by its first re-hash; `None` until read.
+    checkpoint: Option<std::collections::BTreeMap<String, String>>,
+    /// The checkpoint data this replica last wrote.
+    saved: Option<String>,
 }
+
+/// How often a long re-hash writes the checkpoint while it runs (and once at its end), so that a
+/// leader change half-way keeps what it confirmed.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(60);
 
 /// One resync pass: re-hash, adoption, repair; `seen` are the templates seen before. The number
 /// of adoptions and repairs it decided on.
 async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (usize, usize) {
-    rehash(ctx, &mut st.verified).await;
+    rehash(ctx, st).await;
     touch_versioning(ctx).await;
     if !ctx.leadership.is_leader() {
         return (0, 0);
@@ -596,20 +612,42 @@ fn repair_note(ctx: &Ctx, p: &Plan) -> String {
 /// change first seen now (missed changes, docs/how-it-works.md). A source without a head is compared with the
 /// snapshots its workloads are pinned to ([`propagate::rehash_sources`]); its touch names one of
 /// them as the head, which the webhook takes from confighistory alone.
-async fn rehash(ctx: &Ctx, verified: &mut HashMap<SourceKey, String>) {
+async fn rehash(ctx: &Ctx, st: &mut ResyncState) {
+    if st.checkpoint.is_none() {
+        st.checkpoint = Some(checkpoint::load(ctx).await);
+    }
+    let kept = st.checkpoint.as_ref().filter(|k| !k.is_empty());
+    let verified = &mut st.verified;
     let sources = cache::pass(&ctx.shared.state, |state| {
         let sources = propagate::rehash_sources(state, &ctx.shared.policy, &ctx.selector);
         let listed: HashSet<&SourceKey> = sources.iter().map(|(k, _)| k).collect();
         verified.retain(|k, _| listed.contains(k));
+        if let Some(kept) = kept {
+            // What the last leader confirmed and the cache shows unchanged (the sources with a
+            // head, the ones a re-hash confirms).
+            let candidates = sources.iter().filter_map(|(k, _)| {
+                let c = state.sources.get(k).filter(|c| c.annotation(names::HEAD).is_some())?;
+                Some((k, c.resource_version.as_str()))
+            });
+            verified.extend(checkpoint::confirmed(candidates, kept));
+        }
         let unchanged = |k: &SourceKey| {
             verified.get(k).is_some_and(|rv| state.sources.get(k).is_some_and(|c| c.resource_version.as_str() == rv.as_str()))
         };
         sources.into_iter().filter(|(k, _)| !unchanged(k)).collect::<Vec<_>>()
     });
+    // Used once: later passes know from the watch what changed.
+    st.checkpoint = Some(Default::default());
+    let mut saved_at = Instant::now();
     for ((ns, name), pins) in sources {
         if !ctx.leadership.is_leader() {
             return;
         }
+        if saved_at.elapsed() >= CHECKPOINT_EVERY {
+            save_checkpoint(ctx, st).await;
+            saved_at = Instant::now();
+        }
+        let verified = &mut st.verified;
         Limiter::acquire(&ctx.reads, &ns).await;
         let obj = match ctx.shared.cluster.get_source(&ns, &name).await {
             Ok(Some(o)) => o,
@@ -654,6 +692,20 @@ async fn rehash(ctx: &Ctx, verified: &mut HashMap<SourceKey, String>) {
         if let Err(e) = ctx.shared.cluster.patch_source(&ns, &name, &patch).await {
             tracing::warn!(namespace = %ns, source = %name, error = %e, "could not touch the source");
         }
+    }
+    save_checkpoint(ctx, st).await;
+}
+
+/// Writes what the re-hash confirmed as the checkpoint ([`checkpoint`]), when it changed since
+/// this replica last wrote it.
+async fn save_checkpoint(ctx: &Ctx, st: &mut ResyncState) {
+    let data = checkpoint::encode(&checkpoint::digests(&st.verified));
+    if st.saved.as_ref() == Some(&data) || !ctx.leadership.is_leader() {
+        return;
+    }
+    // A failure costs the next leader reads only: tried again at the next save.
+    if checkpoint::save(ctx, &data).await {
+        st.saved = Some(data);
     }
 }
 

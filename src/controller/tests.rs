@@ -436,7 +436,10 @@ async fn a_repair_whose_source_changed_since_the_outage_says_its_config_is_unkno
     assert_eq!(events, [("ConfigUnknown", "new", true), ("ConfigRepaired", "new", false)]);
     let note = &published[0].note;
     assert!(note.contains("(cfg) is unknown") && note.contains("changed while confighistory was away"), "{note}");
-    assert!(!cluster.calls.lock().unwrap().iter().any(|c| c.starts_with("create")), "no snapshot records a content it did not run with");
+    assert!(
+        !cluster.calls.lock().unwrap().iter().any(|c| c.starts_with("create ns/")),
+        "no snapshot records a content it did not run with"
+    );
     assert!(trigger_of(&cluster, "new").is_some(), "repaired all the same");
 }
 
@@ -1144,6 +1147,71 @@ async fn a_resync_pass_reads_again_only_the_sources_whose_resource_version_chang
         "the missed change is caught: {:?}",
         cluster.calls.lock().unwrap()
     );
+}
+
+/// Issue 29: a new leader's first re-hash read every referenced source again, 17 minutes at
+/// 10,000 sources and the default rate, with adoption and repair waiting, after every rolling
+/// restart. The last leader's checkpoint spares it each namespace whose sources are still at the
+/// resourceVersions it confirmed; a namespace with a write since is read in full, and its missed
+/// change caught.
+#[tokio::test]
+async fn a_new_leader_reads_only_the_namespaces_changed_since_the_last_leaders_checkpoint() {
+    let world = || {
+        let (cluster, mut state) =
+            resync_world(&[source_holding("cfg", "1", "1"), source_holding("other", "1", "1")], &[("app", &["cfg", "other"])]);
+        state.apply_namespace(&json!({"metadata": {"name": "ns2"}}));
+        for name in ["cfg", "other"] {
+            let mut src = source_holding(name, "1", "1");
+            src["metadata"]["namespace"] = json!("ns2");
+            src["metadata"]["uid"] = json!(format!("uid2-{name}"));
+            state.apply_configmap(&src);
+            cluster.insert(src);
+        }
+        let obj = workload("ns2", "app", &["cfg", "other"], &[]);
+        state.apply_workload(Kind::Deployment, &obj);
+        cluster.insert_workload(Kind::Deployment, obj);
+        (cluster, state)
+    };
+    let reads = |c: &MemoryCluster| {
+        let mut r: Vec<String> = c.calls.lock().unwrap().iter().filter(|c| c.starts_with("get ns")).cloned().collect();
+        r.sort();
+        r
+    };
+    let (cluster, state) = world();
+    let first = ctx(&cluster, state, args(&[]));
+    rehash(&first, &mut ResyncState::default()).await;
+    assert_eq!(reads(&cluster), ["get ns/cfg", "get ns/other", "get ns2/cfg", "get ns2/other"], "the first leader reads each");
+    let kept =
+        cluster.source("confighistory", &SourceId::configmap("confighistory-resync")).expect("the checkpoint is written beside the Lease");
+    let data = kept["data"]["verified"].as_str().unwrap();
+    assert!(data.contains("\nns ") && data.contains("\nns2 ") && !data.contains("cfg"), "digests per namespace, no names: {data}");
+
+    // Edited while no leader looked: a new resourceVersion, its head stale.
+    let (_, mut state) = world();
+    let mut edited = source_holding("cfg", "2", "1");
+    edited["metadata"]["namespace"] = json!("ns2");
+    edited["metadata"]["uid"] = json!("uid2-cfg");
+    edited["metadata"]["resourceVersion"] = json!("7");
+    cluster.insert(edited.clone());
+    state.apply_configmap(&edited);
+    cluster.calls.lock().unwrap().clear();
+    let next = ctx(&cluster, state, args(&[]));
+    rehash(&next, &mut ResyncState::default()).await;
+    assert_eq!(reads(&cluster), ["get ns2/cfg", "get ns2/other"], "only the namespace with a write since the checkpoint");
+    assert!(
+        cluster.calls.lock().unwrap().iter().any(|c| c == "patch ns2/cfg"),
+        "its missed change is caught: {:?}",
+        cluster.calls.lock().unwrap()
+    );
+
+    // A checkpoint that cannot be read costs reads, nothing else.
+    cluster.calls.lock().unwrap().clear();
+    *cluster.fail.lock().unwrap() =
+        Some(("get confighistory/", ApiError { code: Some(500), reason: "InternalError".into(), message: "etcd".into() }));
+    let (_, state) = world();
+    let third = ctx(&cluster, state, args(&[]));
+    rehash(&third, &mut ResyncState::default()).await;
+    assert_eq!(reads(&cluster).len(), 4, "read in full: {:?}", reads(&cluster));
 }
 
 /// Issue 29: a GC sweep lists each namespace holding snapshots in full; at 1,000 namespaces,

@@ -240,6 +240,14 @@ fn incluster_deleting_the_leader_pod_propagation_continues() {
     rollout_status(&ns, "deployment/pricing");
     let out = app_output(&ns, "pricing", 1);
     assert!(out[0].contains(&format!("== /etc/pricing/{KEY_A}\n/etc/rules-v2")), "{out:?}");
+    // The new leader's re-hash confirmed the source and left its checkpoint beside the Lease,
+    // for the leader after it (docs/how-it-works.md, "Missed changes"): the chart's guard lets
+    // confighistory write that one ConfigMap whole.
+    let checkpoint = wait_for_value("the resync checkpoint to name this namespace", Duration::from_secs(120), || {
+        let out = cluster.kubectl(&["get", "configmap", &format!("{RELEASE}-resync"), "-n", NAMESPACE, "-o", "jsonpath={.data.verified}"]);
+        (out.success && out.stdout.contains(&format!("\n{} ", ns.name))).then_some(out.stdout)
+    });
+    assert!(checkpoint.starts_with("confighistory resync checkpoint v1\n") && !checkpoint.contains(SOURCE), "digests only: {checkpoint}");
     wait_for("2 Ready confighistory replicas again", Duration::from_secs(120), || {
         server_pods(cluster).iter().filter(|p| ready(p)).count() == 2
     });
