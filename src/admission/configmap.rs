@@ -13,7 +13,70 @@ use crate::model::secret::SecretContent;
 use crate::model::snapshot::{self, Content, ContentRef};
 use crate::model::source::{self, SourceId};
 
+/// What a source ConfigMap's request says about its content, from the request alone: the hash
+/// of its content, whether that differs from `oldObject`'s, and the warnings naming the change.
+/// The webhook computes it before it takes the cache ([`ContentFacts::ahead`]), so that hashing
+/// and comparing a 1 MiB source never hold the cache's lock: a watch event waits for every reader
+/// that holds it (docs/performance.md, "A watch writer beside admissions").
+#[derive(Clone, Debug, PartialEq)]
+pub struct ContentFacts {
+    /// The hash of the request's content: the `head` it gets.
+    pub head: String,
+    /// Whether the content differs from `oldObject`'s (a CREATE: always).
+    pub changed: bool,
+    /// The warnings naming a changed content's keys and settings.
+    pub warnings: Vec<String>,
+}
+
+impl ContentFacts {
+    /// The facts of the request's content (a ConfigMap CREATE or UPDATE).
+    pub fn of(req: &Request) -> ContentFacts {
+        let obj = req.object();
+        let name = req.name.as_str();
+        // Read where the review holds it, not copied (docs/performance.md: a 1 MiB source's old and
+        // new contents were 2 MiB of copies per admission); copied only for a snapshot to write.
+        let content = ContentRef::from_object(obj);
+        let head = content.hash();
+        // The old one as the review's JSON text, each value decoded only where it is read.
+        let old_content = req.old_object.as_ref().filter(|_| req.operation == Operation::Update).map(|_| req.old_content());
+        // Equal contents have equal hashes: compare the bytes rather than hash the old content too
+        // (a 1 MiB source costs a millisecond per SHA-256 pass).
+        let changed = old_content.as_ref().is_none_or(|o| !o.same(&content));
+        let mut warnings = Vec::new();
+        if let (Some(old_content), true) = (&old_content, changed) {
+            let (removed, added) = snapshot::key_changes(old_content, &content);
+            warnings.push(match (removed.is_empty(), added.is_empty()) {
+                (true, true) => format!("{name}: values changed, same keys"),
+                _ => format!("{name}: keys removed [{}], added [{}]", removed.join(", "), added.join(", ")),
+            });
+            warnings.extend(super::settings::warnings_from(name, old_content.data_values(), &content));
+        }
+        ContentFacts { head, changed, warnings }
+    }
+
+    /// The facts, for a request that [`decide`] will find to be a source's by the request alone:
+    /// a CREATE or UPDATE of a mutable ConfigMap carrying a `head` (or whose `oldObject` does), in
+    /// a namespace the admin has not excluded. `None` for the rest, which is every other
+    /// ConfigMap write of the cluster: those are never hashed (the hot path), and a source known
+    /// only from the cache (its first write, after a workload named it) is hashed by [`decide`].
+    pub fn ahead(req: &Request, policy: &crate::model::policy::Policy) -> Option<ContentFacts> {
+        let intercepted =
+            req.sub_resource.as_deref().is_none_or(str::is_empty) && matches!(req.operation, Operation::Create | Operation::Update);
+        let obj = req.object();
+        let has_head =
+            annotation(obj, names::HEAD).is_some() || req.old_object.as_ref().is_some_and(|o| annotation(o, names::HEAD).is_some());
+        (intercepted && has_head && !policy.excludes(&req.namespace) && source::is_tracked(&req.name, obj)).then(|| ContentFacts::of(req))
+    }
+}
+
+/// [`decide_with`] the content's facts computed here.
 pub fn decide(req: &Request, view: &View) -> Outcome {
+    decide_with(req, view, None)
+}
+
+/// The decision about a source ConfigMap's CREATE or UPDATE; `facts` are its content's, when the
+/// caller computed them ([`ContentFacts::ahead`]), or computed here when needed.
+pub fn decide_with(req: &Request, view: &View, facts: Option<&ContentFacts>) -> Outcome {
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
         return Outcome::Done(Decision::allow(Reason::NotIntercepted));
     }
@@ -54,29 +117,18 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         return Outcome::Done(Decision::allow(Reason::NotASource));
     }
 
-    // Read where the review holds it, not copied (docs/performance.md: a 1 MiB source's old and new
-    // contents were 2 MiB of copies per admission); copied only for a snapshot to write.
-    let content = ContentRef::from_object(obj);
-    let head = content.hash();
-    // The old one as the review's JSON text, each value decoded only where it is read.
-    let old_content = old.map(|_| req.old_content());
+    let facts = match facts {
+        Some(f) => std::borrow::Cow::Borrowed(f),
+        None => std::borrow::Cow::Owned(ContentFacts::of(req)),
+    };
+    let head = facts.head.clone();
     // A stored head that no longer matches the content means the content changed while the
     // webhook was down: that change counts as first seen now (docs/behaviour.md §7, missed changes).
     let stale_head = old.and_then(|o| annotation(o, names::HEAD)).or(claimed_head).is_some_and(|h| h != head);
-    // Equal contents have equal hashes: compare the bytes rather than hash the old content too
-    // (a 1 MiB source costs a millisecond per SHA-256 pass).
-    let content_changed = old_content.as_ref().is_none_or(|o| !o.same(&content));
+    let content_changed = facts.changed;
     let changed = stale_head || content_changed || versioning_changed;
     let mut d = Decision::allow(if changed { Reason::SourceChanged } else { Reason::Source });
-
-    if let (Some(old_content), true) = (&old_content, content_changed) {
-        let (removed, added) = snapshot::key_changes(old_content, &content);
-        d.response.warn(match (removed.is_empty(), added.is_empty()) {
-            (true, true) => format!("{name}: values changed, same keys"),
-            _ => format!("{name}: keys removed [{}], added [{}]", removed.join(", "), added.join(", ")),
-        });
-        super::settings::warnings_from(name, old_content.data_values(), &content).into_iter().for_each(|w| d.response.warn(w));
-    }
+    facts.warnings.iter().for_each(|w| d.response.warn(w.clone()));
     // A workload admitted in enforce mode while its ConfigMap did not exist yet, then the
     // ConfigMap created mutable: the same mutable reference validation refuses, reached the other
     // way round (docs/behaviour.md §9a). Refused in enforce mode, flagged in audit mode.
@@ -118,8 +170,9 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
 
     // Workloads still on the plain name ran with the outgoing content: keep it, with their
     // template hashes as adoption records, so an undo to them finds it (docs/behaviour.md §9).
-    if let (Some(old_content), true) = (old_content, content_changed) {
-        if let Some(outcome) = keep_outgoing(req, view, &id, name, old, || Some(old_content.owned()), |c| (c.hash(), ()), &mut d) {
+    if let (Some(_), true) = (old, content_changed) {
+        let old_content = || Some(req.old_content().owned());
+        if let Some(outcome) = keep_outgoing(req, view, &id, name, old, old_content, |c| (c.hash(), ()), &mut d) {
             return outcome;
         }
     }
@@ -268,4 +321,91 @@ pub(super) fn just_before(t: &str, now: &str, window: std::time::Duration) -> bo
     let (Ok(t), Ok(now)) = (t.parse::<Timestamp>(), now.parse::<Timestamp>()) else { return false };
     let age = now.as_millisecond() - t.as_millisecond();
     age >= -CLOCK_TOLERANCE_MS && age <= window.as_millis() as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::admission::review::GroupVersionKind;
+    use crate::admission::{Failed, Fresh};
+    use crate::cache::State;
+    use crate::model::policy::Policy;
+    use crate::model::template::Kind;
+
+    const NOW: &str = "2026-12-03T12:00:00Z";
+    const A: &str = "currency: EUR\ndiscount_rules_path: /etc/pricing/discounts.yaml\n";
+    const B: &str = "currency: EUR\nrules:\n  discount_path: /etc/pricing/discounts.yaml\n";
+
+    fn cm(ns: &str, config: &str, head: Option<&str>) -> Value {
+        let mut cm = json!({"metadata": {"name": "cfg", "namespace": ns, "resourceVersion": "3"}, "data": {"config.yaml": config}});
+        if let Some(h) = head {
+            cm["metadata"]["annotations"] = json!({names::HEAD: h});
+        }
+        cm
+    }
+
+    fn request(operation: Operation, object: Value, old: Option<Value>) -> Request {
+        Request {
+            kind: GroupVersionKind { group: "".into(), version: "v1".into(), kind: "ConfigMap".into() },
+            operation,
+            namespace: object["metadata"]["namespace"].as_str().unwrap_or_default().into(),
+            name: "cfg".into(),
+            object: Some(object),
+            old_object: old,
+            ..Default::default()
+        }
+    }
+
+    /// A namespace where Deployment `app` reads `cfg` by its plain name.
+    fn state() -> State {
+        let mut state = State::default();
+        state.apply_namespace(&json!({"metadata": {"name": "ns"}}));
+        let app = json!({"metadata": {"name": "app", "namespace": "ns", "uid": "uid-app"},
+            "spec": {"template": {"spec": {"containers": [{"name": "app", "image": "app:1", "envFrom": [{"configMapRef": {"name": "cfg"}}]}]}}}});
+        state.apply_workload(Kind::Deployment, &app);
+        state
+    }
+
+    /// The webhook hashes a source's content before it takes the cache: the decision made with
+    /// those facts is the one made by hashing under it, warnings, patch and effects alike.
+    #[test]
+    fn a_decision_with_its_facts_computed_ahead_is_the_decision_computed_under_the_cache() {
+        let (policy, state, fresh, failed) = (Policy::default(), state(), Fresh::new(), Failed::new());
+        let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &failed, now: NOW, namespace: None };
+        let head_a = ContentFacts::of(&request(Operation::Create, cm("ns", A, None), None)).head;
+        let cases = [
+            ("renamed key", request(Operation::Update, cm("ns", B, Some(&head_a)), Some(cm("ns", A, Some(&head_a))))),
+            ("same content", request(Operation::Update, cm("ns", A, Some(&head_a)), Some(cm("ns", A, Some(&head_a))))),
+            ("a head stale since an outage", request(Operation::Update, cm("ns", B, None), Some(cm("ns", B, Some(&head_a))))),
+            ("a create carrying a head", request(Operation::Create, cm("ns", A, Some("forged")), None)),
+        ];
+        for (what, req) in cases {
+            let facts = ContentFacts::ahead(&req, &policy);
+            assert!(facts.is_some(), "{what}: a source by the request alone");
+            assert_eq!(decide_with(&req, &view, facts.as_ref()), decide(&req, &view), "{what}");
+        }
+        let renamed = ContentFacts::of(&request(Operation::Update, cm("ns", B, None), Some(cm("ns", A, None))));
+        assert!(renamed.changed && renamed.warnings.iter().any(|w| w.contains("discount_rules_path")), "{renamed:?}");
+    }
+
+    /// Every ConfigMap write in the cluster reaches the webhook: only those that carry a head are
+    /// hashed before the cache says whether they are sources at all.
+    #[test]
+    fn the_hot_path_is_never_hashed_ahead() {
+        let policy = Policy::default();
+        let plain = request(Operation::Update, cm("ns", B, None), Some(cm("ns", A, None)));
+        assert_eq!(ContentFacts::ahead(&plain, &policy), None, "no head: the cache decides first");
+        let excluded = request(Operation::Update, cm("kube-system", B, Some("h")), Some(cm("kube-system", A, Some("h"))));
+        assert_eq!(ContentFacts::ahead(&excluded, &policy), None, "an excluded namespace");
+        let mut immutable = cm("ns", B, Some("h"));
+        immutable["immutable"] = json!(true);
+        assert_eq!(ContentFacts::ahead(&request(Operation::Create, immutable, None), &policy), None, "immutable");
+        let mut status = request(Operation::Update, cm("ns", B, Some("h")), Some(cm("ns", A, Some("h"))));
+        status.sub_resource = Some("status".into());
+        assert_eq!(ContentFacts::ahead(&status, &policy), None, "a subresource");
+        let delete = request(Operation::Delete, cm("ns", B, Some("h")), None);
+        assert_eq!(ContentFacts::ahead(&delete, &policy), None, "a delete");
+    }
 }

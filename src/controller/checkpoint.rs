@@ -1,6 +1,6 @@
 //! The re-hash's checkpoint: what the leader's re-hash already confirmed, kept beside its Lease so
-//! that the next leader does not read every source again (docs/how-it-works.md, "Missed
-//! changes"; docs/performance.md, "A new leader's first pass").
+//! that the next leader does not read every source again (docs/behaviour.md §7.8;
+//! docs/performance.md, "Rolling restart under load").
 //!
 //! A re-hash reads a referenced source and finds its content named by its `head`; any later
 //! write changes the source's resourceVersion, which the metadata watch shows. So "namespace N's

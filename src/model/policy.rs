@@ -229,13 +229,13 @@ impl Policy {
         }
     }
 
-    /// The mode for a namespace, from its label when the admin allows that mode.
-    /// Returns the mode and, when the label was refused, why (to log).
     /// Namespaces confighistory does not act in at all, whatever their labels say.
     pub fn excludes(&self, namespace: &str) -> bool {
         namespace.is_empty() || self.excluded_namespaces.contains(namespace)
     }
 
+    /// The mode for a namespace, from its label when the admin allows that mode.
+    /// Returns the mode and, when the label was refused, why (to log).
     pub fn mode(&self, namespace: &str, label: Option<&str>) -> (Mode, Option<String>) {
         if self.excludes(namespace) {
             return (Mode::Off, None);

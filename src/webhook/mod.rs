@@ -274,6 +274,12 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     // Taken before the first API call and kept to the answer; a decision from memory takes none
     // (docs/behaviour.md §9a: it never waits behind API-bound ones).
     let mut place = None;
+    // A source's content is hashed and compared before the cache is taken (a 1 MiB one would
+    // hold it for a millisecond and more), once for every pass.
+    let facts = match (endpoint, app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind)) {
+        (Endpoint::Mutate, Some(source::SourceKind::ConfigMap)) => admission::configmap::ContentFacts::ahead(req, &app.ctx.policy),
+        _ => None,
+    };
     for _ in 0..MAX_PASSES {
         let outcome = {
             let state = crate::cache::admission_read(&app.ctx.state);
@@ -282,7 +288,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
             match endpoint {
                 Endpoint::Mutate => match app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind) {
                     Some(source::SourceKind::Secret) => admission::secret::decide(req, &view),
-                    Some(source::SourceKind::ConfigMap) => admission::configmap::decide(req, &view),
+                    Some(source::SourceKind::ConfigMap) => admission::configmap::decide_with(req, &view, facts.as_ref()),
                     None => admission::workload::decide(req, &view),
                 },
                 Endpoint::Validate => admission::validate::decide(req, &view),

@@ -241,7 +241,7 @@ fn incluster_deleting_the_leader_pod_propagation_continues() {
     let out = app_output(&ns, "pricing", 1);
     assert!(out[0].contains(&format!("== /etc/pricing/{KEY_A}\n/etc/rules-v2")), "{out:?}");
     // The new leader's re-hash confirmed the source and left its checkpoint beside the Lease,
-    // for the leader after it (docs/how-it-works.md, "Missed changes"): the chart's guard lets
+    // for the leader after it (docs/behaviour.md §7.8): the chart's guard lets
     // confighistory write that one ConfigMap whole.
     let checkpoint = wait_for_value("the resync checkpoint to name this namespace", Duration::from_secs(120), || {
         let out = cluster.kubectl(&["get", "configmap", &format!("{RELEASE}-resync"), "-n", NAMESPACE, "-o", "jsonpath={.data.verified}"]);
