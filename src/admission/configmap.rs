@@ -26,11 +26,15 @@ pub struct ContentFacts {
     pub changed: bool,
     /// The warnings naming a changed content's keys and settings.
     pub warnings: Vec<String>,
+    /// The hash of `oldObject`'s content, when it changed and workloads still read the source by
+    /// its plain name: the name of the snapshot that keeps the outgoing content (§9).
+    pub old_head: Option<String>,
 }
 
 impl ContentFacts {
-    /// The facts of the request's content (a ConfigMap CREATE or UPDATE).
-    pub fn of(req: &Request) -> ContentFacts {
+    /// The facts of the request's content (a ConfigMap CREATE or UPDATE); the outgoing content's
+    /// hash too when it changed and `outgoing()` says workloads still run with it.
+    pub fn of(req: &Request, outgoing: impl FnOnce() -> bool) -> ContentFacts {
         let obj = req.object();
         let name = req.name.as_str();
         // Read where the review holds it, not copied (docs/performance.md: a 1 MiB source's old and
@@ -51,7 +55,8 @@ impl ContentFacts {
             });
             warnings.extend(super::settings::warnings_from(name, old_content.data_values(), &content));
         }
-        ContentFacts { head, changed, warnings }
+        let old_head = old_content.filter(|_| changed && outgoing()).map(|o| o.owned().hash());
+        ContentFacts { head, changed, warnings, old_head }
     }
 
     /// The facts, for a request that [`decide`] will find to be a source's by the request alone:
@@ -59,13 +64,15 @@ impl ContentFacts {
     /// a namespace the admin has not excluded. `None` for the rest, which is every other
     /// ConfigMap write of the cluster: those are never hashed (the hot path), and a source known
     /// only from the cache (its first write, after a workload named it) is hashed by [`decide`].
-    pub fn ahead(req: &Request, policy: &crate::model::policy::Policy) -> Option<ContentFacts> {
+    /// `outgoing` as for [`ContentFacts::of`].
+    pub fn ahead(req: &Request, policy: &crate::model::policy::Policy, outgoing: impl FnOnce() -> bool) -> Option<ContentFacts> {
         let intercepted =
             req.sub_resource.as_deref().is_none_or(str::is_empty) && matches!(req.operation, Operation::Create | Operation::Update);
         let obj = req.object();
         let has_head =
             annotation(obj, names::HEAD).is_some() || req.old_object.as_ref().is_some_and(|o| annotation(o, names::HEAD).is_some());
-        (intercepted && has_head && !policy.excludes(&req.namespace) && source::is_tracked(&req.name, obj)).then(|| ContentFacts::of(req))
+        (intercepted && has_head && !policy.excludes(&req.namespace) && source::is_tracked(&req.name, obj))
+            .then(|| ContentFacts::of(req, outgoing))
     }
 }
 
@@ -119,7 +126,8 @@ pub fn decide_with(req: &Request, view: &View, facts: Option<&ContentFacts>) -> 
 
     let facts = match facts {
         Some(f) => std::borrow::Cow::Borrowed(f),
-        None => std::borrow::Cow::Owned(ContentFacts::of(req)),
+        // Under the cache: the outgoing content is hashed where `keep_outgoing` needs it.
+        None => std::borrow::Cow::Owned(ContentFacts::of(req, || false)),
     };
     let head = facts.head.clone();
     // A stored head that no longer matches the content means the content changed while the
@@ -172,7 +180,8 @@ pub fn decide_with(req: &Request, view: &View, facts: Option<&ContentFacts>) -> 
     // template hashes as adoption records, so an undo to them finds it (docs/behaviour.md §9).
     if let (Some(_), true) = (old, content_changed) {
         let old_content = || Some(req.old_content().owned());
-        if let Some(outcome) = keep_outgoing(req, view, &id, name, old, old_content, |c| (c.hash(), ()), &mut d) {
+        let named = |c: &Content| (facts.old_head.clone().unwrap_or_else(|| c.hash()), ());
+        if let Some(outcome) = keep_outgoing(req, view, &id, name, old, old_content, named, &mut d) {
             return outcome;
         }
     }
@@ -374,7 +383,7 @@ mod tests {
     fn a_decision_with_its_facts_computed_ahead_is_the_decision_computed_under_the_cache() {
         let (policy, state, fresh, failed) = (Policy::default(), state(), Fresh::new(), Failed::new());
         let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &failed, now: NOW, namespace: None };
-        let head_a = ContentFacts::of(&request(Operation::Create, cm("ns", A, None), None)).head;
+        let head_a = ContentFacts::of(&request(Operation::Create, cm("ns", A, None), None), || false).head;
         let cases = [
             ("renamed key", request(Operation::Update, cm("ns", B, Some(&head_a)), Some(cm("ns", A, Some(&head_a))))),
             ("same content", request(Operation::Update, cm("ns", A, Some(&head_a)), Some(cm("ns", A, Some(&head_a))))),
@@ -382,12 +391,19 @@ mod tests {
             ("a create carrying a head", request(Operation::Create, cm("ns", A, Some("forged")), None)),
         ];
         for (what, req) in cases {
-            let facts = ContentFacts::ahead(&req, &policy);
-            assert!(facts.is_some(), "{what}: a source by the request alone");
-            assert_eq!(decide_with(&req, &view, facts.as_ref()), decide(&req, &view), "{what}");
+            for outgoing in [false, true] {
+                let facts = ContentFacts::ahead(&req, &policy, || outgoing);
+                assert!(facts.is_some(), "{what}: a source by the request alone");
+                assert_eq!(
+                    decide_with(&req, &view, facts.as_ref()),
+                    decide(&req, &view),
+                    "{what}, outgoing content hashed ahead: {outgoing}"
+                );
+            }
         }
-        let renamed = ContentFacts::of(&request(Operation::Update, cm("ns", B, None), Some(cm("ns", A, None))));
+        let renamed = ContentFacts::of(&request(Operation::Update, cm("ns", B, None), Some(cm("ns", A, None))), || true);
         assert!(renamed.changed && renamed.warnings.iter().any(|w| w.contains("discount_rules_path")), "{renamed:?}");
+        assert_eq!(renamed.old_head, Some(head_a), "the outgoing content's hash, for its snapshot's name");
     }
 
     /// Every ConfigMap write in the cluster reaches the webhook: only those that carry a head are
@@ -396,16 +412,16 @@ mod tests {
     fn the_hot_path_is_never_hashed_ahead() {
         let policy = Policy::default();
         let plain = request(Operation::Update, cm("ns", B, None), Some(cm("ns", A, None)));
-        assert_eq!(ContentFacts::ahead(&plain, &policy), None, "no head: the cache decides first");
+        assert_eq!(ContentFacts::ahead(&plain, &policy, || true), None, "no head: the cache decides first");
         let excluded = request(Operation::Update, cm("kube-system", B, Some("h")), Some(cm("kube-system", A, Some("h"))));
-        assert_eq!(ContentFacts::ahead(&excluded, &policy), None, "an excluded namespace");
+        assert_eq!(ContentFacts::ahead(&excluded, &policy, || true), None, "an excluded namespace");
         let mut immutable = cm("ns", B, Some("h"));
         immutable["immutable"] = json!(true);
-        assert_eq!(ContentFacts::ahead(&request(Operation::Create, immutable, None), &policy), None, "immutable");
+        assert_eq!(ContentFacts::ahead(&request(Operation::Create, immutable, None), &policy, || true), None, "immutable");
         let mut status = request(Operation::Update, cm("ns", B, Some("h")), Some(cm("ns", A, Some("h"))));
         status.sub_resource = Some("status".into());
-        assert_eq!(ContentFacts::ahead(&status, &policy), None, "a subresource");
+        assert_eq!(ContentFacts::ahead(&status, &policy, || true), None, "a subresource");
         let delete = request(Operation::Delete, cm("ns", B, Some("h")), None);
-        assert_eq!(ContentFacts::ahead(&delete, &policy), None, "a delete");
+        assert_eq!(ContentFacts::ahead(&delete, &policy, || true), None, "a delete");
     }
 }

@@ -275,9 +275,16 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     // (docs/behaviour.md §9a: it never waits behind API-bound ones).
     let mut place = None;
     // A source's content is hashed and compared before the cache is taken (a 1 MiB one would
-    // hold it for a millisecond and more), once for every pass.
+    // hold it for a millisecond and more), once for every pass; its outgoing content too when
+    // a glance at the cache finds workloads that still run with it.
     let facts = match (endpoint, app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind)) {
-        (Endpoint::Mutate, Some(source::SourceKind::ConfigMap)) => admission::configmap::ContentFacts::ahead(req, &app.ctx.policy),
+        (Endpoint::Mutate, Some(source::SourceKind::ConfigMap)) => {
+            let outgoing = || {
+                let id = SourceId::configmap(req.name.as_str());
+                !crate::cache::admission_read(&app.ctx.state).plain_users(&req.namespace, &id).is_empty()
+            };
+            admission::configmap::ContentFacts::ahead(req, &app.ctx.policy, outgoing)
+        }
         _ => None,
     };
     for _ in 0..MAX_PASSES {
