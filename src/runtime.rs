@@ -221,13 +221,18 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     // On SIGTERM, report not-ready first and keep serving while the endpoints update, so a
     // rolling update of confighistory itself never drops an admission.
     let drain = Duration::from_secs(args.shutdown_delay);
-    let shutdown = async move {
+    let (draining_tx, mut draining_rx) = tokio::sync::watch::channel(false);
+    let draining = async move {
         shutdown_signal().await;
         tracing::info!(seconds = drain.as_secs(), "shutting down: not ready, draining");
         app.tls_ready.store(false, Ordering::Relaxed);
+        draining_tx.send_replace(true);
+    };
+    let shutdown = async move {
+        let _ = draining_rx.wait_for(|d| *d).await;
         tokio::time::sleep(drain).await;
     };
-    serve::serve_tls_until(listener, TlsAcceptor::from(tls_config), router, shutdown).await;
+    serve::serve_tls_until(listener, TlsAcceptor::from(tls_config), router, draining, shutdown).await;
     if let Some(controller) = controller {
         controller.shutdown().await;
     }

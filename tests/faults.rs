@@ -212,6 +212,7 @@ async fn slow_bodies_do_not_hold_concurrency_places() {
         tokio_rustls::TlsAcceptor::from(config),
         router,
         futures::future::pending(),
+        futures::future::pending(),
     ));
 
     let mut roots = rustls::RootCertStore::empty();
@@ -276,7 +277,13 @@ async fn https_with(
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let router = webhook::serve::limited(webhook::router(app.clone()), app, max_body, max_concurrency, deadline);
-    tokio::spawn(webhook::serve::serve_tls_until(listener, tokio_rustls::TlsAcceptor::from(config), router, futures::future::pending()));
+    tokio::spawn(webhook::serve::serve_tls_until(
+        listener,
+        tokio_rustls::TlsAcceptor::from(config),
+        router,
+        futures::future::pending(),
+        futures::future::pending(),
+    ));
     (addr, client_trusting(&dir))
 }
 
@@ -708,7 +715,13 @@ async fn measure_peak_memory_under_parallel_large_applies() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let router = webhook::serve::limited(webhook::router(app.clone()), app, max_body, 256, Duration::from_secs(10));
-    tokio::spawn(webhook::serve::serve_tls_until(listener, tokio_rustls::TlsAcceptor::from(config), router, futures::future::pending()));
+    tokio::spawn(webhook::serve::serve_tls_until(
+        listener,
+        tokio_rustls::TlsAcceptor::from(config),
+        router,
+        futures::future::pending(),
+        futures::future::pending(),
+    ));
     let client = client_trusting(&dir);
     let data = "x".repeat(MIB - 4096);
     let object = |v: &str| {
@@ -804,4 +817,62 @@ async fn a_request_over_the_byte_budget_keeps_its_connection() {
     for h in holders {
         assert_eq!(h.await.unwrap().unwrap().0, 200);
     }
+}
+
+/// Issue 29 item 3: in a rolling restart at 100,000 ConfigMaps one admission failed open with
+/// "write: broken pipe". The API server keeps its keep-alive connections to a replica that is
+/// shutting down (the Service's endpoints only steer new ones) and went on sending on them until
+/// the process exited under a request. From the start of the drain a replica closes each of its
+/// connections once it has answered what is in flight: an idle one at once, a begun request
+/// answered first with `connection: close`, and one opened during the drain after one answer.
+#[tokio::test]
+async fn draining_closes_every_connection_after_its_answer_and_cuts_none() {
+    let dir = tempdir("drain");
+    generate(&dir);
+    let (config, _) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key"), None).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = app(Arc::new(cluster::MemoryCluster::default()));
+    let router = webhook::serve::limited(webhook::router(app.clone()), app, webhook::DEFAULT_MAX_BODY, 8, Duration::from_secs(4));
+    let (drain, draining) = tokio::sync::oneshot::channel::<()>();
+    let draining = async move {
+        let _ = draining.await;
+    };
+    tokio::spawn(webhook::serve::serve_tls_until(
+        listener,
+        tokio_rustls::TlsAcceptor::from(config),
+        router,
+        draining,
+        futures::future::pending(),
+    ));
+    let client = client_trusting(&dir);
+
+    let mut idle = connect(addr, client.clone()).await;
+    assert_eq!(post(&mut idle, configmap_review("shop", "a", 10)).await.unwrap().0, 200);
+    let body = configmap_review("shop", "b", 10);
+    let mut begun = connect_raw(addr, client.clone()).await;
+    stall_after(&mut begun, body.len(), 0).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    drain.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let closed = tokio::time::timeout(Duration::from_secs(2), async {
+        while !idle.is_closed() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "an idle keep-alive connection is closed when the drain starts");
+
+    begun.write_all(&body).await.unwrap();
+    let answer = until_closed(&mut begun, Duration::from_secs(2)).await.expect("closed after its answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "the request begun before the drain is answered: {answer}");
+    assert!(answer.to_ascii_lowercase().contains("connection: close"), "and says the connection closes: {answer}");
+
+    let mut late = connect_raw(addr, client).await;
+    let body = configmap_review("shop", "c", 10);
+    stall_after(&mut late, body.len(), 0).await;
+    late.write_all(&body).await.unwrap();
+    let answer = until_closed(&mut late, Duration::from_secs(2)).await.expect("one answer, then closed");
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
 }

@@ -132,26 +132,39 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
 /// for slow clients ([`CLIENT_TIMEOUT`] for a handshake or a begun head, [`IDLE_TIMEOUT`]
 /// between requests) and a cap on header size.
 pub async fn serve_tls(listener: TcpListener, acceptor: TlsAcceptor, router: axum::Router) {
-    serve_tls_until(listener, acceptor, router, std::future::pending()).await
+    serve_tls_until(listener, acceptor, router, std::future::pending(), std::future::pending()).await
 }
 
-/// [`serve_tls`] until `shutdown` completes.
+/// [`serve_tls`] until `shutdown` completes, draining from when `draining` completes: every
+/// connection is closed once it has answered what is in flight (an idle one at once, one opened
+/// during the drain after its first answer, each answer saying `connection: close`), while new
+/// ones are still accepted. The API server keeps its keep-alive connections to a replica that
+/// is shutting down (a Service's endpoints steer only new ones) and sends on them until they
+/// close: closed only by the process's exit, one under a request failed open with "broken pipe"
+/// (docs/performance.md, "Rolling restart under load").
 pub async fn serve_tls_until(
     listener: TcpListener,
     acceptor: TlsAcceptor,
     router: axum::Router,
+    draining: impl std::future::Future<Output = ()>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    tokio::pin!(shutdown);
+    tokio::pin!(draining, shutdown);
+    let (drain, drained) = tokio::sync::watch::channel(false);
     loop {
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => { tracing::warn!(error = %e, "accept failed"); continue; }
             },
+            _ = &mut draining, if !*drain.borrow() => {
+                tracing::info!("draining: each connection closes after its answer");
+                drain.send_replace(true);
+                continue;
+            }
             _ = &mut shutdown => { tracing::info!("shutting down"); return; }
         };
-        let (acceptor, router) = (acceptor.clone(), router.clone());
+        let (acceptor, router, mut drained) = (acceptor.clone(), router.clone(), drained.clone());
         tokio::spawn(async move {
             let stream = match tokio::time::timeout(CLIENT_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
@@ -161,7 +174,31 @@ pub async fn serve_tls_until(
             let (stream, clock) = super::limits::watch(stream, CLIENT_TIMEOUT, IDLE_TIMEOUT);
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(clock).header_read_timeout(CLIENT_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
-            if let Err(e) = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router)).await {
+            // Opened during the drain (a client that has not seen the endpoints change): one
+            // answer, then closed. Closing it gracefully now would close it before its request.
+            let late = *drained.borrow();
+            builder.keep_alive(!late);
+            let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router));
+            tokio::pin!(conn);
+            // Also when the server is gone (the sender dropped): closing then is right too.
+            let drain_started = async move {
+                if late {
+                    return std::future::pending().await;
+                }
+                while !*drained.borrow_and_update() {
+                    if drained.changed().await.is_err() {
+                        break;
+                    }
+                }
+            };
+            let result = tokio::select! {
+                r = conn.as_mut() => r,
+                () = drain_started => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = result {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
