@@ -199,37 +199,8 @@ fn a_key_that_does_not_belong_to_the_certificate_is_refused() {
 /// Bug 6: clients that send headers and then trickle the body held the concurrency places.
 #[tokio::test]
 async fn slow_bodies_do_not_hold_concurrency_places() {
-    let dir = tempdir("slow-body");
-    generate(&dir);
-    let (config, _) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key"), None).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = app(Arc::new(cluster::MemoryCluster::default()));
-    let router =
-        confighistory::webhook::serve::limited(webhook::router(app.clone()), app, webhook::DEFAULT_MAX_BODY, 1, Duration::from_secs(4));
-    tokio::spawn(confighistory::webhook::serve::serve_tls_until(
-        listener,
-        tokio_rustls::TlsAcceptor::from(config),
-        router,
-        futures::future::pending(),
-        futures::future::pending(),
-    ));
-
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(dir.join("ca.crt")).unwrap() {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let client = Arc::new(
-        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    );
-    let connect = || async {
-        let tcp = TcpStream::connect(addr).await.unwrap();
-        tokio_rustls::TlsConnector::from(client.clone()).connect(ServerName::IpAddress(addr.ip().into()), tcp).await.unwrap()
-    };
+    let (addr, client) = https("slow-body", app(Arc::new(cluster::MemoryCluster::default())), 1, Duration::from_secs(4)).await;
+    let connect = || connect_raw(addr, client.clone());
     let body = serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "ok", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
         "resource": {"group": "", "version": "v1", "resource": "configmaps"}, "name": "x", "namespace": "shop",
@@ -271,6 +242,18 @@ async fn https_with(
     max_concurrency: usize,
     deadline: Duration,
 ) -> (std::net::SocketAddr, Arc<rustls::ClientConfig>) {
+    https_until(name, app, max_body, max_concurrency, deadline, futures::future::pending()).await
+}
+
+/// [`https_with`], draining from when `draining` completes.
+async fn https_until(
+    name: &str,
+    app: Arc<App>,
+    max_body: usize,
+    max_concurrency: usize,
+    deadline: Duration,
+    draining: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (std::net::SocketAddr, Arc<rustls::ClientConfig>) {
     let dir = tempdir(name);
     generate(&dir);
     let (config, _) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key"), None).unwrap();
@@ -281,7 +264,7 @@ async fn https_with(
         listener,
         tokio_rustls::TlsAcceptor::from(config),
         router,
-        futures::future::pending(),
+        draining,
         futures::future::pending(),
     ));
     (addr, client_trusting(&dir))
@@ -709,20 +692,7 @@ async fn measure_peak_memory_under_parallel_large_applies() {
     const MIB: usize = 1024 * 1024;
     let max_body = std::env::var("MEASURE_MAX_BODY_MIB").ok().map_or(webhook::DEFAULT_MAX_BODY, |m| m.parse::<usize>().unwrap() * MIB);
     let app = Arc::new(App { max_body, ..Arc::into_inner(app(Arc::new(cluster::MemoryCluster::default()))).unwrap() });
-    let dir = tempdir("measure");
-    generate(&dir);
-    let (config, _) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key"), None).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let router = webhook::serve::limited(webhook::router(app.clone()), app, max_body, 256, Duration::from_secs(10));
-    tokio::spawn(webhook::serve::serve_tls_until(
-        listener,
-        tokio_rustls::TlsAcceptor::from(config),
-        router,
-        futures::future::pending(),
-        futures::future::pending(),
-    ));
-    let client = client_trusting(&dir);
+    let (addr, client) = https_with("measure", app, max_body, 256, Duration::from_secs(10)).await;
     let data = "x".repeat(MIB - 4096);
     let object = |v: &str| {
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big", "namespace": "shop",
@@ -827,25 +797,12 @@ async fn a_request_over_the_byte_budget_keeps_its_connection() {
 /// answered first with `connection: close`, and one opened during the drain after one answer.
 #[tokio::test]
 async fn draining_closes_every_connection_after_its_answer_and_cuts_none() {
-    let dir = tempdir("drain");
-    generate(&dir);
-    let (config, _) = tls::server_config(&dir.join("tls.crt"), &dir.join("tls.key"), None).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = app(Arc::new(cluster::MemoryCluster::default()));
-    let router = webhook::serve::limited(webhook::router(app.clone()), app, webhook::DEFAULT_MAX_BODY, 8, Duration::from_secs(4));
     let (drain, draining) = tokio::sync::oneshot::channel::<()>();
     let draining = async move {
         let _ = draining.await;
     };
-    tokio::spawn(webhook::serve::serve_tls_until(
-        listener,
-        tokio_rustls::TlsAcceptor::from(config),
-        router,
-        draining,
-        futures::future::pending(),
-    ));
-    let client = client_trusting(&dir);
+    let app = app(Arc::new(cluster::MemoryCluster::default()));
+    let (addr, client) = https_until("drain", app, webhook::DEFAULT_MAX_BODY, 8, Duration::from_secs(4), draining).await;
 
     let mut idle = connect(addr, client.clone()).await;
     assert_eq!(post(&mut idle, configmap_review("shop", "a", 10)).await.unwrap().0, 200);
