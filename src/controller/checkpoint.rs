@@ -18,10 +18,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use crate::cache::SourceKey;
 use crate::cluster::Created;
+use crate::model::digest::{Digest as _, Sha256};
 use crate::model::source::{SourceId, SourceKind};
 
 use super::Ctx;
@@ -39,15 +39,15 @@ const MAX_BYTES: usize = 900 * 1024;
 pub fn digest<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     let mut entries: Vec<(&str, &str)> = entries.into_iter().collect();
     entries.sort_unstable();
-    let mut h = Sha256::new();
+    let mut h = Sha256::default();
     for (name, rv) in entries {
         // Names and resourceVersions hold no NUL or newline: the framing is unambiguous.
         h.update(name.as_bytes());
-        h.update([0]);
+        h.update(&[0]);
         h.update(rv.as_bytes());
-        h.update([b'\n']);
+        h.update(b"\n");
     }
-    h.finalize()[..8].iter().map(|b| format!("{b:02x}")).collect()
+    h.finish()[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The digests of the confirmed ConfigMap sources (`verified`: source -> resourceVersion read),
