@@ -15,21 +15,34 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 
-/// Whether this process leads, shared with the loops.
+/// Whether this process leads, shared with the loops; and whether it has stopped standing.
 #[derive(Clone, Debug, Default)]
-pub struct Leadership(Arc<AtomicBool>);
+pub struct Leadership {
+    leading: Arc<AtomicBool>,
+    resigned: Arc<AtomicBool>,
+}
 
 impl Leadership {
     pub fn is_leader(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.leading.load(Ordering::Relaxed)
     }
     /// For tests and single-replica tools: lead without a Lease.
     pub fn always() -> Leadership {
-        Leadership(Arc::new(AtomicBool::new(true)))
+        Leadership { leading: Arc::new(AtomicBool::new(true)), ..Default::default() }
     }
     fn set(&self, v: bool) -> bool {
         crate::metrics::METRICS.set_leader(v);
-        self.0.swap(v, Ordering::Relaxed)
+        self.leading.swap(v, Ordering::Relaxed)
+    }
+    /// Stops leading and standing (at shutdown, before [`release`]): the election loop writes the
+    /// Lease no more, so it cannot take back a Lease just given up while the process is still
+    /// exiting. Whether it was leading.
+    pub fn resign(&self) -> bool {
+        self.resigned.store(true, Ordering::Relaxed);
+        self.set(false)
+    }
+    fn resigned(&self) -> bool {
+        self.resigned.load(Ordering::Relaxed)
     }
 }
 
@@ -109,7 +122,10 @@ pub async fn run(client: kube::Client, config: Config, leadership: Leadership) {
     let mut last_renewal: Option<Instant> = None;
     let mut warned = false;
     loop {
-        match round(&api, &config, &mut observed).await {
+        if leadership.resigned() {
+            return;
+        }
+        match round(&api, &config, &mut observed, &leadership).await {
             Ok(true) => {
                 last_renewal = Some(Instant::now());
                 if !leadership.set(true) {
@@ -140,7 +156,7 @@ pub async fn run(client: kube::Client, config: Config, leadership: Leadership) {
 }
 
 /// One read and, when due, one write. `Ok(true)` when this candidate holds the Lease afterwards.
-async fn round(api: &Api<Lease>, config: &Config, observed: &mut Option<Observed>) -> Result<bool, kube::Error> {
+async fn round(api: &Api<Lease>, config: &Config, observed: &mut Option<Observed>, leadership: &Leadership) -> Result<bool, kube::Error> {
     let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
     let duration_secs = config.lease_duration.as_secs() as i32;
     let Some(mut lease) = api.get_opt(&config.name).await? else {
@@ -183,6 +199,10 @@ async fn round(api: &Api<Lease>, config: &Config, observed: &mut Option<Observed
             spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
         }
     }
+    // Resigned while this round read: a Lease released meanwhile must not be taken back.
+    if leadership.resigned() {
+        return Ok(false);
+    }
     // replace carries the resourceVersion we read: a concurrent writer makes this a 409.
     match api.replace(&config.name, &PostParams::default(), &lease).await {
         Ok(written) => {
@@ -194,18 +214,24 @@ async fn round(api: &Api<Lease>, config: &Config, observed: &mut Option<Observed
     }
 }
 
-/// Gives the Lease up (on shutdown), so another replica takes over at once.
+/// Gives the Lease up (on shutdown, after [`Leadership::resign`]), so another replica takes over
+/// at once. A renewal of this replica's that was in flight makes the write a 409: read again and
+/// retried, a few times.
 pub async fn release(client: kube::Client, config: &Config) {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
-    let Ok(Some(mut lease)) = api.get_opt(&config.name).await else { return };
-    let spec = lease.spec.get_or_insert_with(Default::default);
-    if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
-        return;
-    }
-    spec.holder_identity = None;
-    spec.lease_duration_seconds = Some(1);
-    if api.replace(&config.name, &PostParams::default(), &lease).await.is_ok() {
-        tracing::info!("released the Lease");
+    for _ in 0..3 {
+        let Ok(Some(mut lease)) = api.get_opt(&config.name).await else { return };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        match api.replace(&config.name, &PostParams::default(), &lease).await {
+            Ok(_) => return tracing::info!("released the Lease"),
+            Err(kube::Error::Api(s)) if s.code == 409 => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => return tracing::warn!(error = %e, "could not release the Lease; the others take it over once it expires"),
+        }
     }
 }
 

@@ -223,7 +223,7 @@ pub async fn start(client: kube::Client, shared: Arc<Context>, args: ControllerA
 
 /// Gives the Lease up (on shutdown), so another replica takes over without waiting for expiry.
 pub async fn release(ctx: &Ctx) {
-    if ctx.leadership.is_leader() {
+    if ctx.leadership.resign() {
         leader::release(ctx.client.clone(), &leader::Config::new(&ctx.lease_namespace(), &ctx.args.lease_name, ctx.identity.clone())).await;
     }
 }

@@ -591,6 +591,29 @@ fn another_replica_takes_over_when_the_leader_dies() {
     assert_eq!(ns.history_of("app").len(), 3, "nothing lost, nothing duplicated");
 }
 
+/// docs/behaviour.md §10.2: a leader that stops (SIGTERM: a rolling restart) gives its Lease up,
+/// so the other replica leads at its next round (every 2 s), not after the lease duration (10 s)
+/// that a replica killed outright leaves behind. Its election loop stops first, so it cannot take
+/// back the Lease it has just released while it exits.
+#[test]
+fn a_leader_that_stops_hands_over_at_once() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::with_labels(cluster, "ctl-handover", &[]);
+    let lease = format!("e2e-{}", ns.name);
+    let selector = format!("{CONTROLLER_LABEL}={}", ns.name);
+    let a = ControllerProcess::start(cluster, "ctl-a", &lease, &selector);
+    wait_for("ctl-a to lead", Duration::from_secs(30), || lease_holder(cluster, &lease).starts_with("ctl-a_"));
+    let _b = ControllerProcess::start(cluster, "ctl-b", &lease, &selector);
+    std::thread::sleep(Duration::from_secs(3)); // b has read the Lease: it would wait out the duration
+    let stopped = Instant::now();
+    drop(a); // SIGTERM, and waits for the process to end
+    wait_for("ctl-b to lead", Duration::from_secs(30), || lease_holder(cluster, &lease).starts_with("ctl-b_"));
+    let after = stopped.elapsed();
+    eprintln!("MEASURE handover: ctl-b leads {:.1}s after ctl-a was told to stop", after.as_secs_f64());
+    assert!(after < Duration::from_secs(8), "the Lease was released, not left to expire (10 s): {after:?}");
+}
+
 /// The time of one GC sweep over 1,000 snapshots (a measurement, not a check: run with
 /// `cargo test --test e2e gc_sweep_over -- --ignored --nocapture`).
 #[test]
