@@ -440,8 +440,10 @@ async fn resync_loop(ctx: Arc<Ctx>) {
     loop {
         if !ctx.leadership.is_leader() {
             ctx.forget_seen();
-            // Leading again later, it takes the checkpoint of the leaders between.
+            // Leading again later, it takes the checkpoint of the leaders between, and writes its
+            // own even when it equals what this replica wrote before them.
             st.checkpoint = None;
+            st.saved = None;
             tokio::time::sleep(Duration::from_millis(500)).await;
             continue;
         }
