@@ -47,7 +47,7 @@ pub fn digest<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> Stri
         h.update(rv.as_bytes());
         h.update(b"\n");
     }
-    h.finish()[..8].iter().map(|b| format!("{b:02x}")).collect()
+    crate::model::digest::hex(&h.finish()[..8])
 }
 
 /// The digests of the confirmed ConfigMap sources (`verified`: source -> resourceVersion read),

@@ -24,6 +24,11 @@ impl Digest for Sha256 {
     }
 }
 
+/// Bytes as lowercase hex (a digest shown, or kept as text).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The digest of one byte string.
 pub fn digest<D: Digest>(bytes: &[u8]) -> [u8; 32] {
     let mut d = D::default();
@@ -101,7 +106,7 @@ mod tests {
         let mut d = Sha256::default();
         d.update(b"a");
         d.update(b"bc");
-        let hex: String = d.finish().iter().map(|b| format!("{b:02x}")).collect();
+        let hex = hex(&d.finish());
         assert_eq!(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
         assert_eq!(digest::<Sha256>(b"abc").to_vec(), hex_bytes(&hex));
     }
@@ -140,10 +145,6 @@ mod tests {
         assert_ne!(mac(&[1; 64], b"x"), mac(&[1; 65], b"x"));
         assert_ne!(mac(b"k", b"x"), digest::<Sha256>(b"x"));
         assert_eq!(format!("{:?}", HmacSha256::new(b"key")), "HmacSha256 { .. }");
-    }
-
-    fn hex(bytes: &[u8]) -> String {
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     fn hex_bytes(hex: &str) -> Vec<u8> {

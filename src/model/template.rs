@@ -151,7 +151,7 @@ pub fn template_hash_without(template: &Value, hash_label: &str) -> String {
     let mut h = Sha256::default();
     canonical(template, &mut h, 0, hash_label);
     let digest = h.finish();
-    digest[..10].iter().map(|b| format!("{b:02x}")).collect()
+    super::digest::hex(&digest[..10])
 }
 
 fn canonical<D: Digest>(v: &Value, h: &mut D, depth: usize, hash_label: &str) {

@@ -164,7 +164,7 @@ impl std::fmt::Debug for Stored {
 
 /// Fingerprint of a certificate: SHA-256 of its DER, hex.
 pub fn fingerprint(der: &[u8]) -> String {
-    digest::<Sha256>(der).iter().map(|b| format!("{b:02x}")).collect()
+    crate::model::digest::hex(&digest::<Sha256>(der))
 }
 
 /// The certificates of a PEM text, as (PEM of each, DER of each).
