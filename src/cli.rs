@@ -15,6 +15,32 @@ use crate::model::published::EffectiveConfig;
 
 /// Default body limit: a 1 MiB ConfigMap UPDATE carries object and oldObject, and kubectl's
 /// last-applied annotation can double each.
+/// The memory budget for admissions where no memory limit can be read (tests, tools, a server
+/// outside a container): 256 MiB.
+pub const DEFAULT_MEMORY_BUDGET: usize = 256 << 20;
+
+/// The memory admissions may take, from `--memory-budget-bytes` or, when that is 0, from the
+/// container's memory limit (cgroup v2 `memory.max`, else v1 `memory.limit_in_bytes`): three
+/// eighths of it, the rest for the caches, the request bodies' own budget and the allocator's
+/// slack (docs/reliability.md, "The memory model").
+pub fn memory_budget(flag: usize) -> usize {
+    if flag > 0 {
+        return flag;
+    }
+    let read = |path: &str| std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse::<u64>().ok());
+    let limit = read("/sys/fs/cgroup/memory.max").or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"));
+    budget_of_limit(limit)
+}
+
+/// Three eighths of a memory limit; [`DEFAULT_MEMORY_BUDGET`] with none (cgroup v1 says "none"
+/// with a number near 2^63).
+pub fn budget_of_limit(limit: Option<u64>) -> usize {
+    match limit {
+        Some(l) if l < (1 << 50) => usize::try_from(l / 8 * 3).unwrap_or(DEFAULT_MEMORY_BUDGET),
+        _ => DEFAULT_MEMORY_BUDGET,
+    }
+}
+
 pub const DEFAULT_MAX_BODY: usize = 8 * 1024 * 1024;
 
 /// Default name of the Secret in --namespace holding the cluster keys (`--keys-secret`).
@@ -225,6 +251,11 @@ pub struct ServeArgs {
     /// Largest admission request body accepted, in bytes.
     #[arg(long, env = "CONFIGHISTORY_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY)]
     pub max_body_bytes: usize,
+    /// Bytes of memory admissions may take at once (parsed reviews, sources read for them, their
+    /// copies); 0: three eighths of the container's memory limit (docs/reliability.md, "The
+    /// memory model").
+    #[arg(long, env = "CONFIGHISTORY_MEMORY_BUDGET_BYTES", default_value_t = 0)]
+    pub memory_budget_bytes: usize,
     /// Most admission requests handled at once; more wait.
     #[arg(long, env = "CONFIGHISTORY_MAX_CONCURRENCY", default_value_t = 256)]
     pub max_concurrency: usize,

@@ -33,7 +33,7 @@ const BUCKETS: [f64; 16] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 
 
 /// The `what` label values of `confighistory_errors_total`, each exported from the start (0) so
 /// alerts and dashboards see the series before the first error.
-pub const ERRORS: [&str; 4] = ["api", "bad-request", "deadline", "overloaded"];
+pub const ERRORS: [&str; 5] = ["api", "bad-request", "deadline", "overloaded", "too-large"];
 
 /// Per-namespace gauges the controller sets (leader only), by name and help.
 const GAUGES: [(&str, &str); 4] = [
@@ -172,7 +172,7 @@ impl Metrics {
             "confighistory_errors",
             "Admissions not answered normally: bad-request (malformed or never sent by the webhooks: 400, 408, 413), \
              api (an API server call failed), deadline (no answer within the admission deadline), \
-             overloaded (no place free within the deadline)",
+             overloaded (no place free within the deadline), too-large (deciding it would take more memory than one request may)",
             Declared(errors.clone()),
         );
         let audit_violations = Family::<One, Counter>::default();

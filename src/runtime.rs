@@ -174,8 +174,15 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let regarding = configmap_ref(&args.policy.namespace, &args.effective_config);
     let (client, shared, kinds) = start(&args.policy, true, regarding).await?;
     let tls_ready = Arc::new(AtomicBool::new(false));
-    let app =
-        Arc::new(App { ctx: shared.clone(), tls_ready: tls_ready.clone(), max_body: args.max_body_bytes, namespace_reads: Arc::default() });
+    let memory = crate::cli::memory_budget(args.memory_budget_bytes);
+    tracing::info!(budget_bytes = memory, "admission memory budget");
+    let app = Arc::new(App {
+        ctx: shared.clone(),
+        tls_ready: tls_ready.clone(),
+        max_body: args.max_body_bytes,
+        namespace_reads: Arc::default(),
+        memory: Arc::new(webhook::memory::Memory::new(memory)),
+    });
 
     match managed {
         Some(secret) => {

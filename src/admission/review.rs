@@ -342,6 +342,21 @@ pub fn parse(body: &[u8]) -> Result<Request, Error> {
     review.request.ok_or(Error::NoRequest)
 }
 
+/// The request's uid alone, read without building anything else (objects are skipped unparsed):
+/// for answers to a review that is not decided.
+pub fn uid(body: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Outer {
+        request: Option<Inner>,
+    }
+    #[derive(Deserialize)]
+    struct Inner {
+        #[serde(default)]
+        uid: String,
+    }
+    serde_json::from_slice::<Outer>(body).ok()?.request.map(|r| r.uid)
+}
+
 /// What the webhook answers: allowed or denied, an optional JSONPatch, warnings.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Response {

@@ -44,6 +44,131 @@ fn index(s: &str) -> Option<usize> {
     s.parse().ok()
 }
 
+/// The most heap memory parsing `body` into a `serde_json::Value` tree can take, from one scan of
+/// its bytes without building anything (docs/reliability.md, "The memory model"): a body's bytes
+/// on the wire say little about its tree (a map of one short key is 9 bytes of JSON and a 648-byte
+/// B-tree node once parsed), so admission charges this before it parses, never the body's length.
+///
+/// An upper bound, by construction:
+/// - a string (key or value): its raw bytes (escapes only shrink when decoded) plus the
+///   allocator's header, rounded up, at least one 32-byte chunk;
+/// - an array of n values: a `Vec<Value>` grown by doubling (capacity up to 2n), and the old
+///   buffer beside the new while it moves: 48 bytes a slot;
+/// - a map of n entries: a `BTreeMap` of 11-slot nodes, none with fewer than 4 entries but the
+///   first: leaf nodes of 648 bytes, internal ones of 744;
+/// - numbers, `true`, `false` and `null` live in their container's slot.
+///
+/// Malformed JSON is scanned as far as it goes: parsing stops at the first error, so it can take
+/// no more than the prefix before it.
+pub fn parse_cost(body: &[u8]) -> usize {
+    // One frame per open container: a map counts its entries by their ':', an array its values
+    // by its ',' (plus the first).
+    struct Frame {
+        map: bool,
+        entries: usize,
+        any: bool,
+    }
+    fn closed(frame: &Frame) -> usize {
+        if frame.map {
+            map_cost(frame.entries)
+        } else {
+            let n = if frame.any { frame.entries + 1 } else { 0 };
+            array_cost(n)
+        }
+    }
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut cost = 0usize;
+    let mut i = 0;
+    while i < body.len() {
+        let b = body[i];
+        match b {
+            b'"' => {
+                let start = i + 1;
+                i = start;
+                while i < body.len() && body[i] != b'"' {
+                    i += if body[i] == b'\\' { 2 } else { 1 };
+                }
+                cost = cost.saturating_add(string_cost(i.min(body.len()) - start));
+                if let Some(f) = stack.last_mut() {
+                    f.any = true;
+                }
+            }
+            b'{' | b'[' => {
+                if let Some(f) = stack.last_mut() {
+                    f.any = true;
+                }
+                stack.push(Frame { map: b == b'{', entries: 0, any: false });
+            }
+            b'}' | b']' => {
+                if let Some(f) = stack.pop() {
+                    cost = cost.saturating_add(closed(&f));
+                }
+            }
+            b':' => {
+                if let Some(f) = stack.last_mut().filter(|f| f.map) {
+                    f.entries += 1;
+                }
+            }
+            b',' => {
+                if let Some(f) = stack.last_mut().filter(|f| !f.map) {
+                    f.entries += 1;
+                }
+            }
+            b' ' | b'\t' | b'\n' | b'\r' => {}
+            _ => {
+                if let Some(f) = stack.last_mut() {
+                    f.any = true;
+                }
+            }
+        }
+        i += 1;
+    }
+    // Containers left open (a cut-off body) were built as far as they went.
+    stack.iter().fold(cost, |c, f| c.saturating_add(closed(f)))
+}
+
+/// The heap a parsed `Value` holds, by the rules of [`parse_cost`] (an upper bound of what it took
+/// to build): what a source read for an admission is charged once its size is known.
+pub fn heap_size(v: &Value) -> usize {
+    match v {
+        Value::String(s) => string_cost(s.len()),
+        Value::Array(items) => items.iter().fold(array_cost(items.len()), |c, i| c.saturating_add(heap_size(i))),
+        Value::Object(map) => {
+            map.iter().fold(map_cost(map.len()), |c, (k, v)| c.saturating_add(string_cost(k.len())).saturating_add(heap_size(v)))
+        }
+        _ => 0,
+    }
+}
+
+/// A string of `len` bytes on the heap: the allocator's 8-byte header, 16-byte granules, at least
+/// 32 bytes.
+fn string_cost(len: usize) -> usize {
+    (len.saturating_add(8 + 15) & !15).max(32)
+}
+
+/// A `Vec<Value>` of `n` (32-byte values): capacity up to 2n, old and new buffers side by side
+/// while it grows.
+fn array_cost(n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        n.next_power_of_two().max(4).saturating_mul(48).saturating_add(32)
+    }
+}
+
+/// A `BTreeMap<String, Value>` of `n` entries: 11 slots a node, at least 4 entries in every node
+/// but the first.
+fn map_cost(n: usize) -> usize {
+    const LEAF: usize = 648;
+    const INTERNAL: usize = 744;
+    if n == 0 {
+        return 0;
+    }
+    let leaves = 1 + n.saturating_sub(11).div_ceil(4);
+    let internal = if leaves > 1 { 1 + leaves.div_ceil(3) } else { 0 };
+    leaves.saturating_mul(LEAF).saturating_add(internal.saturating_mul(INTERNAL))
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

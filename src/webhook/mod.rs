@@ -28,6 +28,7 @@ use crate::store;
 pub mod keys;
 pub mod limits;
 pub mod managed;
+pub mod memory;
 pub mod serve;
 pub mod tls;
 
@@ -43,13 +44,21 @@ pub struct App {
     pub max_body: usize,
     /// Fresh reads of namespaces the namespace watch does not know.
     pub namespace_reads: Arc<limits::NamespaceReads>,
+    /// What admissions may take of the replica's memory (docs/reliability.md, "The memory model").
+    pub memory: Arc<memory::Memory>,
 }
 
 impl App {
     /// An app over `ctx` with its certificate counted as loaded and the default body limit
     /// (tests and tools; `serve` sets readiness from the certificate it loads).
     pub fn new(ctx: Arc<Context>) -> App {
-        App { ctx, tls_ready: Arc::new(AtomicBool::new(true)), max_body: DEFAULT_MAX_BODY, namespace_reads: Arc::default() }
+        App {
+            ctx,
+            tls_ready: Arc::new(AtomicBool::new(true)),
+            max_body: DEFAULT_MAX_BODY,
+            namespace_reads: Arc::default(),
+            memory: Arc::new(memory::Memory::new(crate::cli::DEFAULT_MEMORY_BUDGET)),
+        }
     }
 
     /// [`App::new`] over a context whose caches count as synced.
@@ -119,10 +128,16 @@ pub fn health(synced: Arc<AtomicBool>, tls_ready: Option<Arc<AtomicBool>>) -> Ro
 
 async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes) -> HttpResponse {
     let start = Instant::now();
+    // What parsing and deciding this body can take, charged before anything is built
+    // (docs/reliability.md, "The memory model"); held until the answer.
+    let _charge = match app.memory.charge(request_cost(&body)).await {
+        Ok(charge) => charge,
+        Err(too_large) => return refuse_too_large(endpoint, too_large),
+    };
     // Boxed: axum boxes this future for every request, and held inline the request would make
-    // it over 1 KiB, past what glibc's per-thread cache serves (issue 17).
-    let req = match review::parse(&body) {
-        Ok(r) => Box::new(r),
+    // it over 1 KiB, past what glibc's per-thread cache serves (docs/performance.md).
+    let req = match Box::pin(parse(body)).await {
+        Ok(r) => r,
         Err(e) => {
             tracing::warn!(endpoint = endpoint.as_str(), error = %e, "bad admission request");
             METRICS.error("bad-request");
@@ -141,6 +156,47 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
     let span = tracing::info_span!("admission", uid = ?req.uid, kind = %req.kind.kind, namespace = %req.namespace,
         name = %req.name, operation = req.operation.as_str(), endpoint = endpoint.as_str());
     answer(&app, endpoint, &req, start).instrument(span).await
+}
+
+/// Bodies at least this long are parsed on a blocking thread: parsing a few MiB takes
+/// milliseconds, which on the runtime's worker (the chart gives one CPU) would stall every other
+/// connection's handshake and answer.
+const PARSE_APART: usize = 256 * 1024;
+
+/// The review in `body`, parsed on a blocking thread when it is long.
+async fn parse(body: Bytes) -> Result<Box<review::Request>, review::Error> {
+    if body.len() < PARSE_APART {
+        return review::parse(&body).map(Box::new);
+    }
+    tokio::task::spawn_blocking(move || review::parse(&body).map(Box::new)).await.expect("parsing does not panic")
+}
+
+/// What deciding the review in `body` may take at most (docs/reliability.md, "The memory model"):
+/// its parsed tree ([`crate::model::json::parse_cost`]), plus what the decision copies of it (the
+/// source content it keeps or snapshots, the patch and the answer: each at most the body).
+pub fn request_cost(body: &[u8]) -> usize {
+    crate::model::json::parse_cost(body).saturating_add(body.len().saturating_mul(4)).saturating_add(64 * 1024)
+}
+
+/// The answer to a review that may never fit the memory one request may take: an HTTP error, so
+/// the webhook's failurePolicy decides, saying what to do.
+pub(crate) fn refuse_too_large(endpoint: Endpoint, too_large: memory::TooLarge) -> HttpResponse {
+    let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
+    tracing::warn!(
+        endpoint = endpoint.as_str(),
+        cost_bytes = too_large.cost,
+        max_bytes = too_large.max,
+        "refused an admission request too large to decide"
+    );
+    METRICS.error("too-large");
+    let message = format!(
+        "confighistory refused this request: deciding it would take {:.1} MiB of memory, more than the {:.1} MiB one request may take \
+         (an object with very many fields or entries, or very large ConfigMaps). Split the object or its configuration, \
+         or raise the server's memory limit (its budget is a share of it)",
+        mib(too_large.cost),
+        mib(too_large.max)
+    );
+    (StatusCode::PAYLOAD_TOO_LARGE, Json(json!({"error": message}))).into_response()
 }
 
 /// Decides, counts and logs one admission that passed [`expected`].
@@ -271,6 +327,8 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     // that is in fact a source), once more. A decision that is never denied (an undo) and whose
     // snapshot write fails is made again without that source, once per source.
     let mut fetches = 0;
+    // What the sources read for this request hold, given back with the answer.
+    let mut held_reads = memory::Charge::default();
     // Taken before the first API call and kept to the answer; a decision from memory takes none
     // (docs/behaviour.md §9a: it never waits behind API-bound ones).
     let mut place = None;
@@ -340,26 +398,54 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                     }
                 }
                 // Read concurrently, a few at a time: one after another, N sources cost N round trips.
+                // Each read is charged to the memory budget before it starts, at the most it may
+                // take in flight, then at what it holds once its size is known; reads that would
+                // take the request past what one request may hold are not made (docs/reliability.md,
+                // "The memory model").
                 use futures::StreamExt as _;
+                let promised = std::sync::Mutex::new(held_reads.bytes());
+                let promised = &promised;
                 let results: Vec<_> = Box::pin(
                     futures::stream::iter(reads)
                         .map(|id| async move {
+                            let mut slot = {
+                                let mut p = promised.lock().expect("promised lock");
+                                if *p + memory::READ_IN_FLIGHT > app.memory.max_request() {
+                                    return (id, Err(Unread::Memory), memory::Charge::default());
+                                }
+                                *p += memory::READ_IN_FLIGHT;
+                                app.memory.try_charge(memory::READ_IN_FLIGHT)
+                            };
+                            if slot.is_none() {
+                                slot = app.memory.charge(memory::READ_IN_FLIGHT).await.ok();
+                            }
+                            let Some(mut slot) = slot else { return (id, Err(Unread::Memory), memory::Charge::default()) };
                             let read = app.ctx.cluster.get_source(&req.namespace, &id).await;
-                            (id, read)
+                            let holds = match &read {
+                                Ok(Some(obj)) => crate::model::json::heap_size(obj).saturating_mul(memory::READ_HELD_FACTOR),
+                                _ => 0,
+                            };
+                            slot.shrink_to(holds);
+                            *promised.lock().expect("promised lock") -= memory::READ_IN_FLIGHT - slot.bytes().min(memory::READ_IN_FLIGHT);
+                            (id, read.map_err(Unread::Api), slot)
                         })
                         .buffer_unordered(READ_CONCURRENCY)
                         .collect(),
                 )
                 .await;
-                for (id, read) in results {
+                for (id, read, slot) in results {
+                    held_reads.absorb(slot);
                     match read {
                         Ok(obj) => {
                             fresh.insert(id, obj);
                         }
                         // The decision says whether this denies the request (docs/behaviour.md §6.2.1).
-                        Err(e) => {
+                        Err(Unread::Api(e)) => {
                             let failure = failure(&format!("read {} {}/{}", id.kind_str(), req.namespace, id.name), &e);
                             failed.insert(id, failure);
+                        }
+                        Err(Unread::Memory) => {
+                            failed.insert(id, too_much_config(&req.namespace, app.memory.max_request()));
                         }
                     }
                 }
@@ -401,6 +487,22 @@ async fn read_namespace(app: &App, endpoint: Endpoint, req: &review::Request) ->
 pub const MAX_SOURCES_READ: usize = 64;
 /// Reads of one request in flight at once.
 const READ_CONCURRENCY: usize = 8;
+
+/// Why a source was not read.
+enum Unread {
+    Api(ApiError),
+    /// Reading it would take the request past what one request may hold.
+    Memory,
+}
+
+fn too_much_config(ns: &str, max: usize) -> Failure {
+    let message = format!(
+        "the sources this request names in {ns} are too large to read together: confighistory holds at most {} MiB of sources \
+         for one request. Split the configuration into fewer or smaller ConfigMaps, or raise the server's memory limit",
+        max >> 20
+    );
+    Failure { what: "read the request's sources".into(), cause: message.clone(), denial: Response::deny(422, message) }
+}
 
 fn too_many_sources(ns: &str) -> Failure {
     let message = format!(

@@ -104,8 +104,15 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
                     (axum::http::StatusCode::SERVICE_UNAVAILABLE, message).into_response()
                 }
                 Err(_) => {
-                    let request = crate::admission::review::parse(&bytes).ok();
-                    let uid = request.as_ref().map(|r| r.uid.clone()).unwrap_or_default();
+                    // Parsed again only within the memory budget, without waiting (the decision's
+                    // own charge went with its future); else only the uid is read, which builds
+                    // nothing but it (docs/reliability.md, "The memory model").
+                    let charge = app.memory.try_charge(super::request_cost(&bytes));
+                    let request = charge.as_ref().and_then(|_| crate::admission::review::parse(&bytes).ok());
+                    let uid = match &request {
+                        Some(r) => r.uid.clone(),
+                        None => crate::admission::review::uid(&bytes).unwrap_or_default(),
+                    };
                     // `?`: the uid is the request's, escaped in text logs.
                     tracing::warn!(uid = ?uid, deadline_ms = deadline.as_millis() as u64, "admission took too long (API server slow or unreachable?)");
                     crate::metrics::METRICS.error("deadline");

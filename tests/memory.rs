@@ -1,0 +1,224 @@
+//! The memory model (docs/reliability.md, "The memory model"), proved by shape: for request shapes
+//! a tenant or a forger can send (wide arrays, deep nesting, many small maps, many keys, long
+//! strings, many references), the heap that parsing a review takes, measured by a counting
+//! allocator, stays under the cost admission charges before parsing (`model::json::parse_cost`).
+
+use axum::body::Body;
+use axum::http::{Request as HttpRequest, StatusCode};
+use confighistory::admission::review;
+use confighistory::cache::Lock;
+use confighistory::cluster::MemoryCluster;
+use confighistory::model::json::parse_cost;
+use confighistory::model::policy::Policy;
+use confighistory::webhook::memory::Memory;
+use confighistory::webhook::{self, App};
+use peak_alloc::PeakAlloc;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+/// Counts the bytes allocated now and the most at once (a reallocation counts old and new).
+#[global_allocator]
+static ALLOC: PeakAlloc = PeakAlloc;
+
+/// The allocator counts every thread: one test of this file at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `test` alone, on a runtime of its own thread.
+fn alone<F: std::future::Future<Output = ()>>(test: F) {
+    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(test);
+}
+
+/// The most bytes `f` had allocated at once beyond what was allocated before it.
+fn peak_of<T>(f: impl FnOnce() -> T) -> (usize, T) {
+    let before = ALLOC.current_usage();
+    ALLOC.reset_peak_usage();
+    let out = f();
+    (ALLOC.peak_usage().saturating_sub(before), out)
+}
+
+fn review_of(object: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+            "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+            "name": "web", "namespace": "shop", "operation": "CREATE", "userInfo": {"username": "alice"},
+            "object": object, "dryRun": true
+        }
+    }))
+    .unwrap()
+}
+
+fn deployment(spec_extra: Value) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
+           "spec": {"template": {"spec": spec_extra}}})
+}
+
+fn shapes() -> Vec<(&'static str, Vec<u8>)> {
+    let env: Vec<Value> = (0..50_000).map(|_| json!({"name": "A"})).collect();
+    let wide_env = review_of(deployment(json!({"containers": [{"name": "c", "image": "i", "env": env}]})));
+    let maps: Vec<Value> = (0..60_000).map(|_| json!({"a": 1})).collect();
+    let small_maps = review_of(json!({"metadata": {"name": "web"}, "x": maps}));
+    let numbers = review_of(json!({"metadata": {"name": "web"}, "x": vec![1; 200_000]}));
+    let strings = review_of(json!({"metadata": {"name": "web"}, "x": vec!["a"; 100_000]}));
+    let keys: serde_json::Map<String, Value> = (0..40_000).map(|i| (format!("k{i}"), json!("v"))).collect();
+    let many_keys = review_of(json!({"metadata": {"name": "web"}, "data": keys}));
+    let long = review_of(json!({"metadata": {"name": "web"}, "data": {"big": "x".repeat(1 << 20)}}));
+    let nested = |levels: usize| {
+        let mut deep = json!(1);
+        for _ in 0..levels {
+            deep = json!({"a": [deep]});
+        }
+        review_of(json!({"metadata": {"name": "web"}, "x": deep}))
+    };
+    let deep = nested(60);
+    // Built as text: a `Value` this deep overflows the stack when serialized or dropped.
+    let too_deep = String::from_utf8(review_of(json!({"metadata": {"name": "web"}, "x": "HERE"})))
+        .unwrap()
+        .replace("\"HERE\"", &format!("{}{}", "{\"a\":[".repeat(5_000), "]}".repeat(5_000)))
+        .into_bytes();
+    let empties = review_of(json!({"metadata": {"name": "web"}, "x": vec![json!([]); 100_000], "y": vec![json!({}); 100_000]}));
+    let volumes: Vec<Value> = (0..64).map(|i| json!({"name": format!("v{i}"), "configMap": {"name": format!("cm{i}")}})).collect();
+    let references = review_of(deployment(json!({"containers": [{"name": "c", "image": "i"}], "volumes": volumes})));
+    let escaped = review_of(json!({"metadata": {"name": "web"}, "x": vec!["\u{1}\"\\"; 50_000]}));
+    vec![
+        ("wide env array", wide_env),
+        ("many one-key maps", small_maps),
+        ("many numbers", numbers),
+        ("many short strings", strings),
+        ("many keys in one map", many_keys),
+        ("one long string", long),
+        ("deep nesting", deep),
+        ("nesting past serde_json's limit", too_deep),
+        ("many empty containers", empties),
+        ("many references", references),
+        ("escaped strings", escaped),
+    ]
+}
+
+#[test]
+fn parsing_a_review_never_takes_more_than_its_charged_cost() {
+    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for (shape, body) in shapes() {
+        let cost = parse_cost(&body);
+        let (peak, parsed) = peak_of(|| review::parse(&body));
+        assert_eq!(parsed.is_ok(), !shape.contains("past"), "{shape}: {:?}", parsed.err());
+        eprintln!(
+            "{shape}: body {} B, parsed peak {peak} B, charged {cost} B ({:.1}x the body, peak {:.0}% of it)",
+            body.len(),
+            cost as f64 / body.len() as f64,
+            100.0 * peak as f64 / cost as f64
+        );
+        assert!(peak <= cost, "{shape}: parsing took {peak} bytes, more than the {cost} charged");
+    }
+}
+
+/// A server over an in-memory cluster holding `sources` (name, bytes of its one value) in `shop`,
+/// with `budget` bytes for admissions.
+fn server(sources: &[(String, usize)], budget: usize) -> std::sync::Arc<App> {
+    let (state, cluster) = (std::sync::Arc::new(Lock::default()), MemoryCluster::default());
+    for (name, bytes) in sources {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"), "resourceVersion": "1"},
+            "data": {"config": "x".repeat(*bytes)}});
+        cluster.insert(cm.clone());
+        state.write().apply_configmap(&cm);
+    }
+    let app = App::ready(Policy::default(), state, std::sync::Arc::new(cluster));
+    std::sync::Arc::new(App { memory: std::sync::Arc::new(Memory::new(budget)), ..app })
+}
+
+/// A Deployment CREATE (dry run or not) whose template mounts each of `sources`.
+fn deployment_naming(sources: &[(String, usize)], dry_run: bool) -> Vec<u8> {
+    let volumes: Vec<Value> = sources.iter().map(|(n, _)| json!({"name": n, "configMap": {"name": n}})).collect();
+    let mut body: Value =
+        serde_json::from_slice(&review_of(deployment(json!({"containers": [{"name": "c", "image": "i"}], "volumes": volumes})))).unwrap();
+    body["request"]["dryRun"] = json!(dry_run);
+    serde_json::to_vec(&body).unwrap()
+}
+
+async fn post(app: &std::sync::Arc<App>, body: Vec<u8>) -> (StatusCode, Value) {
+    let req = HttpRequest::post("/mutate").header("content-type", "application/json").body(Body::from(body)).unwrap();
+    let resp = webhook::router(app.clone()).oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+const MIB: usize = 1 << 20;
+
+/// Every shape above, decided through the router the binary serves: the whole admission (parse,
+/// decision, answer) stays under what it is charged, and the charge is given back.
+#[test]
+fn an_admission_never_takes_more_than_it_is_charged() {
+    alone(async {
+        let app = server(&[], 256 * MIB);
+        for (shape, body) in shapes() {
+            let charged = webhook::request_cost(&body);
+            let (peak, (status, _)) = peak_of_async(post(&app, body)).await;
+            eprintln!("{shape}: {status}, peak {peak} B of {charged} B charged");
+            assert!(peak <= charged, "{shape}: the admission took {peak} bytes, more than the {charged} charged");
+            assert_eq!(app.memory.available(), 256 * MIB, "{shape}: the charge is given back");
+        }
+    });
+}
+
+/// The round-2 shapes: a body whose tree would pass what one request may take is refused before
+/// it is parsed, with a message saying what to do, and takes (almost) nothing.
+#[test]
+fn a_review_too_large_to_decide_is_refused_before_it_is_parsed() {
+    alone(async {
+        let app = server(&[], 64 * MIB);
+        let env: Vec<Value> = (0..225_000).map(|_| json!({"name": "A"})).collect();
+        let body = review_of(deployment(json!({"containers": [{"name": "c", "image": "i", "env": env}]})));
+        assert!(body.len() < 4 * MIB, "within the body limit: {} bytes", body.len());
+        let (peak, (status, answer)) = peak_of_async(post(&app, body.clone())).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
+        let message = answer["error"].as_str().unwrap();
+        assert!(message.contains("more than the 48.0 MiB one request may take") && message.contains("Split the object"), "{message}");
+        // The body itself and the router's own buffers: never a tree.
+        assert!(peak < 2 * body.len() + MIB, "refused after {peak} bytes for a {} byte body", body.len());
+        assert_eq!(app.memory.available(), 64 * MIB);
+    });
+}
+
+/// A small template naming many large sources: each read is charged before it is made, so
+/// reads that would take the request past its share are not made, and the decision refuses the
+/// request with a message naming the cause; nothing is written.
+#[test]
+fn sources_too_large_to_hold_together_are_not_read() {
+    alone(async {
+        let sources: Vec<(String, usize)> = (0..64).map(|i| (format!("big-{i}"), 900 * 1024)).collect();
+        let app = server(&sources, 64 * MIB);
+        let (peak, (status, answer)) = peak_of_async(post(&app, deployment_naming(&sources, true))).await;
+        assert_eq!(status, StatusCode::OK);
+        let response = &answer["response"];
+        assert_eq!(response["allowed"], json!(false), "{response}");
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(message.contains("too large to read together") && message.contains("48 MiB"), "{message}");
+        assert!(peak <= 64 * MIB, "took {peak} bytes with a 64 MiB budget");
+        assert_eq!(app.memory.available(), 64 * MIB);
+    });
+}
+
+/// The same template with sources that fit is decided as before: pinned, every source read.
+#[test]
+fn sources_that_fit_are_read_and_pinned() {
+    alone(async {
+        let sources: Vec<(String, usize)> = (0..8).map(|i| (format!("cfg-{i}"), 100 * 1024)).collect();
+        let app = server(&sources, 64 * MIB);
+        let (_, (status, answer)) = peak_of_async(post(&app, deployment_naming(&sources, true))).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(answer["response"]["allowed"], json!(true), "{answer}");
+        assert!(answer["response"]["patch"].is_string(), "pinned: {answer}");
+        assert_eq!(app.memory.available(), 64 * MIB);
+    });
+}
+
+async fn peak_of_async<T>(f: impl std::future::Future<Output = T>) -> (usize, T) {
+    let before = ALLOC.current_usage();
+    ALLOC.reset_peak_usage();
+    let out = f.await;
+    (ALLOC.peak_usage().saturating_sub(before), out)
+}
