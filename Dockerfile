@@ -31,6 +31,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # libc: a binary that is not fully static fails the check below.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/confighistory /usr/local/bin/confighistory
+COPY LICENSE /usr/share/doc/confighistory/LICENSE
 USER 65532:65532
 RUN ["/usr/local/bin/confighistory", "--help"]
 # 8443: admission webhooks (HTTPS); 8080: /livez, /readyz, /metrics (HTTP).
