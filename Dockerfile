@@ -7,7 +7,10 @@
 #   docker buildx build --platform linux/amd64,linux/arm64 -t REGISTRY/confighistory:TAG --push .
 #
 # The chart runs it as `confighistory serve` with a read-only root filesystem;
-# the server needs no writable path. Only the TLS Secret is mounted.
+# the server needs no writable path. In the default TLS mode nothing is mounted
+# (the server reads and writes its certificates' Secret through the API); the
+# other TLS modes mount the serving certificate's Secret, and clientAuth the
+# client CA bundle (a ConfigMap or a Secret).
 
 # Same toolchain as development; Cargo.lock pins every dependency (--locked).
 ARG RUST_VERSION=1.95
@@ -31,6 +34,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # libc: a binary that is not fully static fails the check below.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/confighistory /usr/local/bin/confighistory
+COPY LICENSE /usr/share/doc/confighistory/LICENSE
 USER 65532:65532
 RUN ["/usr/local/bin/confighistory", "--help"]
 # 8443: admission webhooks (HTTPS); 8080: /livez, /readyz, /metrics (HTTP).

@@ -33,6 +33,19 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: confighistory
+{{- include "confighistory.commonLabels" . }}
+{{- end }}
+
+{{/*
+The admin's commonLabels, each on a line of its own after a newline (nothing
+when there are none), for objects whose labels are not confighistory.labels:
+the helm test and hook pods, which must not carry the server's selector labels.
+The schema keeps the chart's own label keys out of commonLabels.
+*/}}
+{{- define "confighistory.commonLabels" -}}
+{{- range $k, $v := .Values.commonLabels }}
+{{ $k }}: {{ $v | quote }}
+{{- end }}
 {{- end }}
 
 {{- define "confighistory.serviceAccountName" -}}
@@ -376,6 +389,9 @@ every template that depends on them, so they fail early with a clear message.
 {{- fail "clientAuth.enabled needs exactly one of clientAuth.caBundle, clientAuth.existingConfigMap, clientAuth.existingSecret: the CA bundle that signs the API server's client certificate" }}
 {{- end }}
 {{- end }}
+{{- if and .Values.metrics.serviceMonitor.enabled .Values.metrics.podMonitor.enabled }}
+{{- fail "metrics.serviceMonitor.enabled and metrics.podMonitor.enabled: choose one, or Prometheus scrapes every pod twice" }}
+{{- end }}
 {{- if eq .Values.tls.mode "secret" }}
 {{- if and .Values.deployment.enabled (not .Values.tls.existingSecret) }}
 {{- fail "tls.mode=secret needs tls.existingSecret: the name of a kubernetes.io/tls Secret in the release namespace" }}
@@ -391,6 +407,46 @@ Seconds the server gives one admission: one less than the main webhooks'
 timeoutSeconds (half a second when that is 1), so the server's own answer
 reaches the API server before the API server stops waiting.
 */}}
+{{/*
+The `job` label the monitors give their targets and the alerts select on.
+*/}}
+{{- define "confighistory.metricsJob" -}}
+{{- default (include "confighistory.fullname" .) .Values.metrics.prometheusRule.job }}
+{{- end }}
+
+{{/*
+One scrape endpoint of the ServiceMonitor or PodMonitor. Call with
+(dict "root" $ "m" .Values.metrics.serviceMonitor "port" "metrics").
+*/}}
+{{- define "confighistory.scrapeEndpoint" -}}
+{{- $m := .m -}}
+- port: {{ .port }}
+  path: /metrics
+  scheme: {{ $m.scheme }}
+  {{- with $m.interval }}
+  interval: {{ . }}
+  {{- end }}
+  {{- with $m.scrapeTimeout }}
+  scrapeTimeout: {{ . }}
+  {{- end }}
+  {{- with $m.tlsConfig }}
+  tlsConfig:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  relabelings:
+    # The job label the alerts select on (metrics.prometheusRule.job).
+    - action: replace
+      targetLabel: job
+      replacement: {{ include "confighistory.metricsJob" .root | quote }}
+    {{- with $m.relabelings }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with $m.metricRelabelings }}
+  metricRelabelings:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+
 {{- define "confighistory.admissionDeadline" -}}
 {{- $t := int .Values.webhook.timeoutSeconds -}}
 {{- if gt $t 1 -}}{{ sub $t 1 }}{{- else -}}0.5{{- end -}}

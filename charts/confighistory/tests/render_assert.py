@@ -27,6 +27,17 @@ KEY=VALUE arguments:
   port, healthport    expected container ports (default 8443, 8080); hostnetwork true | false
   helmtest            namespace of the `helm test` Pod's Role (default `default`), or `false`
   job                 expected `job` label the target alerts select on (default: the full name)
+  commonlabels        K=V,K=V expected on every object and pod template (commonLabels)
+  cpulimit            expected CPU limit of the server container (default: none)
+  podmonitor          true | false; monitorns: namespace of the monitor (default: the release's)
+  scrape              the monitor's settings, INTERVAL,TIMEOUT,SCHEME,RELABELINGS,METRICRELABELINGS
+                      (counts of the admin's relabelings), e.g. 30s,10s,https,1,1
+  extraargs           comma list of arguments expected after `serve`
+  extravolume         NAME:MOUNTPATH of a volume expected in the pod and mounted in the container
+  dnspolicy, ndots    expected dnsPolicy and dnsConfig ndots option of the pods
+  deployannotation    K=V expected on the Deployment object (deploymentAnnotations)
+  apiserverpeers      number of networkPolicy.apiServerPeers expected after the CIDRs
+  metricspod          K=V expected as the metrics rule's podSelector.matchLabels
 
 Prints one line per check group and exits 1 on the first failed assertion.
 """
@@ -91,10 +102,14 @@ def main():
                      "certManagerIssuer": {"Certificate"}}.get(tls, set())
         if exp.get("servicemonitor") == "true":
             expected.add("ServiceMonitor")
+        if exp.get("podmonitor") == "true":
+            expected.add("PodMonitor")
         if exp.get("networkpolicy", "true") == "true":
             expected.add("NetworkPolicy")
         if exp.get("clientca"):
             expected.add("ConfigMap")
+    if exp.get("dashboards") == "true" or exp.get("alerts") == "true":
+        expected.add("PrometheusRule")
     if exp.get("dashboards") == "true":
         expected |= {"ConfigMap", "PrometheusRule"}
         dash = one("ConfigMap", f"{fullname}-dashboard")
@@ -140,6 +155,51 @@ def main():
         expected |= {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job"}
     check(set(kinds) == expected, f"kinds {kinds} != expected {sorted(expected)}")
     print(f"    objects: {', '.join(f'{k}x{len(by_kind[k])}' for k in kinds)}")
+
+    # --- commonLabels: on every object and on every pod template ------------------
+    common = dict(kv.split("=", 1) for kv in exp.get("commonlabels", "").split(",") if kv)
+    if common:
+        for d in docs:
+            where = f"{d['kind']}/{d['metadata']['name']}"
+            labels = d["metadata"].get("labels") or {}
+            check(all(labels.get(k) == v for k, v in common.items()), f"{where}: labels {labels} lack commonLabels {common}")
+            template = d.get("spec", {}).get("template")
+            if template is not None:
+                tl = template["metadata"].get("labels") or {}
+                check(all(tl.get(k) == v for k, v in common.items()), f"{where}: pod template labels {tl} lack {common}")
+        print(f"    commonLabels {common} on all {len(docs)} objects and their pod templates")
+    else:
+        # The chart adds no label of its own outside its conventions.
+        extra = {k for d in docs for k in (d["metadata"].get("labels") or {})
+                 if d["kind"] not in ("ConfigMap", "ServiceMonitor", "PodMonitor", "PrometheusRule")
+                 and not k.startswith(("app.kubernetes.io/", "helm.sh/"))}
+        check(not extra, f"labels without commonLabels: {sorted(extra)}")
+
+    # --- Prometheus Operator monitors -------------------------------------------------
+    job = exp.get("job", fullname)
+    for kind, flag, port, endpoints in (("ServiceMonitor", "servicemonitor", "metrics", "endpoints"),
+                                        ("PodMonitor", "podmonitor", "health", "podMetricsEndpoints")):
+        if exp.get(flag) != "true":
+            check(kind not in by_kind, f"{kind} rendered without {flag}=true")
+            continue
+        mon = one(kind, fullname)
+        check(mon["metadata"]["namespace"] == exp.get("monitorns", ns), f"{kind} namespace {mon['metadata']['namespace']}")
+        check(mon["spec"]["namespaceSelector"] == {"matchNames": [ns]}, f"{kind} namespaceSelector {mon['spec']['namespaceSelector']}")
+        if deployment:
+            want_sel = one("Deployment", fullname)["spec"]["selector"]
+            check(mon["spec"]["selector"] == want_sel, f"{kind} selector {mon['spec']['selector']} != the server's {want_sel}")
+        (ep,) = mon["spec"][endpoints]
+        interval, timeout, scheme, relabels, metric_relabels = (exp.get("scrape") or ",,http,0,0").split(",")
+        check(ep["port"] == port and ep["path"] == "/metrics", f"{kind} endpoint {ep}")
+        check(ep.get("interval", "") == interval and ep.get("scrapeTimeout", "") == timeout, f"{kind} interval/timeout {ep}")
+        check(ep["scheme"] == scheme and ("tlsConfig" in ep) == (scheme == "https"), f"{kind} scheme/tlsConfig {ep}")
+        # The alerts select the targets by job: the first relabeling sets it, the admin's follow.
+        check(ep["relabelings"][0] == {"action": "replace", "targetLabel": "job", "replacement": job},
+              f"{kind} does not set job={job}: {ep['relabelings']}")
+        check(len(ep["relabelings"]) == 1 + int(relabels), f"{kind} relabelings {ep['relabelings']}")
+        check(len(ep.get("metricRelabelings", [])) == int(metric_relabels), f"{kind} metricRelabelings {ep.get('metricRelabelings')}")
+        print(f"    {kind} in {mon['metadata']['namespace']}: port {port}, {scheme}, job={job}, "
+              f"{relabels} + {metric_relabels} relabelings")
 
     # --- webhook configurations ---------------------------------------------
     mwc = one("MutatingWebhookConfiguration", fullname)
@@ -412,13 +472,31 @@ def main():
         sc = c["securityContext"]
         check(sc.get("readOnlyRootFilesystem") is True and sc.get("allowPrivilegeEscalation") is False
               and sc.get("capabilities", {}).get("drop") == ["ALL"], f"container securityContext {sc}")
-        check(c["resources"].get("requests") and c["resources"].get("limits"), "requests and limits")
+        res = c["resources"]
+        check({"cpu", "memory"} <= set(res.get("requests", {})) and "memory" in res.get("limits", {}),
+              f"CPU and memory requests and a memory limit: {res}")
+        # No CPU limit by default: CFS throttling of a write-path webhook becomes timeouts.
+        cpu = res["limits"].get("cpu")
+        check((cpu if cpu is None else str(cpu)) == exp.get("cpulimit"), f"CPU limit {cpu!r}, want {exp.get('cpulimit')!r}")
+        want_args = ["serve"] + [a for a in exp.get("extraargs", "").split(",") if a]
+        check(c["args"] == want_args, f"args {c['args']} != {want_args}")
+        check(pod.get("dnsPolicy", "") == exp.get("dnspolicy", "ClusterFirstWithHostNet" if exp.get("hostnetwork") == "true" else ""),
+              f"dnsPolicy {pod.get('dnsPolicy')}")
+        ndots = [o.get("value") for o in pod.get("dnsConfig", {}).get("options", []) if o["name"] == "ndots"]
+        check(ndots == ([exp["ndots"]] if exp.get("ndots") else []), f"dnsConfig {pod.get('dnsConfig')}")
+        dep_ann = dep["metadata"].get("annotations") or {}
+        check(dep_ann == (dict([exp["deployannotation"].split("=", 1)]) if exp.get("deployannotation") else {}),
+              f"Deployment annotations {dep_ann}")
+        if exp.get("extravolume"):
+            vname, vpath = exp["extravolume"].split(":", 1)
+            check(any(v["name"] == vname for v in pod.get("volumes") or []), f"volume {vname} not in {pod.get('volumes')}")
+            check(any(m["name"] == vname and m["mountPath"] == vpath for m in c.get("volumeMounts") or []),
+                  f"volume {vname} not mounted at {vpath}: {c.get('volumeMounts')}")
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         port, health_port = int(exp.get("port", "8443")), int(exp.get("healthport", "8080"))
         check(ports == {"https": port, "health": health_port}, f"ports {ports}")
         host = exp.get("hostnetwork", "false") == "true"
         check(pod.get("hostNetwork", False) == host, f"hostNetwork {pod.get('hostNetwork')}")
-        check(pod.get("dnsPolicy") == ("ClusterFirstWithHostNet" if host else None), f"dnsPolicy {pod.get('dnsPolicy')}")
         if host:
             anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             check(anti[0]["topologyKey"] == "kubernetes.io/hostname", f"host network: one replica per node {anti}")
@@ -474,7 +552,8 @@ def main():
         client_ca = exp.get("clientca", "")
         client_ca_from = exp.get("clientcafrom", "")
         mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
-        want_mounts = ({"client-ca"} if client_ca or client_ca_from else set()) | (set() if tls == "server" else {"tls"})
+        want_mounts = ({"client-ca"} if client_ca or client_ca_from else set()) | (set() if tls == "server" else {"tls"}) \
+            | ({exp["extravolume"].split(":")[0]} if exp.get("extravolume") else set())
         check(set(mounts) == want_mounts, f"volume mounts {list(mounts)}")
         if tls == "server":
             # Nothing mounted: the replicas read the Secret through the API, and write it.
@@ -541,11 +620,17 @@ def main():
             https, health = np["ingress"]
             check(https["ports"] == [{"port": "https", "protocol": "TCP"}], f"admission rule {https}")
             cidrs = [c for c in exp.get("apiservercidrs", "").split(",") if c]
-            check(https.get("from", []) == [{"ipBlock": {"cidr": c}} for c in cidrs],
-                  f"admission port sources {https.get('from')} != {cidrs}")
+            peers = int(exp.get("apiserverpeers", "0"))
+            sources = https.get("from", [])
+            check(sources[:len(cidrs)] == [{"ipBlock": {"cidr": c}} for c in cidrs] and len(sources) == len(cidrs) + peers,
+                  f"admission port sources {sources} != {cidrs} and {peers} peers")
+            check(all(p and set(p) <= {"ipBlock", "namespaceSelector", "podSelector"} for p in sources[len(cidrs):]),
+                  f"admission port peers {sources[len(cidrs):]}")
             check(health["ports"] == [{"port": "health", "protocol": "TCP"}]
                   and len(health["from"]) == 1 and "namespaceSelector" in health["from"][0],
                   f"metrics rule {health}")
+            want_pod = {"matchLabels": dict([exp["metricspod"].split("=", 1)])} if exp.get("metricspod") else None
+            check(health["from"][0].get("podSelector") == want_pod, f"metrics rule podSelector {health['from'][0]}")
             print(f"    networkpolicy: admission port from {cidrs or 'anywhere'}, metrics from "
                   f"{health['from'][0]['namespaceSelector']}")
         if "PodDisruptionBudget" in by_kind:
