@@ -487,6 +487,12 @@ impl State {
         self.synced.0.contains(Watched::Namespaces.name()) && !self.namespaces.contains_key(ns)
     }
 
+    /// A source the watch of its kind has listed and does not know: it does not exist (or was
+    /// created a moment ago). `false` before the first list (and for states filled by hand).
+    pub fn source_unlisted(&self, ns: &str, id: &SourceId) -> bool {
+        self.synced.0.contains(Watched::Sources(id.kind).name()) && !self.sources.contains_key(&skey(ns, id))
+    }
+
     /// The record of a source (or snapshot) object.
     pub fn source(&self, ns: &str, id: &SourceId) -> Option<&ConfigMapInfo> {
         self.sources.get(&skey(ns, id))

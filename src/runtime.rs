@@ -181,6 +181,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         tls_ready: tls_ready.clone(),
         max_body: args.max_body_bytes,
         namespace_reads: Arc::default(),
+        source_reads: Arc::default(),
         memory: Arc::new(webhook::memory::Memory::new(memory)),
     });
 

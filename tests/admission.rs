@@ -1676,6 +1676,52 @@ async fn a_namespace_that_does_not_exist_costs_one_namespace_read() {
     assert!(f.calls().iter().all(|c| !c.contains("namespace")), "{:?}", f.calls());
 }
 
+/// Round 2 of the trust review: a forged review naming 64 invented ConfigMaps in a namespace that
+/// exists cost 64 GETs each (3,072 from 48 reviews), and a 15 s flood slowed another tenant's
+/// admissions from 0.1 s to 1-2 s. Once the ConfigMap watch has listed, names it does not know are
+/// read at a bounded rate per namespace, and one found missing is not read again for a while;
+/// names it knows are read as before, and another namespace has its own rate.
+#[tokio::test]
+async fn invented_source_names_cost_a_bounded_number_of_reads_per_namespace() {
+    let f = Fixture::new().source("pricing-config", A);
+    {
+        let mut state = f.state.write();
+        state.apply_namespace(&json!({"metadata": {"name": NS}}));
+        state.apply_namespace(&json!({"metadata": {"name": "other"}}));
+        state.synced.0.insert("namespaces");
+        state.synced.0.insert("configmaps");
+    }
+    let app = f.app();
+    let naming = |from: usize| {
+        let mut d = deployment("pricing:4.11", "pricing-config");
+        d["spec"]["template"]["spec"]["volumes"] = json!((from..from + 64)
+            .map(|i| json!({"name": format!("v{i}"), "configMap": {"name": format!("invented-{i}")}}))
+            .collect::<Vec<_>>());
+        review("Deployment", "apps", "v1", "CREATE", Some(&d), None)
+    };
+    // The same 64 names 24 times, then 24 reviews of 64 new names each.
+    let started = std::time::Instant::now();
+    for round in 0..48 {
+        let from = if round < 24 { 0 } else { 64 * round };
+        let a = f.send_to(&app, "/mutate", naming(from)).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    }
+    let reads = f.calls().iter().filter(|c| c.contains("invented-")).count();
+    // The namespace's burst, then its rate for as long as the flood took (a loaded machine).
+    let most = 64 + (16.0 * started.elapsed().as_secs_f64()).ceil() as usize;
+    assert!(reads <= most, "{reads} reads of invented names from 48 forged reviews (at most {most})");
+    // A name the watch knows is still read fresh, and pinned.
+    f.clear_calls();
+    let a = f.mutate_deployment("CREATE", &deployment("pricing:4.12", "pricing-config"), None).await;
+    assert!(f.calls().iter().any(|c| c.contains("pricing-config")), "{:?}", f.calls());
+    assert!(a.patched(&deployment("pricing:4.12", "pricing-config")).to_string().contains(&snap("pricing-config", A)), "{}", a.body);
+    // Another namespace has its own rate: its invented names are read.
+    f.clear_calls();
+    let a = f.send_to(&app, "/mutate", in_namespace(naming(100_000), "other")).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(f.calls().iter().filter(|c| c.contains("invented-")).count(), 64, "{:?}", f.calls());
+}
+
 /// `kubectl create namespace x && kubectl apply -f app.yaml` (or `helm install --create-namespace`):
 /// the first workloads come before the namespace watch delivers the namespace. They are decided
 /// like any other, with the namespace read fresh (its mode label counts), not let through as

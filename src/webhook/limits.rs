@@ -567,62 +567,6 @@ pub async fn api_place(namespace: &str) -> Option<Place> {
     Some(place)
 }
 
-/// Fresh reads of namespaces the namespace watch does not know (created a moment ago, or
-/// invented by a forged review): at most [`NamespaceReads::CONCURRENT`] at once, outside the
-/// per-namespace places (an invented namespace never takes a fair share of its own), and a name
-/// found missing is not read again for [`NamespaceReads::MISSING_TTL`] (at most
-/// [`NamespaceReads::MISSING_MAX`] names remembered), so a flood of forged reviews costs one GET per
-/// invented name at most, a few at a time (docs/behaviour.md §9a).
-pub struct NamespaceReads {
-    permits: tokio::sync::Semaphore,
-    /// Names found missing, with when.
-    missing: Mutex<std::collections::HashMap<String, Instant>>,
-}
-
-impl Default for NamespaceReads {
-    fn default() -> NamespaceReads {
-        NamespaceReads { permits: tokio::sync::Semaphore::new(Self::CONCURRENT), missing: Mutex::default() }
-    }
-}
-
-impl NamespaceReads {
-    pub const CONCURRENT: usize = 4;
-    /// Short: a namespace created right after a forged review named it is read again soon.
-    pub const MISSING_TTL: Duration = Duration::from_secs(5);
-    pub const MISSING_MAX: usize = 1024;
-
-    /// Whether `name` was found missing less than [`Self::MISSING_TTL`] ago.
-    pub fn known_missing(&self, name: &str) -> bool {
-        let missing = self.missing.lock().expect("missing namespaces lock");
-        missing.get(name).is_some_and(|at| at.elapsed() < Self::MISSING_TTL)
-    }
-
-    /// Remembers that `name` does not exist; past [`Self::MISSING_MAX`] names, expired ones
-    /// are dropped, then the oldest.
-    pub fn record_missing(&self, name: &str) {
-        let mut missing = self.missing.lock().expect("missing namespaces lock");
-        if missing.len() >= Self::MISSING_MAX && !missing.contains_key(name) {
-            missing.retain(|_, at| at.elapsed() < Self::MISSING_TTL);
-            if missing.len() >= Self::MISSING_MAX {
-                if let Some(oldest) = missing.iter().min_by_key(|(_, at)| **at).map(|(n, _)| n.clone()) {
-                    missing.remove(&oldest);
-                }
-            }
-        }
-        missing.insert(name.to_owned(), Instant::now());
-    }
-
-    /// Names remembered as missing now.
-    pub fn remembered(&self) -> usize {
-        self.missing.lock().expect("missing namespaces lock").len()
-    }
-
-    /// A turn to read a namespace (one of [`Self::CONCURRENT`]).
-    pub async fn turn(&self) -> tokio::sync::SemaphorePermit<'_> {
-        self.permits.acquire().await.expect("the namespace read semaphore is never closed")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -703,20 +647,5 @@ mod tests {
         tokio::time::sleep(PROMISE_TIMEOUT).await;
         assert_eq!(budget.available(), 4 * MIB, "then only what arrived: nothing");
         waiting.abort();
-    }
-
-    #[test]
-    fn missing_namespaces_are_remembered_within_a_bound() {
-        let reads = NamespaceReads::default();
-        assert!(!reads.known_missing("a"));
-        reads.record_missing("a");
-        assert!(reads.known_missing("a"));
-        for i in 0..NamespaceReads::MISSING_MAX + 10 {
-            reads.record_missing(&format!("invented-{i}"));
-        }
-        assert_eq!(reads.remembered(), NamespaceReads::MISSING_MAX);
-        // The oldest went first.
-        assert!(!reads.known_missing("a"));
-        assert!(reads.known_missing(&format!("invented-{}", NamespaceReads::MISSING_MAX + 9)));
     }
 }

@@ -29,6 +29,7 @@ pub mod keys;
 pub mod limits;
 pub mod managed;
 pub mod memory;
+pub mod reads;
 pub mod serve;
 pub mod tls;
 
@@ -43,7 +44,9 @@ pub struct App {
     pub tls_ready: Arc<AtomicBool>,
     pub max_body: usize,
     /// Fresh reads of namespaces the namespace watch does not know.
-    pub namespace_reads: Arc<limits::NamespaceReads>,
+    pub namespace_reads: Arc<reads::NamespaceReads>,
+    /// Fresh reads of source names the source watches do not know.
+    pub source_reads: Arc<reads::SourceReads>,
     /// What admissions may take of the replica's memory (docs/reliability.md, "The memory model").
     pub memory: Arc<memory::Memory>,
 }
@@ -57,6 +60,7 @@ impl App {
             tls_ready: Arc::new(AtomicBool::new(true)),
             max_body: DEFAULT_MAX_BODY,
             namespace_reads: Arc::default(),
+            source_reads: Arc::default(),
             memory: Arc::new(memory::Memory::new(crate::cli::DEFAULT_MEMORY_BUDGET)),
         }
     }
@@ -393,6 +397,10 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                         fresh.insert(id, None);
                     } else if fresh.len() + failed.len() + reads.len() >= MAX_SOURCES_READ {
                         failed.insert(id, too_many_sources(&req.namespace));
+                    } else if unlisted(app, &req.namespace, &id) && !app.source_reads.allow(&req.namespace, &id) {
+                        // A name the watches do not know, found missing a moment ago or past the
+                        // namespace's rate: decided as missing, not read (docs/behaviour.md §9a.5).
+                        fresh.insert(id, None);
                     } else {
                         reads.push(id);
                     }
@@ -437,6 +445,9 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                     held_reads.absorb(slot);
                     match read {
                         Ok(obj) => {
+                            if obj.is_none() && unlisted(app, &req.namespace, &id) {
+                                app.source_reads.record_missing(&req.namespace, &id);
+                            }
                             fresh.insert(id, obj);
                         }
                         // The decision says whether this denies the request (docs/behaviour.md §6.2.1).
@@ -487,6 +498,11 @@ async fn read_namespace(app: &App, endpoint: Endpoint, req: &review::Request) ->
 pub const MAX_SOURCES_READ: usize = 64;
 /// Reads of one request in flight at once.
 const READ_CONCURRENCY: usize = 8;
+
+/// Whether the source watches have listed `id`'s kind and do not know it in `ns`.
+fn unlisted(app: &App, ns: &str, id: &SourceId) -> bool {
+    crate::cache::admission_read(&app.ctx.state).source_unlisted(ns, id)
+}
 
 /// Why a source was not read.
 enum Unread {
