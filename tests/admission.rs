@@ -1676,6 +1676,38 @@ async fn a_namespace_that_does_not_exist_costs_one_namespace_read() {
     assert!(f.calls().iter().all(|c| !c.contains("namespace")), "{:?}", f.calls());
 }
 
+/// Promotion by copy: a team copies the live Deployment from staging into production (or restores
+/// it from a backup taken with `kubectl get`), where the same ConfigMap exists but staging's pinned
+/// snapshot does not. The workload must name a ConfigMap that exists and holds what its name
+/// promises: that snapshot made from an identical source, or the head; never a dangling name.
+#[tokio::test]
+async fn a_copied_workload_naming_a_snapshot_missing_here_is_pinned_to_one_that_exists() {
+    let f = Fixture::new().source("pricing-config", A);
+    // Staging ran the same config: the name is made here, from the identical source.
+    let copied = deployment("pricing:4.11", &snap("pricing-config", A));
+    let a = f.mutate_deployment("CREATE", &copied, None).await;
+    assert!(a.allowed(), "{}", a.body);
+    let snapshot = SourceId::configmap(snap("pricing-config", A).as_str());
+    assert!(f.cluster.source(NS, &snapshot).is_some(), "the snapshot the copy names now exists: {:?}", f.calls());
+    let patched = a.patched(&copied);
+    assert_eq!(patched["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"], json!(snap("pricing-config", A)));
+    // Staging ran other config: the content that name promises is not here; the head is.
+    let copied = deployment("pricing:4.11", &snap("pricing-config", B));
+    let a = f.mutate_deployment("CREATE", &copied, None).await;
+    assert!(a.allowed(), "{}", a.body);
+    assert_eq!(a.patched(&copied)["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"], json!(snap("pricing-config", A)));
+    assert!(
+        a.warnings().iter().any(|w| w.contains(&format!("{} does not exist in {NS}", snap("pricing-config", B)))),
+        "{:?}",
+        a.warnings()
+    );
+    // Neither the snapshot nor its source exists here: refused, saying what to do.
+    let copied = deployment("pricing:4.11", &snap("checkout-config", A));
+    let a = f.mutate_deployment("CREATE", &copied, None).await;
+    assert!(!a.allowed(), "{}", a.body);
+    assert!(a.message().contains("neither exists") && a.message().contains("Create ConfigMap checkout-config first"), "{}", a.message());
+}
+
 /// Round 2 of the trust review: a forged review naming 64 invented ConfigMaps in a namespace that
 /// exists cost 64 GETs each (3,072 from 48 reviews), and a 15 s flood slowed another tenant's
 /// admissions from 0.1 s to 1-2 s. Once the ConfigMap watch has listed, names it does not know are

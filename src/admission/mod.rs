@@ -127,6 +127,8 @@ pub enum Reason {
     Appeared,
     Audit,
     MutableConfig,
+    /// Denied: a snapshot named that does not exist, nor its source (6.2.5).
+    MissingSnapshot,
     // Sources (6.1).
     NotASource,
     Source,
@@ -150,7 +152,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for tests and documentation.
-    pub const ALL: [Reason; 30] = [
+    pub const ALL: [Reason; 31] = [
         Reason::UnhandledKind,
         Reason::NotIntercepted,
         Reason::Deleting,
@@ -166,6 +168,7 @@ impl Reason {
         Reason::Appeared,
         Reason::Audit,
         Reason::MutableConfig,
+        Reason::MissingSnapshot,
         Reason::NotASource,
         Reason::Source,
         Reason::SourceChanged,
@@ -200,6 +203,7 @@ impl Reason {
             Reason::Appeared => "appeared",
             Reason::Audit => "audit",
             Reason::MutableConfig => "mutable-config",
+            Reason::MissingSnapshot => "missing-snapshot",
             Reason::NotASource => "not-a-source",
             Reason::Source => "source",
             Reason::SourceChanged => "source-changed",
@@ -278,6 +282,8 @@ pub enum Target {
 pub struct Rewrite {
     pub pointer: String,
     pub target: Target,
+    /// The reference's name as sent: no operation when the target resolves to it.
+    pub current: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -314,14 +320,14 @@ impl Decision {
         let mut ops: Vec<Value> = self
             .rewrites
             .into_iter()
-            .map(|rw| {
+            .filter_map(|rw| {
                 let name = match rw.target {
                     Target::Name(n) => n,
                     Target::Snapshot { source, hash } => {
                         names.get(&(source.clone(), hash.clone())).cloned().unwrap_or_else(|| snapshot::name(&source.name, &hash, 0))
                     }
                 };
-                json!({"op": "replace", "path": rw.pointer, "value": name})
+                (name != rw.current).then(|| json!({"op": "replace", "path": rw.pointer, "value": name}))
             })
             .collect();
         ops.append(&mut response.patch);

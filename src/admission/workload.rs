@@ -253,6 +253,10 @@ pub enum Choice {
     JoinsPendingChange,
     /// Rule 4, a snapshot carried over → keep.
     CarriedOver { name: String, hash: String },
+    /// A snapshot the request keeps by name that does not exist in the namespace (a workload
+    /// copied from another namespace, a captured manifest re-applied after GC) → the head, made
+    /// if needed, never a dangling name (docs/behaviour.md §6.2.5).
+    Missing { name: String, hash: String },
 }
 
 impl Choice {
@@ -330,6 +334,17 @@ pub fn choose(f: &Facts) -> Choice {
     }
 }
 
+/// `choice`, unless it keeps a snapshot that a fresh read of this admission found missing and the
+/// caches do not know (docs/behaviour.md §6.2.5): then [`Choice::Missing`].
+fn missing(choice: Choice, view: &View, source: &SourceId) -> Choice {
+    match choice.kept() {
+        Some((name, hash)) if matches!(view.fresh.get(&source.with_name(name)), Some(None)) => {
+            Choice::Missing { name: name.to_owned(), hash: hash.to_owned() }
+        }
+        _ => choice,
+    }
+}
+
 pub fn decide(req: &Request, view: &View) -> Outcome {
     let (mode, a) = match admissible(req, view) {
         Ok(x) => x,
@@ -382,6 +397,25 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         by_source.entry(&r.source).or_default().push(r);
     }
     for (source, refs) in by_source {
+        // A snapshot named that does not exist, of a source that does not exist either (a copy
+        // from another namespace, before its config): no content here to pin to (§6.2.5).
+        let gone = |id: &SourceId| matches!(view.fresh.get(id), Some(None));
+        if !fail_open && gone(source) {
+            if let Some(r) = refs.iter().find(|r| r.hash.is_some() && gone(&r.r.id)) {
+                let message = format!(
+                    "{} {} names {} {}, a snapshot of {source}, and neither exists in namespace {}. \
+                     Create {} {} first, or name it plainly, then apply again",
+                    a.kind.name(),
+                    req.name,
+                    source.kind_str(),
+                    r.r.id.name,
+                    a.namespace,
+                    source.kind_str(),
+                    source.name
+                );
+                return Outcome::Done(Decision::deny(Reason::MissingSnapshot, 422, message));
+            }
+        }
         let Some(cm) = out.outside_the_rules(source, &refs, view, &old_holds, undo, trigger.as_ref()) else { continue };
         let Some((content, head)) = out.content(source, cm, view) else { continue };
         let plain = refs.iter().any(|r| r.hash.is_none());
@@ -408,7 +442,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             pending: source::pending_change(cm, &head).is_some(),
             adopted: if undo && plain { view.state.adopted_snapshot(a.namespace, source, &template_hash) } else { undone },
         };
-        let choice = choose(&facts);
+        let choice = missing(choose(&facts), view, source);
         if choice.kept().is_none() && annotation(cm, names::HEAD).is_none() {
             out.d.effects.push(Effect::RecordHead { namespace: a.namespace.to_owned(), source: source.to_owned(), hash: head.clone() });
         }
@@ -426,7 +460,11 @@ fn keep_pins(obj: &Value, a: &Analysis, old_holds: Holds) -> Decision {
     let mut d = Decision::allow(Reason::Unchanged);
     for r in &a.refs {
         if let (None, Some((pin, _))) = (&r.hash, a.old_pins.get(&r.source)) {
-            d.rewrites.push(Rewrite { pointer: format!("{tpl_ptr}{}", r.r.pointer), target: Target::Name(pin.clone()) });
+            d.rewrites.push(Rewrite {
+                pointer: format!("{tpl_ptr}{}", r.r.pointer),
+                target: Target::Name(pin.clone()),
+                current: r.r.id.name.clone(),
+            });
         }
     }
     let pins: BTreeMap<SourceId, String> = a.old_pins.iter().map(|(s, (_, h))| (s.clone(), h.clone())).collect();
@@ -539,7 +577,7 @@ impl Builder<'_> {
     }
 
     fn rewrite(&mut self, r: &SourcedRef, target: Target) {
-        self.d.rewrites.push(Rewrite { pointer: format!("{}{}", self.tpl_ptr, r.r.pointer), target });
+        self.d.rewrites.push(Rewrite { pointer: format!("{}{}", self.tpl_ptr, r.r.pointer), target, current: r.r.id.name.clone() });
     }
 
     /// The rewrites, snapshot write, warnings, pin and hold of one source's choice. `old_hold`:
@@ -556,6 +594,16 @@ impl Builder<'_> {
         if *choice == Choice::UndoPredates {
             self.d.response.warn(format!("{source}: this revision predates confighistory; using the current config"));
         }
+        if let Choice::Missing { name, hash } = choice {
+            if *hash != head {
+                self.d.response.warn(format!(
+                    "{source}: {name} does not exist in {}: pinned to the current {} instead (the content that name promised is not here; \
+                     create {name} first to run with it)",
+                    self.namespace,
+                    source.kind_str()
+                ));
+            }
+        }
         let (hash, name_for_warning) = match choice.kept() {
             None => {
                 let (namespace, id, adopted) = (self.namespace.to_owned(), source.clone(), Vec::new());
@@ -563,6 +611,8 @@ impl Builder<'_> {
                     Payload::ConfigMap(content) => Effect::EnsureSnapshot { namespace, source: id, content, adopted },
                     Payload::Secret(content, key) => Effect::EnsureSecretSnapshot { namespace, source: id, content, key, adopted },
                 });
+                // A reference that already names the snapshot made (a missing one made again,
+                // §6.2.5) is left as it is: `Decision::finish` writes no operation for it.
                 for r in refs {
                     self.rewrite(r, Target::Snapshot { source: source.clone(), hash: head.clone() });
                 }
