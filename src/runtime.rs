@@ -174,8 +174,13 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let regarding = configmap_ref(&args.policy.namespace, &args.effective_config);
     let (client, shared, kinds) = start(&args.policy, true, regarding).await?;
     let tls_ready = Arc::new(AtomicBool::new(false));
-    let app =
-        Arc::new(App { ctx: shared.clone(), tls_ready: tls_ready.clone(), max_body: args.max_body_bytes, namespace_reads: Arc::default() });
+    let app = Arc::new(App {
+        ctx: shared.clone(),
+        tls_ready: tls_ready.clone(),
+        max_body: args.max_body_bytes,
+        namespace_reads: Arc::default(),
+        secret_heads: Arc::default(),
+    });
 
     match managed {
         Some(secret) => {
