@@ -305,8 +305,11 @@ async fn a_trigger_moves_a_secret_pin_to_the_head(value: &str) -> Shown {
     vec![("the triggered update's answer".into(), shown(&a)), ("a user's trigger's answer".into(), shown(&b))]
 }
 
-/// Snapshot protection covers Secret snapshots: a forged one (wrong MAC) is refused, naming no
-/// content; metadata edits are refused; deleting one a workload uses is refused.
+/// Snapshot protection covers Secret snapshots: a tenant's CREATE of one is refused whether its
+/// MAC matches its content or not (the answer never depends on a MAC of the request's content:
+/// a right guess of a value is refused as a wrong one), naming no content; confighistory's own is
+/// allowed when its labels and name are a snapshot's; metadata edits are refused; deleting one a
+/// workload uses is refused.
 async fn secret_snapshots_are_protected(value: &str) -> Shown {
     let s = opaque("db", value);
     let f = Fixture::new(secrets_on("")).source(s.clone());
@@ -318,9 +321,19 @@ async fn secret_snapshots_are_protected(value: &str) -> Shown {
     forged["data"]["password"] = json!(b64(b"planted"));
     let a = f.send("/protect", review("Secret", "", "v1", "CREATE", Some(&forged), None)).await;
     assert!(!a.allowed(), "{}", a.body);
-    assert!(a.message().contains("is not a valid snapshot"), "{}", a.message());
-    let ok = f.send("/protect", review("Secret", "", "v1", "CREATE", Some(&snap), None)).await;
+    assert!(a.message().contains("only confighistory (or an identity the admin allows) creates Secret snapshots"), "{}", a.message());
+    let right = f.send("/protect", review("Secret", "", "v1", "CREATE", Some(&snap), None)).await;
+    assert_eq!((right.response(), right.warnings()), (a.response(), a.warnings()), "a right guess is answered as a wrong one");
+    let mut own = review("Secret", "", "v1", "CREATE", Some(&snap), None);
+    own["request"]["userInfo"]["username"] = json!(f.policy.identity);
+    let ok = f.send("/protect", own).await;
     assert!(ok.allowed(), "{}", ok.body);
+    let mut unlabelled = snap.clone();
+    unlabelled["metadata"]["labels"].as_object_mut().unwrap().remove(names::KEY_ID_LABEL);
+    let mut own = review("Secret", "", "v1", "CREATE", Some(&unlabelled), None);
+    own["request"]["userInfo"]["username"] = json!(f.policy.identity);
+    let bad = f.send("/protect", own).await;
+    assert!(!bad.allowed() && bad.message().contains("is not a valid snapshot"), "{}", bad.body);
     let mut relabelled = snap.clone();
     relabelled["metadata"]["labels"]["extra"] = json!("x");
     let edit = f.send("/protect", review("Secret", "", "v1", "UPDATE", Some(&relabelled), Some(&snap))).await;
@@ -330,6 +343,7 @@ async fn secret_snapshots_are_protected(value: &str) -> Shown {
     assert!(!del.allowed() && del.message().contains("Deployment/pricing use it"), "{}", del.body);
     vec![
         ("the forged snapshot's denial".into(), shown(&a)),
+        ("the unlabelled snapshot's denial".into(), shown(&bad)),
         ("the edit's denial".into(), shown(&edit)),
         ("the delete's denial".into(), shown(&del)),
     ]
