@@ -588,6 +588,39 @@ async fn two_secrets_holding_one_content_get_unrelated_macs() {
     }
 }
 
+/// A Secret edited while the webhook was away carries a stale head (docs/behaviour.md §7.8): a
+/// later write that keeps its content is answered without computing anything, and the read after
+/// the answer replaces the head with the stored content's; that write, admitted as
+/// confighistory's own, is a change first seen now (`changed-at` now, `propagated` cleared).
+#[tokio::test]
+async fn a_stale_head_is_replaced_after_the_answer_and_counts_as_a_change() {
+    let mut stale = opaque("db", "edited-while-away");
+    let old_mac = mac_of(&opaque("db", "before"));
+    stale["metadata"]["annotations"] =
+        json!({names::HEAD: old_mac, names::KEY_ID: "1", names::PROPAGATED: old_mac, names::CHANGED_AT: "2025-01-01T00:00:00Z"});
+    let f = Fixture::new(secrets_on("")).source(stale.clone()).source(configmap("cfg")).workload(&deployment("app:1", "db", "cfg"));
+    let mut labelled = stale.clone();
+    labelled["metadata"]["labels"] = json!({"team": "pricing"});
+    let a = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&labelled), Some(&stale))).await;
+    assert!(a.allowed() && a.patch().is_empty(), "nothing computed from the request: {}", a.body);
+    let before = f.store(&labelled);
+    let after = head_recorded(&f, "db", &mac_of(&stale)).await;
+    // The patch the read wrote, as the API server sends it to admission.
+    let mut own = review("Secret", "", "v1", "UPDATE", Some(&after), Some(&before));
+    own["request"]["userInfo"]["username"] = json!(f.policy.identity);
+    let o = f.send("/mutate", own).await;
+    let out = o.patched(&after);
+    let annotations = &out["metadata"]["annotations"];
+    assert_eq!(annotations[names::HEAD], json!(mac_of(&stale)), "{}", o.body);
+    assert_ne!(annotations[names::CHANGED_AT], json!("2025-01-01T00:00:00Z"), "a change first seen now: {annotations}");
+    assert!(annotations.get(names::PROPAGATED).is_none(), "{annotations}");
+    // A user cannot do the same: their head is not taken, and nothing changes.
+    let mut forged = before.clone();
+    forged["metadata"]["annotations"][names::HEAD] = json!("forged");
+    let u = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&forged), Some(&before))).await;
+    assert_eq!(u.patched(&forged)["metadata"]["annotations"], before["metadata"]["annotations"], "{}", u.body);
+}
+
 /// Heads and snapshots made before frame v2 (their MACs bind no name) stay valid, and a source
 /// whose content stays keeps its v1 head: a Deployment applied now is pinned to the existing v1
 /// snapshot, a write that keeps the content writes nothing after its answer (no change, so no
