@@ -183,6 +183,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         namespace_reads: Arc::default(),
         source_reads: Arc::default(),
         memory: Arc::new(webhook::memory::Memory::new(memory)),
+        secret_heads: Arc::default(),
     });
 
     match managed {

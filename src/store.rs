@@ -10,7 +10,7 @@ use crate::cluster::{ApiError, Cluster, Created, Event, ObjectRef};
 use crate::metrics::METRICS;
 use crate::model::keys::{ClusterKey, KeyId, Keyring};
 use crate::model::names;
-use crate::model::secret::{self, SecretContent};
+use crate::model::secret::{self, Frame, SecretContent};
 use crate::model::snapshot;
 use crate::model::source::{SourceId, SourceKind};
 
@@ -81,12 +81,12 @@ pub fn collision_event(ns: &str, source: &SourceId, uid: &str, taken: &str, coll
 }
 
 /// What a snapshot copies: a ConfigMap's content, or a Secret's, named by its MAC under the
-/// namespace's key of one of the cluster keys (the source's, `secret::source_key`; the current
-/// one when that is no longer kept), docs/behaviour.md §4a.
+/// namespace's key of one of the cluster keys in a frame (the source's, `secret::source_mac`; the
+/// current key when that is no longer kept), docs/behaviour.md §4a.
 #[derive(Clone, Copy)]
 pub enum Snap<'a> {
     ConfigMap(&'a snapshot::Content),
-    Secret(&'a SecretContent, &'a Keyring, KeyId),
+    Secret(&'a SecretContent, &'a Keyring, KeyId, Frame),
 }
 
 impl<'a> Snap<'a> {
@@ -97,19 +97,21 @@ impl<'a> Snap<'a> {
 }
 
 impl Snap<'_> {
-    /// The hash its snapshot is named by: a ConfigMap's content hash, a Secret's MAC under its
-    /// key's namespace key.
-    pub fn hash(&self, ns: &str) -> String {
+    /// The hash its snapshot is named by: a ConfigMap's content hash, a Secret's MAC (as the
+    /// content of `source`) under its key's namespace key.
+    pub fn hash(&self, ns: &str, source: &str) -> String {
         match self {
             Snap::ConfigMap(c) => c.hash(),
-            Snap::Secret(c, keys, id) => c.mac(&Snap::key(keys, *id).namespace_key(ns)),
+            Snap::Secret(c, keys, id, frame) => c.mac_in(&Snap::key(keys, *id).namespace_key(ns), source, *frame),
         }
     }
 
     fn object(&self, ns: &str, source: &str, name: &str, adopted: &[String]) -> Value {
         match self {
             Snap::ConfigMap(c) => snapshot::object(ns, source, name, c, adopted),
-            Snap::Secret(c, keys, id) => secret::snapshot_object(ns, source, name, c, &Snap::key(keys, *id).namespace_key(ns), adopted),
+            Snap::Secret(c, keys, id, frame) => {
+                secret::snapshot_object_in(ns, source, name, c, &Snap::key(keys, *id).namespace_key(ns), *frame, adopted)
+            }
         }
     }
 
@@ -117,7 +119,7 @@ impl Snap<'_> {
     fn validate(&self, ns: &str, obj: &Value) -> Result<String, String> {
         match self {
             Snap::ConfigMap(_) => snapshot::validate(obj).map_err(|e| e.to_string()),
-            Snap::Secret(_, keys, _) => secret::validate(obj, ns, keys).map_err(|e| e.to_string()),
+            Snap::Secret(_, keys, _, _) => secret::validate(obj, ns, keys).map_err(|e| e.to_string()),
         }
     }
 }
@@ -140,25 +142,32 @@ impl SourceContent {
         })
     }
 
-    /// What its snapshot copies, as source `obj` (the stored object) in `ns` names it: a
-    /// Secret's under the source's key (`secret::source_key`), which needs the cluster keys
-    /// (`None`: not loaded, no snapshot).
-    pub fn snap<'a>(&'a self, obj: &Value, ns: &str, keys: Option<&'a Keyring>) -> Option<Snap<'a>> {
+    /// What its snapshot copies, as source `obj` (the stored object) named `source` in `ns`
+    /// names it: a Secret's under the source's key and frame (`secret::source_mac`), which needs
+    /// the cluster keys (`None`: not loaded, no snapshot).
+    pub fn snap<'a>(&'a self, obj: &Value, ns: &str, source: &str, keys: Option<&'a Keyring>) -> Option<Snap<'a>> {
         match self {
             SourceContent::ConfigMap(c) => Some(Snap::ConfigMap(c)),
-            SourceContent::Secret(c) => keys.map(|k| Snap::Secret(c, k, secret::source_key(obj, c, ns, k).id())),
+            SourceContent::Secret(c) => keys.map(|k| {
+                let named = secret::source_mac(obj, c, ns, source, k);
+                Snap::Secret(c, k, named.key.id(), named.frame)
+            }),
         }
     }
 
-    /// Whether `head` names this content in namespace `ns`: a ConfigMap's content hash; a
-    /// Secret's MAC under the namespace's key of any key id kept (a head written before a key
-    /// rotation still names the content it was written for, docs/operations.md).
-    pub fn is_named_by(&self, ns: &str, head: &str, keys: Option<&Keyring>) -> bool {
+    /// Whether `head` names this content of source `source` in namespace `ns`: a ConfigMap's
+    /// content hash; a Secret's MAC under the namespace's key of any key id kept, in either
+    /// frame (a head written before a key rotation, or before frame v2, still names the content
+    /// it was written for, docs/operations.md, docs/behaviour.md §4a).
+    pub fn is_named_by(&self, ns: &str, source: &str, head: &str, keys: Option<&Keyring>) -> bool {
         match self {
             SourceContent::ConfigMap(c) => c.hash() == head,
-            SourceContent::Secret(c) => {
-                keys.is_some_and(|k| k.ids().filter_map(|id| k.get(id)).any(|key| c.mac(&key.namespace_key(ns)) == head))
-            }
+            SourceContent::Secret(c) => keys.is_some_and(|k| {
+                k.kept().any(|key| {
+                    let nk = key.namespace_key(ns);
+                    [Frame::V2, Frame::V1].into_iter().any(|f| c.mac_in(&nk, source, f) == head)
+                })
+            }),
         }
     }
 }
@@ -189,7 +198,7 @@ pub async fn ensure_snap(
     adopted: &[String],
     dry_run: bool,
 ) -> Result<(String, Vec<Collision>)> {
-    let hash = content.hash(ns);
+    let hash = content.hash(ns, &source_id.name);
     let source = source_id.name.as_str();
     let mut collisions = Vec::new();
     let read = |name: String| async move {

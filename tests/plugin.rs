@@ -820,12 +820,12 @@ fn secret_inventory() -> Inventory {
     }
     let live = secret::snapshot_object(NS, "db", "db", &c[2], &key, &[]);
     let mut source = json!({"kind": "Secret", "apiVersion": "v1", "type": "Opaque", "data": live["data"].clone(),
-        "metadata": {"name": "db", "namespace": NS, "annotations": {"confighistory.io/head": c[2].mac(&key)}}});
+        "metadata": {"name": "db", "namespace": NS, "annotations": {"confighistory.io/head": c[2].mac(&key, "db")}}});
     source["metadata"]["annotations"]["confighistory.io/changed-at"] = json!("2024-05-01T11:00:00Z");
     // `kubectl apply` keeps a copy of the manifest, values included.
     let applied = json!({"kind": "Secret", "stringData": {"api_key": CANARY}, "data": live["data"].clone()});
     source["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = json!(applied.to_string());
-    source["metadata"]["annotations"]["confighistory.io/propagated"] = json!(c[2].mac(&key));
+    source["metadata"]["annotations"]["confighistory.io/propagated"] = json!(c[2].mac(&key, "db"));
     inv.sources.insert("secret/db".into(), source);
     let (s1, s2, s3) = (secret_snap_name(&c[0]), secret_snap_name(&c[1]), secret_snap_name(&c[2]));
     let revs = [
@@ -836,7 +836,7 @@ fn secret_inventory() -> Inventory {
     inv.workloads.push(json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "api", "uid": "uid-api", "annotations": {"deployment.kubernetes.io/revision": "3",
-            "confighistory.io/pins": json!({"secret/db": c[2].mac(&key), SOURCE: contents()[3].hash()}).to_string()}},
+            "confighistory.io/pins": json!({"secret/db": c[2].mac(&key, "db"), SOURCE: contents()[3].hash()}).to_string()}},
         "spec": {"template": revs[2].clone()},
     }));
     for (i, t) in revs.iter().enumerate() {
@@ -877,7 +877,7 @@ fn secret_history_golden() {
     assert_eq!(h.source_kind, "Secret");
     let key = namespace_key();
     let c = secret_contents();
-    assert_eq!(h.head.as_deref(), Some(c[2].mac(&key).as_str()), "the head: the snapshot holding the live content");
+    assert_eq!(h.head.as_deref(), Some(c[2].mac(&key, "db").as_str()), "the head: the snapshot holding the live content");
     let revs: Vec<(u32, bool)> = h.snapshots.iter().map(|s| (s.revision, s.head)).collect();
     assert_eq!(revs, [(3, true), (2, false), (1, false)]);
     assert_eq!((h.snapshots[0].changed.clone(), h.snapshots[0].added.clone()), (vec!["password".to_owned()], vec![]));
@@ -921,7 +921,7 @@ fn secret_diff_golden() {
     fresh.snapshots.retain(|s| s["metadata"]["name"] != secret_snap_name(&secret_contents()[2]).as_str());
     let d = build::diff(&fresh, "secret/db", None, None, false).unwrap();
     assert_eq!((d.to.revision, d.to.name.as_str()), (None, "db"));
-    assert_eq!(d.to.hash, Some(secret_contents()[2].mac(&namespace_key())), "the head annotation");
+    assert_eq!(d.to.hash, Some(secret_contents()[2].mac(&namespace_key(), "db")), "the head annotation");
     fresh.sources.get_mut("secret/db").unwrap()["metadata"]["annotations"] = json!({});
     assert_eq!(build::diff(&fresh, "secret/db", None, None, false).unwrap().to.hash, None);
 }

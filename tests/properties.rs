@@ -448,9 +448,22 @@ proptest! {
         prop_assert_ne!(secret::snapshot_name("db", &c, &ka, 0), secret::snapshot_name("db", &c, &kb, 0));
         prop_assert_eq!(secret::snapshot_name("db", &c, &ka, 0), secret::snapshot_name("db", &c.clone(), &key.namespace_key(&a), 0));
         if other != c {
-            prop_assert_ne!(c.mac(&ka), other.mac(&ka));
-            prop_assert_ne!(c.mac(&ka), other.mac(&kb));
+            prop_assert_ne!(c.mac(&ka, "db"), other.mac(&ka, "db"));
+            prop_assert_ne!(c.mac(&ka, "db"), other.mac(&kb, "db"));
         }
+    }
+
+    /// The same content under two names in one namespace gets unrelated MACs (frame v2 binds the
+    /// source's name, docs/behaviour.md §4a): what a Secret one may write is MAC'd to says nothing
+    /// about another's; and no content under one name is MAC'd as another content under another.
+    #[test]
+    fn the_same_secret_under_two_names_gets_unrelated_macs(
+        c in secret_content(), other in secret_content(), key in cluster_key(1), ns in namespace(), a in source_name(), b in source_name(),
+    ) {
+        prop_assume!(a != b);
+        let k = key.namespace_key(&ns);
+        prop_assert_ne!(c.mac(&k, &a), c.mac(&k, &b));
+        prop_assert_ne!(c.mac(&k, &a), other.mac(&k, &b));
     }
 
     /// Under another cluster key, the same content in the same namespace gets another name.
@@ -468,11 +481,15 @@ proptest! {
         let k = key.namespace_key(&ns);
         let name = secret::snapshot_name(&source, &c, &k, index);
         prop_assert!(is_dns_subdomain(&name), "{} is not a valid Secret name", name);
-        let mac = c.mac(&k);
+        let mac = c.mac(&k, &source);
         prop_assert_eq!(snapshot::parse_name(&name).map(|(_, h, i)| (h, i)), Some((mac.as_str(), index)));
         let obj = secret::snapshot_object(&ns, &source, &name, &c, &k, &[]);
         let ring = Keyring::new(key, []).unwrap();
         prop_assert_eq!(secret::validate(&obj, &ns, &ring), Ok(mac));
+        // Made before frame v2 (no name bound): still valid.
+        let v1 = c.mac_in(&k, &source, secret::Frame::V1);
+        let old = secret::snapshot_object_in(&ns, &source, &snapshot::name(&source, &v1, index), &c, &k, secret::Frame::V1, &[]);
+        prop_assert_eq!(secret::validate(&old, &ns, &ring), Ok(v1));
     }
 }
 
@@ -484,16 +501,18 @@ fn secret_names_in_two_namespaces_agree_only_by_chance() {
     let key = ClusterKey::new(KeyId(1), (0u8..32).collect()).unwrap();
     let other_key = ClusterKey::new(KeyId(2), (32u8..64).collect()).unwrap();
     let (a, b, a2) = (key.namespace_key("shop"), key.namespace_key("billing"), other_key.namespace_key("shop"));
-    let (mut same_ns, mut same_key, mut total) = (0, 0, 0);
+    let (mut same_ns, mut same_key, mut same_ns_name, mut total) = (0, 0, 0, 0);
+    let agree = |x: &str, y: &str| x.bytes().zip(y.bytes()).filter(|(p, q)| p == q).count();
     for i in 0..2000u32 {
         let c = SecretContent::new("Opaque", [("password".to_owned(), i.to_string().into_bytes())].into());
-        let (x, y, z) = (c.mac(&a), c.mac(&b), c.mac(&a2));
-        same_ns += x.bytes().zip(y.bytes()).filter(|(p, q)| p == q).count();
-        same_key += x.bytes().zip(z.bytes()).filter(|(p, q)| p == q).count();
+        let (x, y, z, w) = (c.mac(&a, "db"), c.mac(&b, "db"), c.mac(&a2, "db"), c.mac(&a, "guess"));
+        same_ns += agree(&x, &y);
+        same_key += agree(&x, &z);
+        same_ns_name += agree(&x, &w);
         total += x.len();
     }
     // Expected 1/32 = 0.031; a related pair (one a function of the other's low bits, say) lands far out.
-    for (what, agree) in [("namespaces", same_ns), ("cluster keys", same_key)] {
+    for (what, agree) in [("namespaces", same_ns), ("cluster keys", same_key), ("names", same_ns_name)] {
         let rate = agree as f64 / total as f64;
         assert!((0.02..0.045).contains(&rate), "{what}: {rate}");
     }

@@ -54,8 +54,16 @@ fn opaque(name: &str, value: &str) -> Value {
     secret_of(name, "Opaque", &[("password", value), ("url", "postgres://db:5432")])
 }
 
+/// The MAC of Secret `obj`'s content as its own (frame v2: its name bound) under key 1.
 fn mac_of(obj: &Value) -> String {
-    SecretContent::from_object(obj).unwrap().mac(&keyring().current().namespace_key(NS))
+    let name = obj["metadata"]["name"].as_str().unwrap();
+    SecretContent::from_object(obj).unwrap().mac(&keyring().current().namespace_key(NS), name)
+}
+
+/// The same before frame v2 (no name bound): what heads and snapshots made before record.
+fn v1_mac_of(obj: &Value) -> String {
+    let name = obj["metadata"]["name"].as_str().unwrap();
+    SecretContent::from_object(obj).unwrap().mac_in(&keyring().current().namespace_key(NS), name, secret::Frame::V1)
 }
 
 /// A Deployment reading Secret `s` through a volume and an env var, and ConfigMap `cm` through a volume.
@@ -78,12 +86,19 @@ struct Fixture {
     state: Arc<confighistory::cache::Lock>,
     cluster: MemoryCluster,
     policy: Policy,
+    /// The server that answered last: its after-answer work ([`Fixture::settle`]).
+    last: std::sync::Mutex<Option<Arc<confighistory::webhook::App>>>,
 }
 
 impl Fixture {
     fn new(policy: Policy) -> Fixture {
         let state = State { source_kinds: policy.acted_on(), ..State::default() };
-        Fixture { state: Arc::new(confighistory::cache::Lock::new(state)), cluster: MemoryCluster::default(), policy }
+        Fixture {
+            state: Arc::new(confighistory::cache::Lock::new(state)),
+            cluster: MemoryCluster::default(),
+            policy,
+            last: Default::default(),
+        }
     }
 
     /// A source (ConfigMap or Secret, by its kind) in the cluster and the caches.
@@ -105,7 +120,36 @@ impl Fixture {
     }
 
     async fn send(&self, path: &str, review: Value) -> Answer {
-        common::send(&common::app(&self.policy, &self.state, &self.cluster), path, &review).await
+        let app = common::app(&self.policy, &self.state, &self.cluster);
+        *self.last.lock().unwrap() = Some(app.clone());
+        common::send(&app, path, &review).await
+    }
+
+    /// Waits (bounded) until the last server's after-answer reads and writes are done.
+    async fn settle(&self) {
+        // What is spawned without being tracked (a ConfigMap's head, an Event) runs meanwhile.
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        let app = self.last.lock().unwrap().clone();
+        let Some(app) = app else { return };
+        for _ in 0..200 {
+            if app.secret_heads.idle() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("the after-answer work did not finish within 4 s");
+    }
+
+    /// What the API server does with an admitted write: stores `obj` (an answer applied to the
+    /// request's object) at a new resourceVersion, and the watch delivers it.
+    fn store(&self, obj: &Value) -> Value {
+        let mut obj = obj.clone();
+        let id = SourceId::new(SourceKind::Secret, obj["metadata"]["name"].as_str().unwrap());
+        let rv = self.cluster.source(NS, &id).and_then(|o| o["metadata"]["resourceVersion"].as_str()?.parse::<u64>().ok());
+        obj["metadata"]["resourceVersion"] = json!(rv.map_or(1, |v| v + 1).to_string());
+        self.cluster.insert(obj.clone());
+        self.state.write().apply_source(SourceKind::Secret, &obj);
+        obj
     }
 
     fn calls(&self) -> Vec<String> {
@@ -128,20 +172,27 @@ fn configmap(name: &str) -> Value {
 type Shown = Vec<(String, String)>;
 
 /// A Secret update whose workloads still read it by name keeps the outgoing content as an
-/// immutable Secret of the same type and data, named by its MAC under the namespace's key; the
-/// source gets the new MAC as its head; the warning names keys only.
+/// immutable Secret of the same type and data, named by its MAC under the namespace's key (from
+/// the stored object); the answer carries no head (the stale one goes), and once the API server
+/// stored the write, the head of the stored content is recorded after the answer; the warning
+/// names keys only.
 async fn secret_update_keeps_outgoing_content(value: &str) -> Shown {
-    let old = opaque("db", value);
+    let mut old = opaque("db", value);
+    old["metadata"]["annotations"] = json!({names::HEAD: mac_of(&old), names::KEY_ID: "1"});
     let f = Fixture::new(secrets_on("")).source(old.clone()).source(configmap("cfg")).workload(&deployment("app:1", "db", "cfg"));
     let mut new = opaque("db", "rotated-password");
-    new["metadata"]["resourceVersion"] = json!("8");
+    new["metadata"]["annotations"] = old["metadata"]["annotations"].clone();
     let a = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&new), Some(&old))).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     assert!(a.allowed(), "{}", a.body);
     assert_eq!(a.warnings(), ["secret/db: values changed in [password], same keys"]);
     let patched = a.patched(&new);
-    assert_eq!(patched["metadata"]["annotations"][names::HEAD], json!(mac_of(&new)));
+    let annotations = &patched["metadata"]["annotations"];
+    assert!(annotations.get(names::HEAD).is_none() && annotations.get(names::KEY_ID).is_none(), "the stale head goes: {annotations}");
+    assert!(annotations.get(names::CHANGED_AT).is_some(), "{annotations}");
+    assert_no_mac_of(&a, &new);
     let name = snapshot::name("db", &mac_of(&old), 0);
+    assert!(!shown(&a).contains(&mac_of(&old)), "the answer does not name the outgoing content's snapshot");
     let snap = f.secret(&name).expect("the outgoing content is kept as a Secret snapshot");
     assert_eq!((&snap["type"], &snap["data"], &snap["immutable"]), (&old["type"], &old["data"], &json!(true)));
     assert_eq!(secret::validate(&snap, NS, &keyring()), Ok(mac_of(&old)));
@@ -150,7 +201,43 @@ async fn secret_update_keeps_outgoing_content(value: &str) -> Shown {
         json!(confighistory::model::template::template_hash(&deployment("app:1", "db", "cfg")["spec"]["template"]))
     );
     assert!(f.cluster.get(NS, &name).is_none(), "no ConfigMap of that name");
-    vec![("the Secret update's answer".into(), a.text)]
+    // The API server stores the write: its head is recorded from what it stored.
+    f.store(&patched);
+    let stored = head_recorded(&f, "db", &mac_of(&new)).await;
+    assert_eq!(stored["metadata"]["annotations"][names::KEY_ID], "1");
+    vec![("the Secret update's answer".into(), shown(&a)), ("the stored Secret's metadata".into(), stored["metadata"].to_string())]
+}
+
+/// Waits (bounded) until Secret `name` as stored records head `head`; the stored Secret.
+async fn head_recorded(f: &Fixture, name: &str, head: &str) -> Value {
+    for _ in 0..200 {
+        let stored = f.secret(name).expect("stored");
+        if stored["metadata"]["annotations"][names::HEAD] == json!(head) {
+            f.settle().await;
+            return stored;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("secret/{name}'s head was not recorded within 4 s: {}", f.secret(name).unwrap()["metadata"]);
+}
+
+/// No MAC of `obj`'s content under key 1, in either frame and as any Secret's of the namespace
+/// the tests use, is in the answer.
+fn assert_no_mac_of(a: &Answer, obj: &Value) {
+    let content = SecretContent::from_object(obj).unwrap();
+    let key = keyring().current().namespace_key(NS);
+    let text = shown(a);
+    for name in ["db", "guess", "other", obj["metadata"]["name"].as_str().unwrap()] {
+        for frame in [secret::Frame::V1, secret::Frame::V2] {
+            let mac = content.mac_in(&key, name, frame);
+            assert!(!text.contains(&mac), "the answer holds the MAC of the request's content ({name}, {frame:?}): {text}");
+        }
+    }
+}
+
+/// An answer as its caller sees it: the review, and its patch decoded (base64 in the review).
+fn shown(a: &Answer) -> String {
+    format!("{}\n{}", a.text, serde_json::to_string(&a.patch()).unwrap_or_default())
 }
 
 /// A Deployment reading a Secret through a volume and env is pinned to the Secret's snapshot
@@ -179,7 +266,7 @@ async fn deployment_is_pinned_to_secret_snapshots(value: &str) -> Shown {
     // Validation of the pinned Deployment passes: it names a valid snapshot.
     let v = f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&out), None)).await;
     assert!(v.allowed(), "{}", v.body);
-    vec![("the Deployment's answer".into(), a.text), ("its re-apply".into(), again.text), ("its validation".into(), v.text)]
+    vec![("the Deployment's answer".into(), shown(&a)), ("its re-apply".into(), shown(&again)), ("its validation".into(), shown(&v))]
 }
 
 /// Propagation for Secrets (docs/behaviour.md §4a with §7): confighistory's trigger naming
@@ -215,11 +302,14 @@ async fn a_trigger_moves_a_secret_pin_to_the_head(value: &str) -> Shown {
     let b = f.send("/mutate", review("Deployment", "apps", "v1", "UPDATE", Some(&triggered), Some(&pinned))).await;
     let by_user = b.patched(&triggered);
     assert_eq!(by_user["spec"]["template"]["spec"]["volumes"][0], pinned["spec"]["template"]["spec"]["volumes"][0], "{}", b.body);
-    vec![("the triggered update's answer".into(), a.text), ("a user's trigger's answer".into(), b.text)]
+    vec![("the triggered update's answer".into(), shown(&a)), ("a user's trigger's answer".into(), shown(&b))]
 }
 
-/// Snapshot protection covers Secret snapshots: a forged one (wrong MAC) is refused, naming no
-/// content; metadata edits are refused; deleting one a workload uses is refused.
+/// Snapshot protection covers Secret snapshots: a tenant's CREATE of one is refused whether its
+/// MAC matches its content or not (the answer never depends on a MAC of the request's content:
+/// a right guess of a value is refused as a wrong one), naming no content; confighistory's own is
+/// allowed when its labels and name are a snapshot's; metadata edits are refused; deleting one a
+/// workload uses is refused.
 async fn secret_snapshots_are_protected(value: &str) -> Shown {
     let s = opaque("db", value);
     let f = Fixture::new(secrets_on("")).source(s.clone());
@@ -231,9 +321,19 @@ async fn secret_snapshots_are_protected(value: &str) -> Shown {
     forged["data"]["password"] = json!(b64(b"planted"));
     let a = f.send("/protect", review("Secret", "", "v1", "CREATE", Some(&forged), None)).await;
     assert!(!a.allowed(), "{}", a.body);
-    assert!(a.message().contains("is not a valid snapshot"), "{}", a.message());
-    let ok = f.send("/protect", review("Secret", "", "v1", "CREATE", Some(&snap), None)).await;
+    assert!(a.message().contains("only confighistory (or an identity the admin allows) creates Secret snapshots"), "{}", a.message());
+    let right = f.send("/protect", review("Secret", "", "v1", "CREATE", Some(&snap), None)).await;
+    assert_eq!((right.response(), right.warnings()), (a.response(), a.warnings()), "a right guess is answered as a wrong one");
+    let mut own = review("Secret", "", "v1", "CREATE", Some(&snap), None);
+    own["request"]["userInfo"]["username"] = json!(f.policy.identity);
+    let ok = f.send("/protect", own).await;
     assert!(ok.allowed(), "{}", ok.body);
+    let mut unlabelled = snap.clone();
+    unlabelled["metadata"]["labels"].as_object_mut().unwrap().remove(names::KEY_ID_LABEL);
+    let mut own = review("Secret", "", "v1", "CREATE", Some(&unlabelled), None);
+    own["request"]["userInfo"]["username"] = json!(f.policy.identity);
+    let bad = f.send("/protect", own).await;
+    assert!(!bad.allowed() && bad.message().contains("is not a valid snapshot"), "{}", bad.body);
     let mut relabelled = snap.clone();
     relabelled["metadata"]["labels"]["extra"] = json!("x");
     let edit = f.send("/protect", review("Secret", "", "v1", "UPDATE", Some(&relabelled), Some(&snap))).await;
@@ -241,7 +341,12 @@ async fn secret_snapshots_are_protected(value: &str) -> Shown {
     let f = f.source(snap.clone()).workload(&deployment("app:1", &name, "cfg"));
     let del = f.send("/protect", review("Secret", "", "v1", "DELETE", None, Some(&snap))).await;
     assert!(!del.allowed() && del.message().contains("Deployment/pricing use it"), "{}", del.body);
-    vec![("the forged snapshot's denial".into(), a.text), ("the edit's denial".into(), edit.text), ("the delete's denial".into(), del.text)]
+    vec![
+        ("the forged snapshot's denial".into(), shown(&a)),
+        ("the unlabelled snapshot's denial".into(), shown(&bad)),
+        ("the edit's denial".into(), shown(&edit)),
+        ("the delete's denial".into(), shown(&del)),
+    ]
 }
 
 /// In enforce mode, a mutable Secret created after a workload named it is refused, naming no value.
@@ -250,7 +355,7 @@ async fn enforce_denies_a_mutable_secret(value: &str) -> Shown {
     let a = f.send("/mutate", review("Secret", "", "v1", "CREATE", Some(&opaque("db", value)), None)).await;
     assert!(!a.allowed(), "{}", a.body);
     assert!(a.message().contains("Secret db is mutable"), "{}", a.message());
-    vec![("the enforce denial".into(), a.text)]
+    vec![("the enforce denial".into(), shown(&a))]
 }
 
 /// A name of the collision sequence taken by another Secret: the next name, a warning and an
@@ -274,7 +379,7 @@ async fn a_collision_moves_to_the_next_name(value: &str) -> Shown {
     tokio::task::yield_now().await;
     let events: Vec<String> = f.cluster.events().iter().map(|e| e.note.clone()).collect();
     assert!(events.iter().any(|e| e.starts_with("Snapshot name taken by a Secret")), "{events:?}");
-    vec![("the collision's answer".into(), a.text), ("the collision's Events".into(), events.join("\n"))]
+    vec![("the collision's answer".into(), shown(&a)), ("the collision's Events".into(), events.join("\n"))]
 }
 
 /// In enforce mode a Deployment reading a mutable Secret by name is refused, and the fix it gives
@@ -289,7 +394,7 @@ async fn enforce_denies_a_workload_reading_a_mutable_secret(value: &str) -> Show
     assert!(!a.allowed(), "{}", a.body);
     let m = a.message();
     assert!(m.contains("mutable Secret secret/db") && m.contains("immutable ConfigMap or Secret") && m.contains("annotate it"), "{m}");
-    vec![("the workload's enforce denial".into(), a.text)]
+    vec![("the workload's enforce denial".into(), shown(&a))]
 }
 
 /// A full quota for Secrets: the Deployment is refused, saying which quota, without content.
@@ -302,10 +407,263 @@ async fn a_full_quota_is_explained(value: &str) -> Shown {
     let a = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&deployment("app:1", "db", "cfg")), None)).await;
     assert!(!a.allowed(), "{}", a.body);
     assert!(a.message().contains("ResourceQuota for secrets"), "{}", a.message());
-    vec![("the quota denial".into(), a.text)]
+    vec![("the quota denial".into(), shown(&a))]
+}
+
+/// The head recorded after the answer (docs/behaviour.md §4a), its logs and errors: a write whose
+/// head cannot be written is logged (the error names no value) and answered as any; the next
+/// write records it, and confighistory's own patch of it is admitted as it is.
+async fn the_head_is_recorded_after_the_answer(value: &str) -> Shown {
+    let s = opaque("db", value);
+    let f = Fixture::new(secrets_on("")).source(configmap("cfg")).workload(&deployment("app:1", "db", "cfg"));
+    // Created after its workload named it; the head cannot be written.
+    *f.cluster.fail.lock().unwrap() =
+        Some(("patch shop/secret/db", ApiError { code: Some(500), reason: "InternalError".into(), message: "etcd timeout".into() }));
+    let a = f.send("/mutate", review("Secret", "", "v1", "CREATE", Some(&s), None)).await;
+    assert!(a.allowed(), "{}", a.body);
+    let created = a.patched(&s);
+    assert!(created["metadata"]["annotations"].get(names::HEAD).is_none(), "{}", a.body);
+    assert_no_mac_of(&a, &s);
+    let created = f.store(&created);
+    f.settle().await;
+    assert!(f.calls().iter().any(|c| c == "patch shop/secret/db"), "the head was tried");
+    assert!(f.secret("db").unwrap()["metadata"]["annotations"].get(names::HEAD).is_none());
+    *f.cluster.fail.lock().unwrap() = None;
+    // Its next write (a label) records it.
+    let mut labelled = created.clone();
+    labelled["metadata"]["labels"] = json!({"team": "pricing"});
+    let l = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&labelled), Some(&created))).await;
+    assert!(l.allowed() && l.patched(&labelled)["metadata"]["annotations"].get(names::HEAD).is_none(), "{}", l.body);
+    let before = f.store(&l.patched(&labelled));
+    let stored = head_recorded(&f, "db", &mac_of(&s)).await;
+    assert_eq!(stored["metadata"]["annotations"][names::KEY_ID], "1");
+    f.calls();
+    // That patch, admitted as confighistory's own: taken as it is, no change recorded.
+    let mut own = review("Secret", "", "v1", "UPDATE", Some(&stored), Some(&before));
+    own["request"]["userInfo"]["username"] = json!(f.policy.identity);
+    let o = f.send("/mutate", own).await;
+    assert!(o.allowed() && o.patch().is_empty(), "{}", o.body);
+    f.settle().await;
+    assert!(f.calls().iter().all(|c| !c.starts_with("patch")), "recorded already: nothing written");
+    vec![
+        ("the create's answer".into(), shown(&a)),
+        ("the label's answer".into(), shown(&l)),
+        ("the own patch's answer".into(), shown(&o)),
+        ("the stored Secret's metadata".into(), stored["metadata"].to_string()),
+    ]
+}
+
+/// A review forged to the port (nothing checks a caller there without mTLS): the victim's Secret
+/// `db`, read by a pinned Deployment, written with content the forger chose (a guess of its
+/// value), as a CREATE and as an UPDATE, from a user and claiming confighistory's identity, its
+/// head the victim's. No answer holds a MAC of the chosen content, a right guess is answered as
+/// a wrong one, and nothing is written.
+async fn forged_secret_writes_reveal_nothing(value: &str) -> Shown {
+    let mut stored = opaque("db", value);
+    stored["metadata"]["annotations"] = json!({names::HEAD: mac_of(&stored), names::KEY_ID: "1"});
+    let f = Fixture::new(secrets_on("")).source(stored.clone()).source(configmap("cfg"));
+    let d = deployment("app:1", "db", "cfg");
+    let pinned = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await.patched(&d);
+    let f = f.workload(&pinned);
+    f.settle().await;
+    f.calls();
+    let mut out = Shown::new();
+    let identity = f.policy.identity.clone();
+    for user in ["mallory", identity.as_str()] {
+        for op in ["CREATE", "UPDATE same", "UPDATE changed"] {
+            let mut answers = Vec::new();
+            for guess in ["wrong-guess", value] {
+                let mut obj = opaque("db", guess);
+                obj["metadata"]["annotations"] = stored["metadata"]["annotations"].clone();
+                let old = match op {
+                    "CREATE" => None,
+                    "UPDATE same" => Some(obj.clone()),
+                    _ => Some(with_annotation(opaque("db", "another-guess"), names::HEAD, "x")),
+                };
+                let mut r = review("Secret", "", "v1", op.split(' ').next().unwrap(), Some(&obj), old.as_ref());
+                r["request"]["userInfo"]["username"] = json!(user);
+                let a = f.send("/mutate", r).await;
+                assert!(a.allowed(), "{user} {op}: {}", a.body);
+                assert_no_mac_of(&a, &obj);
+                f.settle().await;
+                let calls = f.calls();
+                assert!(calls.iter().all(|c| c.starts_with("get ")), "{user} {op}: only reads: {calls:?}");
+                assert_eq!(f.secret("db").unwrap(), stored, "{user} {op}: the stored Secret is left as it is");
+                // The answer as it would be for any guess: the change time is now.
+                let mut patch = a.patch();
+                for p in &mut patch {
+                    if p["path"] == "/metadata/annotations/confighistory.io~1changed-at" {
+                        p["value"] = json!("<now>");
+                    }
+                }
+                answers.push((patch, a.warnings(), a.response()["allowed"].clone()));
+                out.push((format!("{user}'s forged {op}"), shown(&a)));
+            }
+            assert_eq!(answers[0], answers[1], "{user} {op}: a right guess is answered as a wrong one");
+        }
+    }
+    out
 }
 
 // ---------- tests ----------
+
+#[tokio::test]
+async fn forged_secret_writes_to_the_port_get_no_mac_and_cause_no_write() {
+    forged_secret_writes_reveal_nothing("4321").await;
+}
+
+#[tokio::test]
+async fn a_secrets_head_is_recorded_after_the_answer_from_what_was_stored() {
+    the_head_is_recorded_after_the_answer("hunter2").await;
+}
+
+/// A CREATE carrying a head of its own, of a Secret nothing reads and the cache records no head
+/// of: no source (the request's annotations never make one), answered without a patch, nothing
+/// read or written. Failed before: its head made it a source, answered with the MAC of its
+/// content under the namespace's key.
+#[tokio::test]
+async fn a_create_carrying_its_own_head_is_no_source() {
+    let f = Fixture::new(secrets_on("")).source(configmap("cfg"));
+    let mut s = opaque("guess", "1234");
+    s["metadata"]["annotations"] = json!({names::HEAD: "forged"});
+    for dry in [false, true] {
+        let mut r = review("Secret", "", "v1", "CREATE", Some(&s), None);
+        r["request"]["dryRun"] = json!(dry);
+        let a = f.send("/mutate", r).await;
+        assert!(a.allowed() && a.patch().is_empty() && a.warnings().is_empty(), "dry run {dry}: {}", a.body);
+        f.settle().await;
+    }
+    assert!(f.calls().is_empty(), "{:?}", f.calls());
+}
+
+/// A dry-run write of a source Secret (through the API server, `--dry-run=server`, by a user who
+/// may create Secrets but not read them): no head, no key id, no MAC in the answer, and nothing
+/// read, written or recorded. Failed before: the answer carried the head of the request's
+/// content, a MAC oracle in a user's hands.
+#[tokio::test]
+async fn a_dry_run_secret_write_answers_no_head_and_has_no_effect() {
+    let mut stored = opaque("db", "s3cr3t");
+    stored["metadata"]["annotations"] = json!({names::HEAD: mac_of(&stored), names::KEY_ID: "1"});
+    // Read by name: its outgoing content would be kept by a real write.
+    let f = Fixture::new(secrets_on("")).source(stored.clone()).source(configmap("cfg")).workload(&deployment("app:1", "db", "cfg"));
+    let guess = opaque("db", "1234");
+    let bare = opaque("db", "s3cr3t");
+    let cases = [("CREATE", &guess, None), ("UPDATE", &guess, Some(&stored)), ("UPDATE", &bare, Some(&stored))];
+    for (op, obj, old) in cases {
+        let mut r = review("Secret", "", "v1", op, Some(obj), old);
+        r["request"]["dryRun"] = json!(true);
+        let a = f.send("/mutate", r).await;
+        assert!(a.allowed(), "{}", a.body);
+        let out = a.patched(obj);
+        let annotations = &out["metadata"]["annotations"];
+        assert!(annotations.get(names::HEAD).is_none() && annotations.get(names::KEY_ID).is_none(), "{op}: {}", a.body);
+        assert_no_mac_of(&a, obj);
+        f.settle().await;
+    }
+    assert!(f.calls().is_empty(), "nothing read or written: {:?}", f.calls());
+    assert_eq!(f.secret("db"), Some(stored));
+}
+
+/// Two Secrets holding one content under different names are named by unrelated MACs (frame v2
+/// binds the source's name, docs/behaviour.md §4a): a Secret one may write says nothing about
+/// another's MAC. Failed before: one content, one MAC, whatever the name.
+#[tokio::test]
+async fn two_secrets_holding_one_content_get_unrelated_macs() {
+    let (db, other) = (opaque("db", "same"), opaque("other", "same"));
+    let f = Fixture::new(secrets_on("")).source(db.clone()).source(other.clone()).source(configmap("cfg"));
+    let mut d = deployment("app:1", "db", "cfg");
+    d["spec"]["template"]["spec"]["containers"][0]["envFrom"] = json!([{"secretRef": {"name": "other"}}]);
+    let a = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
+    assert!(a.allowed(), "{}", a.body);
+    let out = a.patched(&d);
+    let pins: Value = serde_json::from_str(out["metadata"]["annotations"][names::PINS].as_str().unwrap()).unwrap();
+    let (x, y) = (pins["secret/db"].as_str().unwrap(), pins["secret/other"].as_str().unwrap());
+    assert_ne!(x, y, "one content, two names, two MACs");
+    assert_eq!((x, y), (mac_of(&db).as_str(), mac_of(&other).as_str()));
+    let spec = &out["spec"]["template"]["spec"];
+    assert_eq!(spec["containers"][0]["envFrom"][0]["secretRef"]["name"], json!(snapshot::name("other", y, 0)));
+    for (source, mac) in [("db", x), ("other", y)] {
+        let snap = f.secret(&snapshot::name(source, mac, 0)).expect("made");
+        assert_eq!(secret::validate(&snap, NS, &keyring()), Ok(mac.to_owned()));
+    }
+}
+
+/// A Secret edited while the webhook was away carries a stale head (docs/behaviour.md §7.8): a
+/// later write that keeps its content is answered without computing anything, and the read after
+/// the answer replaces the head with the stored content's; that write, admitted as
+/// confighistory's own, is a change first seen now (`changed-at` now, `propagated` cleared).
+#[tokio::test]
+async fn a_stale_head_is_replaced_after_the_answer_and_counts_as_a_change() {
+    let mut stale = opaque("db", "edited-while-away");
+    let old_mac = mac_of(&opaque("db", "before"));
+    stale["metadata"]["annotations"] =
+        json!({names::HEAD: old_mac, names::KEY_ID: "1", names::PROPAGATED: old_mac, names::CHANGED_AT: "2025-01-01T00:00:00Z"});
+    let f = Fixture::new(secrets_on("")).source(stale.clone()).source(configmap("cfg")).workload(&deployment("app:1", "db", "cfg"));
+    let mut labelled = stale.clone();
+    labelled["metadata"]["labels"] = json!({"team": "pricing"});
+    let a = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&labelled), Some(&stale))).await;
+    assert!(a.allowed() && a.patch().is_empty(), "nothing computed from the request: {}", a.body);
+    let before = f.store(&labelled);
+    let after = head_recorded(&f, "db", &mac_of(&stale)).await;
+    // The patch the read wrote, as the API server sends it to admission.
+    let mut own = review("Secret", "", "v1", "UPDATE", Some(&after), Some(&before));
+    own["request"]["userInfo"]["username"] = json!(f.policy.identity);
+    let o = f.send("/mutate", own).await;
+    let out = o.patched(&after);
+    let annotations = &out["metadata"]["annotations"];
+    assert_eq!(annotations[names::HEAD], json!(mac_of(&stale)), "{}", o.body);
+    assert_ne!(annotations[names::CHANGED_AT], json!("2025-01-01T00:00:00Z"), "a change first seen now: {annotations}");
+    assert!(annotations.get(names::PROPAGATED).is_none(), "{annotations}");
+    // A user cannot do the same: their head is not taken, and nothing changes.
+    let mut forged = before.clone();
+    forged["metadata"]["annotations"][names::HEAD] = json!("forged");
+    let u = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&forged), Some(&before))).await;
+    assert_eq!(u.patched(&forged)["metadata"]["annotations"], before["metadata"]["annotations"], "{}", u.body);
+}
+
+/// Heads and snapshots made before frame v2 (their MACs bind no name) stay valid, and a source
+/// whose content stays keeps its v1 head: a Deployment applied now is pinned to the existing v1
+/// snapshot, a write that keeps the content writes nothing after its answer (no change, so no
+/// propagation after an upgrade), and the controller's re-hash finds the head naming the content.
+/// Its next content change takes frame v2.
+#[tokio::test]
+async fn v1_heads_and_snapshots_stay_valid_and_move_no_workload() {
+    let s = opaque("db", "s3cr3t");
+    let v1 = v1_mac_of(&s);
+    assert_ne!(v1, mac_of(&s));
+    let mut stored = s.clone();
+    stored["metadata"]["annotations"] = json!({names::HEAD: v1, names::KEY_ID: "1", names::CHANGED_AT: "2025-01-01T00:00:00Z"});
+    let key = keyring().current().namespace_key(NS);
+    let content = SecretContent::from_object(&s).unwrap();
+    let v1_name = snapshot::name("db", &v1, 0);
+    let v1_snap = secret::snapshot_object_in(NS, "db", &v1_name, &content, &key, secret::Frame::V1, &[]);
+    assert_eq!(secret::validate(&v1_snap, NS, &keyring()), Ok(v1.clone()), "valid");
+    let f = Fixture::new(secrets_on("")).source(stored.clone()).source(v1_snap).source(configmap("cfg"));
+    let named = confighistory::store::SourceContent::from_object(SourceKind::Secret, &stored).unwrap();
+    assert!(named.is_named_by(NS, "db", &v1, Some(&keyring())), "the re-hash finds no missed change");
+
+    let d = deployment("app:1", "db", "cfg");
+    let a = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
+    let out = a.patched(&d);
+    assert_eq!(out["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!(v1_name), "{}", a.body);
+    let f = f.workload(&out);
+    f.settle().await;
+    assert!(f.calls().iter().all(|c| !c.starts_with("create shop/secret/")), "no new snapshot");
+
+    let mut relabelled = stored.clone();
+    relabelled["metadata"]["labels"] = json!({"team": "pricing"});
+    let r = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&relabelled), Some(&stored))).await;
+    assert!(r.allowed() && r.patch().is_empty(), "no change: {}", r.body);
+    f.store(&relabelled);
+    f.settle().await;
+    assert!(f.calls().iter().all(|c| !c.starts_with("patch")), "the head names the stored content: nothing written");
+
+    let mut edited = opaque("db", "new");
+    edited["metadata"]["annotations"] = stored["metadata"]["annotations"].clone();
+    let e = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&edited), Some(&f.secret("db").unwrap()))).await;
+    f.store(&e.patched(&edited));
+    head_recorded(&f, "db", &mac_of(&edited)).await;
+}
 
 #[tokio::test]
 async fn a_secret_update_keeps_its_outgoing_content_as_a_mac_named_snapshot() {
@@ -449,6 +807,7 @@ async fn no_form_of_a_canary_secret_value_is_written_anywhere() {
     let logs = Logs::default();
     let _guard = logs.capture();
     let mut shown: Shown = Vec::new();
+    Logs::refresh();
     shown.extend(secret_update_keeps_outgoing_content(CANARY).await);
     shown.extend(deployment_is_pinned_to_secret_snapshots(CANARY).await);
     shown.extend(a_trigger_moves_a_secret_pin_to_the_head(CANARY).await);
@@ -457,7 +816,11 @@ async fn no_form_of_a_canary_secret_value_is_written_anywhere() {
     shown.extend(enforce_denies_a_workload_reading_a_mutable_secret(CANARY).await);
     shown.extend(a_collision_moves_to_the_next_name(CANARY).await);
     shown.extend(a_full_quota_is_explained(CANARY).await);
+    shown.extend(the_head_is_recorded_after_the_answer(CANARY).await);
+    shown.extend(forged_secret_writes_reveal_nothing(CANARY).await);
     let lines = logs.text();
+    assert!(lines.contains("could not record the Secret's head"), "the failed head write was logged");
+    assert!(lines.contains("recorded the Secret's head"), "the head write was logged");
     assert!(lines.contains("created snapshot"), "the run logged at debug level: {} bytes", lines.len());
     shown.push(("the logs".into(), lines));
     shown.push(("the metrics".into(), confighistory::metrics::METRICS.render()));
@@ -500,11 +863,12 @@ async fn a_key_rotation_renames_no_snapshot_and_moves_no_workload() {
     // Its next write (here confighistory's own head record) records the head and its key.
     let f = f.workload(&pinned);
     let mut touched = s.clone();
-    touched["metadata"]["annotations"] = json!({names::HEAD: mac_of(&s)});
+    touched["metadata"]["annotations"] = json!({names::HEAD: mac_of(&s), names::KEY_ID: "1"});
     let mut as_confighistory = review("Secret", "", "v1", "UPDATE", Some(&touched), Some(&s));
     as_confighistory["request"]["userInfo"]["username"] = json!(f.policy.identity);
     let created = f.send("/mutate", as_confighistory).await.patched(&touched);
     assert_eq!(created["metadata"]["annotations"][names::KEY_ID], "1", "the key its head is MAC'd under");
+    f.settle().await;
     let f = f.source(created.clone());
 
     let rotated = keyring().rotate(ClusterKey::new(KeyId(2), vec![9; 32]).unwrap()).unwrap();
@@ -533,9 +897,11 @@ async fn a_key_rotation_renames_no_snapshot_and_moves_no_workload() {
     edited["metadata"]["annotations"] = created["metadata"]["annotations"].clone();
     let e = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&edited), Some(&created))).await;
     let after = e.patched(&edited);
-    assert_eq!(after["metadata"]["annotations"][names::KEY_ID], "2");
-    let new_mac = SecretContent::from_object(&edited).unwrap().mac(&rotated.current().namespace_key(NS));
-    assert_eq!(after["metadata"]["annotations"][names::HEAD], json!(new_mac));
+    assert!(after["metadata"]["annotations"].get(names::KEY_ID).is_none(), "the stale key id goes with the stale head");
+    f.store(&after);
+    let new_mac = SecretContent::from_object(&edited).unwrap().mac(&rotated.current().namespace_key(NS), "db");
+    let stored = head_recorded(&f, "db", &new_mac).await;
+    assert_eq!(stored["metadata"]["annotations"][names::KEY_ID], "2");
     // The outgoing content is kept under the key it was named by: the snapshot the Deployments use.
     assert!(f.secret(&before).is_some());
 }
@@ -619,6 +985,7 @@ async fn a_secret_of_twenty_thousand_keys_is_answered_with_capped_warnings_and_n
     let mut shown = Vec::new();
     for (old, new, warning, expected) in cases {
         let f = Fixture::new(secrets_on("")).source(old.clone()).source(configmap("cfg")).workload(&deployment("app:1", "db", "cfg"));
+        Logs::refresh();
         let started = std::time::Instant::now();
         let a = f.send("/mutate", review("Secret", "", "v1", "UPDATE", Some(&new), Some(&old))).await;
         eprintln!(
@@ -645,7 +1012,7 @@ async fn a_secret_of_twenty_thousand_keys_is_answered_with_capped_warnings_and_n
             assert_eq!(names, first, "the first keys, in order: {w}");
             assert_eq!(names.len() + more.parse::<usize>().unwrap(), *len, "every key accounted for: {w}");
         }
-        assert_eq!(a.patched(&new)["metadata"]["annotations"][names::HEAD], json!(mac_of(&new)), "the new content's MAC is the head");
+        assert!(a.patched(&new)["metadata"]["annotations"].get(names::HEAD).is_none(), "no head in the answer");
         let kept = f.secret(&snapshot::name("db", &mac_of(&old), 0)).expect("the outgoing content is kept");
         assert!(kept["data"] == old["data"] && kept["immutable"] == json!(true), "a snapshot of all {KEYS} keys");
         shown.push(a.text);

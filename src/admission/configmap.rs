@@ -6,10 +6,8 @@ use serde_json::Value;
 use super::review::{Operation, Request};
 use super::{annotation, annotation_ops, Decision, Effect, Outcome, Reason, View};
 use crate::model::json::At;
-use crate::model::keys::KeyId;
 use crate::model::names;
 use crate::model::policy::Mode;
-use crate::model::secret::SecretContent;
 use crate::model::snapshot::{self, Content, ContentRef};
 use crate::model::source::{self, SourceId};
 
@@ -169,7 +167,8 @@ pub fn decide_with(req: &Request, view: &View, facts: Option<&ContentFacts>) -> 
         return Outcome::Done(d);
     }
 
-    let (changed_at, propagated) = change_markers(obj, old, &head, changed, own, view.now);
+    let first_pass = annotation(obj, names::HEAD) == Some(head.as_str());
+    let (changed_at, propagated) = change_markers(obj, old, first_pass, changed, own, view.now);
     let recorded_out = source::excluded_by_selector(obj, excluded).then(|| "true".to_owned());
     d.response.patch = annotation_ops(
         obj,
@@ -189,10 +188,9 @@ pub fn decide_with(req: &Request, view: &View, facts: Option<&ContentFacts>) -> 
 }
 
 /// The content of a source kind as [`keep_outgoing`] keeps it: a ConfigMap's [`Content`], named
-/// by its hash, or a Secret's [`SecretContent`], named by its MAC under the namespace's key.
+/// by its hash (a Secret's is kept by `admission::secret`, named from the stored object only).
 pub(super) trait Outgoing: PartialEq + Sized {
-    /// What names the content besides itself: nothing for a ConfigMap, the cluster key a
-    /// Secret's MAC is under.
+    /// What names the content besides itself (nothing for a ConfigMap).
     type Key;
     /// The kind, as the log says it.
     const KIND: &'static str;
@@ -213,18 +211,6 @@ impl Outgoing for Content {
     }
     fn ensure(self, _: (), namespace: String, source: SourceId, adopted: Vec<String>) -> Effect {
         Effect::EnsureSnapshot { namespace, source, content: self, adopted }
-    }
-}
-
-impl Outgoing for SecretContent {
-    type Key = KeyId;
-    const KIND: &'static str = "Secret";
-    const WHAT: &'static str = "content";
-    fn stored(obj: &Value) -> Option<SecretContent> {
-        SecretContent::from_object(obj).ok()
-    }
-    fn ensure(self, key: KeyId, namespace: String, source: SourceId, adopted: Vec<String>) -> Effect {
-        Effect::EnsureSecretSnapshot { namespace, source, content: self, key, adopted }
     }
 }
 
@@ -279,11 +265,14 @@ pub(super) fn keep_outgoing<C: Outgoing>(
 }
 
 /// A source's change markers after this request (docs/behaviour.md §6.1, §7): when its content
-/// last changed, and the propagation marker, for ConfigMaps and Secrets alike.
+/// last changed, and the propagation marker, for ConfigMaps and Secrets alike. `first_pass`:
+/// the request's `changed-at` may be one an earlier pass over this very change set (a ConfigMap
+/// whose request carries the head of this content; a Secret whose request carries another
+/// `changed-at` than `oldObject`'s).
 pub(super) fn change_markers(
     obj: &Value,
     old: Option<&Value>,
-    head: &str,
+    first_pass: bool,
     changed: bool,
     own: bool,
     now: &str,
@@ -293,10 +282,8 @@ pub(super) fn change_markers(
         // this very content: keep it, or the second pass would not be a no-op, even on another
         // replica. Only a recent time is taken from the request (a client cannot move a change
         // out of its settle window, nor delay it by more than replicas' clocks may disagree).
-        let first_pass = annotation(obj, names::HEAD)
-            .filter(|h| *h == head)
-            .and(annotation(obj, names::CHANGED_AT))
-            .filter(|t| just_before(t, now, REINVOCATION_WINDOW));
+        let first_pass =
+            first_pass.then(|| annotation(obj, names::CHANGED_AT)).flatten().filter(|t| just_before(t, now, REINVOCATION_WINDOW));
         Some(first_pass.unwrap_or(now).to_owned())
     } else {
         old.and_then(|o| annotation(o, names::CHANGED_AT)).map(str::to_owned)

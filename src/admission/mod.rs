@@ -254,8 +254,16 @@ pub enum Effect {
     /// the collision sequence) and that its adoption record lists `adopted`.
     EnsureSnapshot { namespace: String, source: SourceId, content: Content, adopted: Vec<String> },
     /// The same for a Secret (docs/behaviour.md §4a): an immutable Secret of the same type and
-    /// data, named by its MAC under the namespace's key of cluster key `key` (the source's).
-    EnsureSecretSnapshot { namespace: String, source: SourceId, content: SecretContent, key: KeyId, adopted: Vec<String> },
+    /// data, named by its MAC under the namespace's key of cluster key `key` in `frame` (the
+    /// source's, `secret_model::source_mac`).
+    EnsureSecretSnapshot {
+        namespace: String,
+        source: SourceId,
+        content: SecretContent,
+        key: KeyId,
+        frame: secret_model::Frame,
+        adopted: Vec<String>,
+    },
     /// The request chose an existing snapshot of `source` by name (6.2 rule 3): make sure a GC
     /// sweep does not delete it while it is being pinned (docs/behaviour.md §8), by clearing GC's last-use
     /// record on it.
@@ -266,6 +274,20 @@ pub enum Effect {
     /// GitOps controller's, every interval) would be the one to add it: a write, and a drift
     /// report from tools that diff a dry run against the stored object (docs/behaviour.md §10.11).
     RecordHead { namespace: String, source: SourceId, hash: String },
+    /// A source Secret was written (docs/behaviour.md §4a): after the answer, and never for a dry
+    /// run, read it fresh (once its resourceVersion moved past `after`, the request's oldObject's
+    /// when its content changed; once it exists, for a CREATE) and record the head and key id of
+    /// the content stored, when they differ from the recorded ones. The answer never carries a
+    /// MAC of the request's content (§9a: a review forged to the port holds content the forger
+    /// chose).
+    RecordSecretHead { namespace: String, source: SourceId, after: Option<String> },
+}
+
+impl Effect {
+    /// Whether the edge runs it after the answer (no API call before answering, so no place).
+    pub fn after_answer(&self) -> bool {
+        matches!(self, Effect::RecordHead { .. } | Effect::RecordSecretHead { .. })
+    }
 }
 
 /// Where a rewritten reference points once effects have run.

@@ -8,7 +8,6 @@ use super::{annotation, Decision, Reason, View};
 use crate::model::json::At;
 use crate::model::meta::Meta;
 use crate::model::names;
-use crate::model::secret;
 use crate::model::snapshot;
 use crate::model::source::{self, SourceId, SourceKind};
 
@@ -22,11 +21,36 @@ pub fn decide(req: &Request, view: &View) -> Decision {
     if view.policy.excludes(&req.namespace) {
         return Decision::allow(Reason::ExcludedNamespace);
     }
+    let trusted = req.user_info.username == view.policy.identity || view.policy.snapshot_creators.contains(&req.user_info.username);
     match req.operation {
+        // A Secret snapshot's validity is its MAC over the content the request carries: answering
+        // it would compare a caller's guess with a MAC it knows (from a pinned template). So the
+        // answer never depends on it (docs/behaviour.md §4a, §9a): only confighistory and the
+        // admin's snapshot creators create Secret snapshots, checked on labels and names; the MAC
+        // is checked where a snapshot is used (store, GC), never answered.
+        Operation::Create if kind == SourceKind::Secret => match secret_snapshot_shape(req.object(), view) {
+            Ok(()) if trusted => Decision::allow(Reason::ValidSnapshot),
+            Ok(()) => Decision::deny(
+                Reason::ForeignSnapshot,
+                403,
+                format!(
+                    "Secret {name} carries the {} label: only confighistory (or an identity the admin allows) creates Secret \
+                     snapshots. Remove the label to create an ordinary Secret",
+                    names::HASH_LABEL
+                ),
+            ),
+            Err(why) => Decision::deny(
+                Reason::InvalidSnapshot,
+                403,
+                format!(
+                    "Secret {name} carries the {} label but is not a valid snapshot: {why}. \
+                     Snapshots are made by confighistory; remove the label to create an ordinary Secret",
+                    names::HASH_LABEL
+                ),
+            ),
+        },
         Operation::Create => match validate(kind, req.object(), &req.namespace, view) {
-            Ok(_) if req.user_info.username == view.policy.identity || view.policy.snapshot_creators.contains(&req.user_info.username) => {
-                Decision::allow(Reason::ValidSnapshot)
-            }
+            Ok(_) if trusted => Decision::allow(Reason::ValidSnapshot),
             Ok(hash) => match foreign_problems(req.object(), name, &hash) {
                 None => Decision::allow(Reason::ValidSnapshot),
                 Some(why) => Decision::deny(
@@ -112,17 +136,32 @@ pub fn decide(req: &Request, view: &View) -> Decision {
     }
 }
 
-/// The hash of a valid snapshot, or why it is none: a ConfigMap's content hash, a Secret's MAC
-/// under the key its key-id label names (docs/behaviour.md §4a; the error names labels and key
-/// ids, never content).
-fn validate(kind: SourceKind, obj: &Value, ns: &str, view: &View) -> Result<String, String> {
+/// The hash of a valid ConfigMap snapshot, or why it is none (a Secret snapshot's CREATE is
+/// checked by [`secret_snapshot_shape`]).
+fn validate(kind: SourceKind, obj: &Value, _ns: &str, _view: &View) -> Result<String, String> {
     match kind {
         SourceKind::ConfigMap => snapshot::validate(obj).map_err(|e| e.to_string()),
-        SourceKind::Secret => match view.policy.secrets.keys.get().as_deref() {
-            Some(keys) => secret::validate(obj, ns, keys).map_err(|e| e.to_string()),
-            None => Err("the cluster keys Secret snapshots are checked with are not loaded".into()),
-        },
+        SourceKind::Secret => Err("a Secret snapshot's content is never checked in an answer".into()),
     }
+}
+
+/// What a Secret snapshot's CREATE is checked on (docs/behaviour.md §4a): immutable, the snapshot
+/// labels, a key id the keyring keeps, and a name that ends in its hash label; never its content
+/// (whose MAC a caller could test guesses against).
+fn secret_snapshot_shape(obj: &Value, view: &View) -> Result<(), String> {
+    let claimed = snapshot::claimed_hash(obj).map_err(|e| e.to_string())?;
+    let id_text = obj.at("/metadata/labels").and_then(|l| l.get(names::KEY_ID_LABEL)).and_then(Value::as_str);
+    let id_text = id_text.ok_or_else(|| format!("it has no {} label", names::KEY_ID_LABEL))?;
+    let id: crate::model::keys::KeyId = id_text.parse().map_err(|e: crate::model::keys::KeyError| e.to_string())?;
+    match view.policy.secrets.keys.get().as_deref() {
+        Some(keys) if keys.get(id).is_none() => return Err(format!("its key {id} is not kept")),
+        Some(_) => {}
+        None => return Err("the cluster keys Secret snapshots are checked with are not loaded".into()),
+    }
+    if !snapshot::names_its_hash(obj, claimed) {
+        return Err(format!("its name does not end in its hash {claimed}"));
+    }
+    Ok(())
 }
 
 /// The name of the object a request is about. A DELETECOLLECTION (`kubectl delete --raw` of a

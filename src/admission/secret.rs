@@ -1,20 +1,27 @@
 //! Source Secret admission (docs/behaviour.md §4a, with §6.1): where the admin turned Secrets on,
-//! a tracked Secret's writes are handled as a source ConfigMap's are (the head, kept outgoing
-//! content for workloads still on the plain name), with its head a MAC under the namespace's key
-//! and warnings that name keys only. A never-source (tokens, Helm release records, a certificate
-//! issuer's, `versioned: "false"`, the admin's selector) is left exactly as it is.
+//! a tracked Secret's writes are handled as a source ConfigMap's are (change markers, kept
+//! outgoing content for workloads still on the plain name), with warnings that name keys only. A
+//! never-source (tokens, Helm release records, a certificate issuer's, `versioned: "false"`, the
+//! admin's selector) is left exactly as it is.
 //!
-//! Nothing built here holds a Secret's value or an unkeyed hash of one: the content stays in
-//! `SecretContent` (value-free `Debug`), heads and snapshot names are MACs, warnings name keys.
+//! Nothing built here holds a Secret's value or an unkeyed hash of one, and no answer depends on
+//! a MAC of the request's content (§9a: a review forged to the port holds content the forger
+//! chose, and a user who may write a Secret but not read it sees the stored object): whether a
+//! Secret is a source is the cache's word, the head is recorded after the answer from a fresh
+//! read of the stored Secret (`Effect::RecordSecretHead`), and the outgoing content is named
+//! from the stored object only.
 
 use serde_json::Value;
 
 use super::review::{Operation, Request};
-use super::{annotation, annotation_ops, Decision, Outcome, Reason, View};
+use super::{annotation, annotation_ops, Decision, Effect, Outcome, Reason, View};
+use crate::model::json::At;
+use crate::model::keys::Keyring;
+use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::secret::{self, SecretContent};
-use crate::model::source::{SourceId, SourceKind};
+use crate::model::source::{self as source_model, SourceId, SourceKind};
 
 pub fn decide(req: &Request, view: &View) -> Outcome {
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
@@ -36,9 +43,11 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         return Outcome::Done(Decision::allow(Reason::NotASource));
     }
     let old = req.old_object.as_ref().filter(|_| req.operation == Operation::Update);
+    // A source by the API server's word (the watches): a workload names it, or the stored Secret
+    // carries a head. Never by the request's annotations: in a review forged to the port, object
+    // and oldObject are both the forger's (docs/behaviour.md §9a).
     let is_source = view.state.is_referenced_source(&req.namespace, &id)
-        || annotation(obj, names::HEAD).is_some()
-        || old.is_some_and(|o| annotation(o, names::HEAD).is_some());
+        || view.state.source(&req.namespace, &id).is_some_and(|c| c.annotation(names::HEAD).is_some());
     let versioned = |o: &Value| secret::is_versioned(o, secret::secret_type(o), excluded);
     // A never-source (by its type, a certificate issuer's annotation or the admin's selector) was
     // left above, whatever the old object was. A tracked Secret whose owner opts it out
@@ -54,28 +63,17 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         d.response.warn(format!("secret/{name}: not versioned now: the cluster keys Secret snapshots are named under are not loaded"));
         return Outcome::Done(d);
     };
-    let content = match SecretContent::from_object(obj) {
-        Ok(c) => c,
-        Err(e) => {
-            let mut d = Decision::allow(Reason::Source);
-            d.response.warn(format!("secret/{name}: not versioned: {e}"));
-            return Outcome::Done(d);
-        }
-    };
-    // Compared as the API server sends them (canonical base64): the old values are decoded only
-    // when its outgoing content must be kept (docs/performance.md).
+    // Compared as the API server sends them (canonical base64): nothing is decoded, nothing MAC'd.
     let content_changed = old.is_none_or(|o| !secret::same_content(o, obj));
-    // The key its MACs are under: while its content stays, the one the stored Secret recorded (a
-    // key rotation renames nothing and moves no workload); new content takes the current key.
-    let cluster_key = match old {
-        Some(o) if !content_changed => secret::source_key(o, &content, &req.namespace, keys),
-        _ => keys.current(),
-    };
-    let head = content.mac(&cluster_key.namespace_key(&req.namespace));
     let own = req.user_info.username == view.policy.identity;
-    let claimed_head = old.filter(|o| own && annotation(o, names::HEAD).is_none()).and_then(|_| annotation(obj, names::HEAD));
-    let stale_head = old.and_then(|o| annotation(o, names::HEAD)).or(claimed_head).is_some_and(|h| h != head);
-    let changed = stale_head || content_changed || versioning_changed;
+    let old_head = old.and_then(|o| annotation(o, names::HEAD));
+    // A head only confighistory sets, on a write that keeps the content: one it computed from a
+    // fresh read (after a write's answer, a workload's first pin, a controller's touch), checked
+    // again after this answer (`Effect::RecordSecretHead`). One that replaces another is a change
+    // first seen now (missed while the webhook was away, docs/behaviour.md §7.8).
+    let own_head = annotation(obj, names::HEAD).filter(|_| own && !content_changed);
+    let head_replaced = own_head.is_some_and(|h| old_head.is_some_and(|o| o != h));
+    let changed = content_changed || versioning_changed || head_replaced;
     let mut d = Decision::allow(if changed { Reason::SourceChanged } else { Reason::Source });
     if let (Some(old), true) = (old, content_changed) {
         // Keys and the type; never a value, and the settings inside a value are never parsed.
@@ -101,26 +99,112 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     if mode != Mode::Rewrite {
         return Outcome::Done(d);
     }
-    let (changed_at, propagated) = super::configmap::change_markers(obj, old, &head, changed, own, view.now);
-    let key_id = Some(cluster_key.id().to_string());
+    // The head and key id: none once the content changed (the stale ones go; the stored content's
+    // are recorded after the answer), confighistory's own, or the stored ones kept. Never one
+    // computed here, and none added in a dry run.
+    let (head, key_id) = match (content_changed, own_head) {
+        (true, _) => (None, None),
+        (false, Some(h)) => (Some(h), annotation(obj, names::KEY_ID)),
+        (false, None) => (old_head, old.and_then(|o| annotation(o, names::KEY_ID))),
+    };
+    let (head, key_id) = if req.dry_run() {
+        // Removed where they go; otherwise left as the request has them.
+        (head.and(annotation(obj, names::HEAD)), key_id.and(annotation(obj, names::KEY_ID)))
+    } else {
+        (head, key_id)
+    };
+    let first_pass = annotation(obj, names::CHANGED_AT) != old.and_then(|o| annotation(o, names::CHANGED_AT));
+    let (changed_at, propagated) = super::configmap::change_markers(obj, old, first_pass, changed, own, view.now);
     d.response.patch = annotation_ops(
         obj,
-        &[(names::HEAD, Some(head)), (names::KEY_ID, key_id), (names::CHANGED_AT, changed_at), (names::PROPAGATED, propagated)],
+        &[
+            (names::HEAD, head.map(str::to_owned)),
+            (names::KEY_ID, key_id.map(str::to_owned)),
+            (names::CHANGED_AT, changed_at),
+            (names::PROPAGATED, propagated),
+        ],
     );
-
+    if req.dry_run() {
+        // Nothing read, written or recorded for a dry run (docs/behaviour.md §4a, §6.5).
+        return Outcome::Done(d);
+    }
     // Workloads still on the plain name ran with the outgoing content: keep it, as for a
     // ConfigMap (docs/behaviour.md §9), from the stored object, never the request's word for it.
     if let (Some(old), true) = (old, content_changed) {
-        let label = id.to_string();
-        // The outgoing content is named under the key the stored Secret recorded.
-        let named = |c: &SecretContent| {
-            let old_key = secret::source_key(old, c, &req.namespace, keys);
-            (c.mac(&old_key.namespace_key(&req.namespace)), old_key.id())
-        };
-        let old_content = || SecretContent::from_object(old).ok();
-        if let Some(outcome) = super::configmap::keep_outgoing(req, view, &id, &label, Some(old), old_content, named, &mut d) {
+        if let Some(outcome) = keep_outgoing(req, view, &id, old, keys, &mut d) {
             return outcome;
         }
     }
+    let version = |o: &Value| o.at("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
+    let after = old.filter(|_| content_changed).and_then(version);
+    d.effects.push(Effect::RecordSecretHead { namespace: req.namespace.clone(), source: id, after });
     Outcome::Done(d)
+}
+
+/// The outgoing content of a Secret whose content changed (docs/behaviour.md §9), when workloads
+/// still on the plain name ran with it: read fresh and, when the stored object is still at
+/// `oldObject`'s resourceVersion (the content this write replaces), kept as a snapshot named from
+/// the stored object (its key and frame, `secret::source_mac`) with their adoption records,
+/// unless one records them all already. Nothing in the answer depends on the request's content
+/// or names the snapshot: `oldObject` gives only the resourceVersion, and the snapshot is the
+/// stored content's (a forged review can make it kept, never planted nor compared). `Some`: the
+/// whole answer (a read to make first, or its failure).
+fn keep_outgoing(req: &Request, view: &View, id: &SourceId, old: &Value, keys: &Keyring, d: &mut Decision) -> Option<Outcome> {
+    let users = view.state.plain_users(&req.namespace, id);
+    if users.is_empty() {
+        return None;
+    }
+    if let Some(failure) = view.failed.get(id) {
+        return Some(Outcome::Done(Decision { response: failure.denial.clone(), reason: Reason::ApiError, ..Default::default() }));
+    }
+    let Some(stored) = view.fresh.get(id) else { return Some(Outcome::Fetch(vec![id.clone()])) };
+    let version = |o: &Value| o.at("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
+    let stored = stored.as_ref().filter(|s| version(s).is_some() && version(s) == version(old));
+    let content = stored.and_then(|s| Some((s, SecretContent::from_object(s).ok()?)));
+    let Some((stored, content)) = content.filter(|(s, _)| secret::is_tracked(*s, secret::secret_type(s), &view.policy.excluded_sources))
+    else {
+        tracing::warn!(namespace = %req.namespace, source = %id, "oldObject is not the stored Secret; outgoing content not kept");
+        d.response.warn(format!("{id}: outgoing content not kept (the stored object is not this request's oldObject)"));
+        return None;
+    };
+    let named = secret::source_mac(stored, &content, &req.namespace, &id.name, keys);
+    // The source's own snapshots only (the cache's index), not every object of the cluster.
+    let recorded = view
+        .state
+        .snapshots_of(&req.namespace, id)
+        .any(|(_, s, hash)| hash == named.mac && users.iter().all(|u| source_model::adopted(s).any(|a| a == u)));
+    if !recorded {
+        let (key, frame) = (named.key.id(), named.frame);
+        d.effects.push(Effect::EnsureSecretSnapshot {
+            namespace: req.namespace.clone(),
+            source: id.clone(),
+            content,
+            key,
+            frame,
+            adopted: users,
+        });
+    }
+    None
+}
+
+/// The head and key id to record on source Secret `obj` named `name` in namespace `ns`, as the
+/// API server stored it (read fresh after a write's answer, docs/behaviour.md §4a): the MAC of
+/// its content under its key and frame (`secret::source_mac`), when that is not what it records
+/// already. `None` too when it is no tracked Secret any more, or its data is not what the API
+/// serves.
+pub fn head_to_record(
+    obj: &Value,
+    ns: &str,
+    name: &str,
+    keys: &Keyring,
+    excluded: &crate::model::policy::Selector,
+) -> Option<(String, String)> {
+    if !secret::is_tracked(obj, secret::secret_type(obj), excluded) {
+        return None;
+    }
+    let content = SecretContent::from_object(obj).ok()?;
+    let named = secret::source_mac(obj, &content, ns, name, keys);
+    let key_id = named.key.id().to_string();
+    let recorded = annotation(obj, names::HEAD) == Some(named.mac.as_str()) && annotation(obj, names::KEY_ID) == Some(key_id.as_str());
+    (!recorded).then_some((named.mac, key_id))
 }

@@ -476,8 +476,8 @@ fn keep_pins(obj: &Value, a: &Analysis, old_holds: Holds) -> Decision {
 /// What a snapshot of a source copies, by kind.
 enum Payload {
     ConfigMap(Content),
-    /// A Secret's content and the cluster key its MAC is under (the source's).
-    Secret(SecretContent, KeyId),
+    /// A Secret's content and the cluster key and frame its MAC is under (the source's).
+    Secret(SecretContent, KeyId, secret::Frame),
 }
 
 /// The decision being built from the choices, with the pins and holds it records.
@@ -564,10 +564,12 @@ impl Builder<'_> {
         };
         match SecretContent::from_object(cm) {
             Ok(content) => {
-                // Under the key the stored Secret records (a key rotation renames nothing).
-                let key = secret::source_key(cm, &content, self.namespace, keys);
-                let head = content.mac(&key.namespace_key(self.namespace));
-                Some((Payload::Secret(content, key.id()), head))
+                // Under the key and frame its head was made with while that still names the
+                // content (a key rotation or the v2 frame renames nothing), from the stored
+                // Secret read fresh: the API server's word, never the request's.
+                let named = secret::source_mac(cm, &content, self.namespace, &source.name, keys);
+                let (key, frame) = (named.key.id(), named.frame);
+                Some((Payload::Secret(content, key, frame), named.mac))
             }
             Err(e) => {
                 self.d.response.warn(format!("{source}: left as sent: {e}"));
@@ -609,7 +611,9 @@ impl Builder<'_> {
                 let (namespace, id, adopted) = (self.namespace.to_owned(), source.clone(), Vec::new());
                 self.d.effects.push(match content {
                     Payload::ConfigMap(content) => Effect::EnsureSnapshot { namespace, source: id, content, adopted },
-                    Payload::Secret(content, key) => Effect::EnsureSecretSnapshot { namespace, source: id, content, key, adopted },
+                    Payload::Secret(content, key, frame) => {
+                        Effect::EnsureSecretSnapshot { namespace, source: id, content, key, frame, adopted }
+                    }
                 });
                 // A reference that already names the snapshot made (a missing one made again,
                 // §6.2.5) is left as it is: `Decision::finish` writes no operation for it.

@@ -672,9 +672,9 @@ async fn rehash(ctx: &Ctx, st: &mut ResyncState) {
                 continue;
             }
         };
-        let Some(actual) = content.snap(&obj, &ns, keys).map(|s| s.hash(&ns)) else { continue };
+        let Some(actual) = content.snap(&obj, &ns, &name.name, keys).map(|s| s.hash(&ns, &name.name)) else { continue };
         let stored = match crate::admission::annotation(&obj, names::HEAD) {
-            Some(head) => (!content.is_named_by(&ns, head, keys)).then(|| head.to_owned()),
+            Some(head) => (!content.is_named_by(&ns, &name.name, head, keys)).then(|| head.to_owned()),
             None => propagate::missed_change(&pins, &actual).map(str::to_owned),
         };
         let Some(stored) = stored else {
@@ -779,9 +779,10 @@ async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> Result<String> {
         id: a.source.clone(),
         why: e,
     })?;
-    let snap =
-        content.snap(&obj, &a.namespace, keys).ok_or_else(|| Error::NoKeys { namespace: namespace.clone(), id: a.source.clone() })?;
-    if crate::admission::annotation(&obj, names::HEAD).is_some_and(|h| !content.is_named_by(&a.namespace, h, keys)) {
+    let snap = content
+        .snap(&obj, &a.namespace, &a.source.name, keys)
+        .ok_or_else(|| Error::NoKeys { namespace: namespace.clone(), id: a.source.clone() })?;
+    if crate::admission::annotation(&obj, names::HEAD).is_some_and(|h| !content.is_named_by(&a.namespace, &a.source.name, h, keys)) {
         // Changed while the webhook was away: the workload did not run with this content.
         return Err(Error::ChangedWhileAway { namespace, name });
     }

@@ -949,15 +949,15 @@ fn secret_holding(policy: &Policy, name: &str, password: &str, stored: &str) -> 
     let mut obj = json!({"kind": "Secret", "type": "Opaque",
         "metadata": {"namespace": "ns", "name": name, "uid": format!("uid-{name}"), "resourceVersion": "1", "annotations": {}},
         "data": {"password": b64(password)}});
-    obj["metadata"]["annotations"][names::HEAD] = json!(secret_mac(policy, stored));
+    obj["metadata"]["annotations"][names::HEAD] = json!(secret_mac(policy, name, stored));
     obj
 }
 
-fn secret_mac(policy: &Policy, password: &str) -> String {
+fn secret_mac(policy: &Policy, name: &str, password: &str) -> String {
     let keys = policy.secrets.keys.get().unwrap();
     let content =
         crate::model::secret::SecretContent::from_object(&json!({"type": "Opaque", "data": {"password": b64(password)}})).unwrap();
-    content.mac(&keys.current().namespace_key("ns"))
+    content.mac(&keys.current().namespace_key("ns"), name)
 }
 
 /// A Deployment that reads Secret `secret` as files.
@@ -1010,7 +1010,7 @@ async fn a_resync_pass_adopts_repairs_and_rehashes_secret_sources_where_secrets_
     let ctx = ctx_with(&cluster, state, args(&[]), policy.clone());
 
     resync_pass(&ctx, &seen, &mut ResyncState::default()).await;
-    let mac = secret_mac(&policy, CANARY);
+    let mac = secret_mac(&policy, "db", CANARY);
     let id = crate::model::source::SourceId::new(crate::model::source::SourceKind::Secret, snapshot::name("db", &mac, 0));
     let snap = cluster.source("ns", &id).expect("the MAC-named snapshot of the Secret's current content");
     assert_eq!((snap["immutable"].as_bool(), snap["type"].as_str()), (Some(true), Some("Opaque")));
@@ -1108,7 +1108,7 @@ async fn turning_secrets_on_for_a_namespace_adopts_a_workload_newer_than_the_las
     assert_eq!(trigger_of(&cluster, "new"), None, "not restarted");
     let id = crate::model::source::SourceId::new(
         crate::model::source::SourceKind::Secret,
-        snapshot::name("db", &secret_mac(&policy, CANARY), 0),
+        snapshot::name("db", &secret_mac(&policy, "db", CANARY), 0),
     );
     let snap = cluster.source("ns", &id).expect("the snapshot of its current content");
     assert_eq!(crate::admission::annotation(&snap, names::ADOPTED), Some(template.as_str()), "adopted");

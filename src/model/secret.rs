@@ -162,19 +162,34 @@ impl SecretContent {
         self.data.get(key).map(Vec::as_slice)
     }
 
-    /// The MAC of this content under `key`, encoded as a snapshot's hash is
-    /// (`snapshot::encode_digest`): the hash part of its snapshot's name and its hash label.
-    pub fn mac(&self, key: &NamespaceKey) -> String {
+    /// The MAC of this content as the content of Secret `source`, under `key`, in the current
+    /// frame ([`Frame::V2`]), encoded as a snapshot's hash is (`snapshot::encode_digest`): the
+    /// hash part of its snapshot's name and its hash label.
+    pub fn mac(&self, key: &NamespaceKey, source: &str) -> String {
+        self.mac_in(key, source, Frame::V2)
+    }
+
+    /// [`Self::mac`] in frame `frame` (a [`Frame::V1`] MAC ignores `source`).
+    pub fn mac_in(&self, key: &NamespaceKey, source: &str, frame: Frame) -> String {
         let mut m = key.mac();
-        self.frame(|bytes| m.update(bytes));
+        self.frame(source, frame, |bytes| m.update(bytes));
         snapshot::encode_digest(&m.finish())
     }
 
-    /// The byte stream [`Self::mac`] MACs: a version tag, then the type and each key and value,
-    /// length-prefixed, keys in sorted order (BTreeMap). Lengths make it injective: no two
-    /// contents, nor a type and a key, produce the same stream.
-    fn frame(&self, mut sink: impl FnMut(&[u8])) {
-        sink(b"confighistory/secret/v1\0");
+    /// The byte stream [`Self::mac_in`] MACs: a version tag; in v2 the source's name (the
+    /// namespace is in the namespace key), so one content under two names gets unrelated MACs;
+    /// then the type and each key and value; everything length-prefixed, keys in sorted order
+    /// (BTreeMap). Lengths make it injective: no two contents, nor a name, a type and a key,
+    /// produce the same stream.
+    fn frame(&self, source: &str, frame: Frame, mut sink: impl FnMut(&[u8])) {
+        match frame {
+            Frame::V1 => sink(b"confighistory/secret/v1\0"),
+            Frame::V2 => {
+                sink(b"confighistory/secret/v2\0");
+                sink(&(source.len() as u64).to_be_bytes());
+                sink(source.as_bytes());
+            }
+        }
         sink(&(self.secret_type.len() as u64).to_be_bytes());
         sink(self.secret_type.as_bytes());
         sink(&(self.data.len() as u64).to_be_bytes());
@@ -187,9 +202,9 @@ impl SecretContent {
     }
 
     #[cfg(test)]
-    fn framing(&self) -> Vec<u8> {
+    fn framing(&self, source: &str, frame: Frame) -> Vec<u8> {
         let mut out = Vec::new();
-        self.frame(|b| out.extend_from_slice(b));
+        self.frame(source, frame, |b| out.extend_from_slice(b));
         out
     }
 }
@@ -200,27 +215,68 @@ impl std::fmt::Debug for SecretContent {
     }
 }
 
-/// The cluster key a source Secret's head and snapshots are MAC'd under in namespace `ns`
-/// (docs/behaviour.md §4a): the one its `confighistory.io/key-id` annotation names while it is
-/// kept; else (a source recorded before there was an annotation) the kept key under which
-/// `content` MACs to its recorded head; else the current key. `obj` is the stored source, never a
-/// request's word for it; `content` is the content whose MAC is wanted. A rotation thus renames
-/// nothing: a source whose content stays keeps its key, its head and its snapshots' names.
-pub fn source_key<'a>(obj: &impl Meta, content: &SecretContent, ns: &str, keys: &'a Keyring) -> &'a ClusterKey {
+/// The frame a Secret's MAC is computed over (docs/behaviour.md §4a). [`Frame::V2`] binds the
+/// source's name; [`Frame::V1`] (content only) is what heads and snapshots made before v2 are
+/// MAC'd over: they stay valid, and a source whose content stays keeps its v1 head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Frame {
+    V1,
+    V2,
+}
+
+/// How a source Secret's current content is named (docs/behaviour.md §4a): the cluster key and
+/// frame its MACs are under, and the MAC of that content (its head).
+#[derive(Clone, Debug)]
+pub struct Named<'a> {
+    pub key: &'a ClusterKey,
+    pub frame: Frame,
+    pub mac: String,
+}
+
+/// How `content`, the content of source Secret `obj` named `source` in namespace `ns`, is named:
+/// while its recorded head names it, under the key and frame the head was MAC'd under (the key
+/// its `confighistory.io/key-id` annotation names while it is kept, else the kept key under which
+/// the head names it), so a key rotation or the v2 frame renames nothing and moves no workload;
+/// otherwise (new content, or a head it no longer matches) under the current key in the current
+/// frame ([`Frame::V2`]). `obj` is the stored
+/// source as the API server gave it, never a request's word for it (§9a).
+pub fn source_mac<'a>(obj: &impl Meta, content: &SecretContent, ns: &str, source: &str, keys: &'a Keyring) -> Named<'a> {
+    let head = obj.annotation(names::HEAD);
     let recorded = obj.annotation(names::KEY_ID).and_then(|t| t.parse::<KeyId>().ok()).and_then(|id| keys.get(id));
-    recorded
-        .or_else(|| {
-            let head = obj.annotation(names::HEAD)?;
-            keys.kept().find(|k| content.mac(&k.namespace_key(ns)) == head)
-        })
-        .unwrap_or_else(|| keys.current())
+    // The MAC under `key` in the frame that gives the head, if one does; else the current frame's.
+    let under = |key: &'a ClusterKey| -> (Named<'a>, bool) {
+        let nk = key.namespace_key(ns);
+        let v2 = content.mac_in(&nk, source, Frame::V2);
+        match head {
+            Some(h) if h == v2 => (Named { key, frame: Frame::V2, mac: v2 }, true),
+            Some(h) => {
+                let v1 = content.mac_in(&nk, source, Frame::V1);
+                if h == v1 {
+                    (Named { key, frame: Frame::V1, mac: v1 }, true)
+                } else {
+                    (Named { key, frame: Frame::V2, mac: v2 }, false)
+                }
+            }
+            None => (Named { key, frame: Frame::V2, mac: v2 }, false),
+        }
+    };
+    if let Some((named, true)) = recorded.map(&under) {
+        return named;
+    }
+    if head.is_some() {
+        let others = keys.kept().filter(|k| recorded.is_none_or(|r| r.id() != k.id()));
+        if let Some(named) = others.map(&under).find_map(|(n, heads)| heads.then_some(n)) {
+            return named;
+        }
+    }
+    under(keys.current()).0
 }
 
 /// The name of the snapshot of `content` of Secret `source` under the namespace's `key`:
 /// `<source>-<mac>`, then `-1`, `-2`, … in the collision sequence, shortened as a ConfigMap
 /// snapshot's name is (`snapshot::name`).
 pub fn snapshot_name(source: &str, content: &SecretContent, key: &NamespaceKey, index: u32) -> String {
-    snapshot::name(source, &content.mac(key), index)
+    snapshot::name(source, &content.mac(key, source), index)
 }
 
 /// The Secret object a snapshot is created as: immutable, the source's type and data, the
@@ -233,7 +289,20 @@ pub fn snapshot_object(
     key: &NamespaceKey,
     adopted: &[String],
 ) -> Value {
-    let mut obj = snapshot::skeleton(SECRET, namespace, source, snapshot_name, &content.mac(key), adopted);
+    snapshot_object_in(namespace, source, snapshot_name, content, key, Frame::V2, adopted)
+}
+
+/// [`snapshot_object`] MAC'd in frame `frame` (a source that keeps its v1 head, [`source_mac`]).
+pub fn snapshot_object_in(
+    namespace: &str,
+    source: &str,
+    snapshot_name: &str,
+    content: &SecretContent,
+    key: &NamespaceKey,
+    frame: Frame,
+    adopted: &[String],
+) -> Value {
+    let mut obj = snapshot::skeleton(SECRET, namespace, source, snapshot_name, &content.mac_in(key, source, frame), adopted);
     obj["metadata"]["labels"][names::KEY_ID_LABEL] = Value::String(key.id().to_string());
     obj["type"] = Value::String(content.secret_type.clone());
     if !content.data.is_empty() {
@@ -265,7 +334,9 @@ pub enum Invalid {
 
 /// Checks a Secret snapshot in `namespace` from the object itself: immutable, labelled as a
 /// snapshot, its key id one the keyring keeps, and its content's MAC under that key's namespace
-/// key the one in its hash label and name. `Ok` with the MAC.
+/// key the one in its hash label and name: as the content of the source it names (its
+/// `source-name` annotation, else its name's source part) in frame v2, or in frame v1 (made
+/// before v2, docs/behaviour.md §4a). `Ok` with the MAC.
 pub fn validate(obj: &Value, namespace: &str, keys: &Keyring) -> Result<String, Invalid> {
     let claimed = snapshot::claimed_hash(obj).map_err(|e| match e {
         snapshot::Invalid::MissingLabel(l) => Invalid::MissingLabel(l),
@@ -276,7 +347,9 @@ pub fn validate(obj: &Value, namespace: &str, keys: &Keyring) -> Result<String, 
     let id: KeyId = id_text.parse().map_err(|_| Invalid::BadKeyId(id_text.chars().take(16).collect()))?;
     let key = keys.get(id).ok_or(Invalid::UnknownKey(id))?.namespace_key(namespace);
     let content = SecretContent::from_object(obj).map_err(Invalid::Malformed)?;
-    if content.mac(&key) != claimed {
+    let name = obj.at("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let source = super::source::snapshot_source(name, obj).unwrap_or_default();
+    if content.mac_in(&key, source, Frame::V2) != claimed && content.mac_in(&key, source, Frame::V1) != claimed {
         return Err(Invalid::WrongContent(claimed.chars().take(snapshot::HASH_LEN).collect(), id));
     }
     if !snapshot::names_its_hash(obj, claimed) {
@@ -427,23 +500,36 @@ mod tests {
         obj
     }
 
-    /// The key a source's MACs are under: the recorded one while it is kept; else the kept key
-    /// its head was MAC'd under; else the current one.
+    /// The key and frame a source's MACs are under: the ones its head was MAC'd under while the
+    /// head names its content (the recorded key first, then any kept key; v2, then v1); else the
+    /// current key in frame v2.
     #[test]
-    fn a_sources_key_is_the_recorded_one_then_its_heads_then_the_current_one() {
+    fn a_source_is_named_under_the_key_and_frame_its_head_was_made_with() {
         let ring = Keyring::new(key(1, 1), []).unwrap().rotate(key(2, 2)).unwrap();
         let c = content("Opaque", &[("password", b"x")]);
-        let mac1 = c.mac(&ring.get(KeyId(1)).unwrap().namespace_key("ns"));
-        let id = |obj: &Value| source_key(obj, &c, "ns", &ring).id();
-        assert_eq!(id(&secret(None, json!({}), json!({names::KEY_ID: "1"}))), KeyId(1), "recorded and kept");
+        let k1 = ring.get(KeyId(1)).unwrap().namespace_key("ns");
+        let (mac1, mac1_v1) = (c.mac(&k1, "s"), c.mac_in(&k1, "s", Frame::V1));
+        let named = |obj: &Value| {
+            let n = source_mac(obj, &c, "ns", "s", &ring);
+            assert_eq!(n.mac, c.mac_in(&n.key.namespace_key("ns"), "s", n.frame), "the MAC under the key and frame named");
+            (n.key.id(), n.frame)
+        };
+        let current = (KeyId(2), Frame::V2);
+        assert_eq!(named(&secret(None, json!({}), json!({names::KEY_ID: "1", names::HEAD: mac1}))), (KeyId(1), Frame::V2), "recorded");
+        assert_eq!(named(&secret(None, json!({}), json!({names::KEY_ID: "1", names::HEAD: mac1_v1}))), (KeyId(1), Frame::V1), "a v1 head");
         assert_eq!(
-            id(&secret(None, json!({}), json!({names::KEY_ID: "7", names::HEAD: mac1}))),
-            KeyId(1),
-            "recorded, not kept: its head's"
+            named(&secret(None, json!({}), json!({names::KEY_ID: "7", names::HEAD: mac1}))),
+            (KeyId(1), Frame::V2),
+            "not kept: its head's"
         );
-        assert_eq!(id(&secret(None, json!({}), json!({names::HEAD: mac1}))), KeyId(1), "no record: the key its head is under");
-        assert_eq!(id(&secret(None, json!({}), json!({names::HEAD: "other"}))), KeyId(2), "another head: the current key");
-        assert_eq!(id(&secret(None, json!({}), json!({}))), KeyId(2), "nothing recorded: the current key");
+        assert_eq!(named(&secret(None, json!({}), json!({names::HEAD: mac1_v1}))), (KeyId(1), Frame::V1), "no record: its head's");
+        assert_eq!(
+            named(&secret(None, json!({}), json!({names::KEY_ID: "1", names::HEAD: "other"}))),
+            current,
+            "a stale head: new content"
+        );
+        assert_eq!(named(&secret(None, json!({}), json!({names::KEY_ID: "1"}))), current, "no head: new content");
+        assert_eq!(named(&secret(None, json!({}), json!({}))), current, "nothing recorded");
     }
 
     /// Comparing the base64 text agrees with comparing the decoded content, and names the same keys.
@@ -519,12 +605,12 @@ mod tests {
     }
 
     #[test]
-    fn the_mac_covers_type_and_data_unambiguously() {
+    fn the_mac_covers_name_type_and_data_unambiguously() {
         let k = key(1, 1).namespace_key("ns");
         let base = content(OPAQUE, &[("a", b"1"), ("b", b"2")]);
-        let mac = base.mac(&k);
+        let mac = base.mac(&k, "db");
         assert!(snapshot::is_hash(&mac), "{mac}");
-        assert_eq!(content(OPAQUE, &[("b", b"2"), ("a", b"1")]).mac(&k), mac, "key order does not matter");
+        assert_eq!(content(OPAQUE, &[("b", b"2"), ("a", b"1")]).mac(&k, "db"), mac, "key order does not matter");
         let others = [
             content("kubernetes.io/tls", &[("a", b"1"), ("b", b"2")]),
             content(OPAQUE, &[("a", b"1")]),
@@ -536,18 +622,50 @@ mod tests {
             // The type's bytes moved into a key.
             content("", &[("Opaque", b"")]),
         ];
-        let mut framings = vec![base.framing()];
+        let mut framings = vec![base.framing("db", Frame::V2)];
         for o in &others {
-            assert_ne!(o.mac(&k), mac, "{o:?}");
-            framings.push(o.framing());
+            assert_ne!(o.mac(&k, "db"), mac, "{o:?}");
+            framings.push(o.framing("db", Frame::V2));
         }
+        // The same content under another name, or in frame v1: another stream.
+        for (source, frame) in [("db2", Frame::V2), ("d", Frame::V2), ("", Frame::V2), ("db", Frame::V1)] {
+            assert_ne!(base.mac_in(&k, source, frame), mac, "{source:?} {frame:?}");
+            framings.push(base.framing(source, frame));
+        }
+        assert_eq!(base.mac_in(&k, "db", Frame::V1), base.mac_in(&k, "other", Frame::V1), "v1 binds no name");
+        // A name's bytes moved into the type.
+        let moved = content("dbOpaque", &[("a", b"1"), ("b", b"2")]);
+        assert_ne!(moved.mac(&k, ""), mac);
+        framings.push(moved.framing("", Frame::V2));
+        let n = framings.len();
         framings.sort();
         framings.dedup();
-        assert_eq!(framings.len(), others.len() + 1, "every framing differs");
+        assert_eq!(framings.len(), n, "every framing differs");
         // Not an unkeyed hash: another key, another MAC; and not the ConfigMap hash of the same text.
-        assert_ne!(base.mac(&key(1, 2).namespace_key("ns")), mac);
+        assert_ne!(base.mac(&key(1, 2).namespace_key("ns"), "db"), mac);
         let as_configmap = snapshot::Content { data: [("a".into(), "1".into()), ("b".into(), "2".into())].into(), ..Default::default() };
         assert_ne!(as_configmap.hash(), mac);
+    }
+
+    /// Snapshots made before frame v2 (their MAC binds no name) stay valid; a v2 snapshot is
+    /// valid only as the content of the source it names.
+    #[test]
+    fn v1_snapshots_stay_valid_and_v2_ones_are_bound_to_their_source() {
+        let ring = Keyring::new(key(1, 1), []).unwrap();
+        let k = ring.current().namespace_key("shop");
+        let c = content(OPAQUE, &[("password", b"hunter2")]);
+        let v1_mac = c.mac_in(&k, "db", Frame::V1);
+        let v1 = snapshot_object_in("shop", "db", &snapshot::name("db", &v1_mac, 0), &c, &k, Frame::V1, &[]);
+        assert_eq!(validate(&v1, "shop", &ring), Ok(v1_mac.clone()));
+        let v2 = snapshot_object("shop", "db", &snapshot_name("db", &c, &k, 0), &c, &k, &[]);
+        assert_eq!(validate(&v2, "shop", &ring), Ok(c.mac(&k, "db")));
+        // The v2 object relabelled as another source's (its name agreeing): its MAC is db's.
+        let mut moved = v2.clone();
+        let mac = c.mac(&k, "db");
+        moved["metadata"]["name"] = json!(snapshot::name("other", &mac, 0));
+        moved["metadata"]["annotations"][names::SOURCE_NAME] = json!("other");
+        assert!(matches!(validate(&moved, "shop", &ring), Err(Invalid::WrongContent(..))));
+        assert_ne!(snapshot_name("db", &c, &k, 0), snapshot::name("db", &v1_mac, 0));
     }
 
     #[test]
@@ -556,18 +674,18 @@ mod tests {
         let k = ring.current().namespace_key("shop");
         let c = content("kubernetes.io/basic-auth", &[("password", b"hunter2")]);
         let name = snapshot_name("db", &c, &k, 0);
-        assert_eq!(snapshot::parse_name(&name), Some(("db", c.mac(&k).as_str(), 0)));
+        assert_eq!(snapshot::parse_name(&name), Some(("db", c.mac(&k, "db").as_str(), 0)));
         let obj = snapshot_object("shop", "db", &name, &c, &k, &["t1".to_owned()]);
         assert_eq!(obj["kind"], "Secret");
         assert_eq!(obj["type"], "kubernetes.io/basic-auth");
         assert_eq!(obj["immutable"], true);
         assert_eq!(obj["data"]["password"], "aHVudGVyMg==");
         assert_eq!(obj["metadata"]["labels"][names::KEY_ID_LABEL], "1");
-        assert_eq!(obj["metadata"]["labels"][names::HASH_LABEL], c.mac(&k));
+        assert_eq!(obj["metadata"]["labels"][names::HASH_LABEL], c.mac(&k, "db"));
         assert_eq!(obj["metadata"]["annotations"][names::SOURCE_NAME], "db");
         assert_eq!(obj["metadata"]["annotations"][names::ADOPTED], "t1");
         assert_eq!(SecretContent::from_object(&obj).unwrap(), c, "the snapshot holds the content byte for byte");
-        assert_eq!(validate(&obj, "shop", &ring), Ok(c.mac(&k)));
+        assert_eq!(validate(&obj, "shop", &ring), Ok(c.mac(&k, "db")));
         // Another namespace's key does not validate it (a copy into another namespace is invalid).
         assert!(matches!(validate(&obj, "billing", &ring), Err(Invalid::WrongContent(..))));
         let broken = |f: &dyn Fn(&mut Value)| {
@@ -586,11 +704,11 @@ mod tests {
         );
         assert_eq!(broken(&|o| o["metadata"]["labels"][names::KEY_ID_LABEL] = json!("2")), Err(Invalid::UnknownKey(KeyId(2))));
         assert_eq!(broken(&|o| o["metadata"]["labels"][names::KEY_ID_LABEL] = json!("x")), Err(Invalid::BadKeyId("x".into())));
-        assert_eq!(broken(&|o| o["metadata"]["name"] = json!("db-0000000000zz")), Err(Invalid::NameMismatch(c.mac(&k))));
+        assert_eq!(broken(&|o| o["metadata"]["name"] = json!("db-0000000000zz")), Err(Invalid::NameMismatch(c.mac(&k, "db"))));
         assert!(matches!(broken(&|o| o["data"]["password"] = json!("%%%")), Err(Invalid::Malformed(_))));
         // The collision sequence's names are valid too.
         let mut second = snapshot_object("shop", "db", &snapshot_name("db", &c, &k, 2), &c, &k, &[]);
-        assert_eq!(validate(&second, "shop", &ring), Ok(c.mac(&k)));
+        assert_eq!(validate(&second, "shop", &ring), Ok(c.mac(&k, "db")));
         second["metadata"]["labels"][names::MANAGED_BY] = json!("someone");
         assert_eq!(validate(&second, "shop", &ring), Err(Invalid::MissingLabel(names::MANAGED_BY)));
     }
@@ -602,16 +720,16 @@ mod tests {
         let k1 = ring1.current().namespace_key("shop");
         let old = snapshot_object("shop", "db", &snapshot_name("db", &c, &k1, 0), &c, &k1, &[]);
         let ring2 = ring1.rotate(key(2, 2)).unwrap();
-        assert_eq!(validate(&old, "shop", &ring2), Ok(c.mac(&k1)), "key 1 kept: still valid");
+        assert_eq!(validate(&old, "shop", &ring2), Ok(c.mac(&k1, "db")), "key 1 kept: still valid");
         // New snapshots are MAC'd under key 2: another name for the same content.
         let k2 = ring2.current().namespace_key("shop");
         assert_eq!(k2.id(), KeyId(2));
         assert_ne!(snapshot_name("db", &c, &k2, 0), snapshot_name("db", &c, &k1, 0));
         let new = snapshot_object("shop", "db", &snapshot_name("db", &c, &k2, 0), &c, &k2, &[]);
-        assert_eq!(validate(&new, "shop", &ring2), Ok(c.mac(&k2)));
+        assert_eq!(validate(&new, "shop", &ring2), Ok(c.mac(&k2, "db")));
         let ring3 = ring2.without(KeyId(1));
         assert_eq!(validate(&old, "shop", &ring3), Err(Invalid::UnknownKey(KeyId(1))), "key 1 dropped: invalid");
-        assert_eq!(validate(&new, "shop", &ring3), Ok(c.mac(&k2)));
+        assert_eq!(validate(&new, "shop", &ring3), Ok(c.mac(&k2, "db")));
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod limits;
 pub mod managed;
 pub mod memory;
 pub mod reads;
+pub mod secret_head;
 pub mod serve;
 pub mod tls;
 
@@ -49,6 +50,8 @@ pub struct App {
     pub source_reads: Arc<reads::SourceReads>,
     /// What admissions may take of the replica's memory (docs/reliability.md, "The memory model").
     pub memory: Arc<memory::Memory>,
+    /// Source Secrets whose head is being recorded after a write's answer.
+    pub secret_heads: Arc<secret_head::Pending>,
 }
 
 impl App {
@@ -62,6 +65,7 @@ impl App {
             namespace_reads: Arc::default(),
             source_reads: Arc::default(),
             memory: Arc::new(memory::Memory::new(crate::cli::DEFAULT_MEMORY_BUDGET)),
+            secret_heads: Arc::default(),
         }
     }
 
@@ -367,7 +371,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
         match outcome {
             Outcome::Done(decision) => {
                 let (reason, fail_open) = (decision.reason, decision.fail_open);
-                if place.is_none() && !decision.effects.is_empty() {
+                if place.is_none() && decision.effects.iter().any(|e| !e.after_answer()) {
                     place = Some(Box::pin(limits::api_place(&req.namespace)).await);
                 }
                 // Boxed, like every await on the API path: the future of an admission decided
@@ -535,6 +539,7 @@ const MAX_PASSES: usize = 3 + 8;
 /// `fresh`: what this admission read from the API server (effects may start from it).
 async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &Fresh) -> Result<Response, (SourceId, Failure)> {
     let mut names = HashMap::new();
+    let secret_write = app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind) == Some(source::SourceKind::Secret);
     let mut warnings = Vec::new();
     for effect in &decision.effects {
         match effect {
@@ -548,7 +553,7 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
                 warnings.extend(collisions.iter().map(store::Collision::warning));
                 names.insert((source.clone(), content.hash()), name);
             }
-            Effect::EnsureSecretSnapshot { namespace, source, content, key, adopted } => {
+            Effect::EnsureSecretSnapshot { namespace, source, content, key, frame, adopted } => {
                 // A decision makes this effect only with the keys loaded (admission::secret,
                 // workload): without them no snapshot could be named, so nothing is pinned.
                 let keys = app.ctx.policy.secrets.keys.get();
@@ -558,15 +563,23 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
                         Failure { what: "name a Secret snapshot".into(), cause: message.into(), denial: Response::deny(503, message) };
                     return Err((source.clone(), failure));
                 };
-                let snap = store::Snap::Secret(content, keys, *key);
+                let snap = store::Snap::Secret(content, keys, *key, *frame);
+                let hash = snap.hash(namespace, &source.name);
+                // A Secret write's answer never names the snapshot of its outgoing content: its
+                // name holds the MAC, which pins in no template (docs/reliability.md, "Secrets").
+                let unnamed = |f: Failure| if secret_write { unnamed_failure(f, &hash) } else { f };
                 let (name, collisions) = store::ensure_snap(app.ctx.cluster.as_ref(), namespace, source, snap, adopted, req.dry_run())
                     .await
-                    .map_err(|e| (source.clone(), store_failure(e, source.kind)))?;
+                    .map_err(|e| (source.clone(), unnamed(store_failure(e, source.kind))))?;
                 if !collisions.is_empty() && !req.dry_run() {
                     record_collision(app, namespace, source, &name, &collisions);
                 }
-                warnings.extend(collisions.iter().map(store::Collision::warning));
-                names.insert((source.clone(), snap.hash(namespace)), name);
+                if !secret_write {
+                    warnings.extend(collisions.iter().map(store::Collision::warning));
+                } else if !collisions.is_empty() {
+                    warnings.push(format!("{source}: outgoing content kept under a later snapshot name (one was taken; see its Events)"));
+                }
+                names.insert((source.clone(), hash), name);
             }
             Effect::UseSnapshot { namespace, source, name } => {
                 let snapshot = source.with_name(name.as_str());
@@ -576,7 +589,10 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
                     .map_err(|e| (source.clone(), store_failure(e, source.kind)))?
             }
             Effect::RecordHead { namespace, source, hash } if !req.dry_run() => record_head(app, namespace, source, hash),
-            Effect::RecordHead { .. } => {}
+            Effect::RecordSecretHead { namespace, source, after } if !req.dry_run() => {
+                secret_head::record(app, namespace, source, after.clone())
+            }
+            Effect::RecordHead { .. } | Effect::RecordSecretHead { .. } => {}
         }
     }
     let mut response = decision.finish(&names);
@@ -616,6 +632,14 @@ fn record_collision(app: &App, namespace: &str, source: &SourceId, name: &str, c
         }
         .instrument(tracing::Span::current()),
     );
+}
+
+/// `f` without the MAC `hash` (a Secret snapshot's name part) in what the answer says.
+fn unnamed_failure(f: Failure, hash: &str) -> Failure {
+    let hide = |t: &str| t.replace(hash, "<mac>");
+    let mut denial = f.denial;
+    denial.message = denial.message.as_deref().map(hide);
+    Failure { what: hide(&f.what), cause: hide(&f.cause), denial }
 }
 
 /// The answer to a request whose snapshot could not be made sure of.

@@ -109,7 +109,16 @@ impl std::io::Write for Logs {
 impl Logs {
     /// Captures this thread's log lines until the guard drops.
     pub fn capture(&self) -> tracing::subscriber::DefaultGuard {
-        tracing::subscriber::set_default(confighistory::runtime::subscriber("debug", false, false, self.writer()))
+        let guard = tracing::subscriber::set_default(confighistory::runtime::subscriber("debug", false, false, self.writer()));
+        Logs::refresh();
+        guard
+    }
+
+    /// Recomputes which log lines the capturing subscribers want. A line first logged on another
+    /// test's thread while a capture registered its subscriber can be left out for good
+    /// (tracing decides once per call site): a test refreshes before the lines it looks for.
+    pub fn refresh() {
+        tracing::callsite::rebuild_interest_cache();
     }
     pub fn writer(&self) -> impl Fn() -> Logs + Send + Sync + 'static {
         let logs = self.clone();

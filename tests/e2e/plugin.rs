@@ -510,7 +510,7 @@ fn secret_views_show_keys_and_sizes_never_values() {
     ns.accepts(&secret::snapshot_object(n, "db", &snap_old, &old, &key, &[]).to_string());
     ns.accepts(&secret::snapshot_object(n, "db", &snap_new, &new, &key, &[]).to_string());
     let mut live = secret::snapshot_object(n, "db", "db", &new, &key, &[]);
-    live["metadata"] = serde_json::json!({"name": "db", "annotations": {"confighistory.io/head": new.mac(&key)}});
+    live["metadata"] = serde_json::json!({"name": "db", "annotations": {"confighistory.io/head": new.mac(&key, "db")}});
     live.as_object_mut().unwrap().remove("immutable");
     ns.accepts(&live.to_string());
     let app = |image: &str, snapshot: &str| {

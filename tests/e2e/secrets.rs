@@ -895,6 +895,8 @@ fn rotate_keys_reaches_a_running_server_within_its_reload_interval() {
     let key_id_of = |obj: &Value| obj["metadata"]["labels"]["confighistory.io/key-id"].as_str().map(str::to_owned);
 
     c.accepts(&mut seen, &format!("{}---\n{}", opaque("db", &[("password", canary)]), reader("app", APP_A, "db")));
+    // A Secret only a second workload reads: its writes show which key the server MACs under.
+    c.accepts(&mut seen, &format!("{}---\n{}", opaque("probe", &[("round", "0")]), reader("probe-reader", APP_A, "probe")));
     let [first] = <[String; 1]>::try_from(template_secrets(&ns, "deployment", "app")).expect("one reference");
     let before = keys_of();
     let first_obj = ns.get_json("secret", &first).expect("the first snapshot");
@@ -919,13 +921,15 @@ fn rotate_keys_reaches_a_running_server_within_its_reload_interval() {
     assert_ne!(after.current().id(), before.current().id(), "a new current key");
     assert!(printed.stdout.contains(&format!("MAC'd under key {new_id}")), "{}", printed.stdout);
 
-    // New content, asked for as a server-side dry run (nothing is written): the server names the
-    // key it would MAC it under.
+    // New content of the probe Secret, written: the key id the server records with its head after
+    // the answer (a dry run answers none, docs/behaviour.md §4a) names the key it MACs under.
     let edited = opaque("db", &[("password", canary), ("rotated", "yes")]);
+    let mut round = 0;
     let taken = wait_for_value("the server to take the new key", Duration::from_secs(45), || {
-        let out = ns.apply_with(&edited, &["--dry-run=server", "-o", "json"]).ok()?;
-        let obj: Value = serde_json::from_str(&out.stdout).ok()?;
-        (obj["metadata"]["annotations"]["confighistory.io/key-id"].as_str() == Some(new_id.as_str())).then(|| rotated_at.elapsed())
+        round += 1;
+        ns.apply(&opaque("probe", &[("round", &round.to_string())])).ok()?;
+        let recorded = recorded_key_id(&ns, "probe", Duration::from_secs(5))?;
+        (recorded == new_id).then(|| rotated_at.elapsed())
     });
     eprintln!("e2e: secrets: the server took the rotated key {:.1?} after rotate-keys", taken);
     assert!(
@@ -937,8 +941,10 @@ fn rotate_keys_reaches_a_running_server_within_its_reload_interval() {
     assert_eq!(template_secrets(&ns, "deployment", "app"), std::slice::from_ref(&first), "no workload moved");
     assert!(secret::validate(&first_obj, &ns.name, &after).is_ok(), "the old snapshot stays valid");
 
-    // A real content change: the release pins a snapshot MAC'd under the new key.
+    // A real content change: the release pins a snapshot MAC'd under the new key, and the head
+    // recorded after the Secret's answer names it.
     c.accepts(&mut seen, &format!("{edited}---\n{}", reader("app", APP_B, "db")));
+    assert_eq!(recorded_key_id(&ns, "db", Duration::from_secs(10)).as_deref(), Some(new_id.as_str()), "the head's key");
     let [second] = <[String; 1]>::try_from(template_secrets(&ns, "deployment", "app")).expect("one reference");
     let second_obj = ns.get_json("secret", &second).expect("the second snapshot");
     assert_eq!(key_id_of(&second_obj), Some(new_id.clone()), "new content is MAC'd under the new key");
@@ -946,6 +952,24 @@ fn rotate_keys_reaches_a_running_server_within_its_reload_interval() {
     assert!(ns.get_json("secret", &first).is_some(), "the old snapshot stays");
 
     g.canary.assert_not_shown(&server, &[&ns], &seen);
+}
+
+/// The key id Secret `name` records with its head, once the server recorded one after the last
+/// write's answer (docs/behaviour.md §4a: a write whose content changed drops both, the head of
+/// what was stored follows within about 1.5 s); `None` when none is recorded `within`.
+fn recorded_key_id(ns: &TestNamespace, name: &str, within: Duration) -> Option<String> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let obj = ns.get_json("secret", name).unwrap_or_default();
+        let a = &obj["metadata"]["annotations"];
+        if let (Some(_), Some(id)) = (a[HEAD].as_str(), a["confighistory.io/key-id"].as_str()) {
+            return Some(id.to_owned());
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// The chart's guard (ValidatingAdmissionPolicy, docs/behaviour.md §9a) with Secrets on, as the
