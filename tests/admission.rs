@@ -1676,6 +1676,35 @@ async fn a_namespace_that_does_not_exist_costs_one_namespace_read() {
     assert!(f.calls().iter().all(|c| !c.contains("namespace")), "{:?}", f.calls());
 }
 
+/// The first release after leaving audit mode (or right after an install, before adoption has
+/// reached the workload): its replaced revision names the source plainly and has no adoption
+/// record. The release records that the revision ran with the content it is pinned to now, so a
+/// later `rollout undo --to-revision=1` brings back that config, not the current one.
+#[tokio::test]
+async fn the_first_release_after_audit_mode_can_be_undone_to_the_config_its_predecessor_ran_with() {
+    let rev1 = deployment("pricing:1.25", "pricing-config");
+    let f = Fixture::new().source("pricing-config", A).workload(&rev1).revision(&rev1, 1);
+    // The image-only release, right after the mode label went: pinned to A, and A's snapshot
+    // records revision 1's template.
+    let rev2 = deployment("pricing:1.26", "pricing-config");
+    let a = f.mutate_deployment("UPDATE", &rev2, Some(&rev1)).await;
+    assert!(a.allowed(), "{}", a.message());
+    let rev2 = a.patched(&rev2);
+    assert_eq!(pin_of(&rev2).0, snap("pricing-config", A));
+    let snapshot = f.cluster.get(NS, &snap("pricing-config", A)).expect("the snapshot of A");
+    let rev1_hash = template_hash(&rev1["spec"]["template"]);
+    assert_eq!(annotation(&snapshot, "confighistory.io/adopted-templates"), Some(rev1_hash), "{snapshot}");
+    f.state.write().apply_configmap(&snapshot);
+    // Later a config edit rolls out (revision 3 on B); then the undo to revision 1.
+    f.update_source("pricing-config", B);
+    let rev3 = deployment("pricing:1.26", &snap("pricing-config", B));
+    let f = f.snapshot("pricing-config", B, &[]).workload(&rev3).revision(&rev2, 2).revision(&rev3, 3);
+    let a = f.mutate_deployment("UPDATE", &rev1, Some(&rev3)).await;
+    assert!(a.allowed(), "{}", a.message());
+    assert_eq!(pin_of(&a.patched(&rev1)).0, snap("pricing-config", A), "1.25 with the config 1.25 ran with: {:?}", a.warnings());
+    assert!(!a.warnings().iter().any(|w| w.contains("predates")), "{:?}", a.warnings());
+}
+
 /// Promotion by copy: a team copies the live Deployment from staging into production (or restores
 /// it from a backup taken with `kubectl get`), where the same ConfigMap exists but staging's pinned
 /// snapshot does not. The workload must name a ConfigMap that exists and holds what its name

@@ -390,7 +390,30 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         Reason::Pinned
     });
     d.fail_open = fail_open;
-    let mut out = Builder { d, pins: BTreeMap::new(), held: Holds::new(), tpl_ptr: a.kind.template_pointer(), namespace: a.namespace };
+    let mut out = Builder {
+        d,
+        pins: BTreeMap::new(),
+        held: Holds::new(),
+        adopt: BTreeMap::new(),
+        tpl_ptr: a.kind.template_pointer(),
+        namespace: a.namespace,
+    };
+    // The revision this release replaces, when it names sources plainly and the API server's
+    // records show it as a revision of this workload (never the request's word alone): the
+    // first release after an install or after audit mode records that it ran with the content
+    // it is pinned to now, as adoption would (docs/behaviour.md §9.1), so an undo to it finds it.
+    let replaced = a.old_template.filter(|_| req.operation == Operation::Update && !undo).and_then(|old| {
+        let hash = a.kind.template_hash(old);
+        let uid = req.object().at("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+        view.state.is_revision_of(a.namespace, uid, &hash).then(|| {
+            let plain: BTreeSet<SourceId> = template::refs(old, view.source_kinds(a.namespace))
+                .into_iter()
+                .filter(|r| view.snapshot_of(a.namespace, &r.id).is_none())
+                .map(|r| r.id)
+                .collect();
+            (hash, plain)
+        })
+    });
 
     let mut by_source: BTreeMap<&SourceId, Vec<&SourcedRef>> = BTreeMap::new();
     for r in &a.refs {
@@ -443,6 +466,16 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             adopted: if undo && plain { view.state.adopted_snapshot(a.namespace, source, &template_hash) } else { undone },
         };
         let choice = missing(choose(&facts), view, source);
+        if let Some((old_hash, plain)) = &replaced {
+            if choice == Choice::Release
+                && plain.contains(source)
+                && !a.old_pins.contains_key(source)
+                && !facts.pending
+                && view.state.adopted_snapshot(a.namespace, source, old_hash).is_none()
+            {
+                out.adopt.insert(source.clone(), old_hash.clone());
+            }
+        }
         if choice.kept().is_none() && annotation(cm, names::HEAD).is_none() {
             out.d.effects.push(Effect::RecordHead { namespace: a.namespace.to_owned(), source: source.to_owned(), hash: head.clone() });
         }
@@ -485,6 +518,8 @@ struct Builder<'a> {
     d: Decision,
     pins: BTreeMap<SourceId, String>,
     held: Holds,
+    /// Per source, the replaced revision's template hash to record on the head's snapshot.
+    adopt: BTreeMap<SourceId, String>,
     tpl_ptr: &'a str,
     namespace: &'a str,
 }
@@ -608,7 +643,8 @@ impl Builder<'_> {
         }
         let (hash, name_for_warning) = match choice.kept() {
             None => {
-                let (namespace, id, adopted) = (self.namespace.to_owned(), source.clone(), Vec::new());
+                let adopted: Vec<String> = self.adopt.remove(source).into_iter().collect();
+                let (namespace, id) = (self.namespace.to_owned(), source.clone());
                 self.d.effects.push(match content {
                     Payload::ConfigMap(content) => Effect::EnsureSnapshot { namespace, source: id, content, adopted },
                     Payload::Secret(content, key, frame) => {
