@@ -282,3 +282,78 @@ fn incluster_helm_test_passes_and_the_configuration_is_published() {
         "{doc:#}"
     );
 }
+
+/// The memory model against the chart's own limits (docs/reliability.md, "The memory model"): round
+/// 2 of the trust review OOM-killed both replicas with 8 parallel 2.9 MB dry-run Deployments whose
+/// template holds 225,000 env entries, and with one forged review of one-key maps sent straight to
+/// each pod's port. Sent again here (through the API server, then forged to every pod): no replica
+/// restarts, the forged reviews get a 413 that says what to do, and another namespace's release
+/// is still pinned.
+#[test]
+#[ignore = "needs confighistory installed in the cluster (tests/run: after `tests/e2e/cluster install`)"]
+fn incluster_oversized_reviews_restart_no_replica() {
+    let cluster = installed();
+    let restarts = |pods: &[Value]| -> u64 {
+        pods.iter()
+            .flat_map(|p| p["status"]["containerStatuses"].as_array().cloned().unwrap_or_default())
+            .map(|c| c["restartCount"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let pods = server_pods(cluster);
+    let before = restarts(&pods);
+    let ns = TestNamespace::new(cluster, "incluster-memory");
+    ns.accepts(&pricing_config(KEY_A));
+    // Through the API server: 8 parallel dry-run creates of a 2.9 MB Deployment.
+    let env: Vec<Value> = (0..225_000).map(|_| serde_json::json!({"name": "A"})).collect();
+    let big = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "wide"},
+        "spec": {"selector": {"matchLabels": {"app": "wide"}}, "template": {"metadata": {"labels": {"app": "wide"}},
+            "spec": {"containers": [{"name": "c", "image": APP_A, "env": env}],
+                     "volumes": [{"name": "c", "configMap": {"name": SOURCE}}]}}}});
+    let file = std::env::temp_dir().join(format!("confighistory-wide-{}.json", run_id()));
+    std::fs::write(&file, serde_json::to_vec(&big).unwrap()).unwrap();
+    let path = file.to_string_lossy().into_owned();
+    std::thread::scope(|s| {
+        let creates: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| ns.kubectl(&["create", "--dry-run=server", "-o", "name", "-f", &path, "--request-timeout=60s"])))
+            .collect();
+        for c in creates {
+            // The API server's failurePolicy decides (Ignore by default): admitted or refused, never a crash.
+            let out = c.join().unwrap();
+            assert!(out.success || out.stderr.contains("confighistory"), "{}", out.describe());
+        }
+    });
+    let _ = std::fs::remove_file(&file);
+    // Forged, straight to each pod's port, no credentials: a review of 600,000 one-key maps.
+    let maps = "{\"a\":1},".repeat(600_000);
+    let forged = format!(
+        "{{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"request\":{{\"uid\":\"forged\",\
+         \"kind\":{{\"group\":\"apps\",\"version\":\"v1\",\"kind\":\"Deployment\"}},\
+         \"resource\":{{\"group\":\"apps\",\"version\":\"v1\",\"resource\":\"deployments\"}},\"name\":\"x\",\"namespace\":\"{}\",\
+         \"operation\":\"CREATE\",\"userInfo\":{{\"username\":\"forger\"}},\"object\":{{\"x\":[{}{{}}]}}}}}}",
+        ns.name, maps
+    );
+    let body = std::env::temp_dir().join(format!("confighistory-forged-{}.json", run_id()));
+    std::fs::write(&body, forged).unwrap();
+    for pod in &pods {
+        let ip = pod["status"]["podIP"].as_str().expect("a pod IP");
+        let port = pod["spec"]["containers"][0]["ports"][0]["containerPort"].as_u64().expect("the admission port");
+        let out = Command::new("curl")
+            .args(["-sk", "--max-time", "30", "-o", "-", "-w", "\n%{http_code}", "-H", "content-type: application/json"])
+            .arg("--data-binary")
+            .arg(format!("@{}", body.display()))
+            .arg(format!("https://{ip}:{port}/mutate"))
+            .output()
+            .expect("run curl");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.trim_end().ends_with("413"), "the forged review to {ip}:{port} was not refused as too large: {text}");
+        assert!(text.contains("more than the") && text.contains("MiB one request may take"), "{text}");
+    }
+    let _ = std::fs::remove_file(&body);
+    // Another namespace's release is pinned, by the same replicas.
+    let other = TestNamespace::new(cluster, "incluster-memory-other");
+    other.accepts(&release(APP_A, KEY_A));
+    assert!(mounted_configmap(&other, "pricing").starts_with(&format!("{SOURCE}-")), "the other namespace's release is pinned");
+    let after = server_pods(cluster);
+    assert_eq!(restarts(&after), before, "no confighistory replica restarted");
+    assert_eq!(after.len(), pods.len(), "the same replicas serve");
+}
