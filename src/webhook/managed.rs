@@ -515,6 +515,15 @@ impl Configuration {
     }
 }
 
+/// The Secret content to write so that its bundle generation is above every one the webhook
+/// configurations carry (`carried`: the highest): after a start-over (the Secret deleted, as the
+/// runbook for a lost or garbled one says) or a restore of an older copy, a generation counted
+/// from the Secret alone would re-use or lower one the webhooks carry, and [`needs_bundle`]
+/// would never write the new CA into them. `None` when `next` is above already.
+pub fn above_carried(next: &Stored, carried: u64) -> Option<Stored> {
+    (next.generation <= carried).then(|| Stored { generation: carried + 1, ..next.clone() })
+}
+
 /// Whether a replica that read `stored` writes its bundle into `configuration`: it differs, and
 /// the configuration does not carry a newer generation (a replica that read an older Secret
 /// must not undo a newer bundle).
@@ -629,8 +638,10 @@ pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolv
             }
         };
         // The webhooks: bring their bundle up to the Secret's, then see what they trust.
+        let mut carried = 0;
         match kube.configurations(&target.configurations).await {
             Ok(mut configurations) => {
+                carried = configurations.iter().map(|c| c.generation).max().unwrap_or(0);
                 if let Some(stored) = &stored {
                     for c in configurations.iter_mut() {
                         if needs_bundle(stored, c.generation, &c.hooks) {
@@ -664,8 +675,13 @@ pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolv
             }
         }
         let action = decide(stored.as_ref(), &me, now, &timing, &target.names);
-        if action != Action::Wait {
-            let written = match apply(stored.as_ref(), &action, &me.id, now, &timing, &target.names) {
+        // A Secret behind the webhooks' generation (restored from an older copy) is renumbered
+        // even when nothing else is to change, so its bundle reaches them.
+        let renumber = action == Action::Wait && stored.as_ref().is_some_and(|s| s.generation < carried);
+        if action != Action::Wait || renumber {
+            let next = if renumber { Ok(stored.clone()) } else { apply(stored.as_ref(), &action, &me.id, now, &timing, &target.names) };
+            let next = next.map(|n| n.map(|n| above_carried(&n, carried).unwrap_or(n)));
+            let written = match next {
                 Ok(Some(next)) => kube.write_secret(&target, &next, resource_version.as_deref()).await,
                 Ok(None) => Ok(()),
                 Err(e) => {

@@ -372,6 +372,31 @@ fn servers_rotate_their_own_certificates_under_load_without_a_failed_admission()
     assert!(longest <= 5_000, "the two servers served different certificates for {longest} ms");
     let bundle = decoded(&secret_data(cluster, &name).unwrap(), "ca.crt");
     assert!(bundle.matches("BEGIN CERTIFICATE").count() <= 2, "old CAs leave the bundle:\n{bundle}");
+
+    // The start-over runbook (docs/operations.md): the Secret deleted. The servers make a new one
+    // whose bundle generation is above the one the webhooks carry, so its CA reaches them within
+    // seconds and admissions go on. (Counted from the new Secret alone, its generation re-used
+    // one the webhooks carried, and the new CA was never written into them.)
+    let generation = || -> u64 {
+        let c = cluster.kubectl(&["get", "mutatingwebhookconfiguration", &name, "-o", "json"]).expect_success().json();
+        c["metadata"]["annotations"]["confighistory.io/ca-bundle-generation"].as_str().and_then(|g| g.parse().ok()).unwrap_or(0)
+    };
+    let carried = generation();
+    assert!(carried > 1, "rotations counted generations: {carried}");
+    cluster.kubectl(&["delete", "secret", &format!("{name}-certs"), "-n", NAMESPACE]).expect_success();
+    let started_over = Instant::now();
+    let fresh = wait_for_value("the servers to make a new Secret", Duration::from_secs(30), || {
+        secret_data(cluster, &name).map(|d| decoded(&d, "ca.crt")).filter(|b| !b.is_empty() && *b != bundle)
+    });
+    wait_for("the new CA to reach the webhooks", Duration::from_secs(30), || {
+        bundles(cluster, &name).iter().all(|b| b.contains(fresh.trim()))
+    });
+    assert!(generation() > carried, "the new bundle's generation {} is above the {carried} the webhooks carried", generation());
+    wait_for("the API server to call the servers again", Duration::from_secs(30), || {
+        let out = cluster.kubectl_stdin(&["create", "--dry-run=server", "-n", &ns.name, "-f", "-"], forged);
+        !out.success && out.stderr.contains("admission webhook")
+    });
+    eprintln!("certs: start-over converged in {:?}", started_over.elapsed());
     drop(b);
     drop(a);
 }

@@ -287,3 +287,21 @@ fn the_webhooks_trust_only_what_every_webhook_carries() {
     assert_eq!((read.generation, read.resource_version.as_deref()), (4, Some("7")));
     assert_eq!(bundle_fingerprints(&read.hooks[0].1), BTreeSet::from([s.cas[0].fingerprint.clone()]));
 }
+
+/// The start-over runbook (the Secret deleted): the webhooks carry generation 7 of the old
+/// Secret's bundle. The new Secret's generation is above it, so its CA is written into them; a
+/// generation counted from the new Secret alone (1) re-used one they carried and was never
+/// written. A Secret restored from an older copy is renumbered the same way.
+#[test]
+fn a_start_over_never_reuses_or_lowers_a_generation_the_webhooks_carry() {
+    let fresh = created(T0);
+    assert_eq!(fresh.generation, 1);
+    let hooks = vec![("m".to_owned(), b"old CA bundle".to_vec())];
+    assert!(!needs_bundle(&fresh, 7, &hooks), "as counted from the Secret alone, never written");
+    let next = above_carried(&fresh, 7).expect("renumbered");
+    assert_eq!(next.generation, 8);
+    assert!(needs_bundle(&next, 7, &hooks), "the new CA reaches the webhooks");
+    assert_eq!(round_trip(&next).generation, 8);
+    assert!(above_carried(&next, 7).is_none(), "above already: unchanged");
+    assert!(above_carried(&next, 8).is_some_and(|s| s.generation == 9), "equal is not above");
+}
