@@ -193,6 +193,14 @@ pub fn apply_patch(obj: &Value, ops: &[Value]) -> Result<Value, String> {
 
 /// Any bytes as an AdmissionReview body, through every endpoint.
 pub fn review_bytes(data: &[u8]) {
+    // The memory model's charge (docs/reliability.md, "The memory model") bounds the tree any
+    // body parses into: the one scan counts every string, array slot and map entry the parser
+    // builds, whatever escapes, nesting or malformed tails the bytes hold.
+    let cost = confighistory::model::json::parse_cost(data);
+    if let Ok(tree) = serde_json::from_slice::<Value>(data) {
+        let built = confighistory::model::json::heap_size(&tree);
+        assert!(built <= cost, "a body charged {cost} bytes built a tree of {built}");
+    }
     let Ok(req) = review::parse(data) else { return };
     let cluster = MemoryCluster::default();
     let app = app(&cluster);
