@@ -44,42 +44,26 @@ pub trait Mac {
     fn finish(self) -> [u8; 32];
 }
 
-/// HMAC-SHA256 (RFC 2104 over [`Sha256`]; RFC 4231's test vectors below). Holds the two hash
-/// states with the padded key absorbed, never the key itself; its `Debug` prints neither.
+/// HMAC-SHA256 (RFC 2104), RustCrypto's `hmac` over `sha2` (RFC 4231's test vectors below).
+/// Holds the two hash states with the padded key absorbed, never the key itself; its `Debug`
+/// prints neither.
 #[derive(Clone)]
-pub struct HmacSha256 {
-    inner: Sha256,
-    outer: Sha256,
-}
-
-/// SHA-256's block: longer keys are hashed first, shorter ones padded with zeros to it.
-const BLOCK: usize = 64;
+pub struct HmacSha256(hmac::Hmac<sha2::Sha256>);
 
 impl HmacSha256 {
     pub fn new(key: &[u8]) -> HmacSha256 {
-        let mut block = [0u8; BLOCK];
-        if key.len() > BLOCK {
-            block[..32].copy_from_slice(&digest::<Sha256>(key));
-        } else {
-            block[..key.len()].copy_from_slice(key);
-        }
-        let (mut inner, mut outer) = (Sha256::default(), Sha256::default());
-        inner.update(&block.map(|b| b ^ 0x36));
-        outer.update(&block.map(|b| b ^ 0x5c));
-        block.fill(0);
-        HmacSha256 { inner, outer }
+        use hmac::Mac as _;
+        HmacSha256(hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes a key of any length"))
     }
 }
 
 impl Mac for HmacSha256 {
     fn update(&mut self, bytes: &[u8]) {
-        self.inner.update(bytes);
+        hmac::Mac::update(&mut self.0, bytes);
     }
 
     fn finish(self) -> [u8; 32] {
-        let mut outer = self.outer;
-        outer.update(&self.inner.finish());
-        outer.finish()
+        hmac::Mac::finalize(self.0).into_bytes().into()
     }
 }
 
