@@ -354,118 +354,54 @@ pub async fn watch(cert: PathBuf, key: PathBuf, resolver: Arc<Reloading>, ready:
     }
 }
 
-/// One DER element: (tag, content, rest).
-fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, b) = b.split_first()?;
-    let (&first, mut b) = b.split_first()?;
-    let len = if first < 0x80 {
-        first as usize
-    } else {
-        let n = (first & 0x7f) as usize;
-        if n == 0 || n > 4 || b.len() < n {
-            return None;
-        }
-        let len = b[..n].iter().fold(0usize, |acc, x| (acc << 8) | *x as usize);
-        b = &b[n..];
-        len
-    };
-    (b.len() >= len).then(|| (tag, &b[..len], &b[len..]))
-}
-
-/// The TBSCertificate of an X.509 certificate from its `skip`-th field after the optional `[0]`
-/// version on (0: serial, 1: signature algorithm, 2: issuer, 3: validity, 4: subject, ...).
-fn tbs_field(der: &[u8], skip: usize) -> Option<&[u8]> {
-    let (_, cert, _) = tlv(der)?;
-    let (_, mut rest, _) = tlv(cert)?;
-    if rest.first() == Some(&0xa0) {
-        rest = tlv(rest)?.2;
-    }
-    for _ in 0..skip {
-        rest = tlv(rest)?.2;
-    }
-    Some(rest)
-}
-
-/// notAfter of an X.509 certificate, in seconds since the epoch (RFC 5280 §4.1).
+/// notAfter of an X.509 certificate, in seconds since the epoch (RFC 5280 §4.1); None when it
+/// does not parse.
 pub fn not_after(der: &[u8]) -> Option<i64> {
-    // serial, signature algorithm, issuer; then validity.
-    let (_, validity, _) = tlv(tbs_field(der, 3)?)?;
-    let (_, _, after) = tlv(validity)?;
-    let (tag, time, _) = tlv(after)?;
-    let text = std::str::from_utf8(time).ok()?.strip_suffix('Z')?;
-    let (year, rest) = match tag {
-        // UTCTime: YY from 1950 to 2049.
-        0x17 => {
-            let yy: i64 = text.get(..2)?.parse().ok()?;
-            (if yy < 50 { 2000 + yy } else { 1900 + yy }, text.get(2..)?)
-        }
-        0x18 => (text.get(..4)?.parse().ok()?, text.get(4..)?),
-        _ => return None,
-    };
-    let field = |i: usize| -> Option<i64> { rest.get(i..i + 2)?.parse().ok() };
-    let (month, day, hour, minute, second) = (field(0)?, field(2)?, field(4)?, field(6)?, field(8)?);
-    // Days from the civil date (H. Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + hour * 3600 + minute * 60 + second)
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(cert.validity().not_after.timestamp())
 }
 
 /// The subject's common names and the SAN extension's DNS names of an X.509 certificate
-/// (RFC 5280 §4.1.2.6, §4.2.1.6); None when the structure does not parse.
+/// (RFC 5280 §4.1.2.6, §4.2.1.6); None when the structure does not parse. A common name that is
+/// not text (a BMPString) matches no pinned name: skipped.
 pub fn cert_names(der: &[u8]) -> Option<Vec<String>> {
-    const CN: &[u8] = &[0x55, 0x04, 0x03];
-    const SAN: &[u8] = &[0x55, 0x1d, 0x11];
-    // serial, signature algorithm, issuer, validity; then the subject.
-    let (_, mut subject, mut rest) = tlv(tbs_field(der, 4)?)?;
-    let mut names = Vec::new();
-    // Subject: SEQUENCE OF SET OF SEQUENCE { type OID, value }.
-    while !subject.is_empty() {
-        let (_, mut set, after) = tlv(subject)?;
-        subject = after;
-        while !set.is_empty() {
-            let (_, attr, after) = tlv(set)?;
-            set = after;
-            let (tag, oid, value) = tlv(attr)?;
-            if tag == 0x06 && oid == CN {
-                // A name that is not UTF-8 (BMPString) matches no pinned name: skipped.
-                let (_, text, _) = tlv(value)?;
-                names.extend(std::str::from_utf8(text).ok().map(str::to_owned));
-            }
-        }
-    }
-    rest = tlv(rest)?.2; // subjectPublicKeyInfo
-                         // Optional [1] issuerUniqueID, [2] subjectUniqueID, then [3] extensions.
-    while let Some((tag, body, after)) = tlv(rest) {
-        rest = after;
-        if tag != 0xa3 {
-            continue;
-        }
-        let (_, mut exts, _) = tlv(body)?;
-        while !exts.is_empty() {
-            let (_, ext, after) = tlv(exts)?;
-            exts = after;
-            let (tag, oid, mut value) = tlv(ext)?;
-            if tag != 0x06 || oid != SAN {
-                continue;
-            }
-            if value.first() == Some(&0x01) {
-                value = tlv(value)?.2; // critical
-            }
-            let (_, octets, _) = tlv(value)?;
-            let (_, mut general, _) = tlv(octets)?;
-            while !general.is_empty() {
-                let (tag, name, after) = tlv(general)?;
-                general = after;
-                // dNSName [2] IA5String.
-                if tag == 0x82 {
-                    names.extend(std::str::from_utf8(name).ok().map(str::to_owned));
-                }
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let mut names: Vec<String> = cert.subject().iter_common_name().filter_map(|cn| cn.as_str().ok().map(str::to_owned)).collect();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            if let x509_parser::extensions::GeneralName::DNSName(dns) = name {
+                names.push((*dns).to_owned());
             }
         }
     }
     Some(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A certificate with `cn` and DNS `sans`, valid until `not_after` (seconds since the epoch).
+    fn certificate(cn: &str, sans: &[&str], not_after: u64) -> Vec<u8> {
+        let mut params = rcgen::CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        params.not_after = rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(not_after);
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    #[test]
+    fn names_and_expiry_are_read_from_the_certificate() {
+        // 2049-12-31T23:59:59Z (the last UTCTime) and 2050-01-01T00:00:00Z (the first GeneralizedTime).
+        for until in [2_524_607_999u64, 2_524_608_000, 1_900_000_000] {
+            let der = certificate("kube-apiserver", &["apiserver.example", "admission.example"], until);
+            assert_eq!(not_after(&der), Some(until as i64));
+            assert_eq!(cert_names(&der).unwrap(), ["kube-apiserver", "apiserver.example", "admission.example"]);
+        }
+        let der = certificate("only-a-cn", &[], 1_900_000_000);
+        assert_eq!(cert_names(&der).unwrap(), ["only-a-cn"]);
+        assert_eq!((not_after(b"not a certificate"), cert_names(b"not a certificate")), (None, None));
+        assert_eq!(cert_names(&der[..der.len() / 2]), None, "a cut-off certificate does not parse");
+    }
 }
