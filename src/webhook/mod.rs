@@ -154,10 +154,22 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
     };
     // Anything the webhook configurations never send is refused before it is decided, logged
     // or counted: no reads, no writes, no metric label from the request.
-    if let Err(e) = expected(endpoint, &req, app.ctx.kinds, app.ctx.policy.acted_on()) {
-        tracing::warn!(endpoint = endpoint.as_str(), error = %e, "refused an admission request the webhooks never send");
-        METRICS.error("bad-request");
-        return (StatusCode::BAD_REQUEST, Json(json!({"error": e}))).into_response();
+    match expected(endpoint, &req, app.ctx.kinds, app.ctx.policy.acted_on()) {
+        Ok(Expected::Decide) => {}
+        Ok(Expected::Off) => {
+            let kind = kind_label(app.ctx.kinds, app.ctx.policy.acted_on(), &req.kind);
+            METRICS.request(endpoint.as_str(), kind, req.operation.as_str(), "allowed", Reason::UnhandledKind.as_str(), start.elapsed());
+            tracing::debug!(
+                endpoint = endpoint.as_str(),
+                "allowed a kind this server does not handle (another configuration registers it)"
+            );
+            return reply(&Response::allow(), &req.uid);
+        }
+        Err(e) => {
+            tracing::warn!(endpoint = endpoint.as_str(), error = %e, "refused an admission request the webhooks never send");
+            METRICS.error("bad-request");
+            return (StatusCode::BAD_REQUEST, Json(json!({"error": e}))).into_response();
+        }
     }
     // Every log line of this admission, down to the API calls of its effects, carries these.
     // `?`: request-supplied strings are escaped in text logs (validated above, but uid is free).
@@ -260,22 +272,46 @@ fn mode(app: &App, namespace: &str) -> Mode {
 /// Namespaces whose refused mode label was logged, with that label (bounded by the namespaces).
 static REFUSED_MODES: LazyLock<Mutex<HashMap<String, String>>> = LazyLock::new(Mutex::default);
 
+/// What [`expected`] says of a request that a webhook configuration of the chart may send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expected {
+    /// A kind this server handles on this endpoint: decided.
+    Decide,
+    /// A kind another configuration of the chart registers and this server does not handle (a
+    /// Secret with Secrets off, a workload kind it has no registry entry for): answered "allowed,
+    /// unchanged" with no read, write or log of its content. During a `helm upgrade` that turns
+    /// such a feature on or off, the webhooks and the pods change at different moments, and a
+    /// pod called for a feature it does not serve yet must not fail the write (failurePolicy
+    /// Fail) or fail it open as an error (docs/behaviour.md §9a.2).
+    Off,
+}
+
 /// Whether `req` is a request the chart's webhook configurations send to `endpoint`: a main
-/// resource they register, an operation they register, a valid namespace and name (docs/behaviour.md §9a).
+/// resource they register (or one another configuration of the chart registers: [`Expected::Off`]),
+/// an operation they register, a valid namespace and name (docs/behaviour.md §9a).
 /// The error says what is wrong, with request-supplied strings quoted (escaped).
 /// The chart registers the registry's workload kinds (its `workloadKinds`) and ConfigMaps, and
 /// Secrets where the admin turned them on (`sources`: `Policy::acted_on`, docs/behaviour.md §4a).
-pub fn expected(endpoint: Endpoint, req: &review::Request, kinds: &Registry, sources: source::SourceKinds) -> Result<(), String> {
+pub fn expected(endpoint: Endpoint, req: &review::Request, kinds: &Registry, sources: source::SourceKinds) -> Result<Expected, String> {
     let (k, r) = (&req.kind, &req.resource);
     let same_resource = r.group == k.group && r.version == k.version;
     let workload = || same_resource && kinds.admits(&k.group, &k.version, &k.kind, &r.resource).is_some();
-    let source = || same_resource && k.version == "v1" && sources.of(&k.group, &k.kind).is_some_and(|s| s.resource() == r.resource);
-    let (known, operations): (bool, &[review::Operation]) = match endpoint {
-        Endpoint::Mutate => (workload() || source(), &[review::Operation::Create, review::Operation::Update]),
-        Endpoint::Validate => (workload(), &[review::Operation::Create, review::Operation::Update]),
-        Endpoint::Protect => (source(), &[review::Operation::Create, review::Operation::Update, review::Operation::Delete]),
+    let source_of = |set: source::SourceKinds| {
+        same_resource && k.version == "v1" && set.of(&k.group, &k.kind).is_some_and(|s| s.resource() == r.resource)
     };
-    if !known {
+    let source = || source_of(sources);
+    // A source kind this version knows, acted on or not (Secrets with Secrets off).
+    let known_source = || source_of(source::SourceKinds::WITH_SECRETS);
+    // Any kind but a source kind: a workload kind another configuration registers.
+    let other_workload = || source::SourceKind::known(&k.group, &k.kind).is_none();
+    let (handled, off, operations): (bool, bool, &[review::Operation]) = match endpoint {
+        Endpoint::Mutate => {
+            (workload() || source(), other_workload() || known_source(), &[review::Operation::Create, review::Operation::Update])
+        }
+        Endpoint::Validate => (workload(), other_workload(), &[review::Operation::Create, review::Operation::Update]),
+        Endpoint::Protect => (source(), known_source(), &[review::Operation::Create, review::Operation::Update, review::Operation::Delete]),
+    };
+    if !handled && !off {
         return Err(format!(
             "/{} is not registered for {:?} (kind {:?}/{:?}/{:?}); check the webhook configuration's rules",
             endpoint.as_str(),
@@ -300,7 +336,7 @@ pub fn expected(endpoint: Endpoint, req: &review::Request, kinds: &Registry, sou
     if !req.name.is_empty() && !crate::model::names::is_dns_subdomain(&req.name) {
         return Err(format!("name {:?} is not a valid object name", req.name));
     }
-    Ok(())
+    Ok(if handled { Expected::Decide } else { Expected::Off })
 }
 
 /// The `kind` label of a request: its registered kind's name, else `other` (a request-supplied
