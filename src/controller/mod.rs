@@ -786,7 +786,10 @@ async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> Result<String> {
         // Changed while the webhook was away: the workload did not run with this content.
         return Err(Error::ChangedWhileAway { namespace, name });
     }
-    match crate::store::ensure_snap(ctx.shared.cluster.as_ref(), &a.namespace, &a.source, snap, &a.templates, false).await {
+    // Who wrote it, as the source recorded it for this content; content from before
+    // confighistory tracked the source says so (docs/behaviour.md §5.2, §9).
+    let origin = crate::model::snapshot::Origin::of_source(&obj, &snap.hash(&a.namespace, &a.source.name));
+    match crate::store::ensure_snap(ctx.shared.cluster.as_ref(), &a.namespace, &a.source, snap, &a.templates, &origin, false).await {
         Ok((name, collisions)) => {
             if !collisions.is_empty() {
                 let uid = obj["metadata"]["uid"].as_str().unwrap_or_default();

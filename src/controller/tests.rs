@@ -478,7 +478,8 @@ async fn a_snapshot_pinned_between_the_sweeps_list_and_its_delete_is_not_deleted
     let gc = sweep(&cluster);
     reached.await.expect("the sweep decided to delete it");
 
-    let (name, _) = crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], false).await.expect("pinned");
+    let (name, _) =
+        crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], &Default::default(), false).await.expect("pinned");
     assert_eq!(name, old, "the existing snapshot is reused");
     cluster.insert_workload(Kind::Deployment, workload("ns", "app", &[&old], &[]));
 
@@ -546,7 +547,9 @@ async fn a_snapshot_deleted_while_an_admission_pins_it_is_made_again() {
     let (reached, resume) = cluster.pause(&format!("get ns/{old}"), true);
     let admission = {
         let (cluster, content) = (cluster.clone(), content.clone());
-        tokio::spawn(async move { crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], false).await })
+        tokio::spawn(async move {
+            crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], &Default::default(), false).await
+        })
     };
     reached.await.expect("the admission read the snapshot");
 
@@ -566,14 +569,16 @@ async fn a_snapshot_deleted_while_an_admission_pins_it_is_made_again() {
 async fn reusing_a_snapshot_writes_only_when_gc_recorded_it_unused() {
     let (cluster, old, content) = race_world();
     let writes = |c: &MemoryCluster| c.calls.lock().unwrap().iter().filter(|c| !c.starts_with("get")).cloned().collect::<Vec<_>>();
-    crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], true).await.expect("dry run");
+    crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], &Default::default(), true).await.expect("dry run");
     assert_eq!(writes(&cluster), Vec::<String>::new(), "a dry run writes nothing");
 
-    crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], false).await.expect("pinned");
+    crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], &Default::default(), false).await.expect("pinned");
     assert_eq!(writes(&cluster), [format!("patch ns/{old}")], "one write: the last-use record goes");
     assert_eq!(crate::admission::annotation(&cluster.get("ns", &old).unwrap(), names::LAST_USED), None);
 
-    crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], false).await.expect("pinned again");
+    crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], &Default::default(), false)
+        .await
+        .expect("pinned again");
     assert_eq!(writes(&cluster).len(), 1, "in use: nothing more to write");
 }
 
