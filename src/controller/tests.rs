@@ -113,6 +113,42 @@ async fn a_propagation_pass_triggers_the_pinned_workload_and_records_the_change_
     assert_eq!(cluster.events().len(), 2, "recorded once");
 }
 
+/// docs/behaviour.md §7.9: the revision a propagation makes explains itself in `kubectl rollout
+/// history`: the trigger's patch sets `kubernetes.io/change-cause` (naming the source and who
+/// changed it) with confighistory's record of it; a change-cause of the user's own is never
+/// overwritten, and one confighistory wrote before is replaced.
+#[tokio::test]
+async fn a_propagation_explains_its_revision_and_never_overwrites_a_users_change_cause() {
+    let (cluster, mut state) = propagation_world();
+    let old = snapshot::name("cfg", &h('a'), 0);
+    let src = source("ns", "cfg", &h('b'), &[(names::CHANGED_AT, T0), (names::CHANGED_BY, "alice")]);
+    state.apply_configmap(&src);
+    cluster.insert(src);
+    let earlier = "config cfg changed by bob";
+    for obj in [
+        workload("ns", "mine", &[&old], &[(names::CHANGE_CAUSE, "release 4.12 by carol")]),
+        workload("ns", "ours", &[&old], &[(names::CHANGE_CAUSE, earlier), (names::CHANGE_CAUSE_OWN, earlier)]),
+    ] {
+        state.apply_workload(Kind::Deployment, &obj);
+        cluster.insert_workload(Kind::Deployment, obj);
+    }
+    let ctx = ctx(&cluster, state, args(&[]));
+    propagation_pass(&ctx, &mut quick()).await;
+    let annotations = |name: &str| cluster.workload(Kind::Deployment, "ns", name).unwrap()["metadata"]["annotations"].clone();
+    for name in ["stale", "ours"] {
+        let a = annotations(name);
+        assert_eq!(trigger_of(&cluster, name), Some(format!("cfg={}", h('b'))), "{name}");
+        assert_eq!(
+            (&a[names::CHANGE_CAUSE], &a[names::CHANGE_CAUSE_OWN]),
+            (&json!("config cfg changed by alice"), &json!("config cfg changed by alice")),
+            "{name}"
+        );
+    }
+    let mine = annotations("mine");
+    assert_eq!(trigger_of(&cluster, "mine"), Some(format!("cfg={}", h('b'))), "moved all the same");
+    assert_eq!((&mine[names::CHANGE_CAUSE], mine.get(names::CHANGE_CAUSE_OWN)), (&json!("release 4.12 by carol"), None), "the user's own");
+}
+
 /// A change made after the hold an undo took moves the held pin (docs/behaviour.md §2), and the workload's
 /// owner is told why it moved: an Event `HoldReleased` beside `ConfigPropagated`.
 #[tokio::test]
