@@ -128,12 +128,14 @@ impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Pairs {
 }
 
 /// The annotations a ConfigMap's record keeps: the ones the rules read on sources and snapshots.
-const CONFIGMAP_ANNOTATIONS: [&str; 11] = [
+const CONFIGMAP_ANNOTATIONS: [&str; 12] = [
     names::VERSIONED,
     names::ROLLOUT,
     names::SETTLE,
     names::HEAD,
     names::CHANGED_AT,
+    // Read by the change-cause of a propagation (docs/behaviour.md §7.9).
+    names::CHANGED_BY,
     names::PROPAGATED,
     names::EXCLUDED,
     names::SOURCE_NAME,
@@ -145,7 +147,8 @@ const CONFIGMAP_ANNOTATIONS: [&str; 11] = [
 /// excluded sources adds its own keys ([`State::keeping_labels`]).
 const CONFIGMAP_LABELS: [&str; 2] = [names::HASH_LABEL, names::MANAGED_BY];
 /// The annotations a workload's record keeps.
-const WORKLOAD_ANNOTATIONS: [&str; 4] = [names::IGNORE, names::PINS, names::HELD, names::HELD_HEADS];
+const WORKLOAD_ANNOTATIONS: [&str; 6] =
+    [names::IGNORE, names::PINS, names::HELD, names::HELD_HEADS, names::CHANGE_CAUSE, names::CHANGE_CAUSE_OWN];
 
 /// The annotations in `keys`, each bounded ([`meta::bounded`]): a tenant's object costs the cache
 /// a bounded number of bytes, however many or large its annotations.

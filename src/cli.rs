@@ -160,6 +160,11 @@ pub struct PolicyArgs {
     /// With --secrets: label selector of the namespaces Secrets are versioned in (empty: all).
     #[arg(long, env = "CONFIGHISTORY_SECRETS_NAMESPACE_SELECTOR", default_value = "")]
     pub secrets_namespace_selector: String,
+    /// Record on sources and snapshots the username of the write that changed their content
+    /// (`confighistory.io/changed-by`); `--record-authors=false` leaves usernames out (the field
+    /// manager and the time are still recorded).
+    #[arg(long, env = "CONFIGHISTORY_RECORD_AUTHORS", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub record_authors: bool,
 }
 
 /// A setting that does not parse; each names the flag, its variable and what it takes.
@@ -191,6 +196,7 @@ impl PolicyArgs {
         p.snapshot_creators = self.snapshot_creators.iter().filter(|s| !s.is_empty()).cloned().collect();
         p.secrets.enabled = self.secrets;
         p.secrets.namespaces = self.secrets_namespace_selector.parse().map_err(Error::SecretsNamespaces)?;
+        p.record_authors = self.record_authors;
         Ok(p)
     }
 
@@ -449,6 +455,15 @@ mod tests {
         assert!(policy(&["--excluded-sources-selector", "a in (b)"]).is_ok());
         let e = policy(&["--secrets", "--secrets-namespace-selector", "a in b"]).unwrap_err().to_string();
         assert!(e.starts_with("--secrets-namespace-selector (CONFIGHISTORY_SECRETS_NAMESPACE_SELECTOR): "), "{e}");
+    }
+
+    /// Usernames are recorded unless the admin's flag (or its variable) says not to.
+    #[test]
+    fn authors_are_recorded_unless_the_flag_turns_them_off() {
+        assert!(policy(&[]).unwrap().record_authors);
+        assert!(policy(&["--record-authors"]).unwrap().record_authors);
+        assert!(policy(&["--record-authors=true"]).unwrap().record_authors);
+        assert!(!policy(&["--record-authors=false"]).unwrap().record_authors);
     }
 
     /// Secrets are off unless the admin's flags (or their variables) turn them on, for every

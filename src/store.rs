@@ -106,13 +106,15 @@ impl Snap<'_> {
         }
     }
 
-    fn object(&self, ns: &str, source: &str, name: &str, adopted: &[String]) -> Value {
-        match self {
+    fn object(&self, ns: &str, source: &str, name: &str, adopted: &[String], origin: &snapshot::Origin) -> Value {
+        let mut obj = match self {
             Snap::ConfigMap(c) => snapshot::object(ns, source, name, c, adopted),
             Snap::Secret(c, keys, id, frame) => {
                 secret::snapshot_object_in(ns, source, name, c, &Snap::key(keys, *id).namespace_key(ns), *frame, adopted)
             }
-        }
+        };
+        origin.annotate(&mut obj);
+        obj
     }
 
     /// The hash of a valid snapshot, or why `obj` is none (for a Secret: labels and key ids only).
@@ -176,17 +178,19 @@ impl SourceContent {
 const MAX_RACES: u32 = 5;
 
 /// Makes sure a valid snapshot of `content` exists, walking the collision sequence past any
-/// other object under its name, and records `adopted` templates on it. Returns the name and the
-/// names skipped as collisions.
+/// other object under its name, and records `adopted` templates on it. A snapshot it creates
+/// records `origin` (who wrote the content, docs/behaviour.md §5.2); one that exists keeps its
+/// own (a snapshot is never rewritten). Returns the name and the names skipped as collisions.
 pub async fn ensure(
     cluster: &dyn Cluster,
     ns: &str,
     source_id: &SourceId,
     content: &snapshot::Content,
     adopted: &[String],
+    origin: &snapshot::Origin,
     dry_run: bool,
 ) -> Result<(String, Vec<Collision>)> {
-    ensure_snap(cluster, ns, source_id, Snap::ConfigMap(content), adopted, dry_run).await
+    ensure_snap(cluster, ns, source_id, Snap::ConfigMap(content), adopted, origin, dry_run).await
 }
 
 /// [`ensure`] for either kind of content.
@@ -196,6 +200,7 @@ pub async fn ensure_snap(
     source_id: &SourceId,
     content: Snap<'_>,
     adopted: &[String],
+    origin: &snapshot::Origin,
     dry_run: bool,
 ) -> Result<(String, Vec<Collision>)> {
     let hash = content.hash(ns, &source_id.name);
@@ -214,7 +219,7 @@ pub async fn ensure_snap(
         // first would be refused by a full ConfigMap quota even though the object exists, and a
         // dry run would answer differently from the real request.
         let Some(existing) = read(name.clone()).await? else {
-            let obj = content.object(ns, source, &name, adopted);
+            let obj = content.object(ns, source, &name, adopted, origin);
             match cluster.create_source(ns, source_id.kind, &obj, dry_run).await {
                 Ok(Created::Created) => {
                     if !dry_run {
@@ -318,7 +323,8 @@ pub async fn keep(cluster: &dyn Cluster, ns: &str, snapshot_id: &SourceId, read:
             let Some(gone) = read_before.take() else { return Ok(()) };
             let source = crate::model::source::snapshot_source(name, &gone).unwrap_or_default().to_owned();
             let adopted: Vec<String> = crate::model::source::adopted(&gone).map(str::to_owned).collect();
-            let obj = snapshot::object(ns, &source, name, &snapshot::Content::from_object(&gone), &adopted);
+            let mut obj = snapshot::object(ns, &source, name, &snapshot::Content::from_object(&gone), &adopted);
+            snapshot::Origin::of_snapshot(&gone).annotate(&mut obj);
             match cluster.create_source(ns, snapshot_id.kind, &obj, false).await {
                 Ok(_) => continue,
                 Err(e) if e.is_quota() => return Err(Error::Quota { name: name.to_owned(), source_name: source, source: e }),
@@ -365,9 +371,10 @@ mod tests {
         assert_eq!((one.len(), two.len()), (253, 253));
         assert_eq!(snapshot::name(&one, &hash, 0), snapshot::name(&two, &hash, 0), "the shortened names agree");
 
-        let (first, none) = ensure(&cluster, "ns", &SourceId::configmap(&one), &content, &[], false).await.unwrap();
+        let (first, none) = ensure(&cluster, "ns", &SourceId::configmap(&one), &content, &[], &Default::default(), false).await.unwrap();
         assert!(none.is_empty());
-        let (second, collisions) = ensure(&cluster, "ns", &SourceId::configmap(&two), &content, &[], false).await.unwrap();
+        let (second, collisions) =
+            ensure(&cluster, "ns", &SourceId::configmap(&two), &content, &[], &Default::default(), false).await.unwrap();
         assert_eq!(second, snapshot::name(&two, &hash, 1), "the next name of the sequence");
         assert_eq!(collisions.len(), 1);
         assert!(collisions[0].why.contains("another source"), "{}", collisions[0].why);
@@ -381,12 +388,15 @@ mod tests {
         }
         assert_ne!(snapshot::source_label(&one), snapshot::source_label(&two), "labels keep the full names apart");
         // Each source finds its own snapshot again.
-        assert_eq!(ensure(&cluster, "ns", &SourceId::configmap(&one), &content, &[], false).await.unwrap(), (first.clone(), vec![]));
-        assert_eq!(ensure(&cluster, "ns", &SourceId::configmap(&two), &content, &[], false).await.unwrap().0, second);
+        assert_eq!(
+            ensure(&cluster, "ns", &SourceId::configmap(&one), &content, &[], &Default::default(), false).await.unwrap(),
+            (first.clone(), vec![])
+        );
+        assert_eq!(ensure(&cluster, "ns", &SourceId::configmap(&two), &content, &[], &Default::default(), false).await.unwrap().0, second);
         // A source of exactly `MAX_SOURCE_PART` characters is not shortened, and one more is.
         let (at, over) = (prefix.clone(), format!("{prefix}d"));
         assert_eq!(snapshot::parse_name(&snapshot::name(&at, &hash, 0)), Some((at.as_str(), hash.as_str(), 0)));
-        let (reused, _) = ensure(&cluster, "ns", &SourceId::configmap(&over), &content, &[], false).await.unwrap();
+        let (reused, _) = ensure(&cluster, "ns", &SourceId::configmap(&over), &content, &[], &Default::default(), false).await.unwrap();
         assert_eq!(reused, snapshot::name(&over, &hash, 2), "past both others' names");
     }
 }

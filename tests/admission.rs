@@ -858,9 +858,17 @@ async fn adoption_records_written_concurrently_are_all_kept() {
     obj["metadata"]["resourceVersion"] = json!("1");
     let cluster = RacingAdopter { inner: MemoryCluster::default(), raced: Default::default() };
     cluster.inner.insert(obj);
-    let (got, _) = confighistory::store::ensure(&cluster, NS, &SourceId::configmap("pricing-config"), &c, &["t-mine".to_owned()], false)
-        .await
-        .unwrap();
+    let (got, _) = confighistory::store::ensure(
+        &cluster,
+        NS,
+        &SourceId::configmap("pricing-config"),
+        &c,
+        &["t-mine".to_owned()],
+        &Default::default(),
+        false,
+    )
+    .await
+    .unwrap();
     assert_eq!(got, name);
     let adopted = annotation(&cluster.inner.get(NS, &name).unwrap(), confighistory::model::names::ADOPTED).unwrap();
     assert_eq!(adopted, "t-other,t-mine", "the concurrent record is kept");
@@ -963,6 +971,113 @@ async fn source_update_tracks_head_warns_keys_and_adopts_outgoing_content() {
     let out2 = again.patched(&new);
     assert_eq!(annotation(&out2, "confighistory.io/changed-at"), annotation(&out, "confighistory.io/changed-at"));
     assert!(f.calls().is_empty());
+}
+
+/// docs/behaviour.md §5.2, §6.1.1: a source's content change records who made it (the admitted
+/// request's username, never its object's word), with what field manager and when; the snapshot
+/// of that content copies them when it is made (a release by someone else names the writer of
+/// the config, not the releaser); content from before confighistory says so instead of a name.
+#[tokio::test]
+async fn who_wrote_a_content_and_when_reaches_its_snapshot() {
+    let plain = deployment("pricing:4.11", "pricing-config");
+    let f = Fixture::new().source("pricing-config", A).workload(&plain);
+    let (old, new) =
+        (configmap("pricing-config", A), with_annotations(configmap("pricing-config", B), &[("confighistory.io/changed-by", "mallory")]));
+    let mut edit = review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old));
+    edit["request"]["options"] = json!({"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1", "fieldManager": "kubectl-edit"});
+    let a = f.as_user("/mutate", "bob", edit).await;
+    let stored = a.patched(&new);
+    assert_eq!(annotation(&stored, "confighistory.io/changed-by").as_deref(), Some("bob"), "userInfo, not the object's claim");
+    assert_eq!(annotation(&stored, "confighistory.io/changed-with").as_deref(), Some("kubectl-edit"));
+    let at = annotation(&stored, "confighistory.io/changed-at").expect("changed-at");
+    // The outgoing content predates confighistory's tracking: said, not guessed.
+    let kept = f.cluster.get(NS, &snap("pricing-config", A)).expect("outgoing content kept");
+    assert_eq!(annotation(&kept, "confighistory.io/unattributed").as_deref(), Some("before confighistory"));
+    assert_eq!(annotation(&kept, "confighistory.io/changed-by"), None);
+
+    // The API server stores bob's write; carol releases the workload: the snapshot names bob.
+    f.cluster.insert(stored.clone());
+    f.state.write().apply_configmap(&stored);
+    let release = deployment("pricing:4.12", "pricing-config");
+    let a = f.as_user("/mutate", "carol", review("Deployment", "apps", "v1", "UPDATE", Some(&release), Some(&plain))).await;
+    assert!(a.allowed(), "{}", a.message());
+    let made = f.cluster.get(NS, &snap("pricing-config", B)).expect("snapshot of bob's content");
+    assert_eq!(annotation(&made, "confighistory.io/changed-by").as_deref(), Some("bob"));
+    assert_eq!(annotation(&made, "confighistory.io/changed-with").as_deref(), Some("kubectl-edit"));
+    assert_eq!(annotation(&made, "confighistory.io/changed-at"), Some(at.clone()));
+    assert_eq!(annotation(&made, "confighistory.io/unattributed"), None);
+
+    // Re-applying the same content (claiming another author) changes nothing of it.
+    let claim = with_annotations(configmap("pricing-config", B), &[("confighistory.io/changed-by", "dave")]);
+    let a = f.as_user("/mutate", "dave", review("ConfigMap", "", "v1", "UPDATE", Some(&claim), Some(&stored))).await;
+    let again = a.patched(&claim);
+    assert_eq!(annotation(&again, "confighistory.io/changed-by").as_deref(), Some("bob"), "carried over from oldObject");
+    assert_eq!(annotation(&again, "confighistory.io/changed-with").as_deref(), Some("kubectl-edit"));
+    assert_eq!(annotation(&again, "confighistory.io/changed-at"), Some(at));
+
+    // A change without a field manager records none; the earlier one does not linger.
+    let c = configmap("pricing-config", &[("mode", "c")]);
+    let a = f.as_user("/mutate", "erin", review("ConfigMap", "", "v1", "UPDATE", Some(&c), Some(&stored))).await;
+    let out = a.patched(&c);
+    assert_eq!(annotation(&out, "confighistory.io/changed-by").as_deref(), Some("erin"));
+    assert_eq!(annotation(&out, "confighistory.io/changed-with"), None);
+}
+
+/// docs/install.md: with `--record-authors=false` no username is recorded (the field manager
+/// and the time still are), and one recorded before goes at the next write.
+#[tokio::test]
+async fn recording_authors_off_records_no_username() {
+    let plain = deployment("pricing:4.11", "pricing-config");
+    let mut f = Fixture::new().source("pricing-config", A).workload(&plain);
+    f.policy.record_authors = false;
+    let old = with_annotations(
+        configmap("pricing-config", A),
+        &[
+            ("confighistory.io/head", &content(A).hash()),
+            ("confighistory.io/changed-at", "2026-01-01T00:00:00Z"),
+            ("confighistory.io/changed-by", "bob"),
+        ],
+    );
+    for (what, new) in [("a change", configmap("pricing-config", B)), ("no change", old.clone())] {
+        let mut edit = review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old));
+        edit["request"]["options"] = json!({"fieldManager": "kubectl-client-side-apply"});
+        let out = f.as_user("/mutate", "bob", edit).await.patched(&new);
+        assert_eq!(annotation(&out, "confighistory.io/changed-by"), None, "{what}");
+        assert!(annotation(&out, "confighistory.io/changed-at").is_some(), "{what}");
+        if what == "a change" {
+            assert_eq!(annotation(&out, "confighistory.io/changed-with").as_deref(), Some("kubectl-client-side-apply"));
+        }
+    }
+}
+
+/// docs/reliability.md: a review forged to the port may claim any username in its userInfo, but
+/// the answer is all it gets: no write of the source is stored, and what confighistory writes
+/// (the outgoing content's snapshot) takes its author from the stored object, so the claimed
+/// name is recorded nowhere.
+#[tokio::test]
+async fn a_forged_reviews_username_is_recorded_nowhere() {
+    let plain = deployment("pricing:4.11", "pricing-config");
+    let stored = with_annotations(
+        configmap("pricing-config", A),
+        &[
+            ("confighistory.io/head", &content(A).hash()),
+            ("confighistory.io/changed-at", "2026-01-01T00:00:00Z"),
+            ("confighistory.io/changed-by", "bob"),
+        ],
+    );
+    let f = Fixture::new().workload(&plain);
+    f.cluster.insert(stored.clone());
+    f.state.write().apply_configmap(&stored);
+    let forged = configmap("pricing-config", B);
+    let mut review = review("ConfigMap", "", "v1", "UPDATE", Some(&forged), Some(&stored));
+    review["request"]["options"] = json!({"fieldManager": "forged-manager"});
+    let a = f.as_user("/mutate", "mallory", review).await;
+    assert!(a.allowed());
+    assert_eq!(annotation(&a.patched(&forged), "confighistory.io/changed-by").as_deref(), Some("mallory"), "the answer only");
+    let kept = f.cluster.get(NS, &snap("pricing-config", A)).expect("the stored outgoing content kept");
+    assert_eq!(annotation(&kept, "confighistory.io/changed-by").as_deref(), Some("bob"), "the stored object's author");
+    let everything = serde_json::to_string(&*f.cluster.objects.lock().unwrap().values().collect::<Vec<_>>()).unwrap();
+    assert!(!everything.contains("mallory") && !everything.contains("forged-manager"), "{everything}");
 }
 
 /// Issue 27.9: a workload annotated `confighistory.io/ignore` is left alone in rewrite mode, so it
@@ -1885,7 +2000,20 @@ async fn tenants_cannot_plant_history_in_snapshots() {
     renamed["metadata"]["annotations"]["confighistory.io/source-name"] = json!("other-config");
     let mut relabelled = plain.clone();
     relabelled["metadata"]["labels"]["confighistory.io/source"] = json!("other-config");
-    for (obj, why) in [(&owned, "ownerReferences"), (&finalized, "finalizers"), (&renamed, "source"), (&relabelled, "source")] {
+    // Nor name who wrote its content: a snapshot made ahead of a write would name anyone.
+    let mut authored = plain.clone();
+    authored["metadata"]["annotations"]["confighistory.io/changed-by"] = json!("alice");
+    let mut unattributed = plain.clone();
+    unattributed["metadata"]["annotations"]["confighistory.io/unattributed"] = json!("before confighistory");
+    assert!(f.as_user("/protect", ME, review("ConfigMap", "", "v1", "CREATE", Some(&authored), None)).await.allowed());
+    for (obj, why) in [
+        (&owned, "ownerReferences"),
+        (&finalized, "finalizers"),
+        (&renamed, "source"),
+        (&relabelled, "source"),
+        (&authored, "confighistory.io/changed-by"),
+        (&unattributed, "confighistory.io/unattributed"),
+    ] {
         let a = f.send("/protect", review("ConfigMap", "", "v1", "CREATE", Some(obj), None)).await;
         assert!(!a.allowed() && a.message().contains(why), "{why}: {}", a.message());
     }

@@ -281,6 +281,61 @@ fn status_golden() {
     golden("plugin-status.txt", &render::status(&s, now(), Style::PLAIN));
 }
 
+/// `status --wait` (docs/plugin.md, "In a pipeline"): settled once every reference is on its
+/// head or held (exit 0); a pin still pending at the timeout keeps it waiting (exit 1), saying
+/// which reference waits and for what; a fetch's error ends the wait (exit 2 in the binary).
+#[tokio::test]
+async fn status_wait_settles_or_times_out_saying_what_waits() {
+    use confighistory::plugin::{wait_for, waiting_message};
+    use std::time::Duration;
+    let inv = inventory();
+    let pending = build::status(&inv, &pricing()).unwrap();
+    let waits = build::waiting(&pending);
+    assert_eq!(waits.len(), 1, "{waits:?}");
+    assert!(
+        waits[0].starts_with("limits (limits-") && waits[0].contains("propagation to") && waits[0].contains("2024-05-01T12:00:06Z"),
+        "{waits:?}"
+    );
+    let mut settled = pending.clone();
+    for p in &mut settled.pins {
+        p.is_head = p.hash.is_some() && p.hash == p.head;
+        if p.source == "limits" {
+            (p.hash, p.is_head, p.pending) = (p.head.clone(), true, None);
+        }
+    }
+    assert!(build::waiting(&settled).is_empty());
+    let mut held = pending.clone();
+    held.pins.iter_mut().for_each(|p| p.held |= p.source == "limits");
+    assert!(build::waiting(&held).is_empty(), "held by an undo, as intended");
+
+    // Pending twice, then settled: the wait ends on the third look, with nothing waiting.
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let fetch = || {
+        let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let s = if n < 2 { pending.clone() } else { settled.clone() };
+        async move { anyhow::Ok((s, ())) }
+    };
+    let (_, (), still) = wait_for(fetch, Duration::from_secs(5), Duration::from_millis(10)).await.unwrap();
+    assert!(still.is_empty());
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+
+    // Still pending at a short timeout: it says so, bounded in time.
+    let started = std::time::Instant::now();
+    let fetch = || {
+        let s = pending.clone();
+        async move { anyhow::Ok((s, ())) }
+    };
+    let (_, (), still) = wait_for(fetch, Duration::from_millis(300), Duration::from_millis(50)).await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(300) && started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert_eq!(still, waits);
+    let said = waiting_message("deployment/pricing", Duration::from_millis(300), &still);
+    assert!(said.starts_with("timed out after 0.3s: deployment/pricing still waits for:\n  limits (limits-"), "{said}");
+
+    // An error ends the wait.
+    let fetch = || async { Err::<(confighistory::plugin::model::Status, ()), _>(anyhow::anyhow!("forbidden")) };
+    assert!(wait_for(fetch, Duration::from_secs(5), Duration::from_millis(10)).await.is_err());
+}
+
 #[test]
 fn undo_golden_and_refusal() {
     let inv = inventory();

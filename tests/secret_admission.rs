@@ -190,6 +190,7 @@ async fn secret_update_keeps_outgoing_content(value: &str) -> Shown {
     let annotations = &patched["metadata"]["annotations"];
     assert!(annotations.get(names::HEAD).is_none() && annotations.get(names::KEY_ID).is_none(), "the stale head goes: {annotations}");
     assert!(annotations.get(names::CHANGED_AT).is_some(), "{annotations}");
+    assert_eq!(annotations[names::CHANGED_BY], "alice", "who wrote it, from userInfo: {annotations}");
     assert_no_mac_of(&a, &new);
     let name = snapshot::name("db", &mac_of(&old), 0);
     assert!(!shown(&a).contains(&mac_of(&old)), "the answer does not name the outgoing content's snapshot");
@@ -200,11 +201,18 @@ async fn secret_update_keeps_outgoing_content(value: &str) -> Shown {
         snap["metadata"]["annotations"][names::ADOPTED],
         json!(confighistory::model::template::template_hash(&deployment("app:1", "db", "cfg")["spec"]["template"]))
     );
+    assert_eq!(snap["metadata"]["annotations"][names::UNATTRIBUTED], "before confighistory", "no change of it was seen");
     assert!(f.cluster.get(NS, &name).is_none(), "no ConfigMap of that name");
     // The API server stores the write: its head is recorded from what it stored.
     f.store(&patched);
     let stored = head_recorded(&f, "db", &mac_of(&new)).await;
     assert_eq!(stored["metadata"]["annotations"][names::KEY_ID], "1");
+    // A release pins the stored content: its snapshot names who wrote it.
+    let made = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&deployment("app:2", "db", "cfg")), None)).await;
+    assert!(made.allowed(), "{}", made.body);
+    let snap_new = f.secret(&snapshot::name("db", &mac_of(&new), 0)).expect("the new content's snapshot");
+    assert_eq!(snap_new["metadata"]["annotations"][names::CHANGED_BY], "alice");
+    assert_eq!(snap_new["metadata"]["annotations"][names::CHANGED_AT], stored["metadata"]["annotations"][names::CHANGED_AT]);
     vec![("the Secret update's answer".into(), shown(&a)), ("the stored Secret's metadata".into(), stored["metadata"].to_string())]
 }
 

@@ -170,9 +170,18 @@ pub fn decide_with(req: &Request, view: &View, facts: Option<&ContentFacts>) -> 
     let first_pass = annotation(obj, names::HEAD) == Some(head.as_str());
     let (changed_at, propagated) = change_markers(obj, old, first_pass, changed, own, view.now);
     let recorded_out = source::excluded_by_selector(obj, excluded).then(|| "true".to_owned());
+    let [by, with, unattributed] = authorship(req, old, content_changed, stale_head && !content_changed, view.policy.record_authors);
     d.response.patch = annotation_ops(
         obj,
-        &[(names::HEAD, Some(head)), (names::CHANGED_AT, changed_at), (names::PROPAGATED, propagated), (names::EXCLUDED, recorded_out)],
+        &[
+            (names::HEAD, Some(head)),
+            (names::CHANGED_AT, changed_at),
+            by,
+            with,
+            unattributed,
+            (names::PROPAGATED, propagated),
+            (names::EXCLUDED, recorded_out),
+        ],
     );
 
     // Workloads still on the plain name ran with the outgoing content: keep it, with their
@@ -199,7 +208,8 @@ pub(super) trait Outgoing: PartialEq + Sized {
     /// The content of the stored object, when it has one of this kind.
     fn stored(obj: &Value) -> Option<Self>;
     /// The effect that makes sure a snapshot of it exists, listing `adopted` templates.
-    fn ensure(self, key: Self::Key, namespace: String, source: SourceId, adopted: Vec<String>) -> Effect;
+    /// `stored`: the source as the API server stores it, holding this content (who wrote it).
+    fn ensure(self, key: Self::Key, namespace: String, source: SourceId, adopted: Vec<String>, stored: &Value) -> Effect;
 }
 
 impl Outgoing for Content {
@@ -209,8 +219,9 @@ impl Outgoing for Content {
     fn stored(obj: &Value) -> Option<Content> {
         Some(Content::from_object(obj))
     }
-    fn ensure(self, _: (), namespace: String, source: SourceId, adopted: Vec<String>) -> Effect {
-        Effect::EnsureSnapshot { namespace, source, content: self, adopted }
+    fn ensure(self, _: (), namespace: String, source: SourceId, adopted: Vec<String>, stored: &Value) -> Effect {
+        let origin = crate::model::snapshot::Origin::of_source(stored, &self.hash());
+        Effect::EnsureSnapshot { namespace, source, content: self, adopted, origin }
     }
 }
 
@@ -254,7 +265,7 @@ pub(super) fn keep_outgoing<C: Outgoing>(
     let version = |o: &Value| o.at("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned);
     match stored.as_ref().and_then(|s| Some((s, C::stored(s)?))) {
         Some((s, stored_content)) if version(s) == old.and_then(version) && stored_content == old_content => {
-            d.effects.push(stored_content.ensure(key, req.namespace.clone(), id.clone(), users))
+            d.effects.push(stored_content.ensure(key, req.namespace.clone(), id.clone(), users, s))
         }
         _ => {
             tracing::warn!(namespace = %req.namespace, source = label, "oldObject is not the stored {}; outgoing content not kept", C::KIND);
@@ -299,6 +310,33 @@ pub(super) fn change_markers(
         old.and_then(|o| annotation(o, names::PROPAGATED))
     };
     (changed_at, propagated.map(str::to_owned))
+}
+
+/// Who changed a source's content, as its annotations record it after this request
+/// (docs/behaviour.md §6.1.1), for ConfigMaps and Secrets alike: on a change of content, the
+/// admitted request's `userInfo.username` (unless `record_authors` is off) and field manager
+/// (`options.fieldManager`); on a change first seen now that no write here made (`missed`: a
+/// head that names other content, written while the webhook did not see it), no one, and why;
+/// otherwise what `oldObject` records, carried over. Never from the request's object: the
+/// annotations it carries are the client's word.
+pub(super) fn authorship(
+    req: &Request,
+    old: Option<&Value>,
+    content_changed: bool,
+    missed: bool,
+    record_authors: bool,
+) -> [(&'static str, Option<String>); 3] {
+    let (by, with, unattributed) = if content_changed {
+        let by = Some(req.user_info.username.clone()).filter(|u| record_authors && !u.is_empty());
+        (by, req.field_manager.clone(), None)
+    } else if missed {
+        (None, None, Some(snapshot::WHILE_UNREACHABLE.to_owned()))
+    } else {
+        let kept = |k: &str| old.and_then(|o| annotation(o, k)).map(str::to_owned);
+        // Recording turned off since: the username goes at the next write, the rest stays.
+        (kept(names::CHANGED_BY).filter(|_| record_authors), kept(names::CHANGED_WITH), kept(names::UNATTRIBUTED))
+    };
+    [(names::CHANGED_BY, by), (names::CHANGED_WITH, with), (names::UNATTRIBUTED, unattributed)]
 }
 
 /// How far back a `changed-at` in the request may lie and still be this admission's own first

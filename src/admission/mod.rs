@@ -13,7 +13,7 @@ use crate::model::keys::KeyId;
 use crate::model::meta::Meta;
 use crate::model::policy::{Mode, Policy};
 use crate::model::secret::{self as secret_model, SecretContent};
-use crate::model::snapshot::{self, Content};
+use crate::model::snapshot::{self, Content, Origin};
 use crate::model::source::{SourceId, SourceKind, SourceKinds};
 
 pub mod configmap;
@@ -251,8 +251,9 @@ pub fn acting_mode(req: &Request, view: &View) -> Result<Mode, Reason> {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
     /// Make sure a valid snapshot of `content` exists (creating it, or taking the next name of
-    /// the collision sequence) and that its adoption record lists `adopted`.
-    EnsureSnapshot { namespace: String, source: SourceId, content: Content, adopted: Vec<String> },
+    /// the collision sequence) and that its adoption record lists `adopted`; one created records
+    /// `origin`, who wrote the content as the stored source says (docs/behaviour.md §5.2).
+    EnsureSnapshot { namespace: String, source: SourceId, content: Content, adopted: Vec<String>, origin: Origin },
     /// The same for a Secret (docs/behaviour.md §4a): an immutable Secret of the same type and
     /// data, named by its MAC under the namespace's key of cluster key `key` in `frame` (the
     /// source's, `secret_model::source_mac`).
@@ -263,6 +264,7 @@ pub enum Effect {
         key: KeyId,
         frame: secret_model::Frame,
         adopted: Vec<String>,
+        origin: Origin,
     },
     /// The request chose an existing snapshot of `source` by name (6.2 rule 3): make sure a GC
     /// sweep does not delete it while it is being pinned (docs/behaviour.md §8), by clearing GC's last-use

@@ -181,11 +181,18 @@ fn subject_name(req: &Request) -> &str {
 }
 
 /// Why a valid snapshot created by someone other than confighistory (docs/behaviour.md §6.4) is refused: it
-/// carries adoption records, owner references or finalizers, or its source name and label do not
+/// carries adoption records, an author record, owner references or finalizers, or its source name and label do not
 /// agree with its name. `None`: an honest copy of its own content.
 fn foreign_problems(obj: &Value, name: &str, hash: &str) -> Option<String> {
     if annotation(obj, names::ADOPTED).is_some_and(|a| !a.is_empty()) {
         return Some(format!("carries adoption records ({})", names::ADOPTED));
+    }
+    // Who wrote the content is confighistory's word, from the admitted write (§5.2): a snapshot
+    // made ahead of a write would otherwise name anyone as its author.
+    if let Some(k) =
+        [names::CHANGED_BY, names::CHANGED_WITH, names::CHANGED_AT, names::UNATTRIBUTED].into_iter().find(|k| annotation(obj, k).is_some())
+    {
+        return Some(format!("carries an author record ({k}); leave confighistory's annotations out of a copy"));
     }
     for (field, what) in [("ownerReferences", "has ownerReferences"), ("finalizers", "has finalizers")] {
         if meta_field(obj, field).is_some() {

@@ -106,6 +106,17 @@ pub struct Request {
     /// them ([`Request::old_content`]).
     pub old_content: Option<RawContent>,
     pub dry_run: Option<bool>,
+    /// The field manager the write names (`options.fieldManager` of a CREATE, UPDATE or PATCH
+    /// options object), when it names one.
+    pub field_manager: Option<String>,
+}
+
+/// The part of a request's `options` read: its field manager.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Options {
+    #[serde(default)]
+    field_manager: Option<String>,
 }
 
 impl Request {
@@ -282,6 +293,7 @@ impl<'de> Visitor<'de> for RequestVisitor {
         let (mut uid, mut kind, mut resource, mut sub_resource, mut name, mut namespace) = (None, None, None, None, None, None);
         let (mut operation, mut user_info, mut object, mut old_object, mut dry_run) = (None, None, None, None, None);
         let mut old_content = None;
+        let mut options: Option<Option<Options>> = None;
         while let Some(Key(key)) = map.next_key::<Key>()? {
             match key.as_ref() {
                 "uid" => once(&mut uid, "uid", map.next_value::<String>()?)?,
@@ -308,6 +320,7 @@ impl<'de> Visitor<'de> for RequestVisitor {
                     }
                 }
                 "dryRun" => once(&mut dry_run, "dryRun", map.next_value::<Option<bool>>()?)?,
+                "options" => once(&mut options, "options", map.next_value::<Option<Options>>()?)?,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -326,6 +339,7 @@ impl<'de> Visitor<'de> for RequestVisitor {
             old_content: old_content.filter(|_| matches!(old_object, Some(Some(_)))),
             old_object: old_object.flatten(),
             dry_run: dry_run.flatten(),
+            field_manager: options.flatten().and_then(|o| o.field_manager).filter(|m| !m.is_empty()),
         })
     }
 }
@@ -488,6 +502,26 @@ mod tests {
             "operation": "DELETE", "oldObject": [1, "x", true, null, 2.5]}});
         let req = parse(&serde_json::to_vec(&body).unwrap()).unwrap();
         assert_eq!((req.object, req.old_object), (None, Some(json!([1, "x", true, null, 2.5]))));
+    }
+
+    /// The field manager of a write is read from its options object (CREATE, UPDATE and PATCH
+    /// options name one); none, null or empty options read as none.
+    #[test]
+    fn the_field_manager_is_read_from_the_options() {
+        let review = |options: Option<Value>| {
+            let mut request = json!({"uid": "1", "kind": {"kind": "ConfigMap", "version": "v1"}, "operation": "UPDATE"});
+            if let Some(o) = options {
+                request["options"] = o;
+            }
+            let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+            parse(&serde_json::to_vec(&body).unwrap()).unwrap().field_manager
+        };
+        let patch = json!({"kind": "PatchOptions", "apiVersion": "meta.k8s.io/v1", "fieldManager": "kubectl-edit", "force": true});
+        assert_eq!(review(Some(patch)).as_deref(), Some("kubectl-edit"));
+        assert_eq!(review(Some(json!({"kind": "UpdateOptions", "fieldManager": ""}))), None);
+        assert_eq!(review(Some(json!({"kind": "CreateOptions"}))), None);
+        assert_eq!(review(Some(Value::Null)), None);
+        assert_eq!(review(None), None);
     }
 
     /// A review body with `fields` in this order (serde_json's `json!` would sort them).

@@ -115,12 +115,17 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     };
     let first_pass = annotation(obj, names::CHANGED_AT) != old.and_then(|o| annotation(o, names::CHANGED_AT));
     let (changed_at, propagated) = super::configmap::change_markers(obj, old, first_pass, changed, own, view.now);
+    // Names and field managers only: nothing of the value (docs/behaviour.md §4a).
+    let [by, with, unattributed] = super::configmap::authorship(req, old, content_changed, head_replaced, view.policy.record_authors);
     d.response.patch = annotation_ops(
         obj,
         &[
             (names::HEAD, head.map(str::to_owned)),
             (names::KEY_ID, key_id.map(str::to_owned)),
             (names::CHANGED_AT, changed_at),
+            by,
+            with,
+            unattributed,
             (names::PROPAGATED, propagated),
         ],
     );
@@ -175,6 +180,7 @@ fn keep_outgoing(req: &Request, view: &View, id: &SourceId, old: &Value, keys: &
         .any(|(_, s, hash)| hash == named.mac && users.iter().all(|u| source_model::adopted(s).any(|a| a == u)));
     if !recorded {
         let (key, frame) = (named.key.id(), named.frame);
+        let origin = crate::model::snapshot::Origin::of_source(stored, &named.mac);
         d.effects.push(Effect::EnsureSecretSnapshot {
             namespace: req.namespace.clone(),
             source: id.clone(),
@@ -182,6 +188,7 @@ fn keep_outgoing(req: &Request, view: &View, id: &SourceId, old: &Value, keys: &
             key,
             frame,
             adopted: users,
+            origin,
         });
     }
     None

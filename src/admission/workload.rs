@@ -15,7 +15,7 @@ use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::secret::{self, SecretContent};
-use crate::model::snapshot::{self, Content};
+use crate::model::snapshot::{self, Content, Origin};
 use crate::model::source::{self, hold_stands, Holds, SourceId, SourceKind};
 use crate::model::template::{self, Kind, Ref};
 
@@ -507,10 +507,11 @@ fn keep_pins(obj: &Value, a: &Analysis, old_holds: Holds) -> Decision {
 }
 
 /// What a snapshot of a source copies, by kind.
+/// Each with who wrote it, as the stored source says (docs/behaviour.md §5.2).
 enum Payload {
-    ConfigMap(Content),
+    ConfigMap(Content, Origin),
     /// A Secret's content and the cluster key and frame its MAC is under (the source's).
-    Secret(SecretContent, KeyId, secret::Frame),
+    Secret(SecretContent, KeyId, secret::Frame, Origin),
 }
 
 /// The decision being built from the choices, with the pins and holds it records.
@@ -590,7 +591,8 @@ impl Builder<'_> {
         if source.kind == SourceKind::ConfigMap {
             let content = Content::from_object(cm);
             let head = content.hash();
-            return Some((Payload::ConfigMap(content), head));
+            let origin = Origin::of_source(cm, &head);
+            return Some((Payload::ConfigMap(content, origin), head));
         }
         let keys = view.policy.secrets.keys.get();
         let Some(keys) = keys.as_deref() else {
@@ -604,7 +606,8 @@ impl Builder<'_> {
                 // Secret read fresh: the API server's word, never the request's.
                 let named = secret::source_mac(cm, &content, self.namespace, &source.name, keys);
                 let (key, frame) = (named.key.id(), named.frame);
-                Some((Payload::Secret(content, key, frame), named.mac))
+                let origin = Origin::of_source(cm, &named.mac);
+                Some((Payload::Secret(content, key, frame, origin), named.mac))
             }
             Err(e) => {
                 self.d.response.warn(format!("{source}: left as sent: {e}"));
@@ -646,9 +649,9 @@ impl Builder<'_> {
                 let adopted: Vec<String> = self.adopt.remove(source).into_iter().collect();
                 let (namespace, id) = (self.namespace.to_owned(), source.clone());
                 self.d.effects.push(match content {
-                    Payload::ConfigMap(content) => Effect::EnsureSnapshot { namespace, source: id, content, adopted },
-                    Payload::Secret(content, key, frame) => {
-                        Effect::EnsureSecretSnapshot { namespace, source: id, content, key, frame, adopted }
+                    Payload::ConfigMap(content, origin) => Effect::EnsureSnapshot { namespace, source: id, content, adopted, origin },
+                    Payload::Secret(content, key, frame, origin) => {
+                        Effect::EnsureSecretSnapshot { namespace, source: id, content, key, frame, adopted, origin }
                     }
                 });
                 // A reference that already names the snapshot made (a missing one made again,

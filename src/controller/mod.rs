@@ -368,7 +368,7 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
         if ctx.writes.lock().await.try_acquire(&p.namespace, Instant::now()).is_err() {
             continue; // this namespace (or the cluster) is at its rate: next tick
         }
-        match trigger_workload(ctx, p).await {
+        match trigger_workload(ctx, p, false).await {
             Ok(()) => {
                 wb.succeeded(&key);
                 st.in_flight.insert(key, (trigger.clone(), Instant::now()));
@@ -405,9 +405,40 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
 
 /// Sets the propagation trigger on a workload: one metadata merge patch, as confighistory's own
 /// identity, with the uid as a precondition. The webhook re-pins while admitting it.
-async fn trigger_workload(ctx: &Ctx, p: &Plan) -> Result<(), ApiError> {
-    let patch = json!({"metadata": {"uid": p.uid, "annotations": {names::PROPAGATE: p.trigger_value()}}});
+async fn trigger_workload(ctx: &Ctx, p: &Plan, repair: bool) -> Result<(), ApiError> {
+    let cause = {
+        let state = cache::read(&ctx.shared.state);
+        trigger_change_cause(&state, p, repair)
+    };
+    let patch = trigger_patch(p, cause.as_deref());
     ctx.shared.cluster.patch_workload(p.kind, &p.namespace, &p.name, &patch).await
+}
+
+/// The change-cause a plan's trigger sets (docs/behaviour.md §7.9), from the cache: the
+/// workload's change-cause and confighistory's record of its own, each source's `changed-by`.
+fn trigger_change_cause(state: &cache::State, p: &Plan, repair: bool) -> Option<String> {
+    use crate::model::meta::Meta;
+    let workload = state.workloads.get(&p.key());
+    let existing = workload.and_then(|w| w.annotation(names::CHANGE_CAUSE));
+    let own = workload.and_then(|w| w.annotation(names::CHANGE_CAUSE_OWN));
+    let sources: Vec<(String, Option<String>)> = p
+        .trigger
+        .keys()
+        .map(|s| (s.to_string(), state.source(&p.namespace, s).and_then(|c| c.annotation(names::CHANGED_BY)).map(str::to_owned)))
+        .collect();
+    propagate::change_cause(existing, own, &sources, repair)
+}
+
+/// The trigger's one metadata merge patch: the trigger, the uid as a precondition, and the
+/// change-cause with confighistory's record of it when one is set (in the same write, so the
+/// ReplicaSet made from it copies it: what `kubectl rollout history` shows).
+fn trigger_patch(p: &Plan, cause: Option<&str>) -> serde_json::Value {
+    let mut patch = json!({"metadata": {"uid": p.uid, "annotations": {names::PROPAGATE: p.trigger_value()}}});
+    if let Some(cause) = cause {
+        patch["metadata"]["annotations"][names::CHANGE_CAUSE] = json!(cause);
+        patch["metadata"]["annotations"][names::CHANGE_CAUSE_OWN] = json!(cause);
+    }
+    patch
 }
 
 /// The workload a plan moves, as an Event's subject.
@@ -563,7 +594,7 @@ async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncState) -> (us
             }
         }
         Limiter::acquire(&ctx.writes, &p.namespace).await;
-        match trigger_workload(ctx, p).await {
+        match trigger_workload(ctx, p, true).await {
             Ok(()) => {
                 tracing::info!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, trigger = %trigger, "repairing");
                 st.repaired.insert(p.key(), (trigger, Instant::now()));
@@ -786,7 +817,10 @@ async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> Result<String> {
         // Changed while the webhook was away: the workload did not run with this content.
         return Err(Error::ChangedWhileAway { namespace, name });
     }
-    match crate::store::ensure_snap(ctx.shared.cluster.as_ref(), &a.namespace, &a.source, snap, &a.templates, false).await {
+    // Who wrote it, as the source recorded it for this content; content from before
+    // confighistory tracked the source says so (docs/behaviour.md §5.2, §9).
+    let origin = crate::model::snapshot::Origin::of_source(&obj, &snap.hash(&a.namespace, &a.source.name));
+    match crate::store::ensure_snap(ctx.shared.cluster.as_ref(), &a.namespace, &a.source, snap, &a.templates, &origin, false).await {
         Ok((name, collisions)) => {
             if !collisions.is_empty() {
                 let uid = obj["metadata"]["uid"].as_str().unwrap_or_default();

@@ -62,6 +62,43 @@ impl Plan {
     }
 }
 
+/// How long a change-cause confighistory writes may be: `kubectl rollout history` prints it on one
+/// line.
+pub const MAX_CHANGE_CAUSE: usize = 200;
+
+/// The `kubernetes.io/change-cause` a revision confighistory makes carries (docs/behaviour.md
+/// §7.9), so `kubectl rollout history` explains it: `config pricing-config changed by alice`
+/// (each source of the trigger, with the author its `changed-by` records, when it records one),
+/// or, for a repair, `config pricing-config pinned (admitted while confighistory was
+/// unreachable)`. `None` when the workload carries a change-cause of its own: one that is not
+/// the one confighistory last wrote (`own`, its `confighistory.io/change-cause`), which is never
+/// overwritten.
+pub fn change_cause(existing: Option<&str>, own: Option<&str>, sources: &[(String, Option<String>)], repair: bool) -> Option<String> {
+    if existing.is_some_and(|e| Some(e) != own) {
+        return None;
+    }
+    let parts: Vec<String> = sources
+        .iter()
+        .map(|(source, by)| match (repair, by) {
+            (true, _) => source.clone(),
+            (false, Some(by)) => format!("{source} changed by {by}"),
+            (false, None) => format!("{source} changed"),
+        })
+        .collect();
+    let tail = if repair { " pinned (admitted while confighistory was unreachable)" } else { "" };
+    let listed = crate::model::text::fit_list(&parts, MAX_CHANGE_CAUSE.saturating_sub(tail.len() + 7));
+    let mut cause = format!("config {listed}{tail}");
+    if cause.len() > MAX_CHANGE_CAUSE {
+        let mut cut = MAX_CHANGE_CAUSE - 1;
+        while !cause.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        cause.truncate(cut);
+        cause.push('…');
+    }
+    Some(cause)
+}
+
 /// Everything one pass decides.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Propagation {
@@ -421,6 +458,28 @@ fn interleave_namespaces(plans: Vec<Plan>) -> Vec<Plan> {
 
 #[cfg(test)]
 pub(crate) mod tests {
+
+    /// docs/behaviour.md §7.9: the change-cause names each source and who changed it (when its
+    /// source records it), says a repair is one, stays within one line, and is never set over a
+    /// change-cause that is not confighistory's own.
+    #[test]
+    fn the_change_cause_explains_the_revision_unless_the_user_wrote_one() {
+        let one = [("pricing-config".to_owned(), Some("alice".to_owned()))];
+        assert_eq!(change_cause(None, None, &one, false).as_deref(), Some("config pricing-config changed by alice"));
+        let two = [("limits".to_owned(), None), ("secret/db".to_owned(), Some("bob".to_owned()))];
+        assert_eq!(change_cause(None, None, &two, false).as_deref(), Some("config limits changed, secret/db changed by bob"));
+        assert_eq!(
+            change_cause(None, None, &one, true).as_deref(),
+            Some("config pricing-config pinned (admitted while confighistory was unreachable)")
+        );
+        let ours = "config pricing-config changed by bob";
+        assert_eq!(change_cause(Some(ours), Some(ours), &one, false).as_deref(), Some("config pricing-config changed by alice"));
+        assert_eq!(change_cause(Some("release 4.12"), None, &one, false), None, "the user's own");
+        assert_eq!(change_cause(Some("release 4.12"), Some(ours), &one, false), None, "the user's, written after ours");
+        let many: Vec<(String, Option<String>)> = (0..50).map(|i| (format!("source-{i:02}"), Some("x".repeat(40)))).collect();
+        let long = change_cause(None, None, &many, false).unwrap();
+        assert!(long.len() <= MAX_CHANGE_CAUSE && long.starts_with("config source-00 changed by"), "{long}");
+    }
     use super::*;
     use crate::model::snapshot;
     use serde_json::{json, Value};

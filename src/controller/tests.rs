@@ -113,6 +113,42 @@ async fn a_propagation_pass_triggers_the_pinned_workload_and_records_the_change_
     assert_eq!(cluster.events().len(), 2, "recorded once");
 }
 
+/// docs/behaviour.md §7.9: the revision a propagation makes explains itself in `kubectl rollout
+/// history`: the trigger's patch sets `kubernetes.io/change-cause` (naming the source and who
+/// changed it) with confighistory's record of it; a change-cause of the user's own is never
+/// overwritten, and one confighistory wrote before is replaced.
+#[tokio::test]
+async fn a_propagation_explains_its_revision_and_never_overwrites_a_users_change_cause() {
+    let (cluster, mut state) = propagation_world();
+    let old = snapshot::name("cfg", &h('a'), 0);
+    let src = source("ns", "cfg", &h('b'), &[(names::CHANGED_AT, T0), (names::CHANGED_BY, "alice")]);
+    state.apply_configmap(&src);
+    cluster.insert(src);
+    let earlier = "config cfg changed by bob";
+    for obj in [
+        workload("ns", "mine", &[&old], &[(names::CHANGE_CAUSE, "release 4.12 by carol")]),
+        workload("ns", "ours", &[&old], &[(names::CHANGE_CAUSE, earlier), (names::CHANGE_CAUSE_OWN, earlier)]),
+    ] {
+        state.apply_workload(Kind::Deployment, &obj);
+        cluster.insert_workload(Kind::Deployment, obj);
+    }
+    let ctx = ctx(&cluster, state, args(&[]));
+    propagation_pass(&ctx, &mut quick()).await;
+    let annotations = |name: &str| cluster.workload(Kind::Deployment, "ns", name).unwrap()["metadata"]["annotations"].clone();
+    for name in ["stale", "ours"] {
+        let a = annotations(name);
+        assert_eq!(trigger_of(&cluster, name), Some(format!("cfg={}", h('b'))), "{name}");
+        assert_eq!(
+            (&a[names::CHANGE_CAUSE], &a[names::CHANGE_CAUSE_OWN]),
+            (&json!("config cfg changed by alice"), &json!("config cfg changed by alice")),
+            "{name}"
+        );
+    }
+    let mine = annotations("mine");
+    assert_eq!(trigger_of(&cluster, "mine"), Some(format!("cfg={}", h('b'))), "moved all the same");
+    assert_eq!((&mine[names::CHANGE_CAUSE], mine.get(names::CHANGE_CAUSE_OWN)), (&json!("release 4.12 by carol"), None), "the user's own");
+}
+
 /// A change made after the hold an undo took moves the held pin (docs/behaviour.md §2), and the workload's
 /// owner is told why it moved: an Event `HoldReleased` beside `ConfigPropagated`.
 #[tokio::test]
@@ -478,7 +514,8 @@ async fn a_snapshot_pinned_between_the_sweeps_list_and_its_delete_is_not_deleted
     let gc = sweep(&cluster);
     reached.await.expect("the sweep decided to delete it");
 
-    let (name, _) = crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], false).await.expect("pinned");
+    let (name, _) =
+        crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], &Default::default(), false).await.expect("pinned");
     assert_eq!(name, old, "the existing snapshot is reused");
     cluster.insert_workload(Kind::Deployment, workload("ns", "app", &[&old], &[]));
 
@@ -546,7 +583,9 @@ async fn a_snapshot_deleted_while_an_admission_pins_it_is_made_again() {
     let (reached, resume) = cluster.pause(&format!("get ns/{old}"), true);
     let admission = {
         let (cluster, content) = (cluster.clone(), content.clone());
-        tokio::spawn(async move { crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], false).await })
+        tokio::spawn(async move {
+            crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], &Default::default(), false).await
+        })
     };
     reached.await.expect("the admission read the snapshot");
 
@@ -566,14 +605,16 @@ async fn a_snapshot_deleted_while_an_admission_pins_it_is_made_again() {
 async fn reusing_a_snapshot_writes_only_when_gc_recorded_it_unused() {
     let (cluster, old, content) = race_world();
     let writes = |c: &MemoryCluster| c.calls.lock().unwrap().iter().filter(|c| !c.starts_with("get")).cloned().collect::<Vec<_>>();
-    crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], true).await.expect("dry run");
+    crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], &Default::default(), true).await.expect("dry run");
     assert_eq!(writes(&cluster), Vec::<String>::new(), "a dry run writes nothing");
 
-    crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], false).await.expect("pinned");
+    crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], &Default::default(), false).await.expect("pinned");
     assert_eq!(writes(&cluster), [format!("patch ns/{old}")], "one write: the last-use record goes");
     assert_eq!(crate::admission::annotation(&cluster.get("ns", &old).unwrap(), names::LAST_USED), None);
 
-    crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], false).await.expect("pinned again");
+    crate::store::ensure(&cluster, "ns", &SourceId::configmap("cfg"), &content, &[], &Default::default(), false)
+        .await
+        .expect("pinned again");
     assert_eq!(writes(&cluster).len(), 1, "in use: nothing more to write");
 }
 

@@ -23,6 +23,16 @@ pub const SETTLE: &str = "confighistory.io/settle";
 pub const HEAD: &str = "confighistory.io/head";
 /// Source annotation: when confighistory saw the content change (RFC 3339).
 pub const CHANGED_AT: &str = "confighistory.io/changed-at";
+/// Source and snapshot annotation: who wrote the content (the admitted request's
+/// `userInfo.username`, never the request body's word), set beside `changed-at` whenever the
+/// content changes; left out when the admin turns recording authors off (docs/behaviour.md §6.1.1).
+pub const CHANGED_BY: &str = "confighistory.io/changed-by";
+/// Source and snapshot annotation: the field manager of the write that changed the content (the
+/// request's `options.fieldManager`), when it carries one.
+pub const CHANGED_WITH: &str = "confighistory.io/changed-with";
+/// Snapshot annotation: why no author is recorded for its content (`before confighistory`,
+/// `written while confighistory was unreachable`): said instead of a username, never guessed.
+pub const UNATTRIBUTED: &str = "confighistory.io/unattributed";
 /// Source annotation: the head whose change has been propagated (written by the controller).
 pub const PROPAGATED: &str = "confighistory.io/propagated";
 
@@ -65,6 +75,11 @@ pub const HELD: &str = "confighistory.io/held";
 /// Workload annotation: held source → the head when the hold was taken, as JSON. A later change
 /// of the source moves the held pin (docs/behaviour.md §2).
 pub const HELD_HEADS: &str = "confighistory.io/held-heads";
+/// Workload annotation: the `kubernetes.io/change-cause` confighistory last wrote on it, so a
+/// later revision can tell its own from a user's (which it never overwrites, docs/behaviour.md §7.9).
+pub const CHANGE_CAUSE_OWN: &str = "confighistory.io/change-cause";
+/// Kubernetes' annotation `kubectl rollout history` shows for each revision.
+pub const CHANGE_CAUSE: &str = "kubernetes.io/change-cause";
 /// Workload annotation: propagation trigger set by the controller (`source=hash,...`).
 pub const PROPAGATE: &str = "confighistory.io/propagate";
 

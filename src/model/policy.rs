@@ -171,6 +171,10 @@ pub struct Policy {
     pub snapshot_creators: Vec<String>,
     /// Secrets as sources (docs/behaviour.md §4a): off unless the admin turns them on.
     pub secrets: Secrets,
+    /// Whether sources and snapshots record the username of the write that changed their content
+    /// (`changed-by`, docs/behaviour.md §6.1.1): on unless the admin turns it off (usernames may be
+    /// personal data).
+    pub record_authors: bool,
 }
 
 /// The admin's choice about Secrets (docs/behaviour.md §4a): off by default; on, for every
@@ -226,6 +230,7 @@ impl Policy {
             settle: Duration::from_secs(10),
             snapshot_creators: Vec::new(),
             secrets: Secrets::default(),
+            record_authors: true,
         }
     }
 

@@ -391,6 +391,87 @@ pub fn object(namespace: &str, source: &str, snapshot_name: &str, content: &Cont
     obj
 }
 
+/// Who wrote a snapshot's content, with what and when (docs/behaviour.md §5.2), as its source
+/// recorded it for that content: `changed-by`, `changed-with` and `changed-at`, which the source's
+/// own admission writes from the admitted request's `userInfo` and options whenever its content
+/// changes (§6.1.1). Copied only when the source's head names the content copied; otherwise the
+/// snapshot says why no author is known ([`Origin::unattributed`]) instead of a username: never a
+/// guess.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// The username of the write that produced the content.
+    pub by: Option<String>,
+    /// Its field manager, when the request carried one.
+    pub with: Option<String>,
+    /// When confighistory saw the content appear (RFC 3339, the API server's time).
+    pub at: Option<String>,
+    /// Why no author is recorded ([`BEFORE_CONFIGHISTORY`], [`WHILE_UNREACHABLE`]).
+    pub unattributed: Option<String>,
+}
+
+/// Content written before confighistory tracked its source (before the install, or before any
+/// workload named the source): no admission recorded who wrote it.
+pub const BEFORE_CONFIGHISTORY: &str = "before confighistory";
+/// Content written while the webhook did not see the write (its source's head names other content).
+pub const WHILE_UNREACHABLE: &str = "written while confighistory was unreachable";
+
+impl Origin {
+    /// Why no author is known.
+    pub fn unattributed(why: &str) -> Origin {
+        Origin { unattributed: Some(why.to_owned()), ..Default::default() }
+    }
+
+    /// The origin of the content of source `obj` (as the API server stores it), whose head would
+    /// be `hash` for that content: what the source recorded when its head names the content (or,
+    /// for a Secret, when its admission dropped the stale head on this change and recorded
+    /// `changed-at`, the head following after the answer); content under a head that names other
+    /// content was written while confighistory did not see it; with neither, before it tracked the
+    /// source.
+    pub fn of_source(obj: &Value, hash: &str) -> Origin {
+        let annotation = |k: &str| crate::model::meta::Meta::annotation(obj, k).map(str::to_owned);
+        match annotation(names::HEAD) {
+            Some(head) if head != hash => Origin::unattributed(WHILE_UNREACHABLE),
+            // No change of the content seen since confighistory tracks the source (installing
+            // sets no `changed-at`).
+            _ if annotation(names::CHANGED_AT).is_none() => Origin::unattributed(BEFORE_CONFIGHISTORY),
+            _ => Origin::of_snapshot(obj),
+        }
+    }
+
+    /// The origin a snapshot `obj` records (to make it again as it was); the same annotations
+    /// on a source.
+    pub fn of_snapshot(obj: &Value) -> Origin {
+        let annotation = |k: &str| crate::model::meta::Meta::annotation(obj, k).map(str::to_owned);
+        Origin {
+            by: annotation(names::CHANGED_BY),
+            with: annotation(names::CHANGED_WITH),
+            at: annotation(names::CHANGED_AT),
+            unattributed: annotation(names::UNATTRIBUTED),
+        }
+    }
+
+    /// The annotations a snapshot carries for it.
+    pub fn annotations(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            (names::CHANGED_BY, &self.by),
+            (names::CHANGED_WITH, &self.with),
+            (names::CHANGED_AT, &self.at),
+            (names::UNATTRIBUTED, &self.unattributed),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v.as_deref()?)))
+    }
+
+    /// Writes them onto snapshot object `obj`.
+    pub fn annotate(&self, obj: &mut Value) {
+        if let Some(map) = obj.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+            for (k, v) in self.annotations() {
+                map.insert(k.to_owned(), Value::String(v.to_owned()));
+            }
+        }
+    }
+}
+
 /// What every snapshot object is, whatever its kind (docs/behaviour.md §5): immutable, named and
 /// labelled by its hash, its source named in full, and the revisions it was adopted for.
 pub fn skeleton(kind: &str, namespace: &str, source: &str, snapshot_name: &str, hash: &str, adopted: &[String]) -> Value {

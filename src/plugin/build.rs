@@ -997,6 +997,36 @@ fn settle(inv: &Inventory, source: &Value) -> Option<u64> {
         .or_else(|| inv.server.config().map(|c| c.settle_seconds))
 }
 
+/// What `status --wait` still waits for: one line per reference that is neither on its source's
+/// head nor held (an undo's, as intended), saying for what it waits. Empty: settled. A source
+/// confighistory records no head for (unversioned, immutable, missing) has nothing to wait for,
+/// and neither has a plain reference where the mode pins nothing (enforce, audit, off).
+pub fn waiting(s: &Status) -> Vec<String> {
+    s.pins
+        .iter()
+        .filter(|p| !(p.held || (p.hash.is_some() && p.is_head)))
+        .filter_map(|p| {
+            let head = p.head.as_deref()?;
+            let why = if let Some(pending) = &p.pending {
+                match &pending.fires_at {
+                    Some(at) => format!("propagation to {head}, due at {at}"),
+                    None => format!("propagation to {head} (settle window unknown)"),
+                }
+            } else if p.manual {
+                format!("a release: {head} is the head and the source says rollout: manual")
+            } else if p.hash.is_none() {
+                if s.mode != "rewrite" {
+                    return None;
+                }
+                format!("being pinned to {head}")
+            } else {
+                format!("propagation to {head}")
+            };
+            Some(format!("{} ({}): {why}", p.source, p.reference))
+        })
+        .collect()
+}
+
 /// `status WORKLOAD`.
 pub fn status(inv: &Inventory, wanted: &WorkloadRef) -> Result<Status> {
     let w = inv.workload(wanted).ok_or_else(|| anyhow!("{wanted} not found in namespace {}", inv.namespace))?;

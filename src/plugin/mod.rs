@@ -103,6 +103,14 @@ pub enum Command {
     Status {
         /// deployment/NAME, statefulset/NAME, daemonset/NAME, cronjob/NAME, or NAME (a Deployment).
         workload: String,
+        /// Wait until every reference is on its source's head (or held by an undo): exit 0 then,
+        /// 1 when something still waits at --timeout (saying what and for what), 2 on an error.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: how long to wait (a Go duration such as `5m`, `90s`; a whole number is
+        /// seconds).
+        #[arg(long, default_value = "5m", value_parser = parse_timeout, requires = "wait")]
+        timeout: std::time::Duration,
     },
     /// `kubectl rollout undo`, printing the image and config snapshot it goes back to. Refuses
     /// when the target revision's snapshot is gone.
@@ -249,7 +257,7 @@ fn check_names(cli: &Cli) -> Result<()> {
     }
     match &cli.command {
         Command::History { source } | Command::Diff { source, .. } => build::parse_source(source).map(drop),
-        Command::Status { workload } | Command::Undo { workload, .. } => build::parse_workload(workload).map(drop),
+        Command::Status { workload, .. } | Command::Undo { workload, .. } => build::parse_workload(workload).map(drop),
         _ => Ok(()),
     }
 }
@@ -347,15 +355,28 @@ pub async fn run(cli: Cli) -> Result<Done> {
             };
             Ok(Done { out, code: u8::from(!d.keys.is_empty() || d.type_changed.is_some()) })
         }
-        Command::Status { workload } => {
-            let inv = gather::inventory(&ctx, &[]).await?;
-            let wanted = inv.resolve(build::parse_workload(workload)?)?;
-            let s = build::status(&inv, &wanted)?;
-            Ok(match cli.output.clone() {
+        Command::Status { workload, wait, timeout } => {
+            let parsed = build::parse_workload(workload)?;
+            let fetch = || async {
+                let inv = gather::inventory(&ctx, &[]).await?;
+                let wanted = inv.resolve(parsed.clone())?;
+                Ok((build::status(&inv, &wanted)?, wanted))
+            };
+            let (s, wanted, still) = if *wait {
+                wait_for(fetch, *timeout, WAIT_INTERVAL).await?
+            } else {
+                let (s, wanted) = fetch().await?;
+                (s, wanted, Vec::new())
+            };
+            let out = match cli.output.clone() {
                 Some(o) => emit("Status", &s, &[workload_name(&wanted)], o)?,
-                None => render::status(&s, now, style),
+                None => render::status(&s, Timestamp::now(), style),
+            };
+            if !still.is_empty() {
+                // On stderr, so -o json stays one document.
+                eprintln!("{}", waiting_message(&wanted.to_string(), *timeout, &still));
             }
-            .into())
+            Ok(Done { out, code: u8::from(!still.is_empty()) })
         }
         Command::Undo { workload, to_revision, dry_run } => {
             let dry_run = dry_run.as_deref().is_some_and(|d| d != "none");
@@ -385,6 +406,43 @@ pub async fn run(cli: Cli) -> Result<Done> {
         }
         Command::Completion { .. } | Command::Complete { .. } => unreachable!("answered before connecting"),
     }
+}
+
+/// How often `status --wait` looks again (bounded by what is left of its timeout).
+pub const WAIT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `status --wait`: fetches the status until nothing waits ([`build::waiting`]) or `timeout` has
+/// passed, looking again every `interval` (never past the deadline). Returns the last status,
+/// what it names, and what still waits (empty: settled). An error of a fetch ends the wait.
+pub async fn wait_for<W, F, Fut>(
+    mut fetch: F,
+    timeout: std::time::Duration,
+    interval: std::time::Duration,
+) -> Result<(model::Status, W, Vec<String>)>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(model::Status, W)>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let (s, w) = fetch().await?;
+        let still = build::waiting(&s);
+        let now = tokio::time::Instant::now();
+        if still.is_empty() || now >= deadline {
+            return Ok((s, w, still));
+        }
+        tokio::time::sleep(interval.max(std::time::Duration::from_millis(50)).min(deadline - now)).await;
+    }
+}
+
+/// What `status --wait` says when it gives up: what waits, and for what.
+pub fn waiting_message(workload: &str, timeout: std::time::Duration, still: &[String]) -> String {
+    let mut out = format!("timed out after {}s: {workload} still waits for:", timeout.as_secs_f64());
+    for line in still {
+        out.push_str("\n  ");
+        out.push_str(&render::escape(line));
+    }
+    out
 }
 
 /// kubectl's plugin completion protocol (cobra's `__complete`): candidates for the last word, one
@@ -432,7 +490,8 @@ fn resolve_source(inv: &build::Inventory, given: &crate::model::source::SourceId
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // kubectl diff's convention: 1 means "different", so errors of `diff` exit 2.
-    let error_code = if matches!(cli.command, Command::Diff { .. }) { 2 } else { 1 };
+    // And `status --wait`'s: 1 means "still waiting at the timeout".
+    let error_code = if matches!(cli.command, Command::Diff { .. } | Command::Status { wait: true, .. }) { 2 } else { 1 };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

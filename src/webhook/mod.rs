@@ -579,17 +579,18 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
     let mut warnings = Vec::new();
     for effect in &decision.effects {
         match effect {
-            Effect::EnsureSnapshot { namespace, source, content, adopted } => {
-                let (name, collisions) = store::ensure(app.ctx.cluster.as_ref(), namespace, source, content, adopted, req.dry_run())
-                    .await
-                    .map_err(|e| (source.clone(), store_failure(e, source.kind)))?;
+            Effect::EnsureSnapshot { namespace, source, content, adopted, origin } => {
+                let (name, collisions) =
+                    store::ensure(app.ctx.cluster.as_ref(), namespace, source, content, adopted, origin, req.dry_run())
+                        .await
+                        .map_err(|e| (source.clone(), store_failure(e, source.kind)))?;
                 if !collisions.is_empty() && !req.dry_run() {
                     record_collision(app, namespace, source, &name, &collisions);
                 }
                 warnings.extend(collisions.iter().map(store::Collision::warning));
                 names.insert((source.clone(), content.hash()), name);
             }
-            Effect::EnsureSecretSnapshot { namespace, source, content, key, frame, adopted } => {
+            Effect::EnsureSecretSnapshot { namespace, source, content, key, frame, adopted, origin } => {
                 // A decision makes this effect only with the keys loaded (admission::secret,
                 // workload): without them no snapshot could be named, so nothing is pinned.
                 let keys = app.ctx.policy.secrets.keys.get();
@@ -604,9 +605,10 @@ async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &F
                 // A Secret write's answer never names the snapshot of its outgoing content: its
                 // name holds the MAC, which pins in no template (docs/reliability.md, "Secrets").
                 let unnamed = |f: Failure| if secret_write { unnamed_failure(f, &hash) } else { f };
-                let (name, collisions) = store::ensure_snap(app.ctx.cluster.as_ref(), namespace, source, snap, adopted, req.dry_run())
-                    .await
-                    .map_err(|e| (source.clone(), unnamed(store_failure(e, source.kind))))?;
+                let (name, collisions) =
+                    store::ensure_snap(app.ctx.cluster.as_ref(), namespace, source, snap, adopted, origin, req.dry_run())
+                        .await
+                        .map_err(|e| (source.clone(), unnamed(store_failure(e, source.kind))))?;
                 if !collisions.is_empty() && !req.dry_run() {
                     record_collision(app, namespace, source, &name, &collisions);
                 }

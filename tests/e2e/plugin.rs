@@ -608,3 +608,65 @@ fn secret_views_show_keys_and_sizes_never_values() {
     viewer(&["undo", "app", unknown[0], unknown[1]]).fails_with("cannot check the Secret snapshots revision 1 uses");
     std::fs::remove_file(&copy).ok();
 }
+
+/// docs/behaviour.md §5.2.1, §7.9; docs/plugin.md, "In a pipeline": a config-only edit records who
+/// made it (the API server's userInfo, kubectl's field manager) on the source and on the snapshot
+/// of that content; the first release's content predates confighistory's tracking and says so;
+/// `status --wait` exits 1 while the change waits for its settle window (saying for what) and 0
+/// once the workload is on the head; the revision it made explains itself in `kubectl rollout
+/// history`, and a change-cause of the user's own is never overwritten.
+#[test]
+fn authors_change_cause_and_status_wait_of_a_config_edit() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::new(cluster, "plugin-who");
+    ns.annotate("confighistory.io/settle", "10");
+    two_releases(&ns);
+    let n = ns.name.as_str();
+    let revisions = ns.history_of("app");
+    let (snap_a, snap_b) = (revisions[0].snapshots["app-config"].clone(), revisions[1].snapshots["app-config"].clone());
+    let annotations = |name: &str| ns.get_json("configmap", name).unwrap()["metadata"]["annotations"].clone();
+
+    // Release A's content was written before any workload named the source.
+    let a = annotations(&snap_a);
+    assert_eq!(a["confighistory.io/unattributed"], "before confighistory", "{a:#}");
+    assert!(a.get("confighistory.io/changed-by").is_none(), "{a:#}");
+    // Release B's content: the admin's username, kubectl's field manager, the source's time.
+    let source = annotations("app-config");
+    let b = annotations(&snap_b);
+    let author = source["confighistory.io/changed-by"].as_str().unwrap_or_else(|| panic!("{source:#}")).to_owned();
+    assert!(!author.is_empty());
+    assert_eq!(b["confighistory.io/changed-by"], author.as_str(), "{b:#}");
+    assert_eq!(b["confighistory.io/changed-with"], "kubectl-client-side-apply", "{b:#}");
+    assert_eq!(b["confighistory.io/changed-at"], source["confighistory.io/changed-at"], "{b:#}");
+
+    // A config-only edit: pending within its settle window (exit 1, saying for what), then on the head.
+    ns.accepts(&config("setting_c"));
+    let pending = plugin(cluster, &["status", "app", "-n", n, "--wait", "--timeout", "1s"]);
+    assert_eq!(pending.code, Some(1), "still pending:\n{}{}", pending.stdout, pending.stderr);
+    assert!(
+        pending.stderr.contains("still waits for:") && pending.stderr.contains("app-config (") && pending.stderr.contains("propagation to"),
+        "{}",
+        pending.stderr
+    );
+    let settled = plugin(cluster, &["status", "app", "-n", n, "--wait", "--timeout", "60s", "-o", "json"]);
+    assert_eq!(settled.code, Some(0), "on the head:\n{}{}", settled.stdout, settled.stderr);
+    let s: Value = serde_json::from_str(&settled.stdout).unwrap();
+    assert_eq!(s["pins"][0]["isHead"], true, "{s:#}");
+    // An error is exit 2, not "still waiting".
+    assert_eq!(plugin(cluster, &["status", "nope", "-n", n, "--wait", "--timeout", "5s"]).code, Some(2));
+
+    // The revision the propagation made says why it exists.
+    wait_for("revision 3", Duration::from_secs(30), || ns.history_of("app").iter().any(|r| r.revision == 3));
+    let cause = format!("config app-config changed by {author}");
+    assert_eq!(ns.annotation_of("deployment", "app", "kubernetes.io/change-cause").as_deref(), Some(cause.as_str()));
+    let history = ns.kubectl(&["rollout", "history", "deployment/app"]).expect_success().stdout;
+    assert!(history.lines().any(|l| l.trim_start().starts_with('3') && l.contains(&cause)), "{history}");
+
+    // A change-cause of the user's own stays through the next propagation.
+    ns.kubectl(&["annotate", "deployment", "app", "kubernetes.io/change-cause=release 4.12, by hand", "--overwrite"]).expect_success();
+    ns.accepts(&config("setting_d"));
+    let settled = plugin(cluster, &["status", "app", "-n", n, "--wait", "--timeout", "60s"]);
+    assert_eq!(settled.code, Some(0), "{}{}", settled.stdout, settled.stderr);
+    assert_eq!(ns.annotation_of("deployment", "app", "kubernetes.io/change-cause").as_deref(), Some("release 4.12, by hand"));
+}
