@@ -231,6 +231,23 @@ fn synced_and_healthy(app: &Value) -> bool {
     app["status"]["sync"]["status"] == "Synced" && app["status"]["health"]["status"] == "Healthy"
 }
 
+/// Looks at the Application every 2 s for a minute: Synced and Healthy at every look. The
+/// Application after it (Synced and Healthy) and the comparisons seen (`reconciledAt`).
+#[track_caller]
+fn synced_for_a_minute(repo: &Repo) -> (Value, BTreeSet<String>) {
+    let mut compared = BTreeSet::new();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        let app = repo.get();
+        assert!(synced_and_healthy(&app), "after {:?} the Application is not Synced and Healthy:\n{:#}", start.elapsed(), app["status"]);
+        compared.extend(app["status"]["reconciledAt"].as_str().map(str::to_owned));
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let app = repo.get();
+    assert!(synced_and_healthy(&app), "{:#}", app["status"]);
+    (app, compared)
+}
+
 /// docs/behaviour.md §10.11, §11.15; docs/install.md (Argo CD): an Application with
 /// `ServerSideDiff=true,IncludeMutationWebhook=true` and automated sync with self-heal, its
 /// Deployment pinned by confighistory, compared with Git every 10 s for a minute: Synced and
@@ -257,16 +274,7 @@ fn argocd_server_side_diff_with_the_webhook_stays_synced_on_pinned_references() 
     let syncs = app["status"]["history"].as_array().map_or(0, Vec::len);
     let operation = app["status"]["operationState"]["startedAt"].clone();
 
-    let mut compared = BTreeSet::new();
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(60) {
-        let app = repo.get();
-        assert!(synced_and_healthy(&app), "after {:?} the Application is not Synced and Healthy:\n{:#}", start.elapsed(), app["status"]);
-        compared.extend(app["status"]["reconciledAt"].as_str().map(str::to_owned));
-        std::thread::sleep(Duration::from_secs(2));
-    }
-    let app = repo.get();
-    assert!(synced_and_healthy(&app), "{:#}", app["status"]);
+    let (app, compared) = synced_for_a_minute(&repo);
     // reconciledAt has a resolution of a second; a comparison every 10 s gives ~6 in a minute.
     assert!(compared.len() >= 4, "a minute at a 10 s resync is several comparisons, saw {compared:?}");
     assert_eq!(app["status"]["history"].as_array().map_or(0, Vec::len), syncs, "no sync since: {:#}", app["status"]["history"]);
@@ -487,15 +495,7 @@ fn argocd_the_documented_argocd_cm_settings_keep_every_application_synced() {
     let source = written_parts(&ns.get_json("configmap", SOURCE).unwrap());
     let syncs = app["status"]["history"].as_array().map_or(0, Vec::len);
 
-    let mut compared = BTreeSet::new();
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(60) {
-        let app = repo.get();
-        assert!(synced_and_healthy(&app), "after {:?} the Application is not Synced and Healthy:\n{:#}", start.elapsed(), app["status"]);
-        compared.extend(app["status"]["reconciledAt"].as_str().map(str::to_owned));
-        std::thread::sleep(Duration::from_secs(2));
-    }
-    let app = repo.get();
+    let (app, compared) = synced_for_a_minute(&repo);
     assert!(compared.len() >= 4, "a minute at a 10 s resync is several comparisons, saw {compared:?}");
     assert_eq!(app["status"]["history"].as_array().map_or(0, Vec::len), syncs, "no sync since: {:#}", app["status"]["history"]);
     assert_eq!(ns.history_of("pricing"), before, "no new ReplicaSet");
