@@ -1,7 +1,7 @@
-//! Micro-benchmarks of the pure decisions (issue 7): what one admission costs the API server's
+//! Micro-benchmarks of the pure decisions: what one admission costs the API server's
 //! write path before any I/O. `cargo bench --bench decisions`.
 //!
-//! The same binary counts instructions (issue 17): `decisions --count PATH N` runs one hot path N
+//! The same binary counts instructions: `decisions --count PATH N` runs one hot path N
 //! times and nothing else, for `benches/instructions/run`, which runs it under callgrind. Instruction
 //! counts do not depend on what else the machine is doing, so a regression shows without timing noise.
 

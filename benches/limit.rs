@@ -1,4 +1,4 @@
-//! The 1 MiB source ConfigMap UPDATE against its limit (issue 29 item 4), in process, no cluster:
+//! The 1 MiB source ConfigMap UPDATE against its limit, in process, no cluster:
 //! `cargo bench --bench limit`. docs/performance.md ("The 1 MiB UPDATE against its limit") gives
 //! the figures and the machine.
 //!

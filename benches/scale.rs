@@ -1,4 +1,4 @@
-//! The watch cache and the decisions that read it at cluster scale (issue 29, the in-process
+//! The watch cache and the decisions that read it at cluster scale (the in-process
 //! part): no cluster, the cache filled through the same apply functions the watches call, from
 //! objects shaped as the API server delivers them. `cargo bench --bench scale`; docs/performance.md
 //! ("Scale") gives the figures and what this does not measure.

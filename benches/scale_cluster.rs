@@ -1,4 +1,4 @@
-//! Issue 29's scale in a real cluster: creates the objects of `benches/scale/objects.rs` (the
+//! The scale target in a real cluster: creates the objects of `benches/scale/objects.rs` (the
 //! in-process benchmark's cluster) through the API server, in the steady state confighistory
 //! would have left them in: sources with their head recorded, one snapshot of each, its adoption
 //! record listing the templates of the workloads that read the source by its plain name (computed

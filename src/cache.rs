@@ -282,7 +282,7 @@ pub struct RefCount {
 pub struct Referenced {
     pub count: RefCount,
     /// (kind, name) of each workload of the namespace whose template names it: what
-    /// [`State::plain_users`] and [`State::user_names`] read instead of every workload (issue 29).
+    /// [`State::plain_users`] and [`State::user_names`] read instead of every workload.
     pub workloads: Vec<(Kind, CompactString)>,
 }
 
@@ -397,7 +397,7 @@ pub struct State {
     pub sources: HashMap<SourceKey, ConfigMapInfo>,
     /// The sources whose records say a change of theirs waits to be propagated
     /// ([`source::pending_change`]): the few the propagation pass looks at every tick, instead of
-    /// every source (issue 29: 100,000 ConfigMaps, 9 ms of the leader's cache read lock 4 times a
+    /// every source (100,000 ConfigMaps, 9 ms of the leader's cache read lock 4 times a
     /// second). Kept with `sources`.
     pub pending_changes: HashSet<SourceKey>,
     pub workloads: HashMap<ObjectKey, WorkloadInfo>,
@@ -406,7 +406,7 @@ pub struct State {
     pub refs: HashMap<SourceKey, Referenced>,
     /// Snapshots by (namespace, source): the names of the objects whose records say they are
     /// snapshots of it ([`ConfigMapInfo::snapshot_of`]). Kept with `sources`, so that a question
-    /// about one source's snapshots reads its own and not the whole cluster's (issue 29).
+    /// about one source's snapshots reads its own and not the whole cluster's.
     pub snapshots: HashMap<SourceKey, Vec<String>>,
     /// Sources referenced through a snapshot name, counted (so a source that is only
     /// referenced through its snapshots still gets its head tracked).
@@ -991,7 +991,7 @@ mod tests {
         assert!(s.refs.is_empty() && s.snapshot_sources.is_empty());
     }
 
-    /// The indexes the questions about one source or one owner read (issue 29) answer as a scan
+    /// The indexes the questions about one source or one owner read answer as a scan
     /// of the whole cache does, through applies, updates, relabels, deletes and relists.
     #[test]
     fn pairs_answer_as_a_btree_map_of_the_same_entries() {
@@ -1371,7 +1371,7 @@ mod tests {
         assert_eq!(source::adopted(&info).collect::<Vec<_>>(), ["t1", "t2"]);
     }
 
-    /// What a tenant's ConfigMap costs the cache (issue 27.2): 10,000 labels and 200 KiB
+    /// What a tenant's ConfigMap costs the cache: 10,000 labels and 200 KiB
     /// confighistory annotations cost about 440 KiB before, all kept; now the labels no rule reads
     /// and the annotations no rule reads are dropped, and an over-long value is kept as malformed.
     #[test]

@@ -455,7 +455,7 @@ where
 /// does not parse), to `writer`, with colours only when `ansi`. `main`, the instruction benchmark
 /// and the tests that read logs all use it, so they count and read what pods run.
 ///
-/// tracing-subscriber's own formatters, not a cheaper hand-written one (measured in issue 17:
+/// tracing-subscriber's own formatters, not a cheaper hand-written one (measured:
 /// 3K instructions per admission): they also escape ANSI sequences in messages, which may quote
 /// what a request carried, and leave out the `log` bridge's fields; a copy would have to keep up.
 /// The log target whose lines quote API responses whole, capped at `error` whatever the filter asks.

@@ -358,7 +358,7 @@ mod tests {
     use crate::cluster::MemoryCluster;
     use crate::model::source::snapshot_source;
 
-    /// Names at the length limits (issue 27.7): two 253-character sources sharing the first
+    /// Names at the length limits: two 253-character sources sharing the first
     /// `MAX_SOURCE_PART` (236) characters give one snapshot name for one content. Before, the
     /// second source was pinned to the first's snapshot on the hash alone.
     #[tokio::test]

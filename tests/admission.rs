@@ -435,7 +435,7 @@ async fn partial_edit_joins_a_pending_change_unless_held() {
     assert!(a.warnings().iter().any(|w| w.contains("stays on")), "{:?}", a.warnings());
 }
 
-/// Issue 27.10: a suspended Job (queued by a batch scheduler) whose ConfigMap has a pending change
+/// A suspended Job (queued by a batch scheduler) whose ConfigMap has a pending change
 /// gets a scheduling update (nodeSelector): its references are kept as they are, since the API
 /// server refuses any other change of a Job's template; nor is the update denied for a plain
 /// reference (a Job admitted while the webhook was away), which it could never fix.
@@ -476,8 +476,8 @@ async fn a_snapshot_named_by_the_request_is_kept_and_held() {
 }
 
 /// A snapshot the request names that nothing else uses, and that GC has recorded unused past its
-/// grace period: a sweep that listed it before the admission must not delete it after (docs/behaviour.md §8,
-/// issue 14). Failed before the fix: the admission kept the name without writing anything, and
+/// grace period: a sweep that listed it before the admission must not delete it after (docs/behaviour.md §8).
+/// Failed before the fix: the admission kept the name without writing anything, and
 /// the sweep's delete (with the resourceVersion it listed) went through.
 #[tokio::test]
 async fn a_snapshot_named_by_the_request_is_not_swept_while_being_pinned() {
@@ -541,7 +541,7 @@ async fn the_propagation_trigger_is_honoured_only_from_confighistory() {
     assert_eq!(pin_of(&a.patched(&held)).0, snap("pricing-config", A), "propagation skips held pins");
 }
 
-/// Issue 27.11: a source that stops being versioned is propagated once more, to the plain name
+/// A source that stops being versioned is propagated once more, to the plain name
 /// (docs/how-it-works.md), held workloads included: a hold keeps a snapshot against later changes of a
 /// versioned source, and there are none any more; held on its old snapshot for good, later edits
 /// of the ConfigMap would never reach it. The hold goes with the pin.
@@ -680,7 +680,7 @@ async fn a_squatted_snapshot_name_is_never_reused() {
     assert!(snapshot::validate(&f.cluster.get(NS, &next).unwrap()).is_ok());
 }
 
-/// The collision is said on the source too (issue 15): one Event naming the squatted name and
+/// The collision is said on the source too: one Event naming the squatted name and
 /// the one the snapshot took, written after the answer; a dry run writes none (docs/behaviour.md §6.5).
 #[tokio::test]
 async fn a_collision_records_one_event_on_the_source_and_a_dry_run_none() {
@@ -897,7 +897,7 @@ async fn unrelated_configmap_writes_are_answered_from_memory() {
     assert!(f.calls().is_empty());
 }
 
-/// The incident's ConfigMap: one key, `config.yaml`, a setting renamed inside it (issue 16).
+/// The incident's ConfigMap: one key, `config.yaml`, a setting renamed inside it.
 #[tokio::test]
 async fn source_update_warns_about_settings_renamed_inside_a_value() {
     const A_YAML: &str = "currency: EUR\ndiscount_rules_path: /etc/pricing/discounts.yaml\n";
@@ -924,7 +924,7 @@ async fn source_update_warns_about_settings_renamed_inside_a_value() {
 }
 
 /// YAML aliases replaying an 8 KiB scalar as a key 7,380 times: about 60 MB of keys and paths
-/// produced from 8 KiB read before the parse was bounded in bytes produced (issue 27). The
+/// produced from 8 KiB read before the parse was bounded in bytes produced. The
 /// settings are not compared; the key warning stays.
 #[tokio::test]
 async fn a_yaml_alias_amplifier_in_a_source_update_is_not_compared() {
@@ -1080,7 +1080,7 @@ async fn a_forged_reviews_username_is_recorded_nowhere() {
     assert!(!everything.contains("mallory") && !everything.contains("forged-manager"), "{everything}");
 }
 
-/// Issue 27.9: a workload annotated `confighistory.io/ignore` is left alone in rewrite mode, so it
+/// A workload annotated `confighistory.io/ignore` is left alone in rewrite mode, so it
 /// is no plain-name user of its ConfigMap: an edit keeps no outgoing content for it (a snapshot
 /// whose adoption record GC would keep while it lives), and a full quota does not deny the edit.
 #[tokio::test]
@@ -1105,7 +1105,7 @@ async fn an_ignored_workload_is_not_a_user_whose_outgoing_content_is_kept() {
     }
 }
 
-/// `changed-at` is the API server's time, not the admitting replica's (issue 14): the leader
+/// `changed-at` is the API server's time, not the admitting replica's: the leader
 /// counts the settle window from it on the API server's clock too, so a replica whose clock is off
 /// neither shortens nor stretches the window. Failed before: the replica's own clock was written.
 #[tokio::test]
@@ -1133,7 +1133,7 @@ async fn changed_at_is_the_api_servers_time() {
 
 /// Metrics name namespaces: the admission port, which the API server (and, without
 /// `networkPolicy.apiServerCIDRs`, any pod) reaches, does not serve them; the health port does,
-/// and the chart's NetworkPolicy opens it to the scraper's namespaces only (issue 27.7b).
+/// and the chart's NetworkPolicy opens it to the scraper's namespaces only.
 #[tokio::test]
 async fn the_admission_port_serves_no_metrics() {
     let f = Fixture::new();
@@ -1248,7 +1248,7 @@ async fn the_admins_selector_changing_a_sources_versioning_is_a_change_on_its_ne
     assert!(r.patch().is_empty(), "{:?}", r.patch());
 }
 
-/// Issue 27.12: enforce mode checks workloads; a ConfigMap an enforce-mode Deployment reads by name
+/// Enforce mode checks workloads; a ConfigMap an enforce-mode Deployment reads by name
 /// that drops its opt-out (its annotation, or its labels stop matching the admin's selector)
 /// becomes mutable, versioned config under it. The update is allowed (enforce never blocks
 /// config edits) with a short warning naming a user.
@@ -1301,7 +1301,7 @@ async fn enforce_rejects_mutable_config_with_path_and_fix() {
     assert!(!f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&ignored), None)).await.allowed());
 }
 
-/// Issue 27.13: a reference to a source that is not versioned is allowed in every mode, with a
+/// A reference to a source that is not versioned is allowed in every mode, with a
 /// short warning: once per source, however many references name it, and a few per
 /// response at most.
 #[tokio::test]
@@ -1777,7 +1777,7 @@ async fn requests_the_webhooks_never_send_are_refused_without_state() {
     assert!(!metrics.contains("Deployment-x1"), "no metric label from a refused request");
 }
 
-/// Issue 27: forged reviews naming missing ConfigMaps in namespaces that do not exist made one
+/// Forged reviews naming missing ConfigMaps in namespaces that do not exist made one
 /// GET each with confighistory's cluster-wide identity (and each invented namespace got its own
 /// fair share of places). Once the namespace watch has listed, a namespace it does not know is
 /// answered "allowed, no patch" without any read; one it knows is read from as before.

@@ -1,7 +1,7 @@
-//! dist/release end to end (issue 16), with the binaries this test run built (debug, so it runs
+//! dist/release end to end, with the binaries this test run built (debug, so it runs
 //! in CI within a minute): plugin archive, krew manifest with its checksum, packaged chart, OCI
 //! image layout with its config checked, CHANGELOG, SHA256SUMS; as a dry run of the release
-//! workflow's publish (issue 28.8), which prints each push; the tag and the chart's default image
+//! workflow's publish, which prints each push; the tag and the chart's default image
 //! checked against what is published; and the version check refusing a chart out of step with
 //! Cargo.toml.
 

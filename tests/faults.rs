@@ -1,4 +1,4 @@
-//! Faults without a cluster (issue 8): the regressions of the bugs that tests/e2e/faults.rs found
+//! Faults without a cluster: the regressions of the bugs that tests/e2e/faults.rs found
 //! on the real control plane, in process and in a second, so they run with every `cargo test`.
 //! docs/reliability.md has the whole list.
 
@@ -102,7 +102,7 @@ async fn a_stalled_api_server_is_denied_within_the_deadline() {
     assert!(message.contains("API server") && message.contains("retrying is safe"), "{message}");
 }
 
-/// Issue 13 (docs/behaviour.md §9a): a flood that takes every place turns into refused writes for nobody. A
+/// (docs/behaviour.md §9a): a flood that takes every place turns into refused writes for nobody. A
 /// request that waited its whole deadline for a place gets an error (failurePolicy decides:
 /// Ignore lets it through, repair pins it), not a denial; one that got a place is decided as usual.
 #[tokio::test]
@@ -143,7 +143,7 @@ async fn waiting_for_a_place_is_never_a_denial() {
     assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["response"]["allowed"], false, "had a place: decided as usual");
 }
 
-/// Issue 14: an undo that reaches the server's own deadline (API server stalled) is let through
+/// An undo that reaches the server's own deadline (API server stalled) is let through
 /// as sent, never denied (docs/behaviour.md §6.2.1); the same request as a release is denied.
 #[tokio::test]
 async fn an_undo_past_the_deadline_is_let_through_as_sent() {
@@ -439,7 +439,7 @@ async fn send(router: &axum::Router, body: Vec<u8>) -> (StatusCode, Value) {
     (status, serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap_or(Value::Null))
 }
 
-/// Issue 13 (docs/behaviour.md §9a, one tenant starves every other): a namespace that floods the webhook with
+/// (docs/behaviour.md §9a, one tenant starves every other): a namespace that floods the webhook with
 /// API-bound admissions takes every place and queues far past the deadline; another namespace's
 /// admissions are still decided within it (a freed place goes first to a namespace under its
 /// share), not answered "overloaded" after waiting behind the whole flood.
@@ -472,7 +472,7 @@ async fn a_flood_from_one_namespace_does_not_starve_another() {
     assert_eq!(statuses.keys().filter(|s| ![StatusCode::OK, StatusCode::SERVICE_UNAVAILABLE].contains(s)).count(), 0, "{statuses:?}");
 }
 
-/// Issue 13 (docs/behaviour.md §9a): a decision that needs no API call never waits behind those that do. With
+/// (docs/behaviour.md §9a): a decision that needs no API call never waits behind those that do. With
 /// every place held by admissions stuck on an API server that does not answer, a ConfigMap that
 /// is no source is still answered at once.
 #[tokio::test]
@@ -514,7 +514,7 @@ fn streamed(length: usize) -> (HttpRequest<Body>, tokio::sync::mpsc::UnboundedSe
     (req, tx, read)
 }
 
-/// Issue 13 (docs/behaviour.md §9a): bodies were buffered before anything bounded them, so N parallel
+/// (docs/behaviour.md §9a): bodies were buffered before anything bounded them, so N parallel
 /// large applies could take N x 8 MiB (both replicas OOM at the chart's limit). Bytes are now
 /// charged to a budget as they arrive (4 x the largest body) and one body at a time may go past
 /// it (the reserve): with four 1 MiB bodies received all but their end, a fifth arrives in full
@@ -559,7 +559,7 @@ async fn bodies_are_buffered_only_within_the_byte_budget() {
     }
 }
 
-/// Issue 27.4 (docs/behaviour.md §9a): the body budget was taken by the declared Content-Length
+/// (docs/behaviour.md §9a): the body budget was taken by the declared Content-Length
 /// when a request started, so a few connections declaring the largest body and sending nothing
 /// held all of it for the body timeout, and real reviews queued behind them (503 after 10 s).
 /// Only bytes that arrived count once a body's promise (PROMISE_TIMEOUT) ends: a body that never
@@ -650,7 +650,7 @@ impl Cluster for Counting {
     }
 }
 
-/// Issue 13 (docs/behaviour.md §9a): the distinct names one request makes the webhook read were unbounded and
+/// (docs/behaviour.md §9a): the distinct names one request makes the webhook read were unbounded and
 /// read one after another (a template with 200 ConfigMap volumes: 200 sequential API calls, each
 /// request). Now at most MAX_SOURCES_READ are read, a few at a time.
 #[tokio::test]
@@ -789,7 +789,7 @@ async fn a_request_over_the_byte_budget_keeps_its_connection() {
     }
 }
 
-/// Issue 29 item 3: in a rolling restart at 100,000 ConfigMaps one admission failed open with
+/// In a rolling restart at 100,000 ConfigMaps one admission failed open with
 /// "write: broken pipe". The API server keeps its keep-alive connections to a replica that is
 /// shutting down (the Service's endpoints only steer new ones) and went on sending on them until
 /// the process exited under a request. From the start of the drain a replica closes each of its

@@ -332,7 +332,7 @@ fn tempdir(name: &str) -> std::path::PathBuf {
 }
 
 /// Every metric the chart's Grafana dashboard and PrometheusRule query is in a real scrape of
-/// /metrics after real traffic (issue 16), and the certificate-expiry gauge holds the served
+/// /metrics after real traffic, and the certificate-expiry gauge holds the served
 /// certificate's notAfter.
 #[tokio::test]
 async fn dashboards_and_alerts_query_only_metrics_the_server_exports() {

@@ -155,7 +155,7 @@ fn rollout_inventory() -> Inventory {
     inv
 }
 
-/// `status` and `undo` read a registered kind as they read a Deployment (issue 25): the same
+/// `status` and `undo` read a registered kind as they read a Deployment: the same
 /// pins, revisions and undo target, named as the server names the kind.
 #[test]
 fn a_registered_kinds_status_and_undo_are_a_deployments() {
@@ -599,7 +599,7 @@ fn request_timeouts_read_like_kubectl() {
 }
 
 /// kubectl reads a `--request-timeout` that is not a whole number of seconds with Go's
-/// time.ParseDuration: units combine and take fractions (`1m30s` was refused, issue 28).
+/// time.ParseDuration: units combine and take fractions (`1m30s` was refused).
 #[test]
 fn request_timeouts_take_go_durations() {
     use confighistory::plugin::parse_timeout;
@@ -689,7 +689,7 @@ fn snapshots_created_in_the_same_second_keep_the_order_they_were_written_in() {
     assert_eq!(order, vec![first.1, second.1]);
 }
 
-// ---------- issue 27: cluster-controlled text and names ----------
+// ----------: cluster-controlled text and names ----------
 
 /// A source whose newest value hides a line from the terminal: ESC [2K erases the line, a
 /// carriage return rewinds it, U+202E reverses what follows. Every human format shows escapes.
@@ -804,7 +804,7 @@ fn undo_follows_the_controller_owner_reference_only() {
     assert_eq!(patch, json!({"spec": {"template": {"spec": {"containers": []}, "$patch": "replace"}}}));
 }
 
-// ---------- issue 24: Secret sources (docs/plugin.md, "Secrets") ----------
+// ----------: Secret sources (docs/plugin.md, "Secrets") ----------
 
 /// The canary: a Secret value that must never be printed without `--show-values`.
 const CANARY: &str = "canary-7f3c9e1d";

@@ -1,4 +1,4 @@
-//! Property tests (issue 8): mutation is idempotent under reinvocation, snapshot names are
+//! Property tests: mutation is idempotent under reinvocation, snapshot names are
 //! deterministic and independent of key order, and the hash framing is unambiguous; Secret
 //! snapshot names are unrelated across namespaces and cluster keys, and no Secret value (nor a
 //! form of one) shows in a `Debug`, error or warning of the Secret model. Also replays
@@ -302,7 +302,7 @@ fn a_source_reinvoked_later_keeps_its_changed_at() {
 
 /// The reinvocation may reach another replica (the API server calls the Service), whose estimate
 /// of the API server's time differs from the first one's by up to its uncertainty (under a second
-/// once it has seen a response, issue 14): a `changed-at` slightly ahead of its "now" is still the
+/// once it has seen a response): a `changed-at` slightly ahead of its "now" is still the
 /// first pass's. Failed before: only a time at or before "now" was taken, so the second pass wrote
 /// its own time and was not a no-op.
 #[test]

@@ -157,7 +157,7 @@ row("(a) highest rate >= 90% of the floor's (median ratio over rounds)", f"{s_ra
 row("(b) highest rate >= 75% of the floor's (median ratio over rounds)", f"{big_ratio:.0%}", big_ratio >= 0.75)
 row("(a) p99 at half the floor's highest rate <= 1.5x the floor's", f"{p99_ratio:.2f}x", p99_ratio <= 1.5)
 if sha:
-    # Issue 29 item 4: the limit of the 1 MiB UPDATE is the floor's CPU per request plus SHA-256 of
+    # The limit of the 1 MiB UPDATE is the floor's CPU per request plus SHA-256 of
     # the content (timed on the servers' core in each round); confighistory's CPU within it.
     sha_us = statistics.median(r["sha_us"] for r in sha)
     floor_us, ch_us = cpu_us("big", "floor"), cpu_us("big", "confighistory")

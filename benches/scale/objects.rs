@@ -1,4 +1,4 @@
-//! The objects of the scale benchmarks (issue 29): a cluster of teams' namespaces, each with its
+//! The objects of the scale benchmarks: a cluster of teams' namespaces, each with its
 //! ConfigMaps, Deployments with ReplicaSets of history and a StatefulSet with ControllerRevisions,
 //! shaped as the API server stores them. `benches/scale.rs` applies them to the watch cache in
 //! process; `benches/scale_cluster.rs` creates them in a real cluster (docs/performance.md, "Scale").

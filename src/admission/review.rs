@@ -347,7 +347,7 @@ impl<'de> Visitor<'de> for RequestVisitor {
 /// Parses and checks an AdmissionReview body.
 pub fn parse(body: &[u8]) -> Result<Request, Error> {
     // The whole body is checked as UTF-8 once (JSON must be, RFC 8259), which is a fraction of
-    // what checking each string as it is parsed costs (issue 17), and leaves no invalid byte in an
+    // what checking each string as it is parsed costs, and leaves no invalid byte in an
     // ignored field unnoticed.
     let review: Review = serde_json::from_str(std::str::from_utf8(body)?)?;
     if review.api_version != "admission.k8s.io/v1" || review.kind != "AdmissionReview" {

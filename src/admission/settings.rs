@@ -1,4 +1,4 @@
-//! Settings removed and added inside a ConfigMap value (issue 16, docs/behaviour.md §6.1).
+//! Settings removed and added inside a ConfigMap value (docs/behaviour.md §6.1).
 //!
 //! The incident's ConfigMap had one key, `config.yaml`; what broke the rollback was a setting
 //! renamed inside it. Where a value parses as YAML, JSON, TOML or Java properties (by the key's

@@ -1,4 +1,4 @@
-//! The API server's time (issue 14). `confighistory.io/changed-at` is written by whichever replica
+//! The API server's time. `confighistory.io/changed-at` is written by whichever replica
 //! admits a change and compared, for the settle window (docs/behaviour.md §7), on the leader; GC's last-use
 //! records likewise. A replica whose clock is 30 s off would shorten (or stretch) the window by
 //! that much, so both sides use the API server's clock instead: every replica estimates the

@@ -67,7 +67,7 @@ pub fn kind_resource(kind: Kind, kinds: &Registry) -> ApiResource {
 /// lists: [`Lists`]). Each page is parsed whole before it is reduced to the records `State`
 /// keeps, and all watches list at once: with kube's default of 500, a start against 10,000
 /// ConfigMaps and 2,000 Deployments peaked at about 50 MiB of heap for 16 MiB of caches, and the
-/// allocator keeps the peak as RSS (issue 7, valgrind massif). 100 keeps the transient small; the
+/// allocator keeps the peak as RSS (valgrind massif). 100 keeps the transient small; the
 /// extra list requests cost the API server little.
 const LIST_PAGE_SIZE: u32 = 100;
 

@@ -280,7 +280,7 @@ async fn propagation_loop(ctx: Arc<Ctx>) {
 }
 
 async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
-    // The API server's time, as `changed-at` is (issue 14: a replica's skew would shorten the window).
+    // The API server's time, as `changed-at` is (a replica's skew would shorten the window).
     let now_ms = ctx.shared.clock.now_ms();
     // The per-namespace gauges take walking every workload: every METRICS_EVERY, not every tick.
     let metrics = st.metrics_at.is_none_or(|t| t.elapsed() >= METRICS_EVERY);

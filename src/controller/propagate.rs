@@ -202,7 +202,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
     let mut out = Propagation::default();
     // Pending changes, by (namespace, source).
     let mut changes: HashMap<SourceKey, Change> = HashMap::new();
-    // The sources whose records say a change waits (the cache keeps them apart: issue 29, 100,000
+    // The sources whose records say a change waits (the cache keeps them apart: 100,000
     // ConfigMaps, a pass every tick), then the namespace's mode for those.
     for key @ (ns, id) in &state.pending_changes {
         let Some(cm) = state.sources.get(key) else { continue };
@@ -538,7 +538,7 @@ pub(crate) mod tests {
 
     /// The gauges are computed every few seconds, not every tick: a tick without them plans the
     /// same moves and records the same settled changes, and looks at no workload where no source
-    /// has a pending change (issue 29: the walk over 10,000 workloads, 4 times a second).
+    /// has a pending change (the walk over 10,000 workloads, 4 times a second).
     #[test]
     fn a_tick_without_the_gauges_plans_what_a_tick_with_them_does() {
         let mut s = setup();
@@ -820,7 +820,7 @@ pub(crate) mod tests {
         s.apply_workload(Kind::Deployment, &workload("ns", "held", &[&old], &[(names::HELD, "cfg"), (names::HELD_HEADS, &heads)]));
         let due = run(&s, ms(T0) + 10_000);
         let names: Vec<&str> = due.plans.iter().map(|p| p.name.as_str()).collect();
-        // Issue 27.11: a hold stands against changes of a versioned source; there are none any
+        // A hold stands against changes of a versioned source; there are none any
         // more, and the plain name is where later edits reach it.
         assert_eq!(names, ["held", "pinned"], "plain already stays; held moves too");
         assert_eq!(due.plans[0].released, [SourceId::configmap("cfg")], "its owner is told the hold went");
@@ -831,7 +831,7 @@ pub(crate) mod tests {
         assert_eq!(after.done, [("ns".into(), SourceId::configmap("cfg"), h('b'))], "recorded, so never again");
     }
 
-    /// Issue 27.11, the admin's selector: a source it newly excludes whose only pinned workload
+    /// The admin's selector: a source it newly excludes whose only pinned workload
     /// is held is still touched, so its change is recorded and propagated to the plain name.
     #[test]
     fn a_source_the_selector_newly_excludes_is_touched_for_a_held_workload_too() {
@@ -847,7 +847,7 @@ pub(crate) mod tests {
         assert_eq!((touches, unknown), (vec![("ns".into(), SourceId::configmap("cfg"))], vec![]));
     }
 
-    /// Issue 27.8, the admin's selector: a source that never had a head (no write of it passed
+    /// The admin's selector: a source that never had a head (no write of it passed
     /// the webhook while a workload named it) and that the selector newly excludes is touched
     /// when workloads are pinned to it; with plain-name users only, it is not.
     #[test]

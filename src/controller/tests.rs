@@ -397,7 +397,7 @@ async fn a_resync_pass_touches_a_source_changed_while_the_webhook_was_away_and_t
     assert_eq!(set(names::CHANGED_AT), Some(json!(now)));
 }
 
-/// Issue 27.8: a source no write through the webhook ever gave a `head` (it existed before any
+/// A source no write through the webhook ever gave a `head` (it existed before any
 /// workload named it, then a workload was pinned to it) and that was edited while the webhook was
 /// away: its pinned workloads are behind a change nobody recorded. The re-hash covers it: it
 /// compares the content with what workloads are pinned to, and touches it naming that pin, which
@@ -479,7 +479,7 @@ async fn a_repair_whose_source_changed_since_the_outage_says_its_config_is_unkno
     assert!(trigger_of(&cluster, "new").is_some(), "repaired all the same");
 }
 
-/// The GC race (issue 14, docs/behaviour.md §8: a snapshot being pinned right now is never swept). An old
+/// The GC race (docs/behaviour.md §8: a snapshot being pinned right now is never swept). An old
 /// snapshot that nothing uses, past its grace period: `old` (content "1", recorded unused at T0).
 /// The source's head is content "3", and no workload references `old`.
 fn race_world() -> (MemoryCluster, String, snapshot::Content) {
@@ -699,7 +699,7 @@ async fn a_propagation_pass_reads_a_source_known_by_metadata_before_acting_and_n
 /// `changed-at` is the API server's time (the admitting replica reads it off its responses), so
 /// the settle window must be counted on the API server's clock too. A leader whose own clock is
 /// 30 s ahead would otherwise see a change made 5 s ago as 35 s old and propagate it inside its
-/// 10 s window (issue 14). Failed when the pass took the replica's own clock.
+/// 10 s window. Failed when the pass took the replica's own clock.
 #[tokio::test]
 async fn the_settle_window_is_counted_on_the_api_servers_clock() {
     use crate::cluster::clock::{Clock, Sample};
@@ -1155,7 +1155,7 @@ async fn turning_secrets_on_for_a_namespace_adopts_a_workload_newer_than_the_las
     assert_eq!(crate::admission::annotation(&snap, names::ADOPTED), Some(template.as_str()), "adopted");
 }
 
-/// Issue 29: at 10,000 sources, every resync pass read every source at the resync rate (17
+/// At 10,000 sources, every resync pass read every source at the resync rate (17
 /// minutes of GETs, over and over). A source the re-hash found named by its head is not read
 /// again while the watch shows the same resourceVersion; a write (a new resourceVersion) makes
 /// the next pass read it, and a change made while the webhook was away is still caught.
@@ -1190,7 +1190,7 @@ async fn a_resync_pass_reads_again_only_the_sources_whose_resource_version_chang
     );
 }
 
-/// Issue 29: a new leader's first re-hash read every referenced source again, 17 minutes at
+/// A new leader's first re-hash read every referenced source again, 17 minutes at
 /// 10,000 sources and the default rate, with adoption and repair waiting, after every rolling
 /// restart. The last leader's checkpoint spares it each namespace whose sources are still at the
 /// resourceVersions it confirmed; a namespace with a write since is read in full, and its missed
@@ -1255,7 +1255,7 @@ async fn a_new_leader_reads_only_the_namespaces_changed_since_the_last_leaders_c
     assert_eq!(reads(&cluster).len(), 4, "read in full: {:?}", reads(&cluster));
 }
 
-/// Issue 29: a GC sweep lists each namespace holding snapshots in full; at 1,000 namespaces,
+/// A GC sweep lists each namespace holding snapshots in full; at 1,000 namespaces,
 /// back to back, it took the API server and the replica from the admissions beside it. It lists
 /// at the resync rate: 5 namespaces at 2/s (a burst of 2) take at least 1.5 s.
 #[tokio::test]

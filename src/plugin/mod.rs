@@ -1,5 +1,5 @@
 //! `kubectl confighistory`: a kubectl plugin to read a source's snapshot history, diff snapshots,
-//! see a workload's pins and undo a rollout with its config (issue 6, docs/plugin.md).
+//! see a workload's pins and undo a rollout with its config (docs/plugin.md).
 //!
 //! - [`gather`]: kube I/O into an [`build::Inventory`] of plain JSON objects;
 //! - [`build`]: pure construction of the [`model`] shown for each command;

@@ -728,7 +728,7 @@ mod tests {
 
     /// axum boxes the handler's future for every request. Over 1 KiB, glibc's malloc serves it from
     /// its slower bins (1,032 bytes is the largest size its per-thread cache holds), so the API
-    /// path's awaits are boxed where they happen and the request is boxed once parsed (issue 17).
+    /// path's awaits are boxed where they happen and the request is boxed once parsed.
     #[test]
     fn the_per_request_future_stays_small() {
         let app = App::ready(Policy::default(), Default::default(), Arc::new(crate::cluster::MemoryCluster::default()));

@@ -347,7 +347,7 @@ fn gc_removes_a_snapshot_only_after_history_lets_go_and_the_grace_period() {
     assert_eq!(ns.history_of("app").pop().unwrap().config("app-config").unwrap()["v"], "b");
 }
 
-/// docs/behaviour.md §8 (issue 14): a snapshot being pinned is never swept. A snapshot GC recorded unused,
+/// docs/behaviour.md §8: a snapshot being pinned is never swept. A snapshot GC recorded unused,
 /// past its grace period (a sweep would delete it now), pinned again by a request naming it or by a
 /// release after a revert: the admission removes GC's record, so its resourceVersion moves and a
 /// sweep that listed it before fails its delete; later sweeps keep it. Then GC runs in a loop while

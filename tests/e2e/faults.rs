@@ -1,4 +1,4 @@
-//! Faults and abuse (issue 8), against the real control plane and the real `confighistory serve`
+//! Faults and abuse, against the real control plane and the real `confighistory serve`
 //! binary. Each test starts its own server processes (never the shared one), talks to them over
 //! HTTPS on 127.0.0.1 the way the API server does, and bounds every loop in count and time.
 //!

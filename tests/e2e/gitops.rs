@@ -1,4 +1,4 @@
-//! GitOps controllers for real (docs/behaviour.md §10 "GitOps", §11.15; issue 26): Flux's
+//! GitOps controllers for real (docs/behaviour.md §10 "GitOps", §11.15): Flux's
 //! source-controller, kustomize-controller and helm-controller, built from their Go modules
 //! (`tests/e2e/controllers build flux`), reconcile the incident's manifests from a Git server on
 //! loopback (`tests/e2e/controllers git-serve`) into namespaces of this run, with the settings

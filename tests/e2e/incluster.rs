@@ -253,7 +253,7 @@ fn incluster_deleting_the_leader_pod_propagation_continues() {
     });
 }
 
-/// The installed release proves itself (issue 28): `helm test` runs the chart's test Pod, the
+/// The installed release proves itself: `helm test` runs the chart's test Pod, the
 /// server image's `confighistory selftest`, which sees a dry-run Deployment in `default` pinned to
 /// its ConfigMap's snapshot; and the replicas have published the configuration they run with,
 /// which the plugin reads at its default location.

@@ -51,7 +51,7 @@ fn a_release_pins_the_config_reference_to_a_snapshot() {
     assert_eq!(snapshot["immutable"], true, "{snapshot:#}");
 }
 
-/// Issue 27.10: a suspended Job (as a batch scheduler queues it) whose ConfigMap has a change
+/// A suspended Job (as a batch scheduler queues it) whose ConfigMap has a change
 /// waiting for propagation gets a scheduling update (its nodeSelector): the API server refuses any
 /// other change of a Job's template, so confighistory keeps the Job's references as they are.
 /// Needs 1.23+ (mutable scheduling directives of suspended Jobs); skipped on older control planes.

@@ -148,7 +148,7 @@ fn history_diff_status_and_undo_of_a_release() {
     assert!(d.contains("removed: discount_rules_path") && d.contains("added: rules.discount_path") && d.contains("-/etc/rules"), "{d}");
     let since = plugin(cluster, &["diff", "app-config", "deployment/app@1", "-n", n, "-o", "json"]).differs();
     let since: Value = serde_json::from_str(&since.stdout).unwrap();
-    // kubectl's conventions (issue 16): no difference exits 0, an error of diff exits 2.
+    // kubectl's conventions: no difference exits 0, an error of diff exits 2.
     assert_eq!(plugin(cluster, &["diff", "app-config", &snap_b, "head", "-n", n]).code, Some(0));
     assert_eq!(plugin(cluster, &["diff", "nope", "-n", n]).code, Some(2));
     let names = plugin(cluster, &["history", "app-config", "-n", n, "-o", "name"]).ok().stdout;
@@ -372,7 +372,7 @@ spec:
     plugin(cluster, &["undo", "cronjob/report", "-n", &ns.name]).fails_with("no rollout history");
 }
 
-/// The plugin shows what the server does (issue 28): a server started with a settle window of
+/// The plugin shows what the server does: a server started with a settle window of
 /// 37 s and default mode audit publishes them, and `status` shows the server's default mode, a
 /// label the admin does not allow as refused (with the mode in force), and a pending propagation
 /// with the server's settle window. Every authenticated user may read the published ConfigMap.

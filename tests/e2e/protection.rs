@@ -143,7 +143,7 @@ fn a_referenced_snapshot_is_not_deleted_but_its_namespace_is() {
     });
 }
 
-/// Issue 27: a DELETECOLLECTION reaches admission as one DELETE per item with an empty request
+/// A DELETECOLLECTION reaches admission as one DELETE per item with an empty request
 /// name and the item in oldObject; the in-use checks looked the snapshot up by that empty name
 /// and let a referenced snapshot go. (`kubectl delete -l` deletes one by one by name; collection
 /// deletes are what operators and API clients send.) Each item is judged by its own name.

@@ -1,4 +1,4 @@
-//! Rollback correctness under pressure (issue 14, docs/behaviour.md §2, §6.2, §6.3, §7, §9): undos that must
+//! Rollback correctness under pressure (docs/behaviour.md §2, §6.2, §6.3, §7, §9): undos that must
 //! never be denied, reverts and fix-forwards that must land, mode switches that must not un-pin.
 
 use std::time::Duration;

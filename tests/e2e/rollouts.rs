@@ -1,4 +1,4 @@
-//! Workload kinds an admin registers (docs/behaviour.md §4b, issue 25), on the current lane's real
+//! Workload kinds an admin registers (docs/behaviour.md §4b), on the current lane's real
 //! node: Argo Rollouts with its real controller and kubectl plugin (built from their Go module by
 //! `tests/e2e/controllers build argo-rollouts`, CRDs from the same module), and a kind of the test's
 //! own (a CRD with its pod template at another path, no controller).

@@ -1,4 +1,4 @@
-//! Secrets as sources on the real cluster (issue 24, docs/behaviour.md §4a): a server of the
+//! Secrets as sources on the real cluster (docs/behaviour.md §4a): a server of the
 //! group's own, started as an install with `secrets.enabled=true` (chart values, webhook rules and
 //! RBAC; the server flag `--secrets`) and Secrets on in the namespaces labelled
 //! [`SECRETS_LABEL`]`=on` (`secrets.namespaceSelector`, `--secrets-namespace-selector`), logging at
@@ -630,7 +630,7 @@ spec:
 
 // ---------- c) the canary: a denial, a collision, a quota failure ----------
 
-/// docs/behaviour.md §4a "Nothing leaks", issue 24.5: the canary in Secrets the server refuses (in
+/// docs/behaviour.md §4a "Nothing leaks",: the canary in Secrets the server refuses (in
 /// enforce mode), names a snapshot of around a squatter (a collision) and cannot snapshot for a
 /// full `count/secrets` quota; then nothing the server wrote (log at debug level, Events,
 /// metrics, warnings, denials) shows it in any form.

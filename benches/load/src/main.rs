@@ -1,5 +1,5 @@
 #![forbid(unsafe_code)]
-//! Load tools for confighistory's benchmarks (issue 7), driven by `benches/load/run`:
+//! Load tools for confighistory's benchmarks, driven by `benches/load/run`:
 //!
 //! - `chbench floor --listen ADDR --cert PEM --key PEM`: the floor of this stack, a webhook that
 //!   does the least any webhook must do: TLS (rustls, ring), HTTP/1.1 keep-alive (hyper), parse the

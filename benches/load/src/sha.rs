@@ -2,7 +2,7 @@
 //! framed as confighistory frames it for the snapshot's name (docs/behaviour.md §5.1;
 //! `fixtures::content_hash`), timed on this thread for S seconds (default 3). `benches/load/run`
 //! pins it to the servers' core in each round of scenario (b): with the floor's CPU per request, the
-//! limit of a 1 MiB UPDATE (issue 29 item 4: no webhook that names snapshots by their content can
+//! limit of a 1 MiB UPDATE (no webhook that names snapshots by their content can
 //! do less than parse the review and hash the content). Prints one JSON line.
 
 use std::time::{Duration, Instant};

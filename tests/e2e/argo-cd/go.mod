@@ -1,5 +1,5 @@
 // Argo CD's application controller and repo server (one multi-call binary, cmd/) for the e2e
-// tests (issue 26), built from the published Go module by tests/e2e/controllers. Upstream's
+// tests, built from the published Go module by tests/e2e/controllers. Upstream's
 // replace directives only apply when argo-cd is the main module, so they are copied here.
 // v3.2 is the newest line buildable from the module proxy alone: from v3.3 on, gitops-engine is a
 // nested module of the argo-cd repository, replaced into ./gitops-engine (not in the module zip),

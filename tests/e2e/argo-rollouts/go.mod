@@ -1,4 +1,4 @@
-// Argo Rollouts' controller and kubectl plugin for the e2e tests (issue 25), built from the published
+// Argo Rollouts' controller and kubectl plugin for the e2e tests, built from the published
 // Go module by tests/e2e/controllers. Upstream's replace directives (k8s.io staging modules pinned
 // to one release) only apply when argo-rollouts is the main module, so they are copied here.
 module confighistory.local/e2e-argo-rollouts

@@ -1,4 +1,4 @@
-// Flux's helm-controller for the e2e tests (issue 26), built from the published Go module by
+// Flux's helm-controller for the e2e tests, built from the published Go module by
 // tests/e2e/controllers. Upstream's replace directives only apply when it is the main module, so
 // they are copied here (all but the one into its own ./api, which is published at the same tag).
 module confighistory.local/e2e-flux-helm-controller
