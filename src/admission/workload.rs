@@ -402,7 +402,13 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     // records show it as a revision of this workload (never the request's word alone): the
     // first release after an install or after audit mode records that it ran with the content
     // it is pinned to now, as adoption would (docs/behaviour.md §9.1), so an undo to it finds it.
-    let replaced = a.old_template.filter(|_| req.operation == Operation::Update && !undo).and_then(|old| {
+    // Worked out once, and only when a source is released whose pin oldObject lacks: the
+    // template hash of oldObject costs a hash of the whole template.
+    let mut replaced: Option<Option<(String, BTreeSet<SourceId>)>> = None;
+    let mut replaced_of = || -> Option<(String, BTreeSet<SourceId>)> {
+        // A user's release only: confighistory's own triggers (propagation, repair) and unchanged
+        // templates replace no revision.
+        let old = a.old_template.filter(|_| req.operation == Operation::Update && !undo && !own && a.changed)?;
         let hash = a.kind.template_hash(old);
         let uid = req.object().at("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
         view.state.is_revision_of(a.namespace, uid, &hash).then(|| {
@@ -413,7 +419,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
                 .collect();
             (hash, plain)
         })
-    });
+    };
 
     let mut by_source: BTreeMap<&SourceId, Vec<&SourcedRef>> = BTreeMap::new();
     for r in &a.refs {
@@ -466,14 +472,11 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
             adopted: if undo && plain { view.state.adopted_snapshot(a.namespace, source, &template_hash) } else { undone },
         };
         let choice = missing(choose(&facts), view, source);
-        if let Some((old_hash, plain)) = &replaced {
-            if choice == Choice::Release
-                && plain.contains(source)
-                && !a.old_pins.contains_key(source)
-                && !facts.pending
-                && view.state.adopted_snapshot(a.namespace, source, old_hash).is_none()
-            {
-                out.adopt.insert(source.clone(), old_hash.clone());
+        if choice == Choice::Release && !a.old_pins.contains_key(source) && !facts.pending {
+            if let Some((old_hash, plain)) = replaced.get_or_insert_with(&mut replaced_of) {
+                if plain.contains(source) && view.state.adopted_snapshot(a.namespace, source, old_hash).is_none() {
+                    out.adopt.insert(source.clone(), old_hash.clone());
+                }
             }
         }
         if choice.kept().is_none() && annotation(cm, names::HEAD).is_none() {

@@ -515,13 +515,16 @@ impl Configuration {
     }
 }
 
-/// The Secret content to write so that its bundle generation is above every one the webhook
-/// configurations carry (`carried`: the highest): after a start-over (the Secret deleted, as the
-/// runbook for a lost or garbled one says) or a restore of an older copy, a generation counted
-/// from the Secret alone would re-use or lower one the webhooks carry, and [`needs_bundle`]
-/// would never write the new CA into them. `None` when `next` is above already.
-pub fn above_carried(next: &Stored, carried: u64) -> Option<Stored> {
-    (next.generation <= carried).then(|| Stored { generation: carried + 1, ..next.clone() })
+/// The Secret content to write so that its bundle generation is never behind the one the webhook
+/// configurations carry (`carried`: the highest), and above it when the bundle changes
+/// (`new_bundle`): after a start-over (the Secret deleted, as the runbook for a lost or garbled one
+/// says) or a restore of an older copy, a generation counted from the Secret alone would re-use or
+/// lower one the webhooks carry, and [`needs_bundle`] would never write the new CA into them.
+/// A write that keeps the bundle (a replica's record, a re-issued leaf) keeps its generation.
+/// `None` when `next` needs no other number.
+pub fn above_carried(next: &Stored, carried: u64, new_bundle: bool) -> Option<Stored> {
+    let floor = if new_bundle { carried + 1 } else { carried };
+    (next.generation < floor).then(|| Stored { generation: floor, ..next.clone() })
 }
 
 /// Whether a replica that read `stored` writes its bundle into `configuration`: it differs, and
@@ -680,7 +683,8 @@ pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolv
         let renumber = action == Action::Wait && stored.as_ref().is_some_and(|s| s.generation < carried);
         if action != Action::Wait || renumber {
             let next = if renumber { Ok(stored.clone()) } else { apply(stored.as_ref(), &action, &me.id, now, &timing, &target.names) };
-            let next = next.map(|n| n.map(|n| above_carried(&n, carried).unwrap_or(n)));
+            let new_bundle = renumber || matches!(action, Action::Create | Action::AddCa | Action::Drop(_));
+            let next = next.map(|n| n.map(|n| above_carried(&n, carried, new_bundle).unwrap_or(n)));
             let written = match next {
                 Ok(Some(next)) => kube.write_secret(&target, &next, resource_version.as_deref()).await,
                 Ok(None) => Ok(()),

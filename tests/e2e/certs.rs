@@ -344,7 +344,6 @@ fn servers_rotate_their_own_certificates_under_load_without_a_failed_admission()
     for t in threads {
         t.join().unwrap();
     }
-    stop.store(true, Ordering::Relaxed);
 
     let leaves: std::collections::BTreeSet<&String> = samples.iter().flat_map(|(_, a, b)| [a.as_ref(), b.as_ref()]).flatten().collect();
     let (mut longest, mut since) = (0u128, None);
@@ -397,6 +396,7 @@ fn servers_rotate_their_own_certificates_under_load_without_a_failed_admission()
         !out.success && out.stderr.contains("admission webhook")
     });
     eprintln!("certs: start-over converged in {:?}", started_over.elapsed());
+    stop.store(true, Ordering::Relaxed);
     drop(b);
     drop(a);
 }

@@ -298,10 +298,14 @@ fn a_start_over_never_reuses_or_lowers_a_generation_the_webhooks_carry() {
     assert_eq!(fresh.generation, 1);
     let hooks = vec![("m".to_owned(), b"old CA bundle".to_vec())];
     assert!(!needs_bundle(&fresh, 7, &hooks), "as counted from the Secret alone, never written");
-    let next = above_carried(&fresh, 7).expect("renumbered");
+    let next = above_carried(&fresh, 7, true).expect("renumbered");
     assert_eq!(next.generation, 8);
     assert!(needs_bundle(&next, 7, &hooks), "the new CA reaches the webhooks");
     assert_eq!(round_trip(&next).generation, 8);
-    assert!(above_carried(&next, 7).is_none(), "above already: unchanged");
-    assert!(above_carried(&next, 8).is_some_and(|s| s.generation == 9), "equal is not above");
+    assert!(above_carried(&next, 7, true).is_none(), "above already: unchanged");
+    assert!(above_carried(&next, 8, true).is_some_and(|s| s.generation == 9), "a new bundle goes above an equal one");
+    // A write that keeps the bundle (a replica's record) keeps the generation the webhooks carry:
+    // no bundle write for it, no churn.
+    assert!(above_carried(&next, 8, false).is_none(), "a record at the carried generation stays");
+    assert!(above_carried(&fresh, 7, false).is_some_and(|s| s.generation == 7), "never behind");
 }
