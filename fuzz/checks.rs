@@ -197,6 +197,7 @@ pub fn review_bytes(data: &[u8]) {
     // body parses into: the one scan counts every string, array slot and map entry the parser
     // builds, whatever escapes, nesting or malformed tails the bytes hold.
     let cost = confighistory::model::json::parse_cost(data);
+    assert!(cost <= confighistory::model::json::parse_bound(data.len()), "the scan's {cost} passes the length's bound");
     if let Ok(tree) = serde_json::from_slice::<Value>(data) {
         let built = confighistory::model::json::heap_size(&tree);
         assert!(built <= cost, "a body charged {cost} bytes built a tree of {built}");

@@ -111,6 +111,8 @@ fn parsing_a_review_never_takes_more_than_its_charged_cost() {
             100.0 * peak as f64 / cost as f64
         );
         assert!(peak <= cost, "{shape}: parsing took {peak} bytes, more than the {cost} charged");
+        let bound = confighistory::model::json::parse_bound(body.len());
+        assert!(cost <= bound, "{shape}: the scan's {cost} bytes pass the length's bound {bound}");
     }
 }
 

@@ -149,6 +149,15 @@ pub fn heap_size(v: &Value) -> usize {
     }
 }
 
+/// An upper bound of [`parse_cost`] from a body's length alone, without reading it: the densest
+/// shapes (one-entry maps, one-element arrays: about 113 bytes of tree per byte) stay under 120
+/// times the length, and nesting, denser still per byte (136 times), is bounded by `serde_json`'s
+/// depth limit of 128 to a fixed amount. For small bodies, where one scan would cost as much as
+/// a third of the parse itself.
+pub fn parse_bound(len: usize) -> usize {
+    len.saturating_mul(120).saturating_add(128 * 1024)
+}
+
 /// A string of `len` bytes on the heap: the allocator's 8-byte header, 16-byte granules, at least
 /// 32 bytes.
 fn string_cost(len: usize) -> usize {
@@ -209,5 +218,29 @@ mod tests {
         }
         // escape builds the segments those pointers spell by hand.
         assert_eq!(v.at(&format!("/a/{}/1/{}", escape("b/c"), escape("d~e"))), Some(&json!(2)));
+    }
+
+    /// The densest shapes per byte, nesting to serde_json's depth limit included, stay under the
+    /// length's bound that small bodies are charged instead of a scan.
+    #[test]
+    fn the_length_bound_covers_the_densest_shapes() {
+        let nested = |open: &str, close: &str, depth: usize| format!("{}1{}", open.repeat(depth), close.repeat(depth));
+        let repeated = |item: &str, n: usize| format!("[{}]", vec![item; n].join(","));
+        let bodies = [
+            nested("{\"\":", "}", 127),
+            nested("{\"\":[", "]}", 63),
+            nested("[", "]", 127),
+            repeated("{\"\":0}", 2000),
+            repeated("[0]", 2000),
+            repeated("{\"\":{}}", 2000),
+            repeated("\"\"", 2000),
+            format!("{{{}}}", (0..2000).map(|i| format!("\"{i}\":0")).collect::<Vec<_>>().join(",")),
+            "{\"\":0}".to_owned(),
+            String::new(),
+        ];
+        for body in bodies {
+            let (cost, bound) = (super::parse_cost(body.as_bytes()), super::parse_bound(body.len()));
+            assert!(cost <= bound, "{} bytes ({}...): scanned {cost}, bound {bound}", body.len(), &body[..body.len().min(20)]);
+        }
     }
 }

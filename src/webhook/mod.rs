@@ -195,8 +195,14 @@ async fn parse(body: Bytes) -> Result<Box<review::Request>, review::Error> {
 /// its parsed tree ([`crate::model::json::parse_cost`]), plus what the decision copies of it (the
 /// source content it keeps or snapshots, the patch and the answer: each at most the body).
 pub fn request_cost(body: &[u8]) -> usize {
-    crate::model::json::parse_cost(body).saturating_add(body.len().saturating_mul(4)).saturating_add(64 * 1024)
+    // A small body is charged its length's bound, which never comes near what one request may
+    // take; a scan of it would cost a third of the parse (docs/performance.md).
+    let tree = if body.len() <= SCAN_FROM { crate::model::json::parse_bound(body.len()) } else { crate::model::json::parse_cost(body) };
+    tree.saturating_add(body.len().saturating_mul(4)).saturating_add(64 * 1024)
 }
+
+/// Bodies up to this long are charged by their length alone ([`request_cost`]).
+const SCAN_FROM: usize = 6 * 1024;
 
 /// The answer to a review that may never fit the memory one request may take: an HTTP error, so
 /// the webhook's failurePolicy decides, saying what to do.
