@@ -3,8 +3,7 @@
 //! strings, many references), the heap that parsing a review takes, measured by a counting
 //! allocator, stays under the cost admission charges before parsing (`model::json::parse_cost`).
 
-use axum::body::Body;
-use axum::http::{Request as HttpRequest, StatusCode};
+use axum::http::StatusCode;
 use confighistory::admission::review;
 use confighistory::cache::Lock;
 use confighistory::cluster::MemoryCluster;
@@ -13,8 +12,9 @@ use confighistory::model::policy::Policy;
 use confighistory::webhook::memory::Memory;
 use confighistory::webhook::{self, App};
 use peak_alloc::PeakAlloc;
+
+mod common;
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
 /// Counts the bytes allocated now and the most at once (a reallocation counts old and new).
 #[global_allocator]
@@ -140,12 +140,10 @@ fn deployment_naming(sources: &[(String, usize)], dry_run: bool) -> Vec<u8> {
     serde_json::to_vec(&body).unwrap()
 }
 
+/// Posts to /mutate of the router the binary serves (the shared client of the in-process suites).
 async fn post(app: &std::sync::Arc<App>, body: Vec<u8>) -> (StatusCode, Value) {
-    let req = HttpRequest::post("/mutate").header("content-type", "application/json").body(Body::from(body)).unwrap();
-    let resp = webhook::router(app.clone()).oneshot(req).await.unwrap();
-    let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    let answer = common::post(app, "/mutate", body).await;
+    (answer.status, answer.body)
 }
 
 const MIB: usize = 1 << 20;

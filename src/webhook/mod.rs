@@ -443,12 +443,15 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                         fresh.insert(id, None);
                     } else if fresh.len() + failed.len() + reads.len() >= MAX_SOURCES_READ {
                         failed.insert(id, too_many_sources(&req.namespace));
-                    } else if unlisted(app, &req.namespace, &id) && !app.source_reads.allow(&req.namespace, &id) {
+                    } else {
                         // A name the watches do not know, found missing a moment ago or past the
                         // namespace's rate: decided as missing, not read (docs/behaviour.md §9a.5).
-                        fresh.insert(id, None);
-                    } else {
-                        reads.push(id);
+                        let unlisted = crate::cache::admission_read(&app.ctx.state).source_unlisted(&req.namespace, &id);
+                        if unlisted && !app.source_reads.allow(&req.namespace, &id) {
+                            fresh.insert(id, None);
+                        } else {
+                            reads.push((id, unlisted));
+                        }
                     }
                 }
                 // Read concurrently, a few at a time: one after another, N sources cost N round trips.
@@ -461,19 +464,18 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                 let promised = &promised;
                 let results: Vec<_> = Box::pin(
                     futures::stream::iter(reads)
-                        .map(|id| async move {
-                            let mut slot = {
+                        .map(|(id, unlisted)| async move {
+                            {
                                 let mut p = promised.lock().expect("promised lock");
                                 if *p + memory::READ_IN_FLIGHT > app.memory.max_request() {
-                                    return (id, Err(Unread::Memory), memory::Charge::default());
+                                    return (id, unlisted, Err(Unread::Memory), memory::Charge::default());
                                 }
                                 *p += memory::READ_IN_FLIGHT;
-                                app.memory.try_charge(memory::READ_IN_FLIGHT)
-                            };
-                            if slot.is_none() {
-                                slot = app.memory.charge(memory::READ_IN_FLIGHT).await.ok();
                             }
-                            let Some(mut slot) = slot else { return (id, Err(Unread::Memory), memory::Charge::default()) };
+                            let Ok(mut slot) = app.memory.charge(memory::READ_IN_FLIGHT).await else {
+                                *promised.lock().expect("promised lock") -= memory::READ_IN_FLIGHT;
+                                return (id, unlisted, Err(Unread::Memory), memory::Charge::default());
+                            };
                             let read = app.ctx.cluster.get_source(&req.namespace, &id).await;
                             let holds = match &read {
                                 Ok(Some(obj)) => crate::model::json::heap_size(obj).saturating_mul(memory::READ_HELD_FACTOR),
@@ -481,17 +483,17 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                             };
                             slot.shrink_to(holds);
                             *promised.lock().expect("promised lock") -= memory::READ_IN_FLIGHT - slot.bytes().min(memory::READ_IN_FLIGHT);
-                            (id, read.map_err(Unread::Api), slot)
+                            (id, unlisted, read.map_err(Unread::Api), slot)
                         })
                         .buffer_unordered(READ_CONCURRENCY)
                         .collect(),
                 )
                 .await;
-                for (id, read, slot) in results {
+                for (id, unlisted, read, slot) in results {
                     held_reads.absorb(slot);
                     match read {
                         Ok(obj) => {
-                            if obj.is_none() && unlisted(app, &req.namespace, &id) {
+                            if obj.is_none() && unlisted {
                                 app.source_reads.record_missing(&req.namespace, &id);
                             }
                             fresh.insert(id, obj);
@@ -544,11 +546,6 @@ async fn read_namespace(app: &App, endpoint: Endpoint, req: &review::Request) ->
 pub const MAX_SOURCES_READ: usize = 64;
 /// Reads of one request in flight at once.
 const READ_CONCURRENCY: usize = 8;
-
-/// Whether the source watches have listed `id`'s kind and do not know it in `ns`.
-fn unlisted(app: &App, ns: &str, id: &SourceId) -> bool {
-    crate::cache::admission_read(&app.ctx.state).source_unlisted(ns, id)
-}
 
 /// Why a source was not read.
 enum Unread {
