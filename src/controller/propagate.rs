@@ -81,7 +81,9 @@ pub fn change_cause(existing: Option<&str>, own: Option<&str>, sources: &[(Strin
         .iter()
         .map(|(source, by)| match (repair, by) {
             (true, _) => source.clone(),
-            (false, Some(by)) => format!("{source} changed by {by}"),
+            // The author is the source's annotation, which anyone could write while the webhook
+            // was away: escaped, so `kubectl rollout history` shows no control character raw.
+            (false, Some(by)) => format!("{source} changed by {}", crate::model::text::escape(by)),
             (false, None) => format!("{source} changed"),
         })
         .collect();
@@ -479,6 +481,8 @@ pub(crate) mod tests {
         let many: Vec<(String, Option<String>)> = (0..50).map(|i| (format!("source-{i:02}"), Some("x".repeat(40)))).collect();
         let long = change_cause(None, None, &many, false).unwrap();
         assert!(long.len() <= MAX_CHANGE_CAUSE && long.starts_with("config source-00 changed by"), "{long}");
+        let forged = change_cause(None, None, &[("cfg".to_owned(), Some("mallory\x1b[2J\u{202e}".to_owned()))], false).unwrap();
+        assert_eq!(forged, "config cfg changed by mallory\\x1b[2J\\u{202e}", "no control character raw");
     }
     use super::*;
     use crate::model::snapshot;

@@ -1,7 +1,6 @@
 //! Human output: pure functions from [`super::model`] data (and the current time) to text.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
 
 use k8s_openapi::jiff::Timestamp;
 use serde::de::DeserializeOwned;
@@ -10,37 +9,7 @@ use serde::Serialize;
 use super::build::timestamp;
 use super::model::*;
 
-/// Text from the cluster (or the command line) as it may reach a terminal: control characters
-/// (C0 but tab, DEL, C1) and Unicode's bidirectional and line-separating controls are shown as
-/// escapes (`\x1b`, `\r`, `\u{202e}`), so no value or name can move the cursor, erase or
-/// rewrite a line, recolour what follows or reorder it on screen. Every human output goes through
-/// it: the renderers take their model through [`clean`], errors through `plugin::describe`.
-pub fn escape(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(hostile) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 16);
-    for c in s.chars() {
-        match c {
-            c if !hostile(c) => out.push(c),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            c if c.is_ascii() => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// Characters [`escape`] shows as escapes.
-fn hostile(c: char) -> bool {
-    (c.is_control() && c != '\t')
-        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
-}
+pub use crate::model::text::escape;
 
 /// `model` with every string in it, keys included, [`escape`]d: what the human renderers draw
 /// from, so no field can be printed raw, whichever renderer or cell shows it. JSON and YAML
