@@ -448,6 +448,7 @@ fn incluster_mutual_tls_admits_the_api_server_and_refuses_other_callers() {
             );
         }
     }
-    let logs = cluster.kubectl(&["logs", "-n", NAMESPACE, "-l", &format!("app.kubernetes.io/instance={RELEASE}"), "--tail", "-1", "--prefix"]);
+    let logs =
+        cluster.kubectl(&["logs", "-n", NAMESPACE, "-l", &format!("app.kubernetes.io/instance={RELEASE}"), "--tail", "-1", "--prefix"]);
     assert!(logs.stdout.contains("refused a client certificate") || !pki.join("admin.crt").exists(), "{}", logs.stdout);
 }
