@@ -822,7 +822,7 @@ fn kubectl_completes_the_plugin() {
     let version = cluster.kubectl(&["version", "--client", "-o", "json"]).expect_success().json();
     let minor: u32 = version["clientVersion"]["minor"].as_str().and_then(|m| m.trim_end_matches('+').parse().ok()).unwrap_or(0);
     if minor < 26 {
-        assert!(!confighistory_ci(), "kubectl 1.{minor} has no plugin completion (1.26+)");
+        assert!(!crate::support::ci(), "kubectl 1.{minor} has no plugin completion (1.26+)");
         eprintln!("skipping: kubectl 1.{minor} has no plugin completion (1.26+)");
         return;
     }
@@ -869,8 +869,4 @@ fn kubectl_completes_the_plugin() {
     // A user who may not list workloads gets no candidates, and no error text as one.
     assert!(complete(&["-n", n, "--as", &format!("nobody-{n}"), "status", ""]).is_empty());
     std::fs::remove_dir_all(&bin).ok();
-}
-
-fn confighistory_ci() -> bool {
-    crate::support::ci()
 }
