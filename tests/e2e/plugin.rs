@@ -805,7 +805,7 @@ fn server_and_token_flags_need_no_kubeconfig() {
     // A refused request's status is logged too.
     let denied = plugin_with(
         None,
-        &["history", "app-config", "-n", "default", "--server", &server, "--token", &token, "--certificate-authority", ca, "--v=6"],
+        &["history", "app-config", "-n", "default", "--server", server, "--token", &token, "--certificate-authority", ca, "--v=6"],
     );
     assert!(denied.stderr.contains(" 403 Forbidden in "), "{}", denied.stderr);
     assert!(!denied.stderr.contains(&token));
