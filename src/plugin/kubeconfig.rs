@@ -10,6 +10,7 @@ use axum::http::{Request, Response};
 use clap::{ArgAction, Args};
 use futures::future::BoxFuture;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::json;
 
 /// The flags kubectl users type to say who they are and which cluster they mean; global, as in
 /// kubectl. `--namespace`, `--context`, `--kubeconfig` and `--request-timeout` are on [`super::Cli`].
@@ -87,7 +88,8 @@ pub struct Target {
 /// The client configuration the flags and the kubeconfig give, with client-go's precedence:
 /// `--kubeconfig`, else `$KUBECONFIG`, else `~/.kube/config`, else (with no `--server`) the
 /// in-cluster configuration; `--context`, `--cluster` and `--user` choose within the kubeconfig,
-/// then [`apply`] lays the other flags over it. With `--server` no kubeconfig is needed.
+/// then [`apply`] lays the other flags over it. With `--server` no kubeconfig is needed, and with
+/// `--cluster` (and `--user`) no current context.
 pub async fn load(target: &Target) -> Result<kube::Config> {
     let flags = &target.flags;
     let options = KubeConfigOptions { context: target.context.clone(), cluster: flags.cluster.clone(), user: flags.user.clone() };
@@ -105,6 +107,15 @@ pub async fn load(target: &Target) -> Result<kube::Config> {
     let mut config = match file {
         // A kubeconfig without a current context still serves a --server (kubectl's empty context).
         Some(kc) if flags.server.is_some() && !named && kc.current_context.as_deref().is_none_or(str::is_empty) => bare(flags)?,
+        // kubectl's empty context too: with no context to name them, --cluster and --user do.
+        Some(mut kc)
+            if options.context.is_none() && options.cluster.is_some() && kc.current_context.as_deref().is_none_or(str::is_empty) =>
+        {
+            let context = json!({"name": FLAGS_CONTEXT, "context": {"cluster": options.cluster, "user": options.user}});
+            kc.contexts.push(serde_json::from_value(context).context("--cluster")?);
+            kc.current_context = Some(FLAGS_CONTEXT.into());
+            kube::Config::from_custom_kubeconfig(kc, &options).await.context("load kubeconfig")?
+        }
         Some(kc) => kube::Config::from_custom_kubeconfig(kc, &options).await.context("load kubeconfig")?,
         None if flags.server.is_some() => bare(flags)?,
         None => kube::Config::infer().await.context("find a kubeconfig (set KUBECONFIG or --kubeconfig, or give --server)")?,
@@ -112,6 +123,9 @@ pub async fn load(target: &Target) -> Result<kube::Config> {
     apply(&mut config, flags)?;
     Ok(config)
 }
+
+/// The context made of `--cluster` and `--user` in a kubeconfig without a current context.
+const FLAGS_CONTEXT: &str = "kubectl-confighistory:flags";
 
 /// A configuration from the flags alone (`--server` and no kubeconfig).
 fn bare(flags: &KubeFlags) -> Result<kube::Config> {
@@ -189,7 +203,7 @@ fn read_ca(path: &Path) -> Result<Vec<Vec<u8>>> {
 /// A kubeconfig user with just this token: kube keeps a token as a `secrecy` string, made here the
 /// way kube makes it from a kubeconfig.
 fn token_auth(token: &str) -> Result<kube::config::AuthInfo> {
-    serde_json::from_value(serde_json::json!({ "token": token })).context("--token")
+    serde_json::from_value(json!({ "token": token })).context("--token")
 }
 
 /// The client for a configuration; from `-v 6` on, each request is logged on stderr.
@@ -384,6 +398,27 @@ contexts:
         let e = loaded(&["--certificate-authority", dir.join("empty.crt").to_str().unwrap()]).await.unwrap_err();
         assert!(e.to_string().contains("no PEM certificate"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[tokio::test]
+    async fn cluster_and_user_serve_a_kubeconfig_without_current_context() {
+        let path = std::env::temp_dir().join(format!("confighistory-kubeconfig-{}", std::process::id()));
+        std::fs::write(&path, KUBECONFIG.replace("current-context: main\n", "")).unwrap();
+        let target = |args: &[&str]| {
+            let cli = flags(args);
+            Target { kubeconfig: Some(path.clone()), context: cli.context, flags: cli.conn }
+        };
+        let c = load(&target(&["--cluster", "staging", "--user", "alice"])).await.unwrap();
+        assert_eq!((c.cluster_url.host(), token(&c).as_deref()), (Some("staging.example"), Some("alice-token")));
+        assert_eq!(c.default_namespace, "default");
+        // A context named still decides; with neither, kube's own error.
+        let c = load(&target(&["--context", "main", "--cluster", "staging"])).await.unwrap();
+        assert_eq!((c.cluster_url.host(), c.default_namespace.as_str()), (Some("staging.example"), "shop"));
+        assert!(load(&target(&[])).await.is_err());
+        // --server alone needs no context either.
+        let c = load(&target(&["-s", "https://s.example", "--token", "t"])).await.unwrap();
+        assert_eq!((c.cluster_url.host(), token(&c).as_deref()), (Some("s.example"), Some("t")));
+        std::fs::remove_file(&path).ok();
     }
 
     #[test]
