@@ -4,6 +4,8 @@
 //! - [`gather`]: kube I/O into an [`build::Inventory`] of plain JSON objects;
 //! - [`build`]: pure construction of the [`model`] shown for each command;
 //! - [`render`]: pure human formatting; [`yaml`]: `-o yaml`; [`linediff`]: line diffs.
+//! - [`kubeconfig`]: kubectl's connection flags into a client; [`complete`]: kubectl's plugin
+//!   completion (`__complete`).
 
 pub mod build;
 pub mod complete;
