@@ -305,6 +305,7 @@ fn a_release_is_refused_for_another_tag_or_an_image_the_chart_does_not_run() {
         (&["--dry-run", "--tag", "v9.9.9"][..], format!("tag v9.9.9 is not v{version}")),
         (&["--dry-run", "--tag", version][..], format!("tag {version} is not v{version}")),
         (&["--publish"][..], format!("--publish needs --tag (the git tag being released, v{version})")),
+        (&["--platform"][..], "--platform needs --image-repo (the image its SBOM names)".to_owned()),
         (
             &["--dry-run", "--image-repo", "ghcr.io/someone/fork"][..],
             format!("the chart runs ghcr.io/confighistory/confighistory:{version} by default, but ghcr.io/someone/fork:{version} would be pushed"),
@@ -337,4 +338,95 @@ fn a_chart_out_of_step_with_cargo_toml_is_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("appVersion (9.9.9) must agree"));
     let _ = std::fs::remove_dir_all(&tree);
+}
+
+/// The helpers dist/release runs refuse, naming why, what they cannot ship: a chart that already
+/// has annotations (they would be lost or doubled), a values.yaml without the image digest line,
+/// the repository's own chart (only a copy is edited); an archive of another version, two archives
+/// or two image layouts for one platform.
+#[test]
+fn the_release_helpers_refuse_what_they_cannot_ship() {
+    let version = env!("CARGO_PKG_VERSION");
+    let dir = tempdir("helpers");
+    let run = |cmd: &mut Command| {
+        let out = cmd.output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let chart_release = |chart: &Path| {
+        let mut c = Command::new(repo().join("dist/chart-release"));
+        c.arg("--chart").arg(chart).args(["--image", "ghcr.io/x/y", "--digest", &digest, "--platform", "linux/amd64"]);
+        c
+    };
+    let copy = |name: &str| {
+        let chart = dir.join(name).join("confighistory");
+        std::fs::create_dir_all(&chart).unwrap();
+        for f in ["Chart.yaml", "values.yaml"] {
+            std::fs::copy(repo().join("charts/confighistory").join(f), chart.join(f)).unwrap();
+        }
+        chart
+    };
+    // A copy passes, and gets the digest and the annotations.
+    let good = copy("good");
+    let (ok, stderr) = run(&mut chart_release(&good));
+    assert!(ok, "{stderr}");
+    assert!(std::fs::read_to_string(good.join("values.yaml")).unwrap().contains(&format!("  digest: \"{digest}\"")));
+    assert!(std::fs::read_to_string(good.join("Chart.yaml")).unwrap().contains("artifacthub.io/images"));
+    // Twice: the copy has annotations now.
+    let (ok, stderr) = run(&mut chart_release(&good));
+    assert!(!ok && stderr.contains("already has annotations"), "{stderr}");
+    let no_digest = copy("no-digest");
+    let values = std::fs::read_to_string(no_digest.join("values.yaml")).unwrap();
+    std::fs::write(no_digest.join("values.yaml"), values.replace("  digest: \"\"", "  # digest")).unwrap();
+    let (ok, stderr) = run(&mut chart_release(&no_digest));
+    assert!(!ok && stderr.contains("no single `digest: \"\"` under image: (found 0)"), "{stderr}");
+    let (ok, stderr) = run(&mut chart_release(&repo().join("charts/confighistory")));
+    assert!(!ok && stderr.contains("--chart is the repository's chart: give a copy"), "{stderr}");
+
+    // krew-manifest: another version; two archives for one platform.
+    std::fs::write(dir.join("stand-in"), "stand-in").unwrap();
+    let archive = |os: &str, arch: &str, out: &Path| {
+        let (ok, stderr) = run(Command::new(repo().join("dist/plugin-archive"))
+            .arg("--binary")
+            .arg(dir.join("stand-in"))
+            .args(["--os", os, "--arch", arch, "--out"])
+            .arg(out));
+        assert!(ok, "{stderr}");
+        out.join(format!("kubectl-confighistory_{version}_{os}_{arch}.{}", if os == "windows" { "zip" } else { "tar.gz" }))
+    };
+    let a = archive("linux", "amd64", &dir.join("a"));
+    let b = archive("linux", "amd64", &dir.join("b"));
+    let krew = |version: &str, files: &[&Path]| {
+        run(Command::new(repo().join("dist/krew-manifest"))
+            .args(["--version", version, "--url-base", "https://example/dl", "--homepage", "https://example"])
+            .args(files))
+    };
+    let (ok, stderr) = krew(version, &[&a]);
+    assert!(ok, "{stderr}");
+    let (ok, stderr) = krew("9.9.9", &[&a]);
+    assert!(!ok && stderr.contains(&format!("is version {version}, not 9.9.9")), "{stderr}");
+    let (ok, stderr) = krew(version, &[&a, &b]);
+    assert!(!ok && stderr.contains("two archives for linux/amd64"), "{stderr}");
+
+    // image-index: two layouts of one platform.
+    let rootfs = dir.join("rootfs");
+    std::fs::create_dir_all(&rootfs).unwrap();
+    std::fs::write(rootfs.join("f"), "f").unwrap();
+    for l in ["l1", "l2"] {
+        let (ok, stderr) = run(Command::new(repo().join("dist/oci-layout"))
+            .arg("--rootfs")
+            .arg(&rootfs)
+            .arg("--out")
+            .arg(dir.join(l))
+            .args(["--tag", version]));
+        assert!(ok, "{stderr}");
+    }
+    let (ok, stderr) = run(Command::new(repo().join("dist/image-index"))
+        .arg("--out")
+        .arg(dir.join("index"))
+        .args(["--tag", version])
+        .arg(dir.join("l1"))
+        .arg(dir.join("l2")));
+    assert!(!ok && stderr.contains("linux/amd64 twice"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
