@@ -763,6 +763,10 @@ fn revision_diff_body(d: &RevisionDiff, now: Timestamp, style: Style) -> String 
             (None, None) => out.push_str(&format!("  config {}: {arrow}\n", s.source)),
         }
     }
+    // One blank line between a source's hunks and the next source, none after the last.
+    if out.ends_with("\n\n") {
+        out.pop();
+    }
     out
 }
 

@@ -741,6 +741,7 @@ fn timeline_undo_preview_and_revision_diff_of_three_releases() {
 
     // The timeline, oldest first.
     let t = plugin(cluster, &["history", "deployment/app", "-n", n, "-o", "json"]).json();
+    println!("history deployment/app -o json:\n{t}");
     assert_eq!((t["kind"].as_str(), t["current"].as_i64()), (Some("Timeline"), Some(3)), "{t:#}");
     let revs = t["revisions"].as_array().unwrap();
     let col = |field: &str| -> Vec<Value> { revs.iter().map(|r| r[field].clone()).collect() };
@@ -798,6 +799,7 @@ fn timeline_undo_preview_and_revision_diff_of_three_releases() {
     println!("history deployment/app --revision 2:\n{one}");
     assert!(one.contains(&format!("app-config → {}", snaps[1])) && one.contains("keys:    log_level, rules.discount_path"), "{one}");
     assert!(one.contains("written: bob with kubectl-client-side-apply") && one.contains("(was registry.example/app:4.11)"), "{one}");
+    println!("history deployment/app --revision 2 -o json:\n{}", plugin(cluster, &["history", "deployment/app", "--revision", "2", "-n", n, "-o", "json"]).ok().stdout);
     let r = plugin(cluster, &["history", "deployment/app", "--revision", "1", "-n", n, "-o", "json"]).json();
     assert_eq!(
         (r["kind"].as_str(), r["revision"].as_i64(), r["workload"]["name"].as_str()),
@@ -819,6 +821,7 @@ fn timeline_undo_preview_and_revision_diff_of_three_releases() {
     let d = plugin(cluster, &["diff", "deployment/app", "-n", n, "-o", "json"]);
     assert_eq!(d.code, Some(1), "{}", d.stderr);
     let d: Value = serde_json::from_str(&d.stdout).unwrap();
+    println!("diff deployment/app -o json:\n{d}");
     assert_eq!((d["kind"].as_str(), d["from"].as_i64(), d["to"].as_i64()), (Some("RevisionDiff"), Some(2), Some(3)), "{d:#}");
     assert_eq!(d["sources"][0]["diff"]["keys"][0]["hunks"][0]["lines"], serde_json::json!(["-info", "+debug"]), "{d:#}");
     assert_eq!(plugin(cluster, &["diff", "deployment/app", "--from-revision", "3", "--to-revision", "3", "-n", n]).code, Some(0));
@@ -837,6 +840,7 @@ fn timeline_undo_preview_and_revision_diff_of_three_releases() {
     );
     assert!(dry.contains("log_level (changed)\n@@ -1,1 +1,1 @@\n-debug\n+info"), "{dry}");
     let u = plugin(cluster, &["undo", "deploy/app", "--dry-run", "-n", n, "-o", "json"]).json();
+    println!("undo deploy/app --dry-run -o json:\n{u}");
     assert_eq!(u["preview"]["sources"][0]["diff"]["changed"], serde_json::json!(["log_level"]), "{u:#}");
     assert_eq!(u["preview"]["from"], 3, "{u:#}");
     let after = ns.get_json("deployment", "app").unwrap();
