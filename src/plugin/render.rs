@@ -746,7 +746,7 @@ fn revision_diff_body(d: &RevisionDiff, now: Timestamp, style: Style) -> String 
                 let side = |name: &Option<String>, rev: Option<i64>, ds: &DiffSide| {
                     let mut t = format!("{}: {}", rev_label(rev), name.clone().unwrap_or_else(|| "(not referenced)".into()));
                     if name.is_some() && ds.created.is_some() {
-                        t.push_str(&format!(", written {} ago", age(ds.created.as_deref(), now)));
+                        t.push_str(&format!(", taken {} ago", age(ds.created.as_deref(), now)));
                     }
                     if name.is_some() && ds.head {
                         t.push_str(", head");
