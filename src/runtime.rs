@@ -60,7 +60,11 @@ async fn bind(addr: SocketAddr, flag: &'static str) -> Result<TcpListener> {
 /// [`client`] whose every response's `Date` feeds `clock` (the API server's time).
 async fn client_with_clock(clock: Arc<Clock>) -> Result<kube::Client> {
     let config = kube::Config::infer().await.map_err(|e| Error::Client(kube::Error::InferConfig(e)))?;
-    Ok(kube::client::ClientBuilder::try_from(config).map_err(Error::Client)?.with_layer(&DateLayer(clock)).build())
+    Ok(kube::client::ClientBuilder::try_from(config)
+        .map_err(Error::Client)?
+        .with_layer(&DateLayer(clock))
+        .with_layer(&crate::cluster::calls::CallsLayer)
+        .build())
 }
 
 /// The kube client, the shared context over a fresh cache, the watches that feed it, and the

@@ -15,6 +15,7 @@ use crate::model::names;
 use crate::model::source::{SourceId, SourceKind};
 use crate::model::template::Kind;
 
+pub mod calls;
 pub mod clock;
 pub mod raw;
 pub mod watch;

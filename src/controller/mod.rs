@@ -38,6 +38,7 @@ pub mod gc;
 pub mod leader;
 pub mod propagate;
 pub mod ratelimit;
+pub mod sli;
 
 use propagate::{Plan, WorkloadKey};
 use ratelimit::{Backoff, Limiter};
@@ -214,10 +215,11 @@ pub async fn start(client: kube::Client, shared: Arc<Context>, args: ControllerA
     let ctx = Arc::new(Ctx::new(client.clone(), shared, args.clone(), kinds, identity.clone(), leader::Leadership::default())?);
     let config = leader::Config::new(&lease_ns, &args.lease_name, identity);
     tracing::info!(identity = %config.identity, lease = %format!("{lease_ns}/{}", args.lease_name), "controller: running leader election");
-    tokio::spawn(leader::run(client.clone(), config.clone(), ctx.leadership.clone()));
-    tokio::spawn(propagation_loop(ctx.clone()));
-    tokio::spawn(resync_loop(ctx.clone()));
-    tokio::spawn(gc_loop(ctx.clone()));
+    // Marked as controller work: their API calls are counted as the controller's (cluster::calls).
+    tokio::spawn(crate::metrics::controller(leader::run(client.clone(), config.clone(), ctx.leadership.clone())));
+    tokio::spawn(crate::metrics::controller(propagation_loop(ctx.clone())));
+    tokio::spawn(crate::metrics::controller(resync_loop(ctx.clone())));
+    tokio::spawn(crate::metrics::controller(gc_loop(ctx.clone())));
     Ok(ctx)
 }
 
@@ -253,6 +255,8 @@ struct PropagationState {
     read_at: HashMap<SourceKey, Instant>,
     /// When the per-namespace gauges were last computed.
     metrics_at: Option<Instant>,
+    /// The changes the propagation SLI follows.
+    sli: sli::Tracker,
 }
 
 impl PropagationState {
@@ -272,6 +276,7 @@ async fn propagation_loop(ctx: Arc<Ctx>) {
         tokio::time::sleep(TICK).await;
         if !ctx.leadership.is_leader() {
             st.in_flight.clear();
+            st.sli.clear();
             ctx.forget_seen();
             continue;
         }
@@ -305,6 +310,15 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
         }
     });
     METRICS.propagations_waiting.store(plan.waiting as u64, Ordering::Relaxed);
+    let sli = st.sli.pass(&plan.pending, &plan.done, now_ms);
+    for d in &sli.samples {
+        METRICS.propagated(*d);
+    }
+    METRICS.propagations_pending.store(sli.pending as u64, Ordering::Relaxed);
+    METRICS.propagation_oldest_pending.store(sli.oldest_pending.as_secs(), Ordering::Relaxed);
+    if sli.untracked > 0 {
+        tracing::debug!(untracked = sli.untracked, cap = sli::CAP, "propagation SLI: changes past the cap are not measured");
+    }
     if metrics {
         st.metrics_at = Some(Instant::now());
         METRICS.clear_gauge("confighistory_workloads_behind_head");
@@ -375,7 +389,7 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
                 for (source, head) in &p.trigger {
                     *st.moved.entry((p.namespace.clone(), source.clone(), head.clone())).or_default() += 1;
                 }
-                METRICS.propagations.fetch_add(1, Ordering::Relaxed);
+                METRICS.propagation(if p.released.is_empty() { "rolled" } else { "released" });
                 tracing::info!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, trigger = %trigger, "propagating");
                 let sources: Vec<String> = p.trigger.iter().map(|(s, h)| format!("{s} ({h})")).collect();
                 let note = format!("Moving to the current content of {}", sources.join(", "));
@@ -388,9 +402,11 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
             }
             Err(e) if e.code == Some(404) || e.code == Some(409) => {
                 // Gone or replaced: the next pass decides from the cache again.
+                METRICS.propagation("skipped");
                 wb.failed(&key, Instant::now());
             }
             Err(e) => {
+                METRICS.propagation("failed");
                 let attempts = wb.attempts(&key);
                 let delay = wb.failed(&key, Instant::now());
                 tracing::warn!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, error = %e, retry_in = ?delay, "propagation failed");
@@ -484,6 +500,7 @@ async fn resync_loop(ctx: Arc<Ctx>) {
         let (adoptions, repairs) = resync_pass(&ctx, &seen, &mut st).await;
         // How long a pass takes at the cluster's scale, and what it wrote (docs/performance.md).
         tracing::info!(adoptions, repairs, elapsed = ?started.elapsed(), "resync pass done");
+        METRICS.resync_pass(started.elapsed());
         let rest = interval.saturating_sub(started.elapsed());
         tokio::time::sleep(rest.max(Duration::from_millis(500))).await;
     }
@@ -904,6 +921,7 @@ async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
         }
     }
     tracing::info!(snapshots = total, deleted, elapsed = ?start.elapsed(), "gc sweep done");
+    METRICS.gc_pass(start.elapsed());
 }
 
 /// GC acts in namespaces that are not excluded, not off, not being deleted (the namespace's own
