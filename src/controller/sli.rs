@@ -51,6 +51,8 @@ pub struct Pass {
 pub struct Tracker {
     entries: HashMap<SourceKey, Entry>,
     cap: usize,
+    /// Samples taken so far, the latest last (a few kept, for tests and debugging).
+    latest: std::collections::VecDeque<Duration>,
 }
 
 impl Default for Tracker {
@@ -61,7 +63,7 @@ impl Default for Tracker {
 
 impl Tracker {
     pub fn with_cap(cap: usize) -> Tracker {
-        Tracker { entries: HashMap::new(), cap }
+        Tracker { entries: HashMap::new(), cap, latest: Default::default() }
     }
 
     /// Changes followed now.
@@ -71,6 +73,11 @@ impl Tracker {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// The latest samples taken, oldest first (at most 16).
+    pub fn latest(&self) -> impl Iterator<Item = &Duration> {
+        self.latest.iter()
     }
 
     /// Forgets everything (leadership lost: the next leader measures from the changes' own
@@ -117,6 +124,10 @@ impl Tracker {
             oldest_ms = oldest_ms.max(now_ms - change.due_ms);
         }
         out.oldest_pending = Duration::from_millis(oldest_ms.max(0) as u64);
+        self.latest.extend(&out.samples);
+        while self.latest.len() > 16 {
+            self.latest.pop_front();
+        }
         out
     }
 }
