@@ -172,21 +172,6 @@ pub struct Metrics {
 
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
-tokio::task_local! {
-    static CONTROLLER: ();
-}
-
-/// Runs `fut` as controller work: the API calls it makes are counted as the controller's
-/// (`cluster::calls`), not as admission's.
-pub fn controller<F: std::future::Future>(fut: F) -> impl std::future::Future<Output = F::Output> {
-    CONTROLLER.scope((), fut)
-}
-
-/// Whether the current task is controller work ([`controller`]).
-pub fn in_controller() -> bool {
-    CONTROLLER.try_with(|_| ()).is_ok()
-}
-
 impl Default for Metrics {
     fn default() -> Metrics {
         Metrics::new()
@@ -426,12 +411,9 @@ impl Metrics {
         self.refused_modes.inc();
     }
 
-    /// An API call on the admission path. The controller's calls through the same port are
-    /// counted apart, by the client's layer ([`Metrics::controller_api_call`]).
+    /// An API call on the admission path. The controller's calls go through a port of their
+    /// own, counted apart by its client ([`Metrics::controller_api_call`]).
     pub fn api_call(&self, verb: &'static str) {
-        if in_controller() {
-            return;
-        }
         self.api_calls.get_or_create(&[("verb", verb)]).inc();
         self.api_calls_total.fetch_add(1, Ordering::Relaxed);
     }

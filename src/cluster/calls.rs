@@ -1,10 +1,9 @@
 //! Counting the controller's calls to the API server (`confighistory_controller_api_calls_total`,
-//! docs/operations.md "Metrics"), by verb, resource and HTTP code, in a tower layer on the kube
-//! client: every call is seen whichever API it goes through (the port, the Lease, the
-//! checkpoint, Events), with the status the API server answered.
+//! docs/operations.md "Metrics"), by verb, resource and HTTP code: the loops get a client of
+//! their own ([`counted`]) over the process's one, whose layer sees every call whichever API it
+//! goes through (the port, the Lease, the checkpoint, Events), with the status the API server
+//! answered. Admission's calls, through the process's client, are not counted here.
 //!
-//! The controller and admission share the client; the controller's tasks run inside
-//! [`controller`] (kept in `metrics`, below this layer), which marks them, and the layer counts the requests sent from such a task.
 //! Labels come from the request's path as the client built it (a plural, never an object's
 //! name): their values are bounded by the resources confighistory talks to.
 
@@ -12,8 +11,18 @@ use std::task::{Context as TaskContext, Poll};
 
 use futures::future::BoxFuture;
 use hyper::http::{Method, Request, Response};
+use tower::Layer as _;
 
-pub use crate::metrics::{controller, in_controller};
+/// A client whose every call is counted as the controller's, sent through `client` (its
+/// connections, and its layers: the API server's clock is fed by these responses too).
+pub fn counted(client: kube::Client) -> kube::Client {
+    let namespace = client.default_namespace().to_owned();
+    let send = tower::service_fn(move |req: Request<kube::client::Body>| {
+        let client = client.clone();
+        async move { client.send(req).await }
+    });
+    kube::Client::new(CallsLayer.layer(send), namespace)
+}
 
 /// The verb and resource of a request, as Kubernetes' audit names them: `get`, `list`, `watch`,
 /// `create`, `update`, `patch`, `delete`, `deletecollection`; the resource's plural, with a
@@ -92,15 +101,12 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        // Called on the task that sends the request (kube's `Client::send`), so the mark is seen.
-        let counted = in_controller().then(|| classify(req.method(), req.uri().path(), req.uri().query()));
+        let (verb, resource) = classify(req.method(), req.uri().path(), req.uri().query());
         let response = self.inner.call(req);
         Box::pin(async move {
             let response = response.await;
-            if let Some((verb, resource)) = counted {
-                let code = response.as_ref().ok().map(|r| r.status().as_u16());
-                crate::metrics::METRICS.controller_api_call(verb, &resource, code);
-            }
+            let code = response.as_ref().ok().map(|r| r.status().as_u16());
+            crate::metrics::METRICS.controller_api_call(verb, &resource, code);
             response
         })
     }
@@ -134,10 +140,9 @@ mod tests {
         }
     }
 
-    /// Only requests sent from controller work are counted, each with its status; a transport
-    /// failure is `error`.
+    /// Every request is counted with its status; a transport failure is `error`.
     #[tokio::test]
-    async fn the_layer_counts_controller_requests_with_their_code() {
+    async fn the_layer_counts_requests_with_their_code() {
         use tower::{Layer as _, Service as _, ServiceExt as _};
         let server = tower::service_fn(|req: Request<()>| async move {
             let status = if req.uri().path().ends_with("/missing") { 404 } else { 200 };
@@ -157,16 +162,12 @@ mod tests {
         let before =
             (count("get", "callstestthings", "200"), count("get", "callstestthings", "404"), count("get", "callstestthings", "error"));
         let req = |name: &str| Request::get(path(name)).body(()).unwrap();
-        svc.ready().await.unwrap().call(req("x")).await.unwrap();
-        controller(async {
-            svc.ready().await.unwrap().call(req("a")).await.unwrap();
-            svc.ready().await.unwrap().call(req("missing")).await.unwrap();
-            let _ = svc.ready().await.unwrap().call(req("down")).await;
-        })
-        .await;
+        svc.ready().await.unwrap().call(req("a")).await.unwrap();
+        svc.ready().await.unwrap().call(req("missing")).await.unwrap();
+        let _ = svc.ready().await.unwrap().call(req("down")).await;
         let after =
             (count("get", "callstestthings", "200"), count("get", "callstestthings", "404"), count("get", "callstestthings", "error"));
         assert_eq!((after.0 - before.0, after.1 - before.1, after.2 - before.2), (1, 1, 1));
-        assert!(!crate::metrics::METRICS.render().contains("/x"), "no object name is a label");
+        assert!(!crate::metrics::METRICS.render().contains("missing"), "no object name is a label");
     }
 }
