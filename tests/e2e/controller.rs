@@ -795,6 +795,18 @@ fn a_propagated_edit_shows_in_the_sli_and_the_controllers_metrics() {
         (sample(&text, count).is_some_and(|n| n > count0) && resynced).then_some(text)
     });
     let samples = value(&after, count) - count0;
+    eprintln!(
+        "MEASURE propagation SLI: {samples} sample(s), mean {:.2}s (settle window 2 s)",
+        (value(&after, sum) - sum0) / samples.max(1.0)
+    );
+    let shown = [
+        "confighistory_propagation",
+        "confighistory_controller_api_calls",
+        "confighistory_gc_pass",
+        "confighistory_resync_pass",
+        "process_",
+    ];
+    eprintln!("{}", after.lines().filter(|l| shown.iter().any(|p| l.starts_with(p))).collect::<Vec<_>>().join("\n"));
     assert!(value(&after, sum) - sum0 >= 2.0 * samples - 0.01, "every sample includes the 2 s settle window:\n{after}");
     assert!(value(&after, rolled) > rolled0, "{after}");
     for result in ["released", "skipped", "failed"] {
