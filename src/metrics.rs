@@ -21,9 +21,9 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::model::kinds::{Kind, Registry as Kinds};
+use crate::model::source;
 
 pub mod process;
-use crate::model::source;
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -81,6 +81,7 @@ struct CallLabels {
     resource: String,
     code: String,
 }
+
 type PerNamespace = Family<[(&'static str, String); 1], Gauge<f64, AtomicU64>>;
 
 /// A value the call sites update with plain atomics (`fetch_add`, `store`), exposed as a counter
@@ -543,6 +544,13 @@ mod tests {
             "confighistory_leader",
             "confighistory_cache_synced",
             "confighistory_build_info",
+            "confighistory_propagation_duration_seconds",
+            "confighistory_propagations_pending",
+            "confighistory_propagation_oldest_pending_seconds",
+            "confighistory_controller_api_calls_total",
+            "confighistory_gc_pass_duration_seconds",
+            "confighistory_resync_pass_duration_seconds",
+            "process_cpu_seconds_total",
         ] {
             assert!(names.iter().any(|n| n == name), "{name} missing:\n{text}");
         }
@@ -651,6 +659,49 @@ mod tests {
         assert!(text.contains("confighistory_propagations_waiting 0\n"), "{text}");
         assert!(text.contains("# TYPE confighistory_held_pins gauge\n"), "families stay declared:\n{text}");
         assert!(text.contains("confighistory_snapshots_created_total 1\n"), "counters are kept:\n{text}");
+    }
+
+    /// Every propagation result is exported from the start; the controller's calls are labelled
+    /// by verb, resource and code (`error` without a response); the SLI and pass histograms use
+    /// their own buckets (a 12-minute propagation is told from a 9-minute one: the stuck alert's
+    /// default is 10).
+    #[test]
+    fn propagation_results_controller_calls_and_the_slis_buckets() {
+        let m = Metrics::new();
+        let text = m.render();
+        for result in PROPAGATION_RESULTS {
+            assert!(text.contains(&format!("confighistory_propagations_total{{result=\"{result}\"}} 0\n")), "{text}");
+        }
+        m.propagation("rolled");
+        m.controller_api_call("patch", "deployments", Some(200));
+        m.controller_api_call("patch", "deployments", Some(200));
+        m.controller_api_call("get", "leases", None);
+        m.propagated(Duration::from_secs(9 * 60));
+        m.propagated(Duration::from_secs(12 * 60));
+        m.gc_pass(Duration::from_millis(30));
+        let text = m.render();
+        assert!(text.contains("confighistory_propagations_total{result=\"rolled\"} 1\n"), "{text}");
+        assert!(
+            text.contains("confighistory_controller_api_calls_total{verb=\"patch\",resource=\"deployments\",code=\"200\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("confighistory_controller_api_calls_total{verb=\"get\",resource=\"leases\",code=\"error\"} 1\n"), "{text}");
+        assert!(text.contains("confighistory_propagation_duration_seconds_bucket{le=\"600\"} 1\n"), "{text}");
+        assert!(text.contains("confighistory_propagation_duration_seconds_bucket{le=\"1800\"} 2\n"), "{text}");
+        assert!(text.contains("confighistory_gc_pass_duration_seconds_bucket{le=\"0.05\"} 1\n"), "{text}");
+        assert!(text.contains("confighistory_resync_pass_duration_seconds_count 0\n"), "declared before the first pass:\n{text}");
+    }
+
+    #[test]
+    fn losing_the_lease_clears_the_pending_propagation_gauges() {
+        let m = Metrics::new();
+        m.set_leader(true);
+        m.propagations_pending.store(2, Ordering::Relaxed);
+        m.propagation_oldest_pending.store(700, Ordering::Relaxed);
+        m.set_leader(false);
+        let text = m.render();
+        assert!(text.contains("confighistory_propagations_pending 0\n"), "{text}");
+        assert!(text.contains("confighistory_propagation_oldest_pending_seconds 0\n"), "{text}");
     }
 
     #[test]
