@@ -23,6 +23,8 @@ use prometheus_client::registry::Registry;
 use crate::model::kinds::{Kind, Registry as Kinds};
 use crate::model::source;
 
+pub mod process;
+
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
@@ -30,6 +32,23 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 /// to the webhooks' deadline: the chart's default timeoutSeconds (5) and admission deadline (4),
 /// and its largest timeoutSeconds (30), so a slow answer lands in a bucket of its own.
 const BUCKETS: [f64; 16] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 4.0, 5.0, 10.0, 30.0];
+
+/// Propagation buckets in seconds: a change waits its settle window (10 s by default,
+/// docs/behaviour.md §7) and then the workload writes' rate, so seconds to an hour; the stuck
+/// alert's default (10 minutes) falls between two of them.
+const PROPAGATION_BUCKETS: [f64; 15] = [1.0, 2.5, 5.0, 10.0, 12.5, 15.0, 20.0, 30.0, 45.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0];
+
+/// Pass buckets in seconds: a GC sweep or a resync pass is milliseconds on a small cluster and
+/// minutes at 10,000 workloads (rate-limited reads, docs/performance.md).
+const PASS_BUCKETS: [f64; 14] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0];
+
+/// The `result` label values of `confighistory_propagations_total`: what a propagation pass did
+/// about one workload it planned to move (`controller::propagation_pass`), each exported from the
+/// start. `rolled`: the trigger was written, the workload rolls to the new content; `released`:
+/// likewise, and the write released a hold an undo took (docs/behaviour.md §2); `skipped`: the
+/// workload was deleted or replaced meanwhile (404, 409), the next pass decides again; `failed`:
+/// the write failed, retried with backoff.
+pub const PROPAGATION_RESULTS: [&str; 4] = ["rolled", "released", "skipped", "failed"];
 
 /// The `what` label values of `confighistory_errors_total`, each exported from the start (0) so
 /// alerts and dashboards see the series before the first error.
@@ -53,6 +72,16 @@ struct RequestLabels {
 }
 
 type One = [(&'static str, &'static str); 1];
+
+/// A controller call to the API server: verb, resource (plural, with a subresource after a `/`)
+/// and the response's HTTP status (`error`: no response).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    verb: &'static str,
+    resource: String,
+    code: String,
+}
+
 type PerNamespace = Family<[(&'static str, String); 1], Gauge<f64, AtomicU64>>;
 
 /// A value the call sites update with plain atomics (`fetch_add`, `store`), exposed as a counter
@@ -117,7 +146,16 @@ pub struct Metrics {
     refused_modes: Counter,
     pub snapshots_created: Live,
     pub collisions: Live,
-    pub propagations: Live,
+    propagations: Family<One, Counter>,
+    /// Time from a change being admitted to its last workload being on it (`controller::sli`).
+    propagation_duration: Histogram,
+    /// Settled changes whose workloads are not all on them yet (leader only).
+    pub propagations_pending: Live,
+    /// Seconds since the oldest pending change's settle window ended (leader only; 0: none).
+    pub propagation_oldest_pending: Live,
+    controller_api_calls: Family<CallLabels, Counter>,
+    gc_pass: Histogram,
+    resync_pass: Histogram,
     /// Source changes waiting for their settle window (leader only).
     pub propagations_waiting: Live,
     pub gc_deleted: Live,
@@ -199,8 +237,54 @@ impl Metrics {
             "Snapshot names taken by something that is not a valid snapshot",
             MetricType::Counter,
         );
-        let propagations =
-            live(&mut registry, "confighistory_propagations", "Workloads moved to a new head by propagation", MetricType::Counter);
+        let propagations = Family::<One, Counter>::default();
+        for result in PROPAGATION_RESULTS {
+            drop(propagations.get_or_create(&[("result", result)]));
+        }
+        registry.register(
+            "confighistory_propagations",
+            "Workloads a propagation pass moved or tried to move to a new head, by result: rolled (trigger written), \
+             released (trigger written, releasing an undo's hold), skipped (deleted or replaced meanwhile), failed (retried)",
+            Declared(propagations.clone()),
+        );
+        let propagation_duration = Histogram::new(PROPAGATION_BUCKETS);
+        registry.register(
+            "confighistory_propagation_duration_seconds",
+            "Time from a source change being admitted (its changed-at) to the last workload using the source being on the new \
+             content, settle window included; once per source and head (leader only)",
+            propagation_duration.clone(),
+        );
+        let propagations_pending = live(
+            &mut registry,
+            "confighistory_propagations_pending",
+            "Source changes past their settle window that not every workload is on yet (leader only)",
+            MetricType::Gauge,
+        );
+        let propagation_oldest_pending = live(
+            &mut registry,
+            "confighistory_propagation_oldest_pending_seconds",
+            "Seconds since the settle window of the oldest pending change ended (leader only; 0 when none is pending)",
+            MetricType::Gauge,
+        );
+        let controller_api_calls = Family::<CallLabels, Counter>::default();
+        registry.register(
+            "confighistory_controller_api_calls",
+            "Calls to the API server made by the controller loops and leader election, by verb, resource and HTTP code \
+             (error: no response)",
+            Declared(controller_api_calls.clone()),
+        );
+        let gc_pass = Histogram::new(PASS_BUCKETS);
+        registry.register(
+            "confighistory_gc_pass_duration_seconds",
+            "Time a garbage-collection sweep of every namespace holding snapshots took (leader only)",
+            gc_pass.clone(),
+        );
+        let resync_pass = Histogram::new(PASS_BUCKETS);
+        registry.register(
+            "confighistory_resync_pass_duration_seconds",
+            "Time a resync pass (re-hash, adoption, repair) took (leader only)",
+            resync_pass.clone(),
+        );
         let propagations_waiting = live(
             &mut registry,
             "confighistory_propagations_waiting",
@@ -240,6 +324,8 @@ impl Metrics {
             "Build information: the version of the running binary",
             Info::new([("version", env!("CARGO_PKG_VERSION"))]),
         );
+        // The standard process_* families (Prometheus' client_golang names), read on each scrape.
+        registry.register_collector(Box::new(process::Process));
         // Every family is declared even before the controller has set a sample, so dashboards
         // and alerts find it in any scrape.
         let per_namespace = GAUGES.map(|(name, help)| {
@@ -259,6 +345,12 @@ impl Metrics {
             snapshots_created,
             collisions,
             propagations,
+            propagation_duration,
+            propagations_pending,
+            propagation_oldest_pending,
+            controller_api_calls,
+            gc_pass,
+            resync_pass,
             propagations_waiting,
             gc_deleted,
             tls_not_after,
@@ -320,6 +412,8 @@ impl Metrics {
         self.refused_modes.inc();
     }
 
+    /// An API call on the admission path. The controller's calls go through a port of their
+    /// own, counted apart by its client ([`Metrics::controller_api_call`]).
     pub fn api_call(&self, verb: &'static str) {
         self.api_calls.get_or_create(&[("verb", verb)]).inc();
         self.api_calls_total.fetch_add(1, Ordering::Relaxed);
@@ -328,6 +422,32 @@ impl Metrics {
     /// Total API calls made on the admission path so far (tests assert the steady state adds none).
     pub fn api_calls_total(&self) -> u64 {
         self.api_calls_total.load(Ordering::Relaxed)
+    }
+
+    /// A controller call to the API server (`cluster::calls`): `resource` is a plural the client
+    /// built the path with, never an object's name.
+    pub fn controller_api_call(&self, verb: &'static str, resource: &str, code: Option<u16>) {
+        let code = code.map_or_else(|| "error".to_owned(), |c| c.to_string());
+        self.controller_api_calls.get_or_create(&CallLabels { verb, resource: resource.to_owned(), code }).inc();
+    }
+
+    /// What a propagation pass did about one workload: one of [`PROPAGATION_RESULTS`].
+    pub fn propagation(&self, result: &'static str) {
+        debug_assert!(PROPAGATION_RESULTS.contains(&result), "unknown propagation result {result}");
+        self.propagations.get_or_create(&[("result", result)]).inc();
+    }
+
+    /// A change's last workload is on it, `elapsed` after the change was admitted.
+    pub fn propagated(&self, elapsed: Duration) {
+        self.propagation_duration.observe(elapsed.as_secs_f64());
+    }
+
+    pub fn gc_pass(&self, elapsed: Duration) {
+        self.gc_pass.observe(elapsed.as_secs_f64());
+    }
+
+    pub fn resync_pass(&self, elapsed: Duration) {
+        self.resync_pass.observe(elapsed.as_secs_f64());
     }
 
     /// Sets a per-namespace gauge (one of the controller's, by full name).
@@ -357,6 +477,8 @@ impl Metrics {
         if !leader {
             self.per_namespace.iter().for_each(Family::clear);
             self.propagations_waiting.store(0, Ordering::Relaxed);
+            self.propagations_pending.store(0, Ordering::Relaxed);
+            self.propagation_oldest_pending.store(0, Ordering::Relaxed);
         }
     }
 
@@ -422,6 +544,13 @@ mod tests {
             "confighistory_leader",
             "confighistory_cache_synced",
             "confighistory_build_info",
+            "confighistory_propagation_duration_seconds",
+            "confighistory_propagations_pending",
+            "confighistory_propagation_oldest_pending_seconds",
+            "confighistory_controller_api_calls_total",
+            "confighistory_gc_pass_duration_seconds",
+            "confighistory_resync_pass_duration_seconds",
+            "process_cpu_seconds_total",
         ] {
             assert!(names.iter().any(|n| n == name), "{name} missing:\n{text}");
         }
@@ -530,6 +659,49 @@ mod tests {
         assert!(text.contains("confighistory_propagations_waiting 0\n"), "{text}");
         assert!(text.contains("# TYPE confighistory_held_pins gauge\n"), "families stay declared:\n{text}");
         assert!(text.contains("confighistory_snapshots_created_total 1\n"), "counters are kept:\n{text}");
+    }
+
+    /// Every propagation result is exported from the start; the controller's calls are labelled
+    /// by verb, resource and code (`error` without a response); the SLI and pass histograms use
+    /// their own buckets (a 12-minute propagation is told from a 9-minute one: the stuck alert's
+    /// default is 10).
+    #[test]
+    fn propagation_results_controller_calls_and_the_slis_buckets() {
+        let m = Metrics::new();
+        let text = m.render();
+        for result in PROPAGATION_RESULTS {
+            assert!(text.contains(&format!("confighistory_propagations_total{{result=\"{result}\"}} 0\n")), "{text}");
+        }
+        m.propagation("rolled");
+        m.controller_api_call("patch", "deployments", Some(200));
+        m.controller_api_call("patch", "deployments", Some(200));
+        m.controller_api_call("get", "leases", None);
+        m.propagated(Duration::from_secs(9 * 60));
+        m.propagated(Duration::from_secs(12 * 60));
+        m.gc_pass(Duration::from_millis(30));
+        let text = m.render();
+        assert!(text.contains("confighistory_propagations_total{result=\"rolled\"} 1\n"), "{text}");
+        assert!(
+            text.contains("confighistory_controller_api_calls_total{verb=\"patch\",resource=\"deployments\",code=\"200\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("confighistory_controller_api_calls_total{verb=\"get\",resource=\"leases\",code=\"error\"} 1\n"), "{text}");
+        assert!(text.contains("confighistory_propagation_duration_seconds_bucket{le=\"600\"} 1\n"), "{text}");
+        assert!(text.contains("confighistory_propagation_duration_seconds_bucket{le=\"1800\"} 2\n"), "{text}");
+        assert!(text.contains("confighistory_gc_pass_duration_seconds_bucket{le=\"0.05\"} 1\n"), "{text}");
+        assert!(text.contains("confighistory_resync_pass_duration_seconds_count 0\n"), "declared before the first pass:\n{text}");
+    }
+
+    #[test]
+    fn losing_the_lease_clears_the_pending_propagation_gauges() {
+        let m = Metrics::new();
+        m.set_leader(true);
+        m.propagations_pending.store(2, Ordering::Relaxed);
+        m.propagation_oldest_pending.store(700, Ordering::Relaxed);
+        m.set_leader(false);
+        let text = m.render();
+        assert!(text.contains("confighistory_propagations_pending 0\n"), "{text}");
+        assert!(text.contains("confighistory_propagation_oldest_pending_seconds 0\n"), "{text}");
     }
 
     #[test]

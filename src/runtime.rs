@@ -212,7 +212,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let controller = (!args.no_controllers).then(|| {
         let mut controller = args.controller.clone();
         controller.leader_election_namespace.get_or_insert_with(|| args.policy.namespace.clone());
-        crate::controller::spawn(client.clone(), shared.clone(), controller, kinds)
+        let port = KubeCluster::new(client.clone(), FIELD_MANAGER, kinds).for_controller();
+        crate::controller::spawn(port.client.clone(), shared.clone(), Arc::new(port), controller, kinds)
     });
 
     if !args.effective_config.is_empty() {
@@ -313,7 +314,8 @@ pub async fn controller(args: ControllerCommandArgs) -> Result<()> {
         uid: String::new(),
     };
     let (client, shared, kinds) = start(&args.policy, false, regarding).await?;
-    let ctx = crate::controller::start(client, shared.clone(), controller, kinds).await?;
+    let port = KubeCluster::new(client, FIELD_MANAGER, kinds).for_controller();
+    let ctx = crate::controller::start(port.client.clone(), shared.clone(), Arc::new(port), controller, kinds).await?;
     let health = bind(args.health_listen, "--health-listen").await?;
     tracing::info!(health = %args.health_listen, "controller running");
     spawn_health(health, webhook::health(shared.synced.clone(), None));

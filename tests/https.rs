@@ -356,8 +356,10 @@ async fn dashboards_and_alerts_query_only_metrics_the_server_exports() {
     let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/confighistory");
     let queries = std::fs::read_to_string(chart.join("dashboards/confighistory.json")).unwrap()
         + &std::fs::read_to_string(chart.join("templates/prometheusrule.yaml")).unwrap();
-    let mut names: Vec<&str> = queries
-        .match_indices("confighistory_")
+    // The standard process_* families too (metrics::process).
+    let mut names: Vec<&str> = ["confighistory_", "process_"]
+        .iter()
+        .flat_map(|prefix| queries.match_indices(prefix))
         .map(|(i, _)| {
             let rest = &queries[i..];
             &rest[..rest.find(|c: char| !(c.is_ascii_lowercase() || c == '_')).unwrap_or(rest.len())]
@@ -365,7 +367,7 @@ async fn dashboards_and_alerts_query_only_metrics_the_server_exports() {
         .collect();
     names.sort();
     names.dedup();
-    assert!(names.len() >= 10, "{names:?}");
+    assert!(names.len() >= 10 && names.contains(&"process_resident_memory_bytes"), "{names:?}");
     for name in &names {
         let family = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
         assert!(scrape.contains(&format!("# TYPE {family} ")), "{name} is queried by the chart but not exported:\n{scrape}");

@@ -15,6 +15,7 @@ use crate::model::names;
 use crate::model::source::{SourceId, SourceKind};
 use crate::model::template::Kind;
 
+pub mod calls;
 pub mod clock;
 pub mod raw;
 pub mod watch;
@@ -212,6 +213,9 @@ pub struct KubeCluster {
     /// The kinds, resolved once at start ([`watch::resolve_kinds`]).
     pub kinds: &'static Registry,
     pub recorder: Recorder,
+    /// Its calls are admission's (`confighistory_api_calls_total`); the controller's port
+    /// ([`KubeCluster::for_controller`]) is counted by its client instead.
+    admission: bool,
 }
 
 impl KubeCluster {
@@ -220,7 +224,25 @@ impl KubeCluster {
     pub fn new(client: kube::Client, field_manager: &str, kinds: &'static Registry) -> KubeCluster {
         let instance = std::env::var("POD_NAME").or_else(|_| std::env::var("HOSTNAME")).ok().filter(|h| !h.is_empty());
         let reporter = Reporter { controller: field_manager.to_owned(), instance };
-        KubeCluster { kinds, recorder: Recorder::new(client.clone(), reporter), field_manager: field_manager.to_owned(), client }
+        KubeCluster {
+            kinds,
+            recorder: Recorder::new(client.clone(), reporter),
+            field_manager: field_manager.to_owned(),
+            client,
+            admission: true,
+        }
+    }
+
+    /// The controller loops' port: over a client that counts every call as the controller's
+    /// ([`calls::counted`]), and leaving admission's count alone.
+    pub fn for_controller(&self) -> KubeCluster {
+        KubeCluster { admission: false, ..KubeCluster::new(calls::counted(self.client.clone()), &self.field_manager, self.kinds) }
+    }
+
+    fn admission_call(&self, verb: &'static str) {
+        if self.admission {
+            crate::metrics::METRICS.api_call(verb);
+        }
     }
 
     fn api(&self, ns: &str, what: Watched) -> Api<DynamicObject> {
@@ -287,7 +309,7 @@ impl Cluster for KubeCluster {
 
     fn get_source<'a>(&'a self, ns: &'a str, id: &'a SourceId) -> BoxFuture<'a, Result<Option<Value>>> {
         Box::pin(async move {
-            crate::metrics::METRICS.api_call("get");
+            self.admission_call("get");
             let obj = sources(&self.client, ns, id.kind).get_opt(&id.name).await.map_err(|e| ApiError::from_source(id.kind, e))?;
             Ok(obj.map(|o| serde_json::to_value(o).unwrap_or_default()))
         })
@@ -295,7 +317,7 @@ impl Cluster for KubeCluster {
 
     fn get_namespace<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Value>>> {
         Box::pin(async move {
-            crate::metrics::METRICS.api_call("get");
+            self.admission_call("get");
             let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
             let obj = api.get_opt(name).await?;
             Ok(obj.map(|o| serde_json::to_value(o).unwrap_or_default()))
@@ -304,7 +326,7 @@ impl Cluster for KubeCluster {
 
     fn create_source<'a>(&'a self, ns: &'a str, kind: SourceKind, obj: &'a Value, dry_run: bool) -> BoxFuture<'a, Result<Created>> {
         Box::pin(async move {
-            crate::metrics::METRICS.api_call("create");
+            self.admission_call("create");
             let dyn_obj = to_dynamic(kind, obj)?;
             let pp = PostParams { dry_run, field_manager: Some(self.field_manager.clone()) };
             match sources(&self.client, ns, kind).create(&pp, &dyn_obj).await {
@@ -317,7 +339,7 @@ impl Cluster for KubeCluster {
 
     fn patch_source<'a>(&'a self, ns: &'a str, id: &'a SourceId, patch: &'a Value) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            crate::metrics::METRICS.api_call("patch");
+            self.admission_call("patch");
             let pp = PatchParams { field_manager: Some(self.field_manager.clone()), ..Default::default() };
             sources(&self.client, ns, id.kind)
                 .patch(&id.name, &pp, &Patch::Merge(patch))
@@ -408,7 +430,7 @@ impl Cluster for KubeCluster {
     ) -> BoxFuture<'a, Result<SourcePage>> {
         Box::pin(async move {
             use futures::AsyncReadExt as _;
-            crate::metrics::METRICS.api_call("list");
+            self.admission_call("list");
             let (path, api_version, kind_name) = match kind {
                 SourceKind::ConfigMap => ("/api/v1/configmaps", "v1", "ConfigMap"),
                 SourceKind::Secret => ("/api/v1/secrets", "v1", "Secret"),

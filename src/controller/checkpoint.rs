@@ -121,7 +121,7 @@ fn id(ctx: &Ctx) -> SourceId {
 /// every source is read, as without one).
 pub async fn load(ctx: &Ctx) -> BTreeMap<String, String> {
     let ns = ctx.lease_namespace();
-    match ctx.shared.cluster.get_source(&ns, &id(ctx)).await {
+    match ctx.cluster.get_source(&ns, &id(ctx)).await {
         Ok(Some(obj)) => decode(obj["data"][KEY].as_str().unwrap_or_default()),
         Ok(None) => BTreeMap::new(),
         Err(e) => {
@@ -136,7 +136,7 @@ pub async fn load(ctx: &Ctx) -> BTreeMap<String, String> {
 pub async fn save(ctx: &Ctx, data: &str) -> bool {
     let (ns, id) = (ctx.lease_namespace(), id(ctx));
     let patch = json!({"data": {KEY: data}});
-    let result = match ctx.shared.cluster.patch_source(&ns, &id, &patch).await {
+    let result = match ctx.cluster.patch_source(&ns, &id, &patch).await {
         Err(e) if e.code == Some(404) => {
             let obj: Value = json!({
                 "apiVersion": "v1",
@@ -144,7 +144,7 @@ pub async fn save(ctx: &Ctx, data: &str) -> bool {
                 "metadata": {"name": id.name, "namespace": ns, "labels": {"app.kubernetes.io/managed-by": crate::model::names::MANAGER}},
                 "data": {KEY: data},
             });
-            match ctx.shared.cluster.create_source(&ns, SourceKind::ConfigMap, &obj, false).await {
+            match ctx.cluster.create_source(&ns, SourceKind::ConfigMap, &obj, false).await {
                 Ok(Created::Created) => Ok(()),
                 // Another leader's (a moment ago): patched next time.
                 Ok(Created::AlreadyExists) => return false,

@@ -38,6 +38,7 @@ pub mod gc;
 pub mod leader;
 pub mod propagate;
 pub mod ratelimit;
+pub mod sli;
 
 use propagate::{Plan, WorkloadKey};
 use ratelimit::{Backoff, Limiter};
@@ -96,6 +97,9 @@ pub struct Ctx {
     pub client: kube::Client,
     /// Policy, cache and Kubernetes port, shared with the webhook.
     pub shared: Arc<Context>,
+    /// The Kubernetes port of the loops: `shared.cluster`, or in a process the one over the
+    /// client that counts the controller's API calls ([`start`]).
+    pub cluster: Arc<dyn Cluster>,
     pub args: ControllerArgs,
     pub selector: Selector,
     pub kinds: &'static Registry,
@@ -141,8 +145,8 @@ impl Ctx {
         self.seen_without_secrets.lock().expect("seen lock").clear();
     }
 
-    /// The loops' context; `client` is used for the Lease only, every other call goes through
-    /// `shared.cluster`.
+    /// The loops' context; `client` is used for the Lease and the checkpoint only, every other
+    /// call goes through `shared.cluster` (or the `cluster` [`start`] sets).
     pub fn new(
         client: kube::Client,
         shared: Arc<Context>,
@@ -172,6 +176,7 @@ impl Ctx {
             seen_without_secrets: std::sync::Mutex::new(adopt::Seen::new()),
             selector,
             client,
+            cluster: shared.cluster.clone(),
             shared,
             args,
         })
@@ -193,11 +198,17 @@ impl Handle {
 
 /// Starts the controller loops in the background; `kinds` is the registry the runtime resolved
 /// once at start.
-pub fn spawn(client: kube::Client, shared: Arc<Context>, args: ControllerArgs, kinds: &'static Registry) -> Handle {
+pub fn spawn(
+    client: kube::Client,
+    shared: Arc<Context>,
+    cluster: Arc<dyn Cluster>,
+    args: ControllerArgs,
+    kinds: &'static Registry,
+) -> Handle {
     let handle = Handle::default();
     let cell = handle.0.clone();
     tokio::spawn(async move {
-        match start(client, shared, args, kinds).await {
+        match start(client, shared, cluster, args, kinds).await {
             Ok(ctx) => {
                 let _ = cell.set(ctx);
             }
@@ -207,11 +218,21 @@ pub fn spawn(client: kube::Client, shared: Arc<Context>, args: ControllerArgs, k
     handle
 }
 
-/// Builds the shared context, starts the election and the loops; returns the context.
-pub async fn start(client: kube::Client, shared: Arc<Context>, args: ControllerArgs, kinds: &'static Registry) -> Result<Arc<Ctx>> {
+/// Builds the shared context, starts the election and the loops; returns the context. `client`
+/// and `cluster` are the loops' own (`cluster::calls::counted`: their calls are counted as the
+/// controller's, docs/operations.md "Metrics"); the cache and policy are `shared`'s.
+pub async fn start(
+    client: kube::Client,
+    shared: Arc<Context>,
+    cluster: Arc<dyn Cluster>,
+    args: ControllerArgs,
+    kinds: &'static Registry,
+) -> Result<Arc<Ctx>> {
     let identity = leader::identity();
     let lease_ns = args.leader_election_namespace.clone().unwrap_or_else(|| "confighistory".into());
-    let ctx = Arc::new(Ctx::new(client.clone(), shared, args.clone(), kinds, identity.clone(), leader::Leadership::default())?);
+    let mut ctx = Ctx::new(client.clone(), shared, args.clone(), kinds, identity.clone(), leader::Leadership::default())?;
+    ctx.cluster = cluster;
+    let ctx = Arc::new(ctx);
     let config = leader::Config::new(&lease_ns, &args.lease_name, identity);
     tracing::info!(identity = %config.identity, lease = %format!("{lease_ns}/{}", args.lease_name), "controller: running leader election");
     tokio::spawn(leader::run(client.clone(), config.clone(), ctx.leadership.clone()));
@@ -253,6 +274,8 @@ struct PropagationState {
     read_at: HashMap<SourceKey, Instant>,
     /// When the per-namespace gauges were last computed.
     metrics_at: Option<Instant>,
+    /// The changes the propagation SLI follows.
+    sli: sli::Tracker,
 }
 
 impl PropagationState {
@@ -272,6 +295,7 @@ async fn propagation_loop(ctx: Arc<Ctx>) {
         tokio::time::sleep(TICK).await;
         if !ctx.leadership.is_leader() {
             st.in_flight.clear();
+            st.sli.clear();
             ctx.forget_seen();
             continue;
         }
@@ -305,6 +329,15 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
         }
     });
     METRICS.propagations_waiting.store(plan.waiting as u64, Ordering::Relaxed);
+    let sli = st.sli.pass(&plan.pending, &plan.done, now_ms);
+    for d in &sli.samples {
+        METRICS.propagated(*d);
+    }
+    METRICS.propagations_pending.store(sli.pending as u64, Ordering::Relaxed);
+    METRICS.propagation_oldest_pending.store(sli.oldest_pending.as_secs(), Ordering::Relaxed);
+    if sli.untracked > 0 {
+        tracing::debug!(untracked = sli.untracked, cap = sli::CAP, "propagation SLI: changes past the cap are not measured");
+    }
     if metrics {
         st.metrics_at = Some(Instant::now());
         METRICS.clear_gauge("confighistory_workloads_behind_head");
@@ -327,7 +360,7 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
         }
         let (ns, source, head) = key;
         let patch = json!({"metadata": {"annotations": {names::PROPAGATED: head}}});
-        match ctx.shared.cluster.patch_source(ns, source, &patch).await {
+        match ctx.cluster.patch_source(ns, source, &patch).await {
             Ok(()) => {
                 sb.succeeded(key);
                 st.recorded.insert(key.clone(), Instant::now());
@@ -375,7 +408,7 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
                 for (source, head) in &p.trigger {
                     *st.moved.entry((p.namespace.clone(), source.clone(), head.clone())).or_default() += 1;
                 }
-                METRICS.propagations.fetch_add(1, Ordering::Relaxed);
+                METRICS.propagation(if p.released.is_empty() { "rolled" } else { "released" });
                 tracing::info!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, trigger = %trigger, "propagating");
                 let sources: Vec<String> = p.trigger.iter().map(|(s, h)| format!("{s} ({h})")).collect();
                 let note = format!("Moving to the current content of {}", sources.join(", "));
@@ -388,9 +421,11 @@ async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
             }
             Err(e) if e.code == Some(404) || e.code == Some(409) => {
                 // Gone or replaced: the next pass decides from the cache again.
+                METRICS.propagation("skipped");
                 wb.failed(&key, Instant::now());
             }
             Err(e) => {
+                METRICS.propagation("failed");
                 let attempts = wb.attempts(&key);
                 let delay = wb.failed(&key, Instant::now());
                 tracing::warn!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, error = %e, retry_in = ?delay, "propagation failed");
@@ -411,7 +446,7 @@ async fn trigger_workload(ctx: &Ctx, p: &Plan, repair: bool) -> Result<(), ApiEr
         trigger_change_cause(&state, p, repair)
     };
     let patch = trigger_patch(p, cause.as_deref());
-    ctx.shared.cluster.patch_workload(p.kind, &p.namespace, &p.name, &patch).await
+    ctx.cluster.patch_workload(p.kind, &p.namespace, &p.name, &patch).await
 }
 
 /// The change-cause a plan's trigger sets (docs/behaviour.md §7.9), from the cache: the
@@ -455,7 +490,7 @@ fn workload_ref(ctx: &Ctx, p: &Plan) -> ObjectRef {
 /// Records an Event (best effort: a failure is logged, never retried).
 async fn event(ctx: &Ctx, regarding: ObjectRef, warning: bool, reason: &'static str, action: &'static str, note: String) {
     let ev = Event { regarding, warning, reason, action, note };
-    if let Err(e) = ctx.shared.cluster.publish(&ev).await {
+    if let Err(e) = ctx.cluster.publish(&ev).await {
         tracing::debug!(reason, error = %e, "could not record an Event");
     }
 }
@@ -484,6 +519,7 @@ async fn resync_loop(ctx: Arc<Ctx>) {
         let (adoptions, repairs) = resync_pass(&ctx, &seen, &mut st).await;
         // How long a pass takes at the cluster's scale, and what it wrote (docs/performance.md).
         tracing::info!(adoptions, repairs, elapsed = ?started.elapsed(), "resync pass done");
+        METRICS.resync_pass(started.elapsed());
         let rest = interval.saturating_sub(started.elapsed());
         tokio::time::sleep(rest.max(Duration::from_millis(500))).await;
     }
@@ -696,7 +732,7 @@ async fn rehash(ctx: &Ctx, st: &mut ResyncState) {
             saved_at = Instant::now();
         }
         Limiter::acquire(&ctx.reads, &ns).await;
-        let obj = match ctx.shared.cluster.get_source(&ns, &name).await {
+        let obj = match ctx.cluster.get_source(&ns, &name).await {
             Ok(Some(o)) => o,
             Ok(None) => continue,
             Err(e) => {
@@ -742,7 +778,7 @@ async fn rehash_listed(
         }
         // One token per page, from the bucket shared by every namespace.
         Limiter::acquire(&ctx.reads, "").await;
-        let page = match ctx.shared.cluster.list_sources_page(SourceKind::ConfigMap, token.as_deref(), limit, LIST_PAGE_BYTES).await {
+        let page = match ctx.cluster.list_sources_page(SourceKind::ConfigMap, token.as_deref(), limit, LIST_PAGE_BYTES).await {
             Ok(page) => page,
             Err(e) if e.reason == crate::cluster::TOO_LARGE && limit > 1 => {
                 limit = (limit / 2).max(1);
@@ -827,7 +863,7 @@ async fn rehash_one(
     if !rv.is_empty() {
         patch["metadata"]["resourceVersion"] = json!(rv);
     }
-    if let Err(e) = ctx.shared.cluster.patch_source(&ns, &name, &patch).await {
+    if let Err(e) = ctx.cluster.patch_source(&ns, &name, &patch).await {
         tracing::warn!(namespace = %ns, source = %name, error = %e, "could not touch the source");
     }
 }
@@ -871,7 +907,7 @@ async fn touch_versioning(ctx: &Ctx) {
         tracing::info!(namespace = %ns, source = %name, "the excluded-sources selector changed this source's versioning; recording the change now");
         // A no-op write: the webhook sees the versioning the source was recorded with differ.
         let patch = json!({"metadata": {"annotations": {names::HEAD: head}}});
-        if let Err(e) = ctx.shared.cluster.patch_source(&ns, &name, &patch).await {
+        if let Err(e) = ctx.cluster.patch_source(&ns, &name, &patch).await {
             tracing::warn!(namespace = %ns, source = %name, error = %e, "could not touch the source");
         }
     }
@@ -890,7 +926,7 @@ async fn learn_immutability(ctx: &Ctx, sources: impl Iterator<Item = &SourceKey>
         if let Some(l) = limiter {
             Limiter::acquire(l, ns).await;
         }
-        match ctx.shared.cluster.get_source(ns, name).await {
+        match ctx.cluster.get_source(ns, name).await {
             Ok(Some(obj)) => cache::write(&ctx.shared.state).learn_source(ns, name, &obj),
             Ok(None) => {}
             Err(e) => tracing::debug!(namespace = %ns, source = %name, error = %e, "could not read the source; retried"),
@@ -901,7 +937,7 @@ async fn learn_immutability(ctx: &Ctx, sources: impl Iterator<Item = &SourceKey>
 /// Records the templates in the adoption record of the snapshot of the source's current content.
 async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> Result<String> {
     let (namespace, name) = (a.namespace.clone(), a.source.name.clone());
-    let obj = match ctx.shared.cluster.get_source(&a.namespace, &a.source).await {
+    let obj = match ctx.cluster.get_source(&a.namespace, &a.source).await {
         Ok(Some(obj)) => obj,
         Ok(None) => return Err(Error::SourceGone { namespace, name }),
         Err(source) => return Err(Error::Read { kind: a.source.kind_str(), namespace, name, source }),
@@ -923,12 +959,12 @@ async fn adopt_one(ctx: &Ctx, a: &adopt::Adoption) -> Result<String> {
     // Who wrote it, as the source recorded it for this content; content from before
     // confighistory tracked the source says so (docs/behaviour.md §5.2, §9).
     let origin = crate::model::snapshot::Origin::of_source(&obj, &snap.hash(&a.namespace, &a.source.name));
-    match crate::store::ensure_snap(ctx.shared.cluster.as_ref(), &a.namespace, &a.source, snap, &a.templates, &origin, false).await {
+    match crate::store::ensure_snap(ctx.cluster.as_ref(), &a.namespace, &a.source, snap, &a.templates, &origin, false).await {
         Ok((name, collisions)) => {
             if !collisions.is_empty() {
                 let uid = obj["metadata"]["uid"].as_str().unwrap_or_default();
                 let ev = crate::store::collision_event(&a.namespace, &a.source, uid, &name, &collisions);
-                if let Err(e) = ctx.shared.cluster.publish(&ev).await {
+                if let Err(e) = ctx.cluster.publish(&ev).await {
                     tracing::debug!(reason = ev.reason, error = %e, "could not record an Event");
                 }
             }
@@ -993,7 +1029,7 @@ async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
         // back to back took the API server and this replica from the admissions beside them
         // (docs/performance.md, "Scale on a real cluster").
         Limiter::acquire(&ctx.reads, &ns).await;
-        match gc::sweep_namespace(ctx.shared.cluster.as_ref(), &ctx.shared.clock, &ns, settings, false, keys).await {
+        match gc::sweep_namespace(ctx.cluster.as_ref(), &ctx.shared.clock, &ns, settings, false, keys).await {
             Ok(report) => {
                 METRICS.set_gauge("confighistory_snapshots", &ns, report.snapshots as f64);
                 METRICS.set_gauge("confighistory_snapshot_bytes", &ns, report.bytes as f64);
@@ -1007,6 +1043,7 @@ async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
         }
     }
     tracing::info!(snapshots = total, deleted, elapsed = ?start.elapsed(), "gc sweep done");
+    METRICS.gc_pass(start.elapsed());
 }
 
 /// GC acts in namespaces that are not excluded, not off, not being deleted (the namespace's own

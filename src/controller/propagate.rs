@@ -118,6 +118,9 @@ pub struct Propagation {
     /// Sources with a pending change whose immutability the cache does not know: read them,
     /// and the workloads behind on them wait until then.
     pub unknown: Vec<SourceKey>,
+    /// Every pending change the loops act on (settled or not, done or not), for the
+    /// propagation SLI (`controller::sli`), sorted.
+    pub pending: Vec<(SourceKey, Change)>,
 }
 
 /// Parses an RFC 3339 time into ms since the epoch.
@@ -224,6 +227,8 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
         }
         changes.insert((ns.clone(), id.clone()), change);
     }
+    out.pending = changes.iter().map(|(k, c)| (k.clone(), c.clone())).collect();
+    out.pending.sort_by(|a, b| a.0.cmp(&b.0));
 
     let mut behind_any: HashMap<SourceKey, bool> = HashMap::new();
     let changed_namespaces: HashSet<&str> = changes.keys().map(|(ns, _)| ns.as_str()).collect();

@@ -113,6 +113,50 @@ async fn a_propagation_pass_triggers_the_pinned_workload_and_records_the_change_
     assert_eq!(cluster.events().len(), 2, "recorded once");
 }
 
+/// The propagation SLI (docs/operations.md "Metrics"): measured on the API server's clock from
+/// the change's `changed-at` to the pass that finds its last workload re-pinned, once; the
+/// change counts as pending (and ages) from the end of its settle window until then.
+#[tokio::test]
+async fn a_propagation_is_measured_once_from_its_admission_to_its_last_workload_on_the_api_servers_clock() {
+    use crate::cluster::clock::{Clock, Sample};
+    use std::sync::atomic::AtomicI64;
+    let (cluster, state) = propagation_world(); // changed at T0, settle window 10 s
+    let t0 = super::propagate::parse_time_ms(T0).unwrap();
+    // This replica's clock is an hour behind the API server's.
+    let local = Arc::new(AtomicI64::new(t0 - 3_600_000 + 40_000));
+    let clock = {
+        let local = local.clone();
+        Arc::new(Clock::with_local(move || local.load(Ordering::Relaxed)))
+    };
+    clock.record(Sample { sent_ms: t0 - 3_600_000 + 39_990, received_ms: t0 - 3_600_000 + 40_000, date_ms: t0 + 40_000 });
+    let mut ctx = ctx(&cluster, state, args(&[]));
+    ctx.shared =
+        Arc::new(Context::synced(Policy::default(), ctx.shared.state.clone(), ctx.shared.cluster.clone()).with_clock(clock.clone()));
+    let mut st = quick();
+
+    propagation_pass(&ctx, &mut st).await; // the server's T0 + 40 s: triggers `stale`
+    assert_eq!(trigger_of(&cluster, "stale"), Some(format!("cfg={}", h('b'))));
+    assert_eq!(st.sli.latest().count(), 0, "a workload is still behind");
+    assert_eq!(st.sli.len(), 1);
+
+    local.store(t0 - 3_600_000 + 72_000, Ordering::Relaxed);
+    let new = snapshot::name("cfg", &h('b'), 0);
+    ctx.shared.state.write().apply_workload(Kind::Deployment, &workload("ns", "stale", &[&new], &[]));
+    propagation_pass(&ctx, &mut st).await;
+    let server_clock = clock.now_ms() - t0;
+    assert!((71_000..=73_000).contains(&server_clock), "{server_clock}");
+    let samples: Vec<Duration> = st.sli.latest().copied().collect();
+    assert_eq!(samples.len(), 1, "{samples:?}");
+    assert!(samples[0].as_millis().abs_diff(server_clock as u128) < 5, "{samples:?}, the server's clock says {server_clock} ms");
+
+    // Recorded as propagated (the cache catches up): nothing more measured, nothing followed.
+    let recorded = cluster.get("ns", "cfg").unwrap();
+    ctx.shared.state.write().apply_configmap(&recorded);
+    propagation_pass(&ctx, &mut st).await;
+    assert_eq!(st.sli.latest().count(), 1, "once");
+    assert!(st.sli.is_empty());
+}
+
 /// docs/behaviour.md §7.9: the revision a propagation makes explains itself in `kubectl rollout
 /// history`: the trigger's patch sets `kubernetes.io/change-cause` (naming the source and who
 /// changed it) with confighistory's record of it; a change-cause of the user's own is never

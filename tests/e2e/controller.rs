@@ -759,6 +759,86 @@ fn a_change_made_while_the_webhook_was_away_is_propagated_after_resync() {
     assert_eq!(history[2].image, "registry.example/app:1.0");
 }
 
+/// The value of the sample whose line starts with `series` (name and labels as printed), if any.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// docs/operations.md "Metrics": after a config-only edit propagates, the shared server's
+/// /metrics has the propagation SLI sampled (at least the settle window, 2 s here), the
+/// workload's move counted by result, the controller's API calls by verb, resource and code
+/// (never an object's name), the process_* families with plausible values, and the pass
+/// durations.
+#[test]
+fn a_propagated_edit_shows_in_the_sli_and_the_controllers_metrics() {
+    let Some((cluster, ns)) = setup("ctl-sli") else { return };
+    let server = webhook(cluster);
+    ns.accepts(&config("sli-config", &[("mode", "a")]));
+    ns.accepts(&deployment("app", "registry.example/app:1.0", &["sli-config"], ""));
+    history_len(&ns, "app", 1, Duration::from_secs(30));
+
+    let count = "confighistory_propagation_duration_seconds_count";
+    let sum = "confighistory_propagation_duration_seconds_sum";
+    let rolled = "confighistory_propagations_total{result=\"rolled\"}";
+    let before = server.metrics();
+    let value = |text: &str, series: &str| sample(text, series).unwrap_or_else(|| panic!("no {series} in:\n{text}"));
+    let (count0, sum0, rolled0) = (value(&before, count), value(&before, sum), value(&before, rolled));
+
+    ns.accepts(&config("sli-config", &[("mode", "b")]));
+    history_len(&ns, "app", 2, Duration::from_secs(30));
+    propagated(&ns, "sli-config", Duration::from_secs(10));
+    // Sampled in the pass that found the workload on the new content, before `propagated` was
+    // written; resync runs every 5 s.
+    let after = wait_for_value("the SLI sample and a resync pass", Duration::from_secs(20), || {
+        let text = server.metrics();
+        let resynced = sample(&text, "confighistory_resync_pass_duration_seconds_count").is_some_and(|n| n >= 1.0);
+        (sample(&text, count).is_some_and(|n| n > count0) && resynced).then_some(text)
+    });
+    let samples = value(&after, count) - count0;
+    eprintln!(
+        "MEASURE propagation SLI: {samples} sample(s), mean {:.2}s (settle window 2 s)",
+        (value(&after, sum) - sum0) / samples.max(1.0)
+    );
+    let shown = [
+        "confighistory_propagation",
+        "confighistory_controller_api_calls",
+        "confighistory_gc_pass",
+        "confighistory_resync_pass",
+        "process_",
+    ];
+    eprintln!("{}", after.lines().filter(|l| shown.iter().any(|p| l.starts_with(p))).collect::<Vec<_>>().join("\n"));
+    assert!(value(&after, sum) - sum0 >= 2.0 * samples - 0.01, "every sample includes the 2 s settle window:\n{after}");
+    assert!(value(&after, rolled) > rolled0, "{after}");
+    for result in ["released", "skipped", "failed"] {
+        assert!(sample(&after, &format!("confighistory_propagations_total{{result=\"{result}\"}}")).is_some(), "{result}:\n{after}");
+    }
+    assert!(after.contains("# TYPE confighistory_propagation_duration_seconds histogram\n"), "{after}");
+    assert!(sample(&after, "confighistory_propagations_pending").is_some(), "{after}");
+    assert!(sample(&after, "confighistory_propagation_oldest_pending_seconds").is_some(), "{after}");
+    assert!(sample(&after, "confighistory_gc_pass_duration_seconds_count").is_some(), "declared before the first sweep:\n{after}");
+
+    // The trigger on the Deployment, the `propagated` record on the ConfigMap, the Lease.
+    let calls: Vec<&str> = after.lines().filter(|l| l.starts_with("confighistory_controller_api_calls_total{")).collect();
+    for series in [
+        "{verb=\"patch\",resource=\"deployments\",code=\"200\"}",
+        "{verb=\"patch\",resource=\"configmaps\",code=\"200\"}",
+        "{verb=\"get\",resource=\"leases\",code=\"200\"}",
+    ] {
+        let n = sample(&after, &format!("confighistory_controller_api_calls_total{series}"));
+        assert!(n.is_some_and(|n| n >= 1.0), "{series}: {calls:#?}");
+    }
+    assert!(calls.iter().all(|l| !l.contains(&ns.name) && !l.contains("sli-config")), "no namespace or object name: {calls:#?}");
+
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let start = value(&after, "process_start_time_seconds");
+    assert!(start <= now + 1.0 && start > now - 86_400.0, "started {start}, now {now}");
+    let (rss, vsz) = (value(&after, "process_resident_memory_bytes"), value(&after, "process_virtual_memory_bytes"));
+    assert!(rss > 1e6 && rss < vsz, "rss {rss}, vsz {vsz}");
+    let (open, max) = (value(&after, "process_open_fds"), value(&after, "process_max_fds"));
+    assert!(open >= 3.0 && open < max, "open {open}, max {max}");
+    assert!(value(&after, "process_cpu_seconds_total") > 0.0, "{after}");
+}
+
 /// docs/behaviour.md §7.8 at a first pass's size: with 64 or more ConfigMaps to re-hash, the
 /// controller lists the cluster's ConfigMaps in pages instead of reading each, and a change made
 /// to one of 70 sources while the webhook could not see it is still found and propagated.

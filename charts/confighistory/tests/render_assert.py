@@ -119,7 +119,8 @@ def main():
         rules = [r["alert"] for r in alerts]
         check(rules == ["ConfighistoryWebhookFailingOpen", "ConfighistoryWebhookCallsFailing",
                         "ConfighistoryWebhookBlockingWrites", "ConfighistoryDown", "ConfighistoryNoLeader",
-                        "ConfighistoryWorkloadsBehindHead", "ConfighistorySnapshotProtectionDenying",
+                        "ConfighistoryWorkloadsBehindHead", "ConfighistoryPropagationStuck",
+                        "ConfighistorySnapshotProtectionDenying",
                         "ConfighistoryWebhookErrors", "ConfighistoryCertificateExpiring"], f"alerts {rules}")
         # Each alert's runbook is a section of docs/operations.md, linked by its anchor.
         with open(os.path.join(os.path.dirname(__file__), "../../../docs/operations.md")) as f:
@@ -143,9 +144,13 @@ def main():
             check(registered and all(re.fullmatch(pattern, n) for n in registered), f"{alert}: {pattern} misses one of {registered}")
         check('code!="200"' in by_alert["ConfighistoryWebhookCallsFailing"], "calls failing: by code")
         job = exp.get("job", fullname)
-        for alert in ("ConfighistoryDown", "ConfighistoryNoLeader"):
+        for alert in ("ConfighistoryDown", "ConfighistoryNoLeader", "ConfighistoryPropagationStuck"):
             check(f'job="{job}", namespace="{ns}"' in by_alert[alert], f"{alert} selects {by_alert[alert]}")
         check("confighistory_leader{" in by_alert["ConfighistoryNoLeader"], "no leader: the leader gauge")
+        stuck = int(exp.get("stuckminutes", "10")) * 60
+        check(by_alert["ConfighistoryPropagationStuck"].startswith("max(confighistory_propagation_oldest_pending_seconds{")
+              and by_alert["ConfighistoryPropagationStuck"].endswith(f"> {stuck}"),
+              f"stuck propagation after {stuck} s: {by_alert['ConfighistoryPropagationStuck']}")
         check("confighistory_tls_certificate_not_after_timestamp_seconds" in by_alert["ConfighistoryCertificateExpiring"],
               "expiry alert on the _timestamp_seconds gauge")
         print(f"    alerts: {len(alerts)}, each with its runbook section; API server webhook metrics match the webhooks")
