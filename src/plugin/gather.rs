@@ -206,7 +206,7 @@ pub async fn inventory(ctx: &Ctx, sources: &[SourceId]) -> Result<Inventory> {
 
 /// The kinds the server handles: the built-ins and those its published configuration registers
 /// (the built-ins alone when it is unknown), resolved against discovery. Once per process.
-async fn kinds(ctx: &Ctx, server: &build::Server) -> &'static Registry {
+pub async fn kinds(ctx: &Ctx, server: &build::Server) -> &'static Registry {
     let extra = server.config().map(|c| c.extra_workload_kinds.as_slice()).unwrap_or_default();
     // The server checked the entries before publishing them; a document it did not write falls back.
     let registry = Registry::builtin().clone().register(extra).unwrap_or_else(|_| Registry::builtin().clone());

@@ -11,6 +11,7 @@ pub mod linediff;
 pub mod model;
 pub mod output;
 pub mod render;
+pub mod ui;
 pub mod yaml;
 
 use std::io::IsTerminal as _;
@@ -123,6 +124,16 @@ pub enum Command {
         /// nothing. `client` is refused: what an undo restores is decided in the API server.
         #[arg(long, num_args = 0..=1, default_missing_value = "server", value_parser = ["none", "server", "client"])]
         dry_run: Option<String>,
+    },
+    /// A local, read-only web view (docs/plugin.md "Web view"): namespaces, workloads, their
+    /// timelines and diffs, read with your credentials. Prints its URL and serves until Ctrl-C.
+    Ui {
+        /// Loopback address to listen on (127.0.0.1 or ::1).
+        #[arg(long, default_value = "127.0.0.1")]
+        address: std::net::IpAddr,
+        /// Port to listen on (0: any free port; the URL printed says which).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
     },
     /// Shell completion script: `source <(kubectl confighistory completion bash)`.
     Completion { shell: clap_complete::Shell },
@@ -403,6 +414,11 @@ pub async fn run(cli: Cli) -> Result<Done> {
                 None => render::undo(&u, style),
             }
             .into())
+        }
+        Command::Ui { address, port } => {
+            let ui = ui::Ui { client: ctx.client, namespace: ctx.namespace, server_config: ctx.server_config };
+            ui::serve(ui, *address, *port).await?;
+            Ok(String::new().into())
         }
         Command::Completion { .. } | Command::Complete { .. } => unreachable!("answered before connecting"),
     }
