@@ -140,6 +140,8 @@ pub struct Snap {
     /// cluster today): orders snapshots created within the same second, which creationTimestamp
     /// cannot (a release right after another made them swap revisions in `history`).
     pub written: Option<u64>,
+    /// Who wrote its content, as it records it (docs/behaviour.md §5.2.1).
+    pub origin: snapshot::Origin,
 }
 
 /// A workload with its rollout revisions.
@@ -260,7 +262,7 @@ impl SourceContent {
     /// The text a line diff of `key` compares: a ConfigMap's data value; a Secret's value only
     /// with `show_values` (and when it is UTF-8). `None` for a missing key, a binary value or a
     /// hidden one.
-    fn text(&self, key: &str, show_values: bool) -> Option<std::borrow::Cow<'_, str>> {
+    pub fn text(&self, key: &str, show_values: bool) -> Option<std::borrow::Cow<'_, str>> {
         match self {
             SourceContent::ConfigMap(c) => c.data.get(key).map(|v| v.as_str().into()),
             SourceContent::Secret(c) if show_values => c.revealed_value(key).and_then(|v| std::str::from_utf8(v).ok()).map(Into::into),
@@ -388,6 +390,7 @@ impl Inventory {
                     content: self.content_of(kind, o),
                     adopted: source::adopted(o).map(String::from).collect(),
                     written: meta(o, "resourceVersion").and_then(|v| v.parse().ok()),
+                    origin: snapshot::Origin::of_snapshot(o),
                     name,
                     source,
                     hash,

@@ -11,6 +11,7 @@ pub mod linediff;
 pub mod model;
 pub mod output;
 pub mod render;
+pub mod timeline;
 pub mod ui;
 pub mod yaml;
 

@@ -310,3 +310,163 @@ pub struct SourceRow {
     /// Of those, held on purpose (an undo, an explicitly chosen snapshot).
     pub held: u32,
 }
+
+/// `history WORKLOAD`: a workload's rollout revisions, oldest first, each with its images, the
+/// config it ran with and who wrote that config (docs/plugin.md, "Timeline").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Timeline {
+    pub namespace: String,
+    pub workload: WorkloadRef,
+    /// The revision the live template is (what runs now, or is being rolled out).
+    pub current: Option<i64>,
+    /// Sources the workload holds (`confighistory.io/held`: an undo's, propagation skips them).
+    pub held: Vec<String>,
+    /// Oldest first.
+    pub revisions: Vec<TimelineRevision>,
+    /// Why the Secrets the revisions use could not be read with the user's credentials (their
+    /// keys and authors are then unknown).
+    #[serde(default)]
+    pub secrets_unreadable: Option<String>,
+}
+
+/// One rollout revision in a [`Timeline`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineRevision {
+    pub revision: i64,
+    /// When the revision's object (ReplicaSet, ControllerRevision) was created, RFC 3339.
+    pub created: Option<String>,
+    pub images: Vec<ImageEntry>,
+    /// One entry per source the revision's template references, by source.
+    pub config: Vec<ConfigEntry>,
+    /// Sources the previous revision referenced and this one does not.
+    pub removed_sources: Vec<String>,
+    /// Who wrote the config content this revision brought (the sources whose content changed
+    /// against the previous revision; every source for the first), distinct, as recorded.
+    pub authors: Vec<String>,
+    /// Why (some of) that content has no recorded author, said plainly: `before confighistory`,
+    /// `written while confighistory was unreachable`, `not recorded`; never a guess.
+    pub author_unknown: Option<String>,
+    /// The config content is the previous revision's (an image-only release, an undo's target).
+    pub config_unchanged: bool,
+    /// The revision's `kubernetes.io/change-cause`.
+    pub cause: Option<String>,
+    /// The cause is the one confighistory wrote (`confighistory.io/change-cause` agrees).
+    pub cause_by_confighistory: bool,
+    /// This revision is what the live template runs.
+    pub running: bool,
+    /// Running, with sources held by an undo.
+    pub held: bool,
+}
+
+/// A container's image in a revision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageEntry {
+    pub container: String,
+    pub image: String,
+    /// Differs from (or is not in) the previous revision; false in the first revision.
+    pub changed: bool,
+    /// The previous revision's image of this container, when it changed.
+    pub previous: Option<String>,
+}
+
+/// A source as one revision uses it, with what changed against the previous revision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigEntry {
+    /// The source as annotations name it: a ConfigMap's name, `secret/NAME` for a Secret.
+    pub source: String,
+    /// `ConfigMap` or `Secret`.
+    pub source_kind: String,
+    /// The name the template references.
+    pub reference: String,
+    /// The snapshot holding this revision's content (see [`ConfigUse`]).
+    pub snapshot: Option<String>,
+    pub hash: Option<String>,
+    /// The snapshot still exists.
+    pub exists: bool,
+    /// `pin`, `adoption` or `plain` (see [`ConfigUse`]).
+    pub via: String,
+    /// The snapshot's content is the source's current content.
+    pub head: bool,
+    /// The workload holds this source (running revision only).
+    pub held: bool,
+    /// The content is known (its snapshot exists and could be read).
+    pub content_known: bool,
+    /// The content's keys (a Secret's names only), when known.
+    pub keys: Vec<String>,
+    /// Content differs from the previous revision's for this source (or the source is new).
+    pub changed: bool,
+    /// Keys against the previous revision (first revision, or a new source: all `added`);
+    /// empty when either content is unknown.
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed_keys: Vec<String>,
+    /// Who wrote this content, as its snapshot records it.
+    pub author: Author,
+}
+
+/// Who wrote a snapshot's content (docs/behaviour.md §5.2.1), or why it is not known.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Author {
+    /// The username of the write that produced the content.
+    pub by: Option<String>,
+    /// Its field manager.
+    pub with: Option<String>,
+    /// When confighistory saw the content appear.
+    pub at: Option<String>,
+    /// Why no username is known: `before confighistory`, `written while confighistory was
+    /// unreachable`, `not recorded` (no record on the snapshot), `content unknown`.
+    pub unknown: Option<String>,
+    /// Where `by` comes from: `snapshot` (its `changed-by`) or `change-cause` (confighistory's
+    /// change-cause of the revision, when the snapshot records nothing).
+    pub from: Option<String>,
+}
+
+/// `diff WORKLOAD --from-revision A --to-revision B`, and what `undo` brings back: images and
+/// each source's content between two templates of a workload.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionDiff {
+    pub namespace: String,
+    pub workload: WorkloadRef,
+    /// The revisions compared (`None`: the live template, or the template an undo would store).
+    pub from: Option<i64>,
+    pub to: Option<i64>,
+    pub images: Vec<ImageDiff>,
+    /// One per source either side references, by source.
+    pub sources: Vec<SourceDiff>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageDiff {
+    pub container: String,
+    /// `None`: the container is not on that side.
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub changed: bool,
+}
+
+/// One source between two templates.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceDiff {
+    pub source: String,
+    /// `ConfigMap` or `Secret`.
+    pub source_kind: String,
+    /// The snapshot (or, for a plain reference of the live template, the source) each side runs
+    /// with; `None`: the side does not reference the source.
+    pub from: Option<String>,
+    pub to: Option<String>,
+    /// The contents differ (or the source is on one side only).
+    pub changed: bool,
+    /// Why the contents cannot be compared (a snapshot deleted, a plain reference from before
+    /// confighistory); then `diff` is `None`.
+    pub unknown: Option<String>,
+    /// Key- and line-level difference (a Secret's values hidden unless `--show-values`).
+    pub diff: Option<Diff>,
+}

@@ -116,20 +116,6 @@ pub struct Workloads {
     pub r#continue: Option<String>,
 }
 
-/// `GET /api/namespaces/{ns}/workloads/{kind}/{name}/diff?a=N&b=M`: the images of both
-/// revisions and, per source either uses, the diff of the contents they ran with.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RevisionDiff {
-    pub namespace: String,
-    pub workload: model::WorkloadRef,
-    pub from: model::RevisionConfig,
-    pub to: model::RevisionConfig,
-    pub sources: Vec<model::Diff>,
-    /// Sources whose content of one side is unknown, and why.
-    pub unknown: Vec<String>,
-}
-
 /// The router: the page, its assets and the JSON API, GET only, behind the host guard, with
 /// the security headers on every answer.
 pub fn router(ui: Arc<Ui>, hosts: Vec<String>) -> Router {
@@ -140,6 +126,7 @@ pub fn router(ui: Arc<Ui>, hosts: Vec<String>) -> Router {
         .route("/api/namespaces/{ns}/history", get(history))
         .route("/api/namespaces/{ns}/diff", get(diff))
         .route("/api/namespaces/{ns}/workloads/{kind}/{name}/status", get(status))
+        .route("/api/namespaces/{ns}/workloads/{kind}/{name}/timeline", get(timeline))
         .route("/api/namespaces/{ns}/workloads/{kind}/{name}/diff", get(revision_diff))
         .with_state(ui);
     let hosts = Arc::new(hosts);
@@ -333,53 +320,41 @@ async fn diff(State(ui): State<Arc<Ui>>, Path(ns): Path<String>, uri: axum::http
     build::diff(&inv, &source, a.as_deref(), b.as_deref(), false).map(Json).map_err(ApiError::build)
 }
 
-/// The namespace read, and the workload resolved in it.
-async fn workload_inventory(ui: &Ui, ns: &str, kind: &str, name: &str) -> std::result::Result<(build::Inventory, build::Workload), ApiError> {
+/// The namespace read, and the workload named in the path as the server names its kind.
+async fn workload_inventory(ui: &Ui, ns: &str, kind: &str, name: &str) -> std::result::Result<(build::Inventory, model::WorkloadRef), ApiError> {
     let wanted = build::parse_workload(&format!("{kind}/{name}")).map_err(|e| ApiError::bad(super::describe(&e)))?;
     let inv = gather::inventory(&ui.ctx(namespace(ns)?), &[]).await.map_err(ApiError::cluster)?;
     let wanted = inv.resolve(wanted).map_err(ApiError::build)?;
-    let w = inv.workload(&wanted).ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("{wanted} not found in namespace {ns}")))?;
-    Ok((inv, w))
+    Ok((inv, wanted))
 }
 
 async fn status(State(ui): State<Arc<Ui>>, Path((ns, kind, name)): Path<(String, String, String)>) -> ApiResult<model::Status> {
     let (inv, w) = workload_inventory(&ui, &ns, &kind, &name).await?;
-    build::status(&inv, &w.reference()).map(Json).map_err(ApiError::build)
+    build::status(&inv, &w).map(Json).map_err(ApiError::build)
 }
 
-/// The images of revisions `a` and `b` and, per source, the diff of the contents they ran with
-/// (each side picked as `diff SOURCE WORKLOAD@N` picks it).
-async fn revision_diff(State(ui): State<Arc<Ui>>, Path((ns, kind, name)): Path<(String, String, String)>, uri: axum::http::Uri) -> ApiResult<RevisionDiff> {
+/// `history WORKLOAD`'s model, drawn by the page.
+async fn timeline(State(ui): State<Arc<Ui>>, Path((ns, kind, name)): Path<(String, String, String)>) -> ApiResult<model::Timeline> {
     let (inv, w) = workload_inventory(&ui, &ns, &kind, &name).await?;
-    let rev = |p: &str| -> std::result::Result<i64, ApiError> {
-        required(&uri, p, "a=1&b=2")?.parse().map_err(|_| ApiError::bad(format!("{p} must be a revision number")))
+    super::timeline::timeline(&inv, &w).map(Json).map_err(ApiError::build)
+}
+
+/// `diff WORKLOAD --from-revision A --to-revision B`'s model (`a`, `b` optional as there),
+/// never with a Secret's values.
+async fn revision_diff(
+    State(ui): State<Arc<Ui>>,
+    Path((ns, kind, name)): Path<(String, String, String)>,
+    uri: axum::http::Uri,
+) -> ApiResult<model::RevisionDiff> {
+    let rev = |p: &str| -> std::result::Result<Option<i64>, ApiError> {
+        match param(&uri, p).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(v) => v.parse().map(Some).map_err(|_| ApiError::bad(format!("{p} must be a revision number, e.g. ?a=1&b=2"))),
+        }
     };
     let (a, b) = (rev("a")?, rev("b")?);
-    Ok(Json(revision_diff_of(&inv, &w, a, b).map_err(ApiError::build)?))
-}
-
-/// [`RevisionDiff`] of two revisions of `w` (pure: built from the inventory).
-pub fn revision_diff_of(inv: &build::Inventory, w: &build::Workload, a: i64, b: i64) -> Result<RevisionDiff> {
-    let template = |n: i64| {
-        w.revisions.iter().find(|(r, _)| *r == n).map(|(_, t)| t).with_context(|| {
-            let have: Vec<String> = w.revisions.iter().map(|(r, _)| r.to_string()).collect();
-            format!("{} has no revision {n} (revisions: {})", w.reference(), have.join(", "))
-        })
-    };
-    let (from, to) = (build::revision_config(inv, w.kind, Some(a), template(a)?), build::revision_config(inv, w.kind, Some(b), template(b)?));
-    let spec = |n: i64| format!("{}/{}@{n}", w.kind.as_str().to_ascii_lowercase(), w.name);
-    let mut used: Vec<&String> = from.config.iter().chain(&to.config).map(|c| &c.source).collect();
-    used.sort();
-    used.dedup();
-    let (mut sources, mut unknown) = (Vec::new(), Vec::new());
-    for source in used {
-        let picked = build::pick(inv, source, &spec(a)).and_then(|x| Ok((x, build::pick(inv, source, &spec(b))?)));
-        match picked {
-            Ok((x, y)) => sources.push(build::compare(&inv.namespace, source, x, y, false)),
-            Err(e) => unknown.push(format!("{source}: {}", super::describe(&e))),
-        }
-    }
-    Ok(RevisionDiff { namespace: inv.namespace.clone(), workload: w.reference(), from, to, sources, unknown })
+    let (inv, w) = workload_inventory(&ui, &ns, &kind, &name).await?;
+    super::timeline::revision_diff(&inv, &w, a, b, false).map(Json).map_err(ApiError::build)
 }
 
 /// Completes on SIGTERM or Ctrl-C.

@@ -114,6 +114,7 @@ async fn bad_input_is_refused_before_the_cluster_is_asked() {
         ("/api/namespaces/shop/workloads?continue=zz", "not a cursor this server gave"),
         ("/api/namespaces/shop/workloads/Bad_Kind/app/status", "unsupported workload kind \"bad_kind\""),
         ("/api/namespaces/shop/workloads/Deployment/a%20b/diff?a=1&b=2", "not a valid workload name"),
+        ("/api/namespaces/shop/workloads/Deployment/app/diff?a=one", "a must be a revision number"),
     ] {
         let (status, _, body) = send("GET", path, Some(ADDR)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");

@@ -249,18 +249,21 @@ function revisionCard(r, pick, redraw) {
     el("div", { className: "pick" }, button("a"), button("b")));
 }
 
+// `diff WORKLOAD --from-revision A --to-revision B`: images, then each source's content.
 function renderRevisionDiff(box, d) {
-  const parts = [el("h3", {}, "Revision " + d.from.revision + " \u2192 revision " + d.to.revision)];
-  const images = el("table", { className: "sxs images-diff" }, el("tr", {}, el("th", {}, "container"), el("th", {}, "revision " + d.from.revision), el("th", {}, "revision " + d.to.revision)));
-  const containers = new Map();
-  for (const im of d.from.images) containers.set(im.container, [im.image, null]);
-  for (const im of d.to.images) containers.set(im.container, [(containers.get(im.container) || [null])[0], im.image]);
-  for (const [c, [a, b]] of containers) {
-    images.append(el("tr", {}, el("td", {}, c), el("td", { className: a !== b ? "del" : "" }, a || "\u2014"), el("td", { className: a !== b ? "add" : "" }, b || "\u2014")));
+  const name = (r) => (r === null || r === undefined ? "live template" : "revision " + r);
+  const parts = [el("h3", {}, name(d.from) + " \u2192 " + name(d.to))];
+  const images = el("table", { className: "sxs images-diff" }, el("tr", {}, el("th", {}, "container"), el("th", {}, name(d.from)), el("th", {}, name(d.to))));
+  for (const im of d.images) {
+    images.append(el("tr", { className: im.changed ? "image changed" : "image" }, el("td", {}, im.container),
+      el("td", { className: im.changed ? "del" : "" }, im.from || "\u2014"), el("td", { className: im.changed ? "add" : "" }, im.to || "\u2014")));
   }
   parts.push(images);
-  for (const u of d.unknown || []) parts.push(el("p", { className: "note" }, u));
-  for (const s of d.sources) parts.push(sourceDiff(s));
+  for (const s of d.sources) {
+    if (s.diff) parts.push(sourceDiff(s.diff));
+    else parts.push(el("div", { className: "source-diff", dataset: { source: s.source } }, el("h3", {}, s.source),
+      el("p", { className: "note" }, (s.from || "not referenced") + " \u2192 " + (s.to || "not referenced") + (s.unknown ? ": " + s.unknown : ""))));
+  }
   if (!d.sources.length) parts.push(el("p", { className: "muted" }, "no versioned source in either revision"));
   box.replaceChildren(...parts);
 }
