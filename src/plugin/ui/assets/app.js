@@ -176,7 +176,7 @@ async function showWorkload(kind, name, button) {
   if (t.held && t.held.length) notes.push(el("p", {}, "Held (an undo's pin, propagation skips it): " + t.held.join(", ")));
   out.replaceChildren(
     el("h2", {}, kind.toLowerCase() + "/" + name),
-    el("div", { className: "legend" }, el("span", { className: "l-image" }, "image changed"), el("span", { className: "l-config" }, "config changed"), el("span", { className: "l-running" }, "running")),
+    el("div", { className: "legend" }, el("span", { className: "l-image" }, "image changed"), el("span", { className: "l-config" }, "config changed (or new)"), el("span", { className: "l-running" }, "running")),
     picture,
     ...notes,
     revs.length ? cards : el("p", { className: "muted" }, "no rollout revisions"),
