@@ -344,3 +344,83 @@ fn browser_shows_tenant_text_as_text_and_never_a_secret_value() {
     assert_eq!(d["keys"][0]["hidden"], true, "values hidden");
     ui.stop();
 }
+
+/// The figures of docs/plugin.md "Web view": the JSON endpoints' times on a namespace with
+/// 1,000 Deployments (replicas 0, each with its ReplicaSet) and one source with 100 snapshots
+/// (100 releases of a Deployment keeping its 100 revisions). A measurement, not an assertion of
+/// speed: `cargo test --test e2e -- --ignored ui::measure --nocapture` prints the table.
+#[test]
+#[ignore = "a measurement (minutes): run by hand, see docs/plugin.md \"Web view\""]
+fn measure_api_times_with_a_thousand_workloads() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::new(cluster, "ui-scale");
+    let n = ns.name.as_str();
+    // The source with 100 snapshots: 100 releases, each with new content.
+    let started = std::time::Instant::now();
+    for i in 1..=100 {
+        let cm = config(&format!("  config.yaml: \"release: {i}\\nrules.discount_path: /etc/rules\"\n"));
+        let d = deployment(&format!("pricing:{i}"), "", "").replace("spec:\n  selector", "spec:\n  revisionHistoryLimit: 100\n  replicas: 0\n  selector");
+        ns.accepts(&format!("{cm}\n---\n{d}"));
+    }
+    wait_for("100 revisions", Duration::from_secs(120), || ns.history_of("pricing").len() == 100);
+    eprintln!("100 releases: {:.0?}", started.elapsed());
+    // 1,000 more Deployments naming the same ConfigMap, applied in batches of 100.
+    let started = std::time::Instant::now();
+    for batch in 0..10 {
+        let docs: Vec<String> = (0..100)
+            .map(|i| {
+                deployment("pricing:100", "", "")
+                    .replace("name: pricing\n", &format!("name: app-{:04}\n", batch * 100 + i))
+                    .replace("spec:\n  selector", "spec:\n  replicas: 0\n  selector")
+            })
+            .collect();
+        ns.accepts(&docs.join("---\n"));
+    }
+    wait_for("1,000 ReplicaSets", Duration::from_secs(600), || ns.kubectl(&["get", "replicasets", "-o", "name"]).expect_success().stdout.lines().count() >= 1100);
+    eprintln!("1,000 Deployments: {:.0?}", started.elapsed());
+
+    let ui = Ui::start(cluster, &["-n", n, &format!("--server-config={}", webhook(cluster).server_config())]);
+    let w = format!("/api/namespaces/{n}/workloads/Deployment");
+    let cases = [
+        ("namespaces", "/api/namespaces".to_owned()),
+        ("workloads, first page (200 names)", format!("/api/namespaces/{n}/workloads?limit=200")),
+        ("sources (metadata only)", format!("/api/namespaces/{n}/sources")),
+        ("history of the source (100 snapshots)", format!("/api/namespaces/{n}/history?source=pricing-config")),
+        ("diff of two snapshots", format!("/api/namespaces/{n}/diff?source=pricing-config&a=1&b=100")),
+        ("timeline (100 revisions)", format!("{w}/pricing/timeline")),
+        ("timeline (1 revision)", format!("{w}/app-0500/timeline")),
+        ("revision diff 1 -> 100", format!("{w}/pricing/diff?a=1&b=100")),
+        ("status", format!("{w}/app-0500/status")),
+    ];
+    eprintln!("| endpoint | median of 5 | max | bytes |");
+    eprintln!("|---|---|---|---|");
+    for (what, path) in cases {
+        let mut times = Vec::new();
+        let mut bytes = 0;
+        for _ in 0..5 {
+            let t = std::time::Instant::now();
+            let (status, body) = ui.get(&path);
+            times.push(t.elapsed());
+            assert_eq!(status, 200, "{path}: {body}");
+            bytes = body.len();
+        }
+        times.sort();
+        eprintln!("| {what} | {} ms | {} ms | {bytes} |", times[2].as_millis(), times[4].as_millis());
+    }
+    // Every page of names.
+    let t = std::time::Instant::now();
+    let (mut names, mut cursor, mut pages) = (0, String::new(), 0);
+    loop {
+        let page = ui.json(&format!("/api/namespaces/{n}/workloads?limit=200{cursor}"));
+        names += page["workloads"].as_array().map_or(0, Vec::len);
+        pages += 1;
+        match page["continue"].as_str() {
+            Some(c) => cursor = format!("&continue={}", c.replace(':', "%3A").replace('=', "%3D").replace('+', "%2B").replace('/', "%2F")),
+            None => break,
+        }
+    }
+    assert_eq!(names, 1001);
+    eprintln!("| all workload names ({names}, {pages} pages) | {} ms total | | |", t.elapsed().as_millis());
+    ui.stop();
+}

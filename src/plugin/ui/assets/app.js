@@ -340,7 +340,7 @@ function sourceDiff(d) {
 
 // Hunks of a unified diff as two columns: removed lines left, added right, paired in order.
 function sideBySide(hunks) {
-  const t = el("table", { className: "sxs" });
+  const t = el("table", { className: "sxs" }, el("colgroup", {}, el("col", { className: "num" }), el("col"), el("col", { className: "num" }), el("col")));
   for (const h of hunks) {
     t.append(el("tr", { className: "hunk" }, el("td", { colSpan: 4 }, "@@ -" + h.oldStart + "," + h.oldLines + " +" + h.newStart + "," + h.newLines + " @@")));
     let o = h.oldStart, n = h.newStart;
