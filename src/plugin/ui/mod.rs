@@ -320,12 +320,19 @@ async fn diff(State(ui): State<Arc<Ui>>, Path(ns): Path<String>, uri: axum::http
     build::diff(&inv, &source, a.as_deref(), b.as_deref(), false).map(Json).map_err(ApiError::build)
 }
 
-/// The namespace read, and the workload named in the path as the server names its kind.
+/// What the workload's views need, read for that workload only ([`gather::workload_inventory`]),
+/// and the workload named in the path as the server names its kind.
 async fn workload_inventory(ui: &Ui, ns: &str, kind: &str, name: &str) -> std::result::Result<(build::Inventory, model::WorkloadRef), ApiError> {
     let wanted = build::parse_workload(&format!("{kind}/{name}")).map_err(|e| ApiError::bad(super::describe(&e)))?;
-    let inv = gather::inventory(&ui.ctx(namespace(ns)?), &[]).await.map_err(ApiError::cluster)?;
-    let wanted = inv.resolve(wanted).map_err(ApiError::build)?;
-    Ok((inv, wanted))
+    gather::workload_inventory(&ui.ctx(namespace(ns)?), &wanted).await.map_err(|e| {
+        // A workload that is not there (or of a kind the server does not register) is the
+        // request's fault, not the cluster's.
+        if e.to_string().contains(" not found in namespace ") || e.to_string().contains("workload kind") {
+            ApiError::build(e)
+        } else {
+            ApiError::cluster(e)
+        }
+    })
 }
 
 async fn status(State(ui): State<Arc<Ui>>, Path((ns, kind, name)): Path<(String, String, String)>) -> ApiResult<model::Status> {
