@@ -12,7 +12,7 @@ use confighistory::model::template;
 use confighistory::plugin::build::{self, Inventory, Server};
 use confighistory::plugin::model::{Undo, Usage, WorkloadRef};
 use confighistory::plugin::render::{self, Style};
-use confighistory::plugin::{machine, Output};
+use confighistory::plugin::{machine, timeline, Output};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Value};
 
@@ -212,7 +212,26 @@ fn undo_model(inv: &Inventory) -> Undo {
     let before = build::revision_config(inv, w.kind, w.current_revision(), w.template());
     let target = build::revision_config(inv, w.kind, Some(rev), &template);
     let after = build::revision_config(inv, w.kind, None, &template);
-    Undo { namespace: NS.into(), workload: pricing(), dry_run: false, skipped: false, before, target, after, held: vec![SOURCE.into()] }
+    let preview = Some(undo_preview(inv, &w, &template));
+    Undo {
+        namespace: NS.into(),
+        workload: pricing(),
+        dry_run: false,
+        skipped: false,
+        before,
+        target,
+        after,
+        held: vec![SOURCE.into()],
+        preview,
+        preview_unavailable: None,
+    }
+}
+
+/// What an undo to `template` brings back against the live template.
+fn undo_preview(inv: &Inventory, w: &build::Workload, template: &Value) -> confighistory::plugin::model::RevisionDiff {
+    let live = timeline::Side { revision: w.current_revision(), template: w.template(), live: true };
+    let stored = timeline::Side { revision: None, template, live: true };
+    timeline::compare_templates(inv, w, live, stored, false).unwrap()
 }
 
 /// Compares with tests/golden/<name>, or writes it with UPDATE_GOLDEN=1.
@@ -225,6 +244,24 @@ fn golden(name: &str, actual: &str) {
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
     assert_eq!(actual, expected, "{name} differs from the golden file (UPDATE_GOLDEN=1 rewrites it); actual:\n{actual}");
+}
+
+#[test]
+fn timeline_golden() {
+    let inv = inventory();
+    let t = timeline::timeline(&inv, &pricing()).unwrap();
+    let revs: Vec<i64> = t.revisions.iter().map(|r| r.revision).collect();
+    assert_eq!(revs, [1, 2, 4], "oldest first");
+    assert_eq!(t.revisions[1].config_unchanged, true, "revision 2 pins the content revision 1 ran with (its adoption record)");
+    golden("plugin-timeline.txt", &render::timeline(&t, now(), Style::PLAIN));
+    golden("plugin-timeline.json", &machine("Timeline", &t, Output::Json));
+    let view =
+        confighistory::plugin::model::TimelineRevisionView { namespace: NS.into(), workload: pricing(), revision: t.revisions[2].clone() };
+    golden("plugin-timeline-revision.txt", &render::timeline_revision(&view, now(), Style::PLAIN));
+    let d = timeline::revision_diff(&inv, &pricing(), None, None, false).unwrap();
+    assert_eq!((d.from, d.to), (Some(2), Some(4)));
+    golden("plugin-revision-diff.txt", &render::revision_diff(&d, now(), Style::PLAIN));
+    golden("plugin-revision-diff-color.txt", &render::revision_diff(&d, now(), Style::COLOR));
 }
 
 #[test]
@@ -504,6 +541,13 @@ fn json_matches_the_documented_shapes() {
     same_shape("diff", "Diff", &parse(machine("Diff", &build::diff(&inv, SOURCE, None, None, false).unwrap(), Output::Json)));
     same_shape("status", "Status", &parse(machine("Status", &build::status(&inv, &pricing()).unwrap(), Output::Json)));
     same_shape("undo", "Undo", &parse(machine("Undo", &undo_model(&inv), Output::Json)));
+    let t = timeline::timeline(&inv, &pricing()).unwrap();
+    same_shape("history WORKLOAD", "Timeline", &parse(machine("Timeline", &t, Output::Json)));
+    let view =
+        confighistory::plugin::model::TimelineRevisionView { namespace: NS.into(), workload: pricing(), revision: t.revisions[2].clone() };
+    same_shape("history WORKLOAD --revision N", "TimelineRevision", &parse(machine("TimelineRevision", &view, Output::Json)));
+    let d = timeline::revision_diff(&inv, &pricing(), None, None, false).unwrap();
+    same_shape("diff WORKLOAD", "RevisionDiff", &parse(machine("RevisionDiff", &d, Output::Json)));
     // YAML carries the same document.
     let yaml = machine("Status", &build::status(&inv, &pricing()).unwrap(), Output::Yaml);
     assert!(yaml.starts_with("images:\n- container: app\n"), "{yaml}");
@@ -520,6 +564,12 @@ fn print_json_examples() {
     print!("{}", machine("Diff", &build::diff(&inv, SOURCE, None, None, false).unwrap(), Output::Json));
     print!("{}", machine("Status", &build::status(&inv, &pricing()).unwrap(), Output::Json));
     print!("{}", machine("Undo", &undo_model(&inv), Output::Json));
+    let t = timeline::timeline(&inv, &pricing()).unwrap();
+    print!("{}", machine("Timeline", &t, Output::Json));
+    let view =
+        confighistory::plugin::model::TimelineRevisionView { namespace: NS.into(), workload: pricing(), revision: t.revisions[2].clone() };
+    print!("{}", machine("TimelineRevision", &view, Output::Json));
+    print!("{}", machine("RevisionDiff", &timeline::revision_diff(&inv, &pricing(), None, None, false).unwrap(), Output::Json));
 }
 
 /// Runs the plugin binary with no kubeconfig at all: what it answers must need no cluster.
@@ -1059,13 +1109,23 @@ fn secret_values_never_printed_without_show_values() {
             target: build::revision_config(&inv, w.kind, Some(rev), &template),
             after: build::revision_config(&inv, w.kind, None, &template),
             held: vec!["secret/db".into()],
+            preview: Some(undo_preview(&inv, &w, &template)),
+            preview_unavailable: None,
         }
     };
+    let t = timeline::timeline(&inv, &api()).unwrap();
+    let view =
+        confighistory::plugin::model::TimelineRevisionView { namespace: NS.into(), workload: api(), revision: t.revisions[1].clone() };
+    let rd = timeline::revision_diff(&inv, &api(), Some(1), None, false).unwrap();
+    assert!(rd.sources.iter().any(|s| s.source == "secret/db" && s.changed), "{rd:?}");
     let mut texts: Vec<(String, String)> = Vec::new();
     for style in [Style::PLAIN, Style::COLOR] {
         texts.push((format!("history {style:?}"), render::history(&h, now(), style)));
         texts.push((format!("status {style:?}"), render::status(&s, now(), style)));
         texts.push((format!("undo {style:?}"), render::undo(&u, style)));
+        texts.push((format!("timeline {style:?}"), render::timeline(&t, now(), style)));
+        texts.push((format!("timeline revision {style:?}"), render::timeline_revision(&view, now(), style)));
+        texts.push((format!("revision diff {style:?}"), render::revision_diff(&rd, now(), style)));
     }
     let specs = [None, Some("head"), Some("1"), Some("2"), Some("3"), Some("deployment/api@1"), Some("deployment/api@2")];
     for a in specs {
@@ -1089,8 +1149,12 @@ fn secret_values_never_printed_without_show_values() {
     for o in outputs() {
         texts.push((format!("history {o:?}"), confighistory::plugin::emit("History", &h, &[], o.clone()).unwrap()));
         texts.push((format!("status {o:?}"), confighistory::plugin::emit("Status", &s, &[], o.clone()).unwrap()));
-        texts.push((format!("undo {o:?}"), confighistory::plugin::emit("Undo", &u, &[], o).unwrap()));
+        texts.push((format!("undo {o:?}"), confighistory::plugin::emit("Undo", &u, &[], o.clone()).unwrap()));
+        texts.push((format!("timeline {o:?}"), confighistory::plugin::emit("Timeline", &t, &[], o.clone()).unwrap()));
+        texts.push((format!("timeline revision {o:?}"), confighistory::plugin::emit("TimelineRevision", &view, &[], o.clone()).unwrap()));
+        texts.push((format!("revision diff {o:?}"), confighistory::plugin::emit("RevisionDiff", &rd, &[], o).unwrap()));
     }
+    texts.push(("timeline Debug".into(), format!("{t:?} {view:?} {rd:?}")));
     // Errors, and the Debug of everything the plugin holds.
     for (a, b) in [(Some("9"), None), (Some("zzzz"), None), (Some("deployment/api@7"), None), (Some(CANARY), None)] {
         let e = build::diff(&inv, "secret/db", a, b, false).unwrap_err();

@@ -35,9 +35,12 @@ use render::Style;
     about = "Rollout history of ConfigMaps and Secrets versioned by confighistory",
     after_help = "Examples:\n  \
         kubectl confighistory history pricing-config\n  \
+        kubectl confighistory history deployment/pricing     # the workload's revisions, oldest first\n  \
+        kubectl confighistory history deployment/pricing --revision 2\n  \
         kubectl confighistory diff pricing-config 3          # revision 3 against the head\n  \
         kubectl confighistory diff pricing-config deployment/pricing@3 head\n  \
         kubectl confighistory diff secret/db                 # keys and sizes, never values\n  \
+        kubectl confighistory diff deployment/pricing --from-revision 1 --to-revision 2\n  \
         kubectl confighistory status deployment/pricing\n  \
         kubectl confighistory undo deployment/pricing --to-revision 2 --dry-run"
 )]
@@ -77,11 +80,19 @@ pub enum Command {
         #[arg(short = 'A', long)]
         all_namespaces: bool,
     },
-    /// Snapshots of a source, newest first: revision, hash, age, size, key changes, users, why kept.
+    /// Snapshots of a source, newest first: revision, hash, age, size, key changes, users, why
+    /// kept. Of a workload (TYPE/NAME): its rollout revisions, oldest first, with images, config,
+    /// who wrote that config, the change-cause, and which revision runs (docs/plugin.md,
+    /// "Timeline").
     History {
         /// The source: a ConfigMap's NAME (or configmap/NAME), secret/NAME for a Secret, or one
-        /// of its snapshots.
+        /// of its snapshots; or a workload: deployment/NAME, statefulset/NAME, daemonset/NAME, or
+        /// a kind the server registers (rollout/NAME).
         source: String,
+        /// With a workload: this revision in full (every source with its snapshot and keys,
+        /// images, author, cause, created time).
+        #[arg(long)]
+        revision: Option<i64>,
     },
     /// Key- and line-level diff between two snapshots of a source (default: the one before the
     /// head against the head; with one argument: it against the head).
@@ -90,8 +101,12 @@ pub enum Command {
     /// snapshot name, or WORKLOAD@REVISION (the snapshot a rollout revision ran with). A
     /// Secret's keys are shown with their sizes and whether they changed, never its values
     /// unless --show-values.
+    ///
+    /// With a workload (TYPE/NAME): its images and each source's content between two rollout
+    /// revisions (default: the one before the running revision against it).
     Diff {
-        /// NAME (a ConfigMap), configmap/NAME or secret/NAME.
+        /// NAME (a ConfigMap), configmap/NAME or secret/NAME; or a workload: deployment/NAME,
+        /// statefulset/NAME, daemonset/NAME, rollout/NAME.
         source: String,
         a: Option<String>,
         b: Option<String>,
@@ -99,6 +114,12 @@ pub enum Command {
         /// value of a Secret, nor its base64, nor a hash of it is printed.
         #[arg(long)]
         show_values: bool,
+        /// With a workload: the revision to compare from (default: the one before --to-revision).
+        #[arg(long)]
+        from_revision: Option<i64>,
+        /// With a workload: the revision to compare to (default: the running one).
+        #[arg(long)]
+        to_revision: Option<i64>,
     },
     /// A workload's pins, whether each is the head, pending propagation, the namespace's mode, and
     /// what an undo would restore.
@@ -125,6 +146,9 @@ pub enum Command {
         /// nothing. `client` is refused: what an undo restores is decided in the API server.
         #[arg(long, num_args = 0..=1, default_missing_value = "server", value_parser = ["none", "server", "client"])]
         dry_run: Option<String>,
+        /// Print a Secret's values in what the undo brings back (read with your own credentials).
+        #[arg(long)]
+        show_values: bool,
     },
     /// A local, read-only web view (docs/plugin.md "Web view"): namespaces, workloads, their
     /// timelines and diffs, read with your credentials. Prints its URL and serves until Ctrl-C.
@@ -268,8 +292,38 @@ fn check_names(cli: &Cli) -> Result<()> {
         check_namespace(ns)?;
     }
     match &cli.command {
-        Command::History { source } | Command::Diff { source, .. } => build::parse_source(source).map(drop),
+        Command::History { source, .. } | Command::Diff { source, .. } if names_workload(source) => build::parse_workload(source).map(drop),
+        Command::History { source, .. } | Command::Diff { source, .. } => build::parse_source(source).map(drop),
         Command::Status { workload, .. } | Command::Undo { workload, .. } => build::parse_workload(workload).map(drop),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `history`'s or `diff`'s argument names a workload: TYPE/NAME whose TYPE is no source
+/// kind (a bare NAME is a ConfigMap, as before; docs/plugin.md, "Timeline").
+pub fn names_workload(arg: &str) -> bool {
+    arg.split_once('/').is_some_and(|(kind, _)| {
+        // A kind's name (`deploy`, `rollouts.argoproj.io`); anything else (`..`) is a bad source.
+        let kind_shaped =
+            kind.starts_with(|c: char| c.is_ascii_alphabetic()) && kind.chars().all(|c| c.is_ascii_alphanumeric() || c == '.');
+        kind_shaped && !matches!(kind.to_ascii_lowercase().as_str(), "configmap" | "configmaps" | "cm" | "secret" | "secrets")
+    })
+}
+
+/// Refuses the flags of one form of `history`/`diff` given to the other, before any connection.
+fn check_forms(command: &Command) -> Result<()> {
+    match command {
+        Command::History { source, revision: Some(_) } if !names_workload(source) => {
+            anyhow::bail!("--revision is for a workload's timeline (e.g. `history deployment/NAME --revision 2`); {source:?} is a source")
+        }
+        Command::Diff { source, from_revision, to_revision, .. }
+            if !names_workload(source) && (from_revision.is_some() || to_revision.is_some()) =>
+        {
+            anyhow::bail!("--from-revision and --to-revision compare a workload's revisions (e.g. `diff deployment/NAME --from-revision 1`); for a source {source:?} give A and B: `diff {source} A B`")
+        }
+        Command::Diff { source, a, b, .. } if names_workload(source) && (a.is_some() || b.is_some()) => {
+            anyhow::bail!("{source:?} is a workload: compare its revisions with --from-revision A --to-revision B")
+        }
         _ => Ok(()),
     }
 }
@@ -317,6 +371,7 @@ pub async fn run(cli: Cli) -> Result<Done> {
         ),
         _ => {}
     }
+    check_forms(&cli.command)?;
     check_names(&cli)?;
     let (client, namespace, url) = client(&cli).await?;
     // The first call tells whether the kubeconfig leads anywhere: say where it led.
@@ -341,7 +396,43 @@ pub async fn run(cli: Cli) -> Result<Done> {
             }
             .into())
         }
-        Command::History { source } => {
+        Command::History { source, revision } if names_workload(source) => {
+            let inv = gather::inventory(&ctx, &[]).await?;
+            let wanted = inv.resolve(build::parse_workload(source)?)?;
+            let t = timeline::timeline(&inv, &wanted)?;
+            let names = [workload_name(&t.workload)];
+            let Some(n) = revision else {
+                return Ok(match cli.output.clone() {
+                    Some(o) => emit("Timeline", &t, &names, o)?,
+                    None => render::timeline(&t, now, style),
+                }
+                .into());
+            };
+            let Some(r) = t.revisions.iter().find(|r| r.revision == *n) else {
+                let have: Vec<String> = t.revisions.iter().map(|r| r.revision.to_string()).collect();
+                anyhow::bail!(
+                    "{wanted} has no revision {n} (its revisions: {}); see `kubectl confighistory history {wanted}`",
+                    if have.is_empty() { "none yet".to_owned() } else { have.join(", ") }
+                );
+            };
+            let view = model::TimelineRevisionView { namespace: t.namespace.clone(), workload: t.workload.clone(), revision: r.clone() };
+            Ok(match cli.output.clone() {
+                Some(o) => emit("TimelineRevision", &view, &names, o)?,
+                None => render::timeline_revision(&view, now, style),
+            }
+            .into())
+        }
+        Command::Diff { source, show_values, from_revision, to_revision, .. } if names_workload(source) => {
+            let inv = gather::inventory(&ctx, &[]).await?;
+            let wanted = inv.resolve(build::parse_workload(source)?)?;
+            let d = timeline::revision_diff(&inv, &wanted, *from_revision, *to_revision, *show_values)?;
+            let out = match cli.output.clone() {
+                Some(o) => emit("RevisionDiff", &d, &[workload_name(&d.workload)], o)?,
+                None => render::revision_diff(&d, now, style),
+            };
+            Ok(Done { out, code: u8::from(d.differs()) })
+        }
+        Command::History { source, .. } => {
             let id = build::parse_source(source)?;
             let inv = gather::inventory(&ctx, std::slice::from_ref(&id)).await?;
             let source = resolve_source(&inv, &id);
@@ -354,7 +445,7 @@ pub async fn run(cli: Cli) -> Result<Done> {
             }
             .into())
         }
-        Command::Diff { source, a, b, show_values } => {
+        Command::Diff { source, a, b, show_values, .. } => {
             let id = build::parse_source(source)?;
             let inv = gather::inventory(&ctx, std::slice::from_ref(&id)).await?;
             let source = resolve_source(&inv, &id);
@@ -390,7 +481,7 @@ pub async fn run(cli: Cli) -> Result<Done> {
             }
             Ok(Done { out, code: u8::from(!still.is_empty()) })
         }
-        Command::Undo { workload, to_revision, dry_run } => {
+        Command::Undo { workload, to_revision, dry_run, show_values } => {
             let dry_run = dry_run.as_deref().is_some_and(|d| d != "none");
             let inv = gather::inventory(&ctx, &[]).await?;
             let wanted = inv.resolve(build::parse_workload(workload)?)?;
@@ -401,15 +492,34 @@ pub async fn run(cli: Cli) -> Result<Done> {
             build::check_secrets_readable(&inv, &target)?;
             build::check_target(&wanted, &target)?;
             let skipped = w.kind.template_hash(&template) == w.kind.template_hash(w.template());
-            let (after, held) = if skipped {
-                (before.clone(), w.held().into_iter().collect())
+            let live = timeline::Side { revision: before.revision, template: w.template(), live: true };
+            let (after, held, preview) = if skipped {
+                (before.clone(), w.held().into_iter().collect(), timeline::compare_templates(&inv, &w, live, live, *show_values))
             } else {
                 let stored = gather::rollback(&ctx, &inv, &w, rev, dry_run).await?;
                 let inv = gather::reread_snapshots(&ctx, &inv).await?;
                 let after_w = build::Workload { object: stored, ..w.clone() };
-                (build::revision_config(&inv, w.kind, None, after_w.template()), after_w.held().into_iter().collect())
+                // What runs after the undo against what ran before it (docs/plugin.md, "Undo preview").
+                let stored = timeline::Side { revision: None, template: after_w.template(), live: true };
+                let preview = timeline::compare_templates(&inv, &w, live, stored, *show_values);
+                (build::revision_config(&inv, w.kind, None, after_w.template()), after_w.held().into_iter().collect(), preview)
             };
-            let u = model::Undo { namespace: inv.namespace.clone(), workload: wanted, dry_run, skipped, before, target, after, held };
+            let (preview, preview_unavailable) = match preview {
+                Ok(p) => (Some(p), None),
+                Err(e) => (None, Some(e.to_string())),
+            };
+            let u = model::Undo {
+                namespace: inv.namespace.clone(),
+                workload: wanted,
+                dry_run,
+                skipped,
+                before,
+                target,
+                after,
+                held,
+                preview,
+                preview_unavailable,
+            };
             Ok(match cli.output.clone() {
                 Some(o) => emit("Undo", &u, &[workload_name(&u.workload)], o)?,
                 None => render::undo(&u, style),

@@ -277,6 +277,13 @@ pub struct Undo {
     pub after: RevisionConfig,
     /// Sources the webhook now holds (`confighistory.io/held`).
     pub held: Vec<String>,
+    /// What the undo brings back: images and each source's content, from what ran before it to
+    /// what it stores (docs/plugin.md, "Undo preview").
+    #[serde(default)]
+    pub preview: Option<RevisionDiff>,
+    /// Why the preview could not be made.
+    #[serde(default)]
+    pub preview_unavailable: Option<String>,
 }
 
 /// `list [-A]`: the versioned sources of a namespace (or of every namespace).
@@ -469,4 +476,14 @@ pub struct SourceDiff {
     pub unknown: Option<String>,
     /// Key- and line-level difference (a Secret's values hidden unless `--show-values`).
     pub diff: Option<Diff>,
+}
+
+/// `history WORKLOAD --revision N`: one revision of a [`Timeline`] in full.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineRevisionView {
+    pub namespace: String,
+    pub workload: WorkloadRef,
+    #[serde(flatten)]
+    pub revision: TimelineRevision,
 }

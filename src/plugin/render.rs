@@ -273,6 +273,13 @@ pub fn diff(d: &Diff, now: Timestamp, style: Style) -> String {
     out.push('\n');
     out.push_str(&style.green(&format!("+++ {}", side(&d.to, now))));
     out.push('\n');
+    out.push_str(&diff_body(d, style));
+    out
+}
+
+/// A diff after its `---`/`+++` lines: the type and key changes, and each key's hunks.
+fn diff_body(d: &Diff, style: Style) -> String {
+    let mut out = String::new();
     if let Some(t) = &d.type_changed {
         out.push_str(&format!("type changed: {} → {}\n", t.from, t.to));
     }
@@ -464,6 +471,313 @@ pub fn undo(u: &Undo, style: Style) -> String {
         let held = if u.held.iter().any(|h| h == s) { " (held: propagation skips it until the next release)" } else { "" };
         let arrow = if a == b { style.dim("(unchanged)") } else { format!("→ {}", style.green(&a)) };
         out.push_str(&format!("  config {s}: {b} {arrow}{held}\n"));
+    }
+    // What it brings back (docs/plugin.md, "Undo preview").
+    match (&u.preview, &u.preview_unavailable) {
+        (Some(p), _) if p.differs() => {
+            out.push_str(if u.dry_run {
+                "\nwhat the undo would bring back, against what runs now:\n"
+            } else {
+                "\nwhat the undo brought back, against what ran before it:\n"
+            });
+            // Ages are the history's business: the undo's output stays a function of its model.
+            let mut p = p.clone();
+            for d in p.sources.iter_mut().filter_map(|s| s.diff.as_mut()) {
+                (d.from.created, d.to.created) = (None, None);
+            }
+            out.push_str(&revision_diff_body(&p, Timestamp::UNIX_EPOCH, style));
+        }
+        (Some(_), _) => out.push_str("nothing differs from what runs now\n"),
+        (None, Some(why)) => out.push_str(&format!("{}\n", style.yellow(&format!("no content preview: {why}")))),
+        (None, None) => {}
+    }
+    out
+}
+
+/// A revision's images: the image alone for one container, `container=image` for several;
+/// those changed since the previous revision marked `(changed)`.
+fn timeline_images(images: &[ImageEntry]) -> String {
+    let one = images.len() == 1;
+    images
+        .iter()
+        .map(|i| {
+            let name = if one { i.image.clone() } else { format!("{}={}", i.container, i.image) };
+            if i.changed {
+                format!("{name} (changed)")
+            } else {
+                name
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `cfg → cfg-abc (+new -old ~changed)` per source; `(unchanged)`, `(N keys)` for a first use.
+fn timeline_config(r: &TimelineRevision, first: bool) -> String {
+    let mut parts: Vec<String> = r
+        .config
+        .iter()
+        .map(|c| {
+            let target = match (c.via.as_str(), &c.snapshot) {
+                ("pin", Some(s)) if c.exists => s.clone(),
+                ("pin", Some(s)) => format!("{s} (deleted)"),
+                ("adoption", Some(s)) => format!("{s} (adopted)"),
+                _ => format!("{} (plain reference)", c.reference),
+            };
+            let what = match () {
+                _ if !c.changed => "unchanged".to_owned(),
+                _ if !c.content_known => "changed, content unknown".to_owned(),
+                _ if first || (c.removed.is_empty() && c.changed_keys.is_empty() && c.added == c.keys) => {
+                    format!("{} key{}", c.keys.len(), if c.keys.len() == 1 { "" } else { "s" })
+                }
+                _ => changes(&c.added, &c.removed, &c.changed_keys, 6),
+            };
+            format!("{} → {target} ({what})", c.source)
+        })
+        .collect();
+    parts.extend(r.removed_sources.iter().map(|s| format!("{s} (no longer referenced)")));
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+fn timeline_author(r: &TimelineRevision) -> String {
+    if r.config.is_empty() && r.removed_sources.is_empty() {
+        return "-".into();
+    }
+    if r.config_unchanged {
+        return "(config unchanged)".into();
+    }
+    let mut parts = r.authors.clone();
+    if let Some(why) = &r.author_unknown {
+        parts.push(if r.authors.is_empty() { why.clone() } else { format!("and {why}") });
+    }
+    if parts.is_empty() {
+        "unknown".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn timeline_state(r: &TimelineRevision) -> String {
+    match (r.running, r.held) {
+        (true, true) => format!("{} (running, held)", r.revision),
+        (true, false) => format!("{} (running)", r.revision),
+        _ => r.revision.to_string(),
+    }
+}
+
+/// `history WORKLOAD`: one row per revision, oldest first (docs/plugin.md, "Timeline").
+pub fn timeline(t: &Timeline, now: Timestamp, style: Style) -> String {
+    let t = &clean(t);
+    let mut out = String::new();
+    let n = t.revisions.len();
+    let running = t.current.map_or_else(|| "no revision runs yet".to_owned(), |r| format!("revision {r} runs"));
+    out.push_str(&format!(
+        "{} in namespace {}: {n} revision{}, {running}\n",
+        style.bold(&t.workload.to_string()),
+        t.namespace,
+        if n == 1 { "" } else { "s" }
+    ));
+    if !t.held.is_empty() {
+        out.push_str(&format!(
+            "{}\n",
+            style.yellow(&format!("held by an undo: {} (propagation skips it until the next release)", t.held.join(", ")))
+        ));
+    }
+    if let Some(why) = &t.secrets_unreadable {
+        out.push_str(&format!("{}\n", style.yellow(&format!("note: {why}"))));
+    }
+    if t.revisions.is_empty() {
+        out.push_str("no rollout revisions yet\n");
+        return out;
+    }
+    out.push('\n');
+    let rows: Vec<Vec<String>> = t
+        .revisions
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            vec![
+                timeline_state(r),
+                age(r.created.as_deref(), now),
+                timeline_images(&r.images),
+                timeline_config(r, i == 0),
+                timeline_author(r),
+                r.cause.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    let revs = &t.revisions;
+    out.push_str(&table(&["REVISION", "AGE", "IMAGES", "CONFIG", "AUTHOR", "CAUSE"], &rows, style, |r, c, cell| match c {
+        0 if revs[r].held => style.yellow(cell),
+        0 if revs[r].running => style.green(cell),
+        2 if revs[r].images.iter().any(|i| i.changed) => style.yellow(cell),
+        3 if revs[r].config.iter().any(|c| c.changed) && r > 0 => style.yellow(cell),
+        _ => cell.to_owned(),
+    }));
+    out
+}
+
+fn author_line(a: &Author) -> String {
+    let mut s = match (&a.by, &a.unknown) {
+        (Some(by), _) => by.clone(),
+        (None, Some(why)) => format!("unknown ({why})"),
+        (None, None) => "unknown".into(),
+    };
+    if let Some(w) = &a.with {
+        s.push_str(&format!(" with {w}"));
+    }
+    if let Some(at) = &a.at {
+        s.push_str(&format!(" at {at}"));
+    }
+    if a.from.as_deref() == Some("change-cause") {
+        s.push_str(" (from confighistory's change-cause)");
+    }
+    s
+}
+
+/// `history WORKLOAD --revision N`: one revision in full.
+pub fn timeline_revision(v: &TimelineRevisionView, now: Timestamp, style: Style) -> String {
+    let v = &clean(v);
+    let r = &v.revision;
+    let mut out = String::new();
+    let state = match (r.running, r.held) {
+        (true, true) => " (running, held)",
+        (true, false) => " (running)",
+        _ => "",
+    };
+    out.push_str(&format!("{} revision {}{state} in namespace {}\n", style.bold(&v.workload.to_string()), r.revision, v.namespace));
+    let created = match &r.created {
+        Some(c) => format!("{c} ({} ago)", age(Some(c), now)),
+        None => "unknown".into(),
+    };
+    out.push_str(&format!("  created:  {created}\n"));
+    let cause = match (&r.cause, r.cause_by_confighistory) {
+        (Some(c), true) => format!("{c} (written by confighistory)"),
+        (Some(c), false) => c.clone(),
+        (None, _) => "-".into(),
+    };
+    out.push_str(&format!("  cause:    {cause}\n"));
+    out.push_str(&format!("  author:   {}\n", timeline_author(r)));
+    out.push_str("  images:\n");
+    for i in &r.images {
+        let was = match &i.previous {
+            Some(p) => format!(" (was {p})"),
+            None if i.changed => " (new container)".into(),
+            None => String::new(),
+        };
+        out.push_str(&format!("    {}: {}{was}\n", i.container, i.image));
+    }
+    if r.config.is_empty() {
+        out.push_str("  config:   no ConfigMap or Secret references\n");
+    } else {
+        out.push_str("  config:\n");
+    }
+    for c in &r.config {
+        let mut state = vec![c.source_kind.to_lowercase()];
+        match (c.via.as_str(), c.exists) {
+            ("pin", true) => state.push("snapshot".into()),
+            ("pin", false) => state.push("snapshot deleted".into()),
+            ("adoption", _) => state.push("plain reference; content from its adoption record".into()),
+            _ => state.push("plain reference; content not recorded".into()),
+        }
+        if c.head {
+            state.push("head".into());
+        }
+        if c.held {
+            state.push("held".into());
+        }
+        out.push_str(&format!(
+            "    {} → {} ({})\n",
+            style.bold(&c.source),
+            c.snapshot.as_deref().unwrap_or(&c.reference),
+            state.join(", ")
+        ));
+        if c.content_known {
+            out.push_str(&format!("      keys:    {}\n", if c.keys.is_empty() { "(none)".to_owned() } else { c.keys.join(", ") }));
+        } else {
+            out.push_str("      keys:    unknown (content not readable)\n");
+        }
+        let change = match () {
+            _ if !c.changed => "unchanged since the previous revision".to_owned(),
+            _ if !c.content_known => "changed (content unknown)".to_owned(),
+            _ => changes(&c.added, &c.removed, &c.changed_keys, usize::MAX),
+        };
+        out.push_str(&format!("      changes: {change}\n"));
+        out.push_str(&format!("      written: {}\n", author_line(&c.author)));
+    }
+    for s in &r.removed_sources {
+        out.push_str(&format!("    {s}: no longer referenced\n"));
+    }
+    out
+}
+
+fn rev_label(r: Option<i64>) -> String {
+    r.map_or_else(|| "after the undo".to_owned(), |r| format!("revision {r}"))
+}
+
+/// The body of a [`RevisionDiff`]: images, then each source (its content diff through [`diff`]).
+fn revision_diff_body(d: &RevisionDiff, now: Timestamp, style: Style) -> String {
+    let mut out = String::new();
+    for i in &d.images {
+        let show = |s: &Option<String>| s.clone().unwrap_or_else(|| "(none)".into());
+        if i.changed {
+            out.push_str(&format!("  image {}: {} → {}\n", i.container, style.red(&show(&i.from)), style.green(&show(&i.to))));
+        } else {
+            out.push_str(&format!("  image {}: {} {}\n", i.container, show(&i.from), style.dim("(unchanged)")));
+        }
+    }
+    if d.sources.is_empty() {
+        out.push_str("  config: no ConfigMap or Secret references\n");
+    }
+    for s in &d.sources {
+        let show = |x: &Option<String>| x.clone().unwrap_or_else(|| "(not referenced)".into());
+        let arrow = if s.from == s.to { show(&s.to) } else { format!("{} → {}", show(&s.from), show(&s.to)) };
+        match (&s.unknown, &s.diff) {
+            (Some(why), _) => out.push_str(&format!("  config {}: {arrow}: {}\n", s.source, style.yellow(why))),
+            (None, Some(diff)) if !s.changed || (diff.keys.is_empty() && diff.type_changed.is_none()) => {
+                out.push_str(&format!("  config {}: {arrow} {}\n", s.source, style.dim("(same content)")))
+            }
+            (None, Some(diff)) => {
+                out.push_str(&format!("  config {}: {arrow}\n", s.source));
+                let side = |name: &Option<String>, rev: Option<i64>, ds: &DiffSide| {
+                    let mut t = format!("{}: {}", rev_label(rev), name.clone().unwrap_or_else(|| "(not referenced)".into()));
+                    if name.is_some() && ds.created.is_some() {
+                        t.push_str(&format!(", taken {} ago", age(ds.created.as_deref(), now)));
+                    }
+                    if name.is_some() && ds.head {
+                        t.push_str(", head");
+                    }
+                    t
+                };
+                out.push_str(&style.red(&format!("--- {}", side(&s.from, d.from, &diff.from))));
+                out.push('\n');
+                out.push_str(&style.green(&format!("+++ {}", side(&s.to, d.to, &diff.to))));
+                out.push('\n');
+                out.push_str(&diff_body(diff, style));
+                out.push('\n');
+            }
+            (None, None) => out.push_str(&format!("  config {}: {arrow}\n", s.source)),
+        }
+    }
+    // One blank line between a source's hunks and the next source, none after the last.
+    if out.ends_with("\n\n") {
+        out.pop();
+    }
+    out
+}
+
+/// `diff WORKLOAD --from-revision A --to-revision B` (docs/plugin.md, "Revision diff").
+pub fn revision_diff(d: &RevisionDiff, now: Timestamp, style: Style) -> String {
+    let d = &clean(d);
+    let mut out =
+        format!("{} in namespace {}: {} → {}\n", style.bold(&d.workload.to_string()), d.namespace, rev_label(d.from), rev_label(d.to));
+    out.push_str(&revision_diff_body(d, now, style));
+    if !d.differs() {
+        out.push_str("no differences\n");
     }
     out
 }

@@ -267,6 +267,12 @@ fn side_content(inv: &Inventory, snaps: &[Snap], u: &ConfigUse, live: bool) -> s
         };
         return Ok(Picked { side, content: s.content.clone() });
     }
+    // A pin the webhook just made (an undo's dry run) to the head, whose snapshot is not made yet.
+    if let (Some(obj), true) = (inv.sources.get(&u.source), u.via == "pin" && u.hash.is_some() && inv.head(&u.source) == u.hash) {
+        let name = format!("{} (to be created from {})", u.snapshot.as_deref().unwrap_or(&u.reference), id.name);
+        let side = DiffSide { revision: None, name, hash: u.hash.clone(), head: true, created: None };
+        return Ok(Picked { side, content: inv.content_of(id.kind, obj) });
+    }
     match (u.via.as_str(), inv.sources.get(&u.source)) {
         ("plain", Some(obj)) if live => {
             let side = DiffSide { revision: None, name: id.name.clone(), hash: inv.head(&u.source), head: true, created: None };

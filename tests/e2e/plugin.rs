@@ -552,7 +552,23 @@ fn secret_views_show_keys_and_sizes_never_values() {
         ("diff revision", &["diff", "secret/db", "deployment/app@1"]),
         ("status", &["status", "app", unknown[0], unknown[1]]),
         ("undo dry run", &["undo", "app", "--dry-run", unknown[0], unknown[1]]),
+        ("undo dry run json", &["undo", "app", "--dry-run", "-o", "json", unknown[0], unknown[1]]),
+        ("undo dry run yaml", &["undo", "app", "--dry-run", "-o", "yaml", unknown[0], unknown[1]]),
         ("list", &["list"]),
+        ("timeline", &["history", "deployment/app"]),
+        ("timeline json", &["history", "deployment/app", "-o", "json"]),
+        ("timeline yaml", &["history", "deployment/app", "-o", "yaml"]),
+        ("timeline name", &["history", "deployment/app", "-o", "name"]),
+        ("timeline jsonpath", &["history", "deployment/app", "-o", "jsonpath={.revisions[*].config[*].keys}"]),
+        ("timeline revision", &["history", "deployment/app", "--revision", "1"]),
+        ("timeline revision json", &["history", "deployment/app", "--revision", "2", "-o", "json"]),
+        ("timeline revision yaml", &["history", "deployment/app", "--revision", "2", "-o", "yaml"]),
+        ("revision diff", &["diff", "deployment/app"]),
+        ("revision diff back", &["diff", "deployment/app", "--from-revision", "2", "--to-revision", "1"]),
+        ("revision diff json", &["diff", "deployment/app", "-o", "json"]),
+        ("revision diff yaml", &["diff", "deployment/app", "-o", "yaml"]),
+        ("revision diff name", &["diff", "deployment/app", "-o", "name"]),
+        ("revision diff jsonpath", &["diff", "deployment/app", "-o", "jsonpath={.sources[*].diff.keys[*].newSize}"]),
     ] {
         run(what, args);
     }
@@ -565,6 +581,21 @@ fn secret_views_show_keys_and_sizes_never_values() {
         "{}",
         d.stdout
     );
+    // The workload's views: keys and sizes of the Secret it runs with, changed between its revisions.
+    let t = json(run("timeline json", &["history", "deployment/app", "-o", "json"]));
+    let used = &t["revisions"][1]["config"][0];
+    assert_eq!((used["source"].as_str(), used["snapshot"].as_str()), (Some("secret/db"), Some(snap_new.as_str())), "{t:#}");
+    assert_eq!((&used["added"], &used["changedKeys"]), (&serde_json::json!(["pool"]), &serde_json::json!(["password"])), "{t:#}");
+    let d = plugin_with(Some(&cluster.kubeconfig), &["diff", "deployment/app", "-n", n]);
+    assert_no_canary("revision diff", &d);
+    assert_eq!(d.code, Some(1), "differences: {}", d.stderr);
+    assert!(
+        d.stdout.contains("password (changed, 15B → 20B)\nvalue differs (hidden)") && d.stdout.contains("pool (added, 2B)"),
+        "{}",
+        d.stdout
+    );
+    let shown = plugin_with(Some(&cluster.kubeconfig), &["diff", "deployment/app", "--show-values", "-n", n]);
+    assert!(shown.stdout.contains(&format!("-{CANARY}\n+s3cret-rotated-value")), "the old password shown ({} bytes)", shown.stdout.len());
     let s = json(run("status json", &["status", "app", "-o", "json", unknown[0], unknown[1]]));
     let pin = s["pins"].as_array().unwrap().iter().find(|p| p["source"] == "secret/db").cloned().unwrap_or_default();
     assert_eq!((pin["reference"].as_str(), pin["isHead"].as_bool()), (Some(snap_new.as_str()), Some(true)), "{s:#}");
@@ -606,6 +637,11 @@ fn secret_views_show_keys_and_sizes_never_values() {
     let text = viewer(&["status", "app", unknown[0], unknown[1]]).ok().stdout;
     assert!(text.contains("unknown: you may not read Secrets here"), "{text}");
     viewer(&["undo", "app", unknown[0], unknown[1]]).fails_with("cannot check the Secret snapshots revision 1 uses");
+    let d = viewer(&["diff", "deployment/app", unknown[0], unknown[1]]);
+    assert!(d.code == Some(2) && d.stdout.is_empty(), "exit {:?}: {}", d.code, d.stderr);
+    d.fails_with("cannot compare the Secrets deployment/app uses: you may not list Secrets");
+    let t = viewer(&["history", "deployment/app", "-o", "json", unknown[0], unknown[1]]).json();
+    assert!(t["secretsUnreadable"].as_str().is_some_and(|w| w.contains("kubectl auth can-i list secrets")), "{t:#}");
     std::fs::remove_file(&copy).ok();
 }
 
@@ -669,4 +705,163 @@ fn authors_change_cause_and_status_wait_of_a_config_edit() {
     let settled = plugin(cluster, &["status", "app", "-n", n, "--wait", "--timeout", "60s"]);
     assert_eq!(settled.code, Some(0), "{}{}", settled.stdout, settled.stderr);
     assert_eq!(ns.annotation_of("deployment", "app", "kubernetes.io/change-cause").as_deref(), Some("release 4.12, by hand"));
+}
+
+/// `kubectl apply -f -` of `yaml` into `ns` as `user` (impersonated by the admin; the namespace's
+/// RoleBinding `editors` lets them edit).
+fn apply_as(ns: &TestNamespace, user: &str, yaml: &str) {
+    ns.cluster.kubectl_stdin(&["--as", user, "apply", "-n", &ns.name, "-f", "-"], yaml).expect_success();
+}
+
+/// docs/plugin.md "Timeline", "Undo preview", "Revision diff" on the README's example: release 1
+/// (its config written before anything named it), release 2 by bob renaming a setting with a new
+/// image, then alice's config-only edit that confighistory propagates as revision 3. The timeline
+/// shows the three revisions with images, changed keys, authors and cause in every format;
+/// `--revision` one in full; `diff` between revisions; `undo --dry-run` the renamed setting coming
+/// back, changing nothing; bad input named with its exit code and nothing on stdout.
+#[test]
+fn timeline_undo_preview_and_revision_diff_of_three_releases() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::new(cluster, "plugin-timeline");
+    let n = ns.name.as_str();
+    ns.annotate("confighistory.io/settle", "5");
+    ns.kubectl(&["create", "rolebinding", "editors", "--clusterrole=edit", "--user=alice", "--user=bob"]).expect_success();
+    ns.accepts(&config("discount_rules_path"));
+    ns.accepts(&deployment("registry.example/app:4.11"));
+    ns.wait_observed("deployment", "app");
+    apply_as(&ns, "bob", &config("rules.discount_path"));
+    apply_as(&ns, "bob", &deployment("registry.example/app:4.12"));
+    ns.wait_observed("deployment", "app");
+    wait_for("two revisions", Duration::from_secs(30), || ns.history_of("app").len() == 2);
+    apply_as(&ns, "alice", &config("rules.discount_path").replace("log_level: info", "log_level: debug"));
+    wait_for("revision 3 (the propagation of alice's edit)", Duration::from_secs(60), || ns.history_of("app").len() == 3);
+    let revisions = ns.history_of("app");
+    let snaps: Vec<String> = revisions.iter().map(|r| r.snapshots["app-config"].clone()).collect();
+
+    // The timeline, oldest first.
+    let t = plugin(cluster, &["history", "deployment/app", "-n", n, "-o", "json"]).json();
+    println!("history deployment/app -o json:\n{t}");
+    assert_eq!((t["kind"].as_str(), t["current"].as_i64()), (Some("Timeline"), Some(3)), "{t:#}");
+    let revs = t["revisions"].as_array().unwrap();
+    let col = |field: &str| -> Vec<Value> { revs.iter().map(|r| r[field].clone()).collect() };
+    assert_eq!(col("revision"), [1, 2, 3].map(Value::from), "{t:#}");
+    assert_eq!(col("running"), [false, false, true].map(Value::from));
+    let images: Vec<(&str, bool)> =
+        revs.iter().map(|r| (r["images"][0]["image"].as_str().unwrap(), r["images"][0]["changed"] == true)).collect();
+    assert_eq!(images, [("registry.example/app:4.11", false), ("registry.example/app:4.12", true), ("registry.example/app:4.12", false)]);
+    let snapshot_of: Vec<&str> = revs.iter().map(|r| r["config"][0]["snapshot"].as_str().unwrap()).collect();
+    assert_eq!(snapshot_of, snaps.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!((&revs[0]["authors"], &revs[0]["authorUnknown"]), (&serde_json::json!([]), &Value::from("before confighistory")), "{t:#}");
+    assert_eq!(revs[1]["authors"], serde_json::json!(["bob"]), "{t:#}");
+    assert_eq!(
+        (&revs[1]["config"][0]["added"], &revs[1]["config"][0]["removed"]),
+        (&serde_json::json!(["rules.discount_path"]), &serde_json::json!(["discount_rules_path"]))
+    );
+    assert_eq!(revs[2]["authors"], serde_json::json!(["alice"]), "{t:#}");
+    assert_eq!(revs[2]["config"][0]["changedKeys"], serde_json::json!(["log_level"]));
+    assert_eq!(
+        (revs[2]["cause"].as_str(), revs[2]["causeByConfighistory"].as_bool()),
+        (Some("config app-config changed by alice"), Some(true))
+    );
+    assert!(revs[2]["config"][0]["head"] == true && revs[1]["config"][0]["head"] == false);
+
+    let text = plugin(cluster, &["history", "deploy/app", "-n", n]).ok().stdout;
+    println!("history deploy/app:\n{text}");
+    let row = |r: &str| text.lines().find(|l| l.starts_with(r)).unwrap_or_else(|| panic!("no row {r}:\n{text}")).to_owned();
+    assert!(text.starts_with(&format!("deployment/app in namespace {n}: 3 revisions, revision 3 runs\n")), "{text}");
+    assert!(row("1 ").contains("before confighistory") && row("1 ").contains("2 keys"), "{text}");
+    assert!(
+        row("2 ").contains("registry.example/app:4.12 (changed)")
+            && row("2 ").contains("+rules.discount_path -discount_rules_path")
+            && row("2 ").contains("bob"),
+        "{text}"
+    );
+    assert!(
+        row("3 (running)").contains("~log_level")
+            && row("3 (running)").contains("alice")
+            && row("3 (running)").contains("config app-config changed by alice"),
+        "{text}"
+    );
+    assert_eq!(plugin(cluster, &["history", "deploy/app", "-n", n, "-o", "name"]).ok().stdout, "deployment.apps/app\n");
+    let authors = plugin(cluster, &["history", "deploy/app", "-n", n, "-o", "jsonpath={.revisions[*].authors[*]}"]).ok().stdout;
+    assert_eq!(authors, "bob alice");
+    assert!(plugin(cluster, &["history", "deploy/app", "-n", n, "-o", "yaml"]).ok().stdout.contains("kind: Timeline\n"));
+    // A source's history as before.
+    assert_eq!(plugin(cluster, &["history", "app-config", "-n", n, "-o", "json"]).json()["kind"], "History");
+    assert_eq!(
+        plugin(cluster, &["history", "configmap/app-config", "-n", n, "-o", "json"]).json()["snapshots"].as_array().map(Vec::len),
+        Some(3)
+    );
+
+    // One revision in full.
+    let one = plugin(cluster, &["history", "deployment/app", "--revision", "2", "-n", n]).ok().stdout;
+    println!("history deployment/app --revision 2:\n{one}");
+    assert!(one.contains(&format!("app-config → {}", snaps[1])) && one.contains("keys:    log_level, rules.discount_path"), "{one}");
+    assert!(one.contains("written: bob with kubectl-client-side-apply") && one.contains("(was registry.example/app:4.11)"), "{one}");
+    println!("history deployment/app --revision 2 -o json:\n{}", plugin(cluster, &["history", "deployment/app", "--revision", "2", "-n", n, "-o", "json"]).ok().stdout);
+    let r = plugin(cluster, &["history", "deployment/app", "--revision", "1", "-n", n, "-o", "json"]).json();
+    assert_eq!(
+        (r["kind"].as_str(), r["revision"].as_i64(), r["workload"]["name"].as_str()),
+        (Some("TimelineRevision"), Some(1), Some("app")),
+        "{r:#}"
+    );
+    assert_eq!(r["config"][0]["keys"], serde_json::json!(["discount_rules_path", "log_level"]));
+
+    // Between two revisions: the renamed setting and the image.
+    let d = plugin(cluster, &["diff", "deployment/app", "--from-revision", "1", "--to-revision", "2", "-n", n]).differs();
+    println!("diff deployment/app --from-revision 1 --to-revision 2:\n{}", d.stdout);
+    assert!(d.stdout.contains("image app: registry.example/app:4.11 → registry.example/app:4.12"), "{}", d.stdout);
+    assert!(
+        d.stdout.contains("discount_rules_path (removed)\n@@ -1,1 +0,0 @@\n-/etc/rules")
+            && d.stdout.contains("rules.discount_path (added)"),
+        "{}",
+        d.stdout
+    );
+    let d = plugin(cluster, &["diff", "deployment/app", "-n", n, "-o", "json"]);
+    assert_eq!(d.code, Some(1), "{}", d.stderr);
+    let d: Value = serde_json::from_str(&d.stdout).unwrap();
+    println!("diff deployment/app -o json:\n{d}");
+    assert_eq!((d["kind"].as_str(), d["from"].as_i64(), d["to"].as_i64()), (Some("RevisionDiff"), Some(2), Some(3)), "{d:#}");
+    assert_eq!(d["sources"][0]["diff"]["keys"][0]["hunks"][0]["lines"], serde_json::json!(["-info", "+debug"]), "{d:#}");
+    assert_eq!(plugin(cluster, &["diff", "deployment/app", "--from-revision", "3", "--to-revision", "3", "-n", n]).code, Some(0));
+    // A source's diff as before.
+    plugin(cluster, &["diff", "app-config", "1", "2", "-n", n]).differs();
+
+    // Undo preview: what revision 1 would bring back, and nothing changes.
+    let before = ns.get_json("deployment", "app").unwrap();
+    let dry = plugin(cluster, &["undo", "deployment/app", "--to-revision", "1", "--dry-run", "-n", n]).ok().stdout;
+    println!("undo deployment/app --to-revision 1 --dry-run:\n{dry}");
+    assert!(dry.contains("what the undo would bring back, against what runs now:"), "{dry}");
+    assert!(dry.contains("image app: registry.example/app:4.12 → registry.example/app:4.11"), "{dry}");
+    assert!(
+        dry.contains("discount_rules_path (added)\n@@ -0,0 +1,1 @@\n+/etc/rules") && dry.contains("rules.discount_path (removed)"),
+        "{dry}"
+    );
+    assert!(dry.contains("log_level (changed)\n@@ -1,1 +1,1 @@\n-debug\n+info"), "{dry}");
+    let u = plugin(cluster, &["undo", "deploy/app", "--dry-run", "-n", n, "-o", "json"]).json();
+    println!("undo deploy/app --dry-run -o json:\n{u}");
+    assert_eq!(u["preview"]["sources"][0]["diff"]["changed"], serde_json::json!(["log_level"]), "{u:#}");
+    assert_eq!(u["preview"]["from"], 3, "{u:#}");
+    let after = ns.get_json("deployment", "app").unwrap();
+    assert_eq!(before["metadata"]["resourceVersion"], after["metadata"]["resourceVersion"], "a dry run changes nothing");
+    assert_eq!(ns.history_of("app").len(), 3);
+
+    // Bad input: named, with what to do, the command's exit code, and nothing on stdout.
+    for (args, code, expected) in [
+        (&["history", "deployment/nope"][..], 1, "deployment/nope not found in namespace"),
+        (&["diff", "deployment/nope"], 2, "deployment/nope not found in namespace"),
+        (&["history", "widget/app"], 1, "unsupported workload kind \"widget\""),
+        (&["diff", "widget/app"], 2, "unsupported workload kind \"widget\""),
+        (&["history", "deployment/app", "--revision", "9"], 1, "deployment/app has no revision 9 (its revisions: 1, 2, 3)"),
+        (&["diff", "deployment/app", "--from-revision", "9"], 2, "deployment/app has no revision 9 (its revisions: 1, 2, 3)"),
+        (&["undo", "deployment/app", "--to-revision", "9", "--dry-run"], 1, "unable to find specified revision 9"),
+        (&["diff", "deployment/app", "1", "2"], 2, "is a workload: compare its revisions with --from-revision"),
+        (&["history", "app-config", "--revision", "2"], 1, "--revision is for a workload's timeline"),
+    ] {
+        let out = plugin(cluster, &[args, &["-n", n]].concat());
+        assert_eq!(out.code, Some(code), "{args:?}: {}", out.stderr);
+        assert!(out.stdout.is_empty(), "{args:?} printed:\n{}", out.stdout);
+        out.fails_with(expected);
+    }
 }
