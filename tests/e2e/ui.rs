@@ -178,6 +178,25 @@ fn browser_shows_the_worked_examples_timeline_and_diff() {
     browser.click(&browser.find("#list button.workload[data-kind=\"Deployment\"][data-name=\"pricing\"]"));
     browser.find(".revision[data-revision=\"3\"]");
     let timeline = ui.json(&format!("/api/namespaces/{n}/workloads/Deployment/pricing/timeline"));
+    // The page's models are the commands' (the web view reads one workload, the commands the
+    // namespace: the same answer).
+    let cli = |args: &[&str]| -> Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_kubectl-confighistory"))
+            .args(args)
+            .args(["-n", n, "-o", "json", &format!("--server-config={}", webhook(cluster).server_config())])
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .output()
+            .expect("run kubectl-confighistory");
+        let mut v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        v.as_object_mut().expect("an object").remove("kind");
+        v
+    };
+    assert_eq!(timeline, cli(&["history", "deployment/pricing"]));
+    assert_eq!(
+        ui.json(&format!("/api/namespaces/{n}/workloads/Deployment/pricing/diff?a=1&b=2")),
+        cli(&["diff", "deployment/pricing", "--from-revision", "1", "--to-revision", "2"])
+    );
+    assert_eq!(ui.json(&format!("/api/namespaces/{n}/history?source=pricing-config")), cli(&["history", "pricing-config"]));
     let card = |r: u32, part: &str| browser.text(&browser.find(&format!(".revision[data-revision=\"{r}\"] {part}")));
     for (r, image) in [(1, "pricing:4.11"), (2, "pricing:4.12"), (3, "pricing:4.13")] {
         assert_eq!(card(r, ".images"), image, "revision {r}");
@@ -329,7 +348,7 @@ fn browser_shows_tenant_text_as_text_and_never_a_secret_value() {
         format!("/api/namespaces/{n}/history?source=secret%2Fdb"),
         format!("/api/namespaces/{n}/diff?source=secret%2Fdb"),
         format!("/api/namespaces/{n}/diff?source=secret%2Fdb&a=1&b=2"),
-        format!("/api/namespaces/{n}/diff?source=secret%2F{snap_old}&a=1&b=head"),
+        format!("/api/namespaces/{n}/diff?source=secret%2F{snap_old}"),
         format!("/api/namespaces/{n}/history?source=pricing-config"),
         format!("{w}/timeline"),
         format!("{w}/status"),
