@@ -167,7 +167,12 @@ fn browser_shows_the_worked_examples_timeline_and_diff() {
     let plain = deployment;
     release(&ns, "alice", &config("  config.yaml: \"discount_rules_path: /etc/rules\"\n"), &plain("pricing:4.11", "", ""));
     release(&ns, "bob", &config("  config.yaml: \"rules.discount_path: /etc/rules\"\n"), &plain("pricing:4.12", "", ""));
-    release(&ns, "carol", &config("  config.yaml: \"rules.discount_path: /etc/rules\\nlog_level: debug\"\n"), &plain("pricing:4.13", "", ""));
+    release(
+        &ns,
+        "carol",
+        &config("  config.yaml: \"rules.discount_path: /etc/rules\\nlog_level: debug\"\n"),
+        &plain("pricing:4.13", "", ""),
+    );
     wait_for("three revisions", Duration::from_secs(30), || ns.history_of("pricing").len() == 3);
 
     // Opened on the kubeconfig's namespace; the test's is picked from the list.
@@ -187,7 +192,8 @@ fn browser_shows_the_worked_examples_timeline_and_diff() {
             .env("KUBECONFIG", &cluster.kubeconfig)
             .output()
             .expect("run kubectl-confighistory");
-        let mut v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let mut v: Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
         v.as_object_mut().expect("an object").remove("kind");
         v
     };
@@ -206,7 +212,13 @@ fn browser_shows_the_worked_examples_timeline_and_diff() {
     // The first release's content predates confighistory's tracking of the source: the page says
     // what the timeline says.
     let first = &timeline["revisions"][0];
-    let expected: Vec<String> = first["authors"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).chain(first["authorUnknown"].as_str().map(|w| format!("({w})"))).collect();
+    let expected: Vec<String> = first["authors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .chain(first["authorUnknown"].as_str().map(|w| format!("({w})")))
+        .collect();
     assert_eq!(card(1, ".authors"), expected.join(", "), "{timeline:#}");
     assert_eq!(browser.find_all(".revision.running").len(), 1);
     assert!(card(3, "h4").contains("running"), "{}", card(3, "h4"));
@@ -289,7 +301,10 @@ fn browser_shows_tenant_text_as_text_and_never_a_secret_value() {
     // `secret_views_show_keys_and_sizes_never_values`): the shared server does not version Secrets.
     let key = ClusterKey::new(KeyId(1), vec![9; MIN_KEY_BYTES]).unwrap().namespace_key(n);
     let content = |password: &str| {
-        let data = std::collections::BTreeMap::from([("api_key".to_owned(), CANARY.as_bytes().to_vec()), ("password".to_owned(), password.as_bytes().to_vec())]);
+        let data = std::collections::BTreeMap::from([
+            ("api_key".to_owned(), CANARY.as_bytes().to_vec()),
+            ("password".to_owned(), password.as_bytes().to_vec()),
+        ]);
         SecretContent::new(secret::OPAQUE, data)
     };
     let (old, new) = (content(CANARY), content("s3cret-rotated-value"));
@@ -323,7 +338,11 @@ fn browser_shows_tenant_text_as_text_and_never_a_secret_value() {
     browser.find("#diff .source-diff[data-source=\"secret/db\"]");
     let text = body_text(&browser);
     assert_no_canary("revision diff page", &text);
-    assert!(text.contains("password (changed, 15 B \u{2192} 20 B)") && text.contains("value differs (hidden)"), "{}", text.replace(CANARY, "#"));
+    assert!(
+        text.contains("password (changed, 15 B \u{2192} 20 B)") && text.contains("value differs (hidden)"),
+        "{}",
+        text.replace(CANARY, "#")
+    );
     let old: Vec<String> = browser.find_all("#diff td.old.del").iter().map(|e| browser.text(e)).collect();
     assert_eq!(old, ["version: 1"]);
     assert_inert(&browser, "revision diff");
@@ -379,7 +398,8 @@ fn measure_api_times_with_a_thousand_workloads() {
     let started = std::time::Instant::now();
     for i in 1..=100 {
         let cm = config(&format!("  config.yaml: \"release: {i}\\nrules.discount_path: /etc/rules\"\n"));
-        let d = deployment(&format!("pricing:{i}"), "", "").replace("spec:\n  selector", "spec:\n  revisionHistoryLimit: 100\n  replicas: 0\n  selector");
+        let d = deployment(&format!("pricing:{i}"), "", "")
+            .replace("spec:\n  selector", "spec:\n  revisionHistoryLimit: 100\n  replicas: 0\n  selector");
         ns.accepts(&format!("{cm}\n---\n{d}"));
     }
     wait_for("100 revisions", Duration::from_secs(120), || ns.history_of("pricing").len() == 100);
@@ -396,7 +416,9 @@ fn measure_api_times_with_a_thousand_workloads() {
             .collect();
         ns.accepts(&docs.join("---\n"));
     }
-    wait_for("1,000 ReplicaSets", Duration::from_secs(600), || ns.kubectl(&["get", "replicasets", "-o", "name"]).expect_success().stdout.lines().count() >= 1100);
+    wait_for("1,000 ReplicaSets", Duration::from_secs(600), || {
+        ns.kubectl(&["get", "replicasets", "-o", "name"]).expect_success().stdout.lines().count() >= 1100
+    });
     eprintln!("1,000 Deployments: {:.0?}", started.elapsed());
 
     let ui = Ui::start(cluster, &["-n", n, &format!("--server-config={}", webhook(cluster).server_config())]);

@@ -147,7 +147,10 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 async fn not_found(req: Request) -> ApiError {
     ApiError(
         StatusCode::NOT_FOUND,
-        format!("no such page or API route: {}; the page is / and its JSON API is under /api/ (docs/plugin.md \"Web view\")", req.uri().path()),
+        format!(
+            "no such page or API route: {}; the page is / and its JSON API is under /api/ (docs/plugin.md \"Web view\")",
+            req.uri().path()
+        ),
     )
 }
 
@@ -224,7 +227,9 @@ fn param(uri: &axum::http::Uri, name: &str) -> Option<String> {
 }
 
 fn required(uri: &axum::http::Uri, name: &str, example: &str) -> std::result::Result<String, ApiError> {
-    param(uri, name).filter(|v| !v.is_empty()).ok_or_else(|| ApiError::bad(format!("the query parameter {name} is missing, e.g. ?{example}")))
+    param(uri, name)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| ApiError::bad(format!("the query parameter {name} is missing, e.g. ?{example}")))
 }
 
 fn namespace(ns: &str) -> std::result::Result<&str, ApiError> {
@@ -239,7 +244,9 @@ async fn namespaces(State(ui): State<Arc<Ui>>) -> ApiResult<Namespaces> {
     let api: Api<DynamicObject> = Api::all_with(ui.client.clone(), &ApiResource::erase::<Namespace>(&()));
     let (mut list, unlistable) = match api.list_metadata(&ListParams::default()).await {
         Ok(l) => (l.items.into_iter().filter_map(|o| o.metadata.name).collect::<Vec<_>>(), None),
-        Err(kube::Error::Api(s)) if s.code == 403 => (Vec::new(), Some(format!("you may not list namespaces ({}): use -n to open another one", s.message))),
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            (Vec::new(), Some(format!("you may not list namespaces ({}): use -n to open another one", s.message)))
+        }
         Err(e) => return Err(ApiError::cluster(anyhow::Error::new(e).context("list namespaces"))),
     };
     if !list.contains(&ui.namespace) {
@@ -256,7 +263,11 @@ async fn workloads(State(ui): State<Arc<Ui>>, Path(ns): Path<String>, uri: axum:
     let ns = namespace(&ns)?;
     let limit = match param(&uri, "limit") {
         None => DEFAULT_PAGE,
-        Some(l) => l.parse::<u32>().ok().filter(|l| (1..=MAX_PAGE).contains(l)).ok_or_else(|| ApiError::bad(format!("limit must be 1 to {MAX_PAGE}")))?,
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|l| (1..=MAX_PAGE).contains(l))
+            .ok_or_else(|| ApiError::bad(format!("limit must be 1 to {MAX_PAGE}")))?,
     };
     let (mut index, mut token) = match param(&uri, "continue").filter(|c| !c.is_empty()) {
         None => (0usize, String::new()),
@@ -279,7 +290,12 @@ async fn workloads(State(ui): State<Arc<Ui>>, Path(ns): Path<String>, uri: axum:
         }
         match api.list_metadata(&params).await {
             Ok(page) => {
-                out.extend(page.items.into_iter().filter_map(|o| o.metadata.name).map(|name| model::WorkloadRef { kind: kind.name().into(), name }));
+                out.extend(
+                    page.items
+                        .into_iter()
+                        .filter_map(|o| o.metadata.name)
+                        .map(|name| model::WorkloadRef { kind: kind.name().into(), name }),
+                );
                 match page.metadata.continue_.filter(|c| !c.is_empty()) {
                     Some(next) => token = next,
                     None => (index, token) = (index + 1, String::new()),
@@ -322,7 +338,12 @@ async fn diff(State(ui): State<Arc<Ui>>, Path(ns): Path<String>, uri: axum::http
 
 /// What the workload's views need, read for that workload only ([`gather::workload_inventory`]),
 /// and the workload named in the path as the server names its kind.
-async fn workload_inventory(ui: &Ui, ns: &str, kind: &str, name: &str) -> std::result::Result<(build::Inventory, model::WorkloadRef), ApiError> {
+async fn workload_inventory(
+    ui: &Ui,
+    ns: &str,
+    kind: &str,
+    name: &str,
+) -> std::result::Result<(build::Inventory, model::WorkloadRef), ApiError> {
     let wanted = build::parse_workload(&format!("{kind}/{name}")).map_err(|e| ApiError::bad(super::describe(&e)))?;
     gather::workload_inventory(&ui.ctx(namespace(ns)?), &wanted).await.map_err(|e| {
         // A workload that is not there (or of a kind the server does not register) is the

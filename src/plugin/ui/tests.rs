@@ -149,7 +149,8 @@ fn hosts_allowed_are_the_bound_address_and_localhost() {
 #[test]
 fn assets_build_the_dom_from_text_only() {
     for banned in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "http://", "https://"] {
-        let allowed_svg_ns = banned == "http://" && APP_JS.matches("http://").count() == 1 && APP_JS.contains("\"http://www.w3.org/2000/svg\"");
+        let allowed_svg_ns =
+            banned == "http://" && APP_JS.matches("http://").count() == 1 && APP_JS.contains("\"http://www.w3.org/2000/svg\"");
         assert!(!APP_JS.contains(banned) || allowed_svg_ns, "app.js uses {banned}");
     }
     assert!(!INDEX_HTML.contains("<script>") && !INDEX_HTML.contains("style=") && !INDEX_HTML.contains("<style"));

@@ -76,7 +76,8 @@ impl Browser {
         let method = hyper::Method::from_bytes(method.as_bytes()).expect("method");
         self.runtime.block_on(async move {
             let stream = tokio::net::TcpStream::connect(&addr).await.map_err(|e| e.to_string())?;
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+            let (mut sender, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
             tokio::spawn(conn);
             let bytes = body.map(|b| b.to_string()).unwrap_or_default();
             let req = hyper::Request::builder()
@@ -86,14 +87,21 @@ impl Browser {
                 .header("Content-Type", "application/json")
                 .body(Full::new(Bytes::from(bytes)))
                 .map_err(|e| e.to_string())?;
-            let res = tokio::time::timeout(Duration::from_secs(60), sender.send_request(req)).await.map_err(|_| "timed out".to_owned())?.map_err(|e| e.to_string())?;
+            let res = tokio::time::timeout(Duration::from_secs(60), sender.send_request(req))
+                .await
+                .map_err(|_| "timed out".to_owned())?
+                .map_err(|e| e.to_string())?;
             let status = res.status();
             let body = res.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
             let v: Value = serde_json::from_slice(&body).map_err(|e| format!("{status}: not JSON: {e}"))?;
             if status.is_success() {
                 Ok(v)
             } else {
-                Err(format!("{status}: {}: {}", v["value"]["error"], v["value"]["message"].as_str().unwrap_or_default().lines().next().unwrap_or_default()))
+                Err(format!(
+                    "{status}: {}: {}",
+                    v["value"]["error"],
+                    v["value"]["message"].as_str().unwrap_or_default().lines().next().unwrap_or_default()
+                ))
             }
         })
     }
