@@ -221,6 +221,37 @@ async fn read_sources(ctx: &Ctx, inv: &mut Inventory, wanted: std::collections::
     Ok(())
 }
 
+/// What a diff of two snapshots (or a snapshot and the head) of `id` needs: the namespace, its
+/// snapshots and the source, without its workloads and revisions (a diff naming `WORKLOAD@N`
+/// needs [`inventory`]). The web view's snapshot diff on a namespace of thousands of workloads
+/// (docs/plugin.md "Web view").
+pub async fn source_inventory(ctx: &Ctx, id: &SourceId) -> Result<Inventory> {
+    let namespace_object = namespace_object(ctx).await?;
+    let server = server(ctx).await;
+    let kinds = kinds(ctx, &server).await;
+    let mut inv = Inventory { namespace: ctx.namespace.clone(), namespace_object, server, kinds, ..Default::default() };
+    let (snapshots, secret_snapshots) = futures::try_join!(list_snapshots(ctx, SourceKind::ConfigMap), async {
+        if id.kind == SourceKind::Secret {
+            list_snapshots(ctx, SourceKind::Secret).await
+        } else {
+            Ok(Ok(Vec::new()))
+        }
+    })?;
+    inv.snapshots = snapshots.map_err(|e| anyhow!(e))?;
+    match secret_snapshots {
+        Ok(s) => inv.snapshots.extend(s),
+        Err(why) => inv.secrets_unreadable = Some(why),
+    }
+    let mut inv = inv.sealed();
+    // A snapshot's name given for the source: its source too (as `resolve_source` reads it).
+    let mut wanted = std::collections::BTreeSet::from([id.clone()]);
+    if let Some(s) = inv.snaps().into_iter().find(|s| s.kind == id.kind && s.name == id.name) {
+        wanted.insert(build::source_id(&s.source));
+    }
+    read_sources(ctx, &mut inv, wanted).await?;
+    Ok(inv.sealed())
+}
+
 /// What the views of one workload need (its timeline, revision diffs and status): the namespace,
 /// its snapshots, the workload, its revisions (listed by the workload's selector, then kept by
 /// ownerReference as [`Inventory::workloads`] does) and the sources its templates reference.

@@ -799,7 +799,10 @@ fn timeline_undo_preview_and_revision_diff_of_three_releases() {
     println!("history deployment/app --revision 2:\n{one}");
     assert!(one.contains(&format!("app-config → {}", snaps[1])) && one.contains("keys:    log_level, rules.discount_path"), "{one}");
     assert!(one.contains("written: bob with kubectl-client-side-apply") && one.contains("(was registry.example/app:4.11)"), "{one}");
-    println!("history deployment/app --revision 2 -o json:\n{}", plugin(cluster, &["history", "deployment/app", "--revision", "2", "-n", n, "-o", "json"]).ok().stdout);
+    println!(
+        "history deployment/app --revision 2 -o json:\n{}",
+        plugin(cluster, &["history", "deployment/app", "--revision", "2", "-n", n, "-o", "json"]).ok().stdout
+    );
     let r = plugin(cluster, &["history", "deployment/app", "--revision", "1", "-n", n, "-o", "json"]).json();
     assert_eq!(
         (r["kind"].as_str(), r["revision"].as_i64(), r["workload"]["name"].as_str()),

@@ -203,6 +203,11 @@ fn browser_shows_the_worked_examples_timeline_and_diff() {
         cli(&["diff", "deployment/pricing", "--from-revision", "1", "--to-revision", "2"])
     );
     assert_eq!(ui.json(&format!("/api/namespaces/{n}/history?source=pricing-config")), cli(&["history", "pricing-config"]));
+    assert_eq!(ui.json(&format!("/api/namespaces/{n}/diff?source=pricing-config&a=1&b=3")), cli(&["diff", "pricing-config", "1", "3"]));
+    assert_eq!(
+        ui.json(&format!("/api/namespaces/{n}/diff?source=pricing-config&a=deployment%2Fpricing%401")),
+        cli(&["diff", "pricing-config", "deployment/pricing@1"])
+    );
     let card = |r: u32, part: &str| browser.text(&browser.find(&format!(".revision[data-revision=\"{r}\"] {part}")));
     for (r, image) in [(1, "pricing:4.11"), (2, "pricing:4.12"), (3, "pricing:4.13")] {
         assert_eq!(card(r, ".images"), image, "revision {r}");

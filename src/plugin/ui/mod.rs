@@ -315,24 +315,34 @@ async fn sources(State(ui): State<Arc<Ui>>, Path(ns): Path<String>) -> ApiResult
     gather::sources(&ctx, false).await.map(Json).map_err(ApiError::cluster)
 }
 
-/// The source named by `?source=` (as `history` takes it), read with the namespace.
-async fn source_inventory(ui: &Ui, ns: &str, uri: &axum::http::Uri) -> std::result::Result<(build::Inventory, String), ApiError> {
+/// The source named by `?source=` (as `history` takes it), read with the namespace: all of it
+/// (`history` names every workload using a snapshot, a `WORKLOAD@N` side needs that workload),
+/// else only the snapshots and the source ([`gather::source_inventory`]).
+async fn source_inventory(
+    ui: &Ui,
+    ns: &str,
+    uri: &axum::http::Uri,
+    whole: bool,
+) -> std::result::Result<(build::Inventory, String), ApiError> {
     let given = required(uri, "source", "source=pricing-config")?;
     let id = build::parse_source(&given).map_err(|e| ApiError::bad(super::describe(&e)))?;
-    let inv = gather::inventory(&ui.ctx(namespace(ns)?), std::slice::from_ref(&id)).await.map_err(ApiError::cluster)?;
+    let ctx = ui.ctx(namespace(ns)?);
+    let inv = if whole { gather::inventory(&ctx, std::slice::from_ref(&id)).await } else { gather::source_inventory(&ctx, &id).await };
+    let inv = inv.map_err(ApiError::cluster)?;
     let source = super::resolve_source(&inv, &id);
     Ok((inv, source))
 }
 
 async fn history(State(ui): State<Arc<Ui>>, Path(ns): Path<String>, uri: axum::http::Uri) -> ApiResult<model::History> {
-    let (inv, source) = source_inventory(&ui, &ns, &uri).await?;
+    let (inv, source) = source_inventory(&ui, &ns, &uri, true).await?;
     build::history(&inv, &source).map(Json).map_err(ApiError::build)
 }
 
 /// `diff SOURCE A B`, never with a Secret's values (there is no way to ask for them here).
 async fn diff(State(ui): State<Arc<Ui>>, Path(ns): Path<String>, uri: axum::http::Uri) -> ApiResult<model::Diff> {
-    let (inv, source) = source_inventory(&ui, &ns, &uri).await?;
     let (a, b) = (param(&uri, "a").filter(|s| !s.is_empty()), param(&uri, "b").filter(|s| !s.is_empty()));
+    let names_revision = [&a, &b].into_iter().flatten().any(|s| s.contains('@'));
+    let (inv, source) = source_inventory(&ui, &ns, &uri, names_revision).await?;
     build::diff(&inv, &source, a.as_deref(), b.as_deref(), false).map(Json).map_err(ApiError::build)
 }
 
