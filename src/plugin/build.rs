@@ -564,7 +564,9 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
     // only where it references the source plainly (adoption records are of those).
     let live_refs: Vec<BTreeSet<SourceId>> = live.iter().map(|t| inv.refs(t)).collect();
     let revision_refs: Vec<BTreeSet<SourceId>> = revision_templates.iter().map(|t| inv.refs(t)).collect();
-    let workload_revisions: Vec<Vec<(i64, BTreeSet<SourceId>, Option<String>)>> = workloads
+    // Per workload: (revision, its template's references, its hash if it names the source).
+    type Revisions = Vec<(i64, BTreeSet<SourceId>, Option<String>)>;
+    let workload_revisions: Vec<Revisions> = workloads
         .iter()
         .map(|w| {
             w.revisions

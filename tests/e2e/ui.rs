@@ -25,7 +25,9 @@ struct Ui {
 
 impl Ui {
     fn start(cluster: &Cluster, args: &[&str]) -> Ui {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kubectl-confighistory"))
+        // `CONFIGHISTORY_UI_BIN`: another build of the plugin (the measurement's release build).
+        let bin = std::env::var_os("CONFIGHISTORY_UI_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_kubectl-confighistory").into());
+        let mut child = Command::new(bin)
             .args(["ui", "--port", "0"])
             .args(args)
             .env("KUBECONFIG", &cluster.kubeconfig)
@@ -391,7 +393,9 @@ fn browser_shows_tenant_text_as_text_and_never_a_secret_value() {
 /// The figures of docs/plugin.md "Web view": the JSON endpoints' times on a namespace with
 /// 1,000 Deployments (replicas 0, each with its ReplicaSet) and one source with 100 snapshots
 /// (100 releases of a Deployment keeping its 100 revisions). A measurement, not an assertion of
-/// speed: `cargo test --test e2e -- --ignored ui::measure --nocapture` prints the table.
+/// speed: `cargo test --test e2e -- --ignored ui::measure --nocapture` prints the table, for the
+/// debug build the tests use, or for the build `CONFIGHISTORY_UI_BIN` names (a release build:
+/// what users run).
 #[test]
 #[ignore = "a measurement (minutes): run by hand, see docs/plugin.md \"Web view\""]
 fn measure_api_times_with_a_thousand_workloads() {
