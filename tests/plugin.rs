@@ -252,7 +252,7 @@ fn timeline_golden() {
     let t = timeline::timeline(&inv, &pricing()).unwrap();
     let revs: Vec<i64> = t.revisions.iter().map(|r| r.revision).collect();
     assert_eq!(revs, [1, 2, 4], "oldest first");
-    assert_eq!(t.revisions[1].config_unchanged, true, "revision 2 pins the content revision 1 ran with (its adoption record)");
+    assert!(t.revisions[1].config_unchanged, "revision 2 pins the content revision 1 ran with (its adoption record)");
     golden("plugin-timeline.txt", &render::timeline(&t, now(), Style::PLAIN));
     golden("plugin-timeline.json", &machine("Timeline", &t, Output::Json));
     let view =

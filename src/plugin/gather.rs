@@ -337,14 +337,7 @@ async fn list_kind(ctx: &Ctx, kind: Kind, kinds: &Registry, params: &ListParams)
 
 /// The object of revision `n` of a workload (ReplicaSet or ControllerRevision).
 pub fn revision_object<'a>(inv: &'a Inventory, w: &Workload, n: i64) -> Option<&'a Value> {
-    let uid = w.object.pointer("/metadata/uid").and_then(Value::as_str)?;
-    inv.revisions.iter().find(|r| {
-        let owned = r
-            .pointer("/metadata/ownerReferences")
-            .and_then(Value::as_array)
-            .is_some_and(|refs| refs.iter().any(|x| build::is_controller_ref(x, uid)));
-        owned && build::revision_number(inv.kinds, r) == Some(n)
-    })
+    super::timeline::revision_object(inv, w, n)
 }
 
 /// Applies the rollback the way `kubectl rollout undo` does and returns the stored object.

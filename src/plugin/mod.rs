@@ -658,7 +658,30 @@ pub fn describe(e: &anyhow::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::describe;
+    use super::{check_forms, describe, names_workload, Cli};
+    use clap::Parser as _;
+
+    #[test]
+    fn type_slash_name_is_a_workload_and_a_bare_name_a_source() {
+        for w in ["deploy/pricing", "deployment/pricing", "sts/db", "rollout/x", "rollouts.argoproj.io/x", "Deployment/x"] {
+            assert!(names_workload(w), "{w}");
+        }
+        for s in ["pricing-config", "configmap/x", "cm/x", "CM/x", "secret/db", "secrets/db", "../secrets/db", "/x"] {
+            assert!(!names_workload(s), "{s}");
+        }
+        let refused = |args: &[&str]| {
+            let cli = Cli::try_parse_from([&["kubectl-confighistory"], args].concat()).unwrap();
+            check_forms(&cli.command).map_err(|e| e.to_string())
+        };
+        assert!(refused(&["history", "pricing-config", "--revision", "2"])
+            .unwrap_err()
+            .contains("--revision is for a workload's timeline"));
+        assert!(refused(&["diff", "secret/db", "--from-revision", "1"]).unwrap_err().contains("give A and B"));
+        assert!(refused(&["diff", "deploy/app", "1", "2"]).unwrap_err().contains("--from-revision A --to-revision B"));
+        assert!(refused(&["diff", "deploy/app", "--from-revision", "1"]).is_ok());
+        assert!(refused(&["history", "deploy/app", "--revision", "1"]).is_ok());
+        assert!(refused(&["diff", "cfg", "1", "2"]).is_ok());
+    }
 
     #[test]
     fn describe_skips_causes_the_message_already_quotes() {

@@ -88,6 +88,9 @@ fn author(snap: Option<&Snap>, source: &str, own_cause: Option<&str>, secrets_un
     Author { unknown: Some(why.into()), ..Default::default() }
 }
 
+/// A source as a revision uses it, with its content when known.
+type Used = (ConfigUse, Option<SourceContent>);
+
 /// `history WORKLOAD`: every rollout revision, oldest first, with its images and config against
 /// the previous revision's, who wrote that config, its change-cause, and which revision runs.
 pub fn timeline(inv: &Inventory, wanted: &WorkloadRef) -> Result<Timeline> {
@@ -98,7 +101,7 @@ pub fn timeline(inv: &Inventory, wanted: &WorkloadRef) -> Result<Timeline> {
     let unreadable = inv.secrets_unreadable.is_some();
     let mut out: Vec<TimelineRevision> = Vec::new();
     // The previous revision's images and (use, content) per source.
-    let mut prev: Option<(Vec<Image>, Vec<(ConfigUse, Option<SourceContent>)>)> = None;
+    let mut prev: Option<(Vec<Image>, Vec<Used>)> = None;
     for (n, template) in &w.revisions {
         let obj = revision_object(inv, &w, *n);
         let created = obj.and_then(|o| o.pointer("/metadata/creationTimestamp")).and_then(Value::as_str).map(String::from);
@@ -125,7 +128,7 @@ pub fn timeline(inv: &Inventory, wanted: &WorkloadRef) -> Result<Timeline> {
 
         let uses = build::config_uses(inv, w.kind, template);
         let mut config = Vec::new();
-        let mut this: Vec<(ConfigUse, Option<SourceContent>)> = Vec::new();
+        let mut this: Vec<Used> = Vec::new();
         for u in uses {
             let snap = snap_of(&snaps, &u).filter(|_| u.via != "plain");
             let content = snap.map(|s| s.content.clone());
@@ -512,7 +515,7 @@ mod tests {
         assert_eq!(r1.author_unknown.as_deref(), Some("before confighistory"));
         assert!(!r1.running && !r1.config_unchanged && r1.cause.is_none());
 
-        assert_eq!(r2.images[0].changed, true);
+        assert!(r2.images[0].changed);
         assert_eq!(r2.images[0].previous.as_deref(), Some("app:4.11"));
         let c = &r2.config[0];
         assert_eq!((c.snapshot.as_deref(), c.source.as_str(), c.source_kind.as_str()), (Some(s2.as_str()), "cfg", "ConfigMap"));

@@ -204,6 +204,21 @@ fn rollouts_an_argo_undo_restores_image_and_config_in_the_running_pod() {
     let dry = confighistory_plugin(server, &ns, &["undo", "rollouts.argoproj.io/pricing", "--dry-run=server", "-o", "json"]);
     assert_eq!(dry["after"]["images"][0]["image"], APP_A, "{dry:#}");
     assert_eq!(dry["after"]["config"][0]["reference"], json!(a[0].snapshots[SOURCE]), "the undo would run A's snapshot: {dry:#}");
+    let preview = &dry["preview"]["sources"][0]["diff"];
+    assert_eq!((&preview["added"], &preview["removed"]), (&json!([KEY_A]), &json!([KEY_B])), "the undo brings A's key back: {dry:#}");
+    // Its timeline (docs/plugin.md, "Timeline") and the difference between its revisions.
+    let t = confighistory_plugin(server, &ns, &["history", "rollout/pricing", "-o", "json"]);
+    assert_eq!(t["workload"]["kind"], "Rollout.argoproj.io", "{t:#}");
+    let revs = t["revisions"].as_array().expect("revisions");
+    let images: Vec<(&Value, &Value, &Value)> =
+        revs.iter().map(|r| (&r["images"][0]["image"], &r["images"][0]["changed"], &r["running"])).collect();
+    assert_eq!(images, [(&json!(APP_A), &json!(false), &json!(false)), (&json!(APP_B), &json!(true), &json!(true))], "{t:#}");
+    assert_eq!(revs[0]["config"][0]["snapshot"], json!(a[0].snapshots[SOURCE]), "{t:#}");
+    assert_eq!((&revs[1]["config"][0]["added"], &revs[1]["config"][0]["removed"]), (&json!([KEY_B]), &json!([KEY_A])), "{t:#}");
+    let d =
+        confighistory_plugin_exit(server, &ns, &["diff", "rollout/pricing", "--from-revision", "1", "--to-revision", "2", "-o", "json"], 1);
+    assert_eq!((&d["images"][0]["from"], &d["images"][0]["to"]), (&json!(APP_A), &json!(APP_B)), "{d:#}");
+    assert_eq!(d["sources"][0]["diff"]["added"], json!([KEY_B]), "{d:#}");
 
     let said = argo.plugin(cluster, &ns, &["undo", "pricing"]);
     healthy(&ns);
@@ -348,6 +363,11 @@ spec:
 
 /// `kubectl confighistory ARGS... -n NS --server-config=<server's>` as the admin, its JSON output.
 fn confighistory_plugin(server: &Webhook, ns: &TestNamespace, args: &[&str]) -> Value {
+    confighistory_plugin_exit(server, ns, args, 0)
+}
+
+/// [`confighistory_plugin`] exiting with `code` (`diff`: 1 for differences).
+fn confighistory_plugin_exit(server: &Webhook, ns: &TestNamespace, args: &[&str], code: i32) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_kubectl-confighistory"))
         .args(args)
         .args(["-n", &ns.name, &format!("--server-config={}", server.server_config())])
@@ -355,7 +375,7 @@ fn confighistory_plugin(server: &Webhook, ns: &TestNamespace, args: &[&str]) -> 
         .output()
         .expect("run kubectl-confighistory");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "kubectl confighistory {args:?}:\n{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(code), "kubectl confighistory {args:?}:\n{text}{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 

@@ -513,6 +513,31 @@ fn an_undo_brings_back_the_secret_content_the_old_pods_ran_with() {
     {
         plugin(g, &ns, &mut seen, args);
     }
+    // The workload's views (docs/plugin.md "Timeline", "Revision diff", "Undo preview"): the
+    // Secret's keys between its revisions, in every format, never a value.
+    let timeline: Value =
+        serde_json::from_str(&plugin(g, &ns, &mut seen, &["history", "deployment/pricing", "-o", "json"]).stdout).unwrap_or_default();
+    let used: Vec<&str> =
+        timeline["revisions"].as_array().into_iter().flatten().filter_map(|r| r["config"][0]["snapshot"].as_str()).collect();
+    assert_eq!(used, [snap_b.as_str(), snap_a.as_str()], "revisions 2 (B) and 3 (the undo, A's snapshot)");
+    let diff = plugin(g, &ns, &mut seen, &["diff", "deployment/pricing"]);
+    assert!(
+        diff.stdout.contains(&format!("{KEY_A} (added")) && diff.stdout.contains(&format!("{KEY_B} (removed")),
+        "{}",
+        g.canary.redact(&diff.stdout)
+    );
+    for args in [
+        &["history", "deployment/pricing"][..],
+        &["history", "deployment/pricing", "-o", "yaml"],
+        &["history", "deployment/pricing", "--revision", "2"],
+        &["history", "deployment/pricing", "--revision", "3", "-o", "json"],
+        &["diff", "deployment/pricing", "-o", "json"],
+        &["diff", "deployment/pricing", "--from-revision", "3", "--to-revision", "2", "-o", "yaml"],
+        &["undo", "pricing", "--dry-run", "-o", "json"],
+        &["undo", "pricing", "--dry-run", "-o", "yaml"],
+    ] {
+        plugin(g, &ns, &mut seen, args);
+    }
 
     g.canary.assert_not_shown(&g.server, &[&ns], &seen);
 }
