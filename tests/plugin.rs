@@ -596,6 +596,17 @@ fn completions_need_no_cluster() {
     assert_eq!(out, "--dry-run\n:4\n");
     let out = String::from_utf8(offline(&["__complete", "completion", "z"]).stdout).unwrap();
     assert_eq!(out, "zsh\n:4\n");
+    // Names from a cluster with no kubeconfig to find it: no candidate, no error text, exit 0.
+    for args in [&["__complete", "-n", ""][..], &["__complete", "status", ""], &["__complete", "--context", ""]] {
+        let out = offline(args);
+        assert_eq!((String::from_utf8_lossy(&out.stdout).as_ref(), out.status.code()), (":4\n", Some(0)), "{args:?}");
+        assert!(out.stderr.is_empty(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    // A half-typed or wrong line is never a clap error: cobra's answer still.
+    let out = offline(&["__complete", "--no-such-flag", "-o", "ya"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "yaml\n:4\n");
+    let out = offline(&["__complete", "--request-timeout", "x", "st"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "status\n:4\n");
     let script =
         std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/kubectl_complete-confighistory")).unwrap();
     assert!(script.contains("exec kubectl-confighistory __complete \"$@\""));

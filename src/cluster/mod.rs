@@ -164,12 +164,40 @@ pub trait Cluster: Send + Sync + 'static {
         let _ = kind;
         unsupported("list namespaces")
     }
+    /// One page of the objects of source kind `kind` in the whole cluster that are not snapshots
+    /// (label selector `!confighistory.io/hash`), whole: what the re-hash of a first pass reads
+    /// instead of one GET per source (docs/behaviour.md §7.8). At most `limit` objects, from
+    /// `token` (the previous page's [`SourcePage::next`]). A page whose body is over `max_bytes`
+    /// is neither kept nor parsed: `Err` with reason [`TOO_LARGE`], to ask again with a smaller
+    /// limit, so a page of large ConfigMaps costs at most `max_bytes` and its parse.
+    fn list_sources_page<'a>(
+        &'a self,
+        kind: SourceKind,
+        token: Option<&'a str>,
+        limit: u32,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, Result<SourcePage>> {
+        let _ = (kind, token, limit, max_bytes);
+        unsupported("list sources")
+    }
     /// Records an Event.
     fn publish<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<()>> {
         let _ = event;
         unsupported("publish event")
     }
 }
+
+/// A page of [`Cluster::list_sources_page`].
+#[derive(Default)]
+pub struct SourcePage {
+    /// The objects, each with its `kind` and `apiVersion` as a GET returns them.
+    pub items: Vec<Value>,
+    /// The continue token of the next page; `None` on the last.
+    pub next: Option<String>,
+}
+
+/// The reason of [`Cluster::list_sources_page`]'s error for a page over its byte bound.
+pub const TOO_LARGE: &str = "PageTooLarge";
 
 fn unsupported<'a, T: Send + 'a>(what: &str) -> BoxFuture<'a, Result<T>> {
     let e = ApiError { code: None, reason: "NotImplemented".into(), message: format!("this cluster does not {what}") };
@@ -368,6 +396,76 @@ impl Cluster for KubeCluster {
             v.sort();
             v.dedup();
             Ok(v)
+        })
+    }
+
+    fn list_sources_page<'a>(
+        &'a self,
+        kind: SourceKind,
+        token: Option<&'a str>,
+        limit: u32,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, Result<SourcePage>> {
+        Box::pin(async move {
+            use futures::AsyncReadExt as _;
+            crate::metrics::METRICS.api_call("list");
+            let (path, api_version, kind_name) = match kind {
+                SourceKind::ConfigMap => ("/api/v1/configmaps", "v1", "ConfigMap"),
+                SourceKind::Secret => ("/api/v1/secrets", "v1", "Secret"),
+            };
+            let mut lp = ListParams::default().labels(&format!("!{}", names::HASH_LABEL)).limit(limit);
+            if let Some(t) = token {
+                lp = lp.continue_token(t);
+            }
+            let request = kube::core::Request::new(path).list(&lp).map_err(|e| ApiError {
+                code: None,
+                reason: "BadRequest".into(),
+                message: format!("build the list request: {e}"),
+            })?;
+            let body = self.client.request_stream(request).await.map_err(|e| ApiError::from_source(kind, e))?;
+            // Read one byte past the bound: a longer body is cut there and never parsed.
+            let mut bytes = Vec::new();
+            body.take(max_bytes as u64 + 1).read_to_end(&mut bytes).await.map_err(|e| ApiError {
+                code: None,
+                reason: "ServiceUnavailable".into(),
+                message: format!("read the list of {kind_name}s: {e}"),
+            })?;
+            if bytes.len() > max_bytes {
+                return Err(ApiError {
+                    code: None,
+                    reason: TOO_LARGE.into(),
+                    message: format!("a page of {limit} {kind_name}s is over {max_bytes} bytes"),
+                });
+            }
+            #[derive(serde::Deserialize)]
+            struct Meta {
+                #[serde(rename = "continue", default)]
+                next: Option<String>,
+            }
+            #[derive(serde::Deserialize)]
+            struct Page {
+                #[serde(default)]
+                metadata: Option<Meta>,
+                #[serde(default)]
+                items: Vec<raw::RawObject>,
+            }
+            let page: Page = serde_json::from_slice(&bytes).map_err(|e| ApiError {
+                code: None,
+                reason: "Invalid".into(),
+                message: format!("the list of {kind_name}s does not parse ({})", serde_category(&e)),
+            })?;
+            drop(bytes);
+            let items = page
+                .items
+                .into_iter()
+                .map(|o| {
+                    let mut v = o.into_value();
+                    v["kind"] = kind_name.into();
+                    v["apiVersion"] = api_version.into();
+                    v
+                })
+                .collect();
+            Ok(SourcePage { items, next: page.metadata.and_then(|m| m.next).filter(|c| !c.is_empty()) })
         })
     }
 
@@ -653,6 +751,44 @@ impl Cluster for MemoryCluster {
             out.sort_by(|a, b| a["metadata"]["name"].as_str().cmp(&b["metadata"]["name"].as_str()));
             out.iter().for_each(each);
             Ok(())
+        })
+    }
+    fn list_sources_page<'a>(
+        &'a self,
+        kind: SourceKind,
+        token: Option<&'a str>,
+        limit: u32,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, Result<SourcePage>> {
+        Box::pin(async move {
+            self.check(format!("list {} page", kind.as_str())).await?;
+            let mut all: Vec<((String, String), Value)> = {
+                let objects = self.store(kind).lock().expect("lock");
+                objects
+                    .iter()
+                    .filter(|(_, o)| o["metadata"]["labels"].get(names::HASH_LABEL).is_none())
+                    .map(|(k, o)| (k.clone(), o.clone()))
+                    .collect()
+            };
+            all.sort_by(|a, b| a.0.cmp(&b.0));
+            // The token is the index of the page's first object, as opaque to callers as the API
+            // server's.
+            let from: usize = token.map_or(Ok(0), str::parse).map_err(|_| ApiError {
+                code: Some(400),
+                reason: "BadRequest".into(),
+                message: "a continue token this cluster never gave".into(),
+            })?;
+            let to = (from + limit.max(1) as usize).min(all.len());
+            let items: Vec<Value> = all[from.min(to)..to].iter().map(|(_, o)| o.clone()).collect();
+            let bytes = serde_json::to_vec(&items).map(|b| b.len()).unwrap_or(usize::MAX);
+            if bytes > max_bytes {
+                return Err(ApiError {
+                    code: None,
+                    reason: TOO_LARGE.into(),
+                    message: format!("a page of {limit} is over {max_bytes} bytes"),
+                });
+            }
+            Ok(SourcePage { items, next: (to < all.len()).then(|| to.to_string()) })
         })
     }
     fn namespaces_with_snapshots(&self, kind: SourceKind) -> BoxFuture<'_, Result<Vec<String>>> {

@@ -672,7 +672,22 @@ async fn rehash(ctx: &Ctx, st: &mut ResyncState) {
     // Used once: later passes know from the watch what changed.
     st.checkpoint = Some(Default::default());
     let mut saved_at = Instant::now();
-    for ((ns, name), pins) in sources {
+    // Many ConfigMaps to read (a first pass, or a lost checkpoint): pages of a cluster-wide list
+    // instead of one GET each (docs/behaviour.md §7.8). What the list does not deliver as the cache
+    // knows it, and Secrets, are read one by one as before.
+    let (listable, mut one_by_one): (Vec<_>, Vec<_>) = sources.into_iter().partition(|((_, id), _)| id.kind == SourceKind::ConfigMap);
+    if listable.len() >= LIST_AT_LEAST {
+        let mut pending: HashMap<SourceKey, Vec<propagate::PinnedTo>> = listable.into_iter().collect();
+        if !rehash_listed(ctx, st, &mut pending, &mut saved_at).await {
+            return;
+        }
+        let mut rest: Vec<_> = pending.into_iter().collect();
+        rest.sort_by(|a, b| a.0.cmp(&b.0));
+        one_by_one.extend(rest);
+    } else {
+        one_by_one.extend(listable);
+    }
+    for ((ns, name), pins) in one_by_one {
         if !ctx.leadership.is_leader() {
             return;
         }
@@ -680,7 +695,6 @@ async fn rehash(ctx: &Ctx, st: &mut ResyncState) {
             save_checkpoint(ctx, st).await;
             saved_at = Instant::now();
         }
-        let verified = &mut st.verified;
         Limiter::acquire(&ctx.reads, &ns).await;
         let obj = match ctx.shared.cluster.get_source(&ns, &name).await {
             Ok(Some(o)) => o,
@@ -690,43 +704,132 @@ async fn rehash(ctx: &Ctx, st: &mut ResyncState) {
                 continue;
             }
         };
-        cache::write(&ctx.shared.state).learn_source(&ns, &name, &obj);
-        if obj.immutable() {
-            continue; // made immutable after it was a source: never touched (docs/behaviour.md §3)
-        }
-        let keys = ctx.shared.policy.secrets.keys.get();
-        let keys = keys.as_deref();
-        let content = match SourceContent::from_object(name.kind, &obj) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::debug!(namespace = %ns, source = %name, error = %e, "re-hash: not a source's content");
-                continue;
-            }
-        };
-        let Some(actual) = content.snap(&obj, &ns, &name.name, keys).map(|s| s.hash(&ns, &name.name)) else { continue };
-        let stored = match crate::admission::annotation(&obj, names::HEAD) {
-            Some(head) => (!content.is_named_by(&ns, &name.name, head, keys)).then(|| head.to_owned()),
-            None => propagate::missed_change(&pins, &actual).map(str::to_owned),
-        };
-        let Some(stored) = stored else {
-            // Named by its head at this resourceVersion: not read again until it changes. Only
-            // ConfigMaps with a head: whether a Secret's head names it depends on the keys kept,
-            // and a source without one is compared with pins, which change without it.
-            let rv = obj["metadata"]["resourceVersion"].as_str().unwrap_or_default();
-            if name.kind == SourceKind::ConfigMap && crate::admission::annotation(&obj, names::HEAD).is_some() && !rv.is_empty() {
-                verified.insert((ns, name), rv.to_owned());
-            }
-            continue;
-        };
-        tracing::info!(namespace = %ns, source = %name, stored = %stored, actual = %actual, "source changed while the webhook was away; recording the change now");
-        // A no-op write (or, without a head, one naming the pin): the webhook sees a stale head
-        // and records the change as first seen now.
-        let patch = json!({"metadata": {"annotations": {names::HEAD: stored}}});
-        if let Err(e) = ctx.shared.cluster.patch_source(&ns, &name, &patch).await {
-            tracing::warn!(namespace = %ns, source = %name, error = %e, "could not touch the source");
-        }
+        rehash_one(ctx, &mut st.verified, ns, name, &pins, &obj).await;
     }
     save_checkpoint(ctx, st).await;
+}
+
+/// From how many ConfigMap sources to re-hash a pass lists them instead of reading each.
+pub const LIST_AT_LEAST: usize = 64;
+/// The most objects a re-hash list page asks for.
+pub const LIST_PAGE_MAX: u32 = 500;
+/// The most bytes of a re-hash list page's body: a longer one is asked again in pages half the
+/// size, so a page of large ConfigMaps costs at most this and its parse.
+pub const LIST_PAGE_BYTES: usize = 8 << 20;
+
+/// The list path of [`rehash`]: pages of every ConfigMap that is not a snapshot, each taking a
+/// token of the resync rate, hashed and dropped as they come. A listed object is re-hashed here
+/// when it is one of `pending` at the resourceVersion the cache knows (so a page never tells an
+/// older content than the watch has delivered) and taken out of `pending`; what stays there is
+/// read one by one after. False when this replica stopped leading.
+async fn rehash_listed(
+    ctx: &Ctx,
+    st: &mut ResyncState,
+    pending: &mut HashMap<SourceKey, Vec<propagate::PinnedTo>>,
+    saved_at: &mut Instant,
+) -> bool {
+    let mut token: Option<String> = None;
+    let mut limit = LIST_PAGE_MAX;
+    let (mut pages, mut listed) = (0usize, 0usize);
+    let started = Instant::now();
+    loop {
+        if !ctx.leadership.is_leader() {
+            return false;
+        }
+        if saved_at.elapsed() >= CHECKPOINT_EVERY {
+            save_checkpoint(ctx, st).await;
+            *saved_at = Instant::now();
+        }
+        // One token per page, from the bucket shared by every namespace.
+        Limiter::acquire(&ctx.reads, "").await;
+        let page = match ctx.shared.cluster.list_sources_page(SourceKind::ConfigMap, token.as_deref(), limit, LIST_PAGE_BYTES).await {
+            Ok(page) => page,
+            Err(e) if e.reason == crate::cluster::TOO_LARGE && limit > 1 => {
+                limit = (limit / 2).max(1);
+                continue;
+            }
+            Err(e) => {
+                // Expired continue token (410), no list permission, an outage: what is left is
+                // read one by one.
+                tracing::info!(error = %e, pages, "re-hash: listing ConfigMaps failed; reading the rest one by one");
+                return true;
+            }
+        };
+        pages += 1;
+        for obj in page.items {
+            let meta = &obj["metadata"];
+            let (Some(ns), Some(name)) = (meta["namespace"].as_str(), meta["name"].as_str()) else { continue };
+            let key: SourceKey = (ns.into(), SourceId::configmap(name));
+            let rv = meta["resourceVersion"].as_str().unwrap_or_default();
+            let known = cache::read(&ctx.shared.state).sources.get(&key).is_some_and(|c| c.resource_version.as_str() == rv);
+            if !known {
+                continue;
+            }
+            let Some(pins) = pending.remove(&key) else { continue };
+            listed += 1;
+            let (ns, id) = key;
+            rehash_one(ctx, &mut st.verified, ns, id, &pins, &obj).await;
+        }
+        // Pages that come back small may grow again.
+        limit = (limit * 2).min(LIST_PAGE_MAX);
+        match page.next {
+            Some(next) => token = Some(next),
+            None => break,
+        }
+    }
+    tracing::info!(pages, listed, left = pending.len(), elapsed = ?started.elapsed(), "re-hash: listed ConfigMaps");
+    true
+}
+
+/// Re-hashes one source read fresh (`obj`): confirmed by its head at its resourceVersion, or a
+/// change made while the webhook was away, recorded now with a no-op write of its head.
+async fn rehash_one(
+    ctx: &Ctx,
+    verified: &mut HashMap<SourceKey, String>,
+    ns: compact_str::CompactString,
+    name: SourceId,
+    pins: &[propagate::PinnedTo],
+    obj: &serde_json::Value,
+) {
+    cache::write(&ctx.shared.state).learn_source(&ns, &name, obj);
+    if obj.immutable() {
+        return; // made immutable after it was a source: never touched (docs/behaviour.md §3)
+    }
+    let keys = ctx.shared.policy.secrets.keys.get();
+    let keys = keys.as_deref();
+    let content = match SourceContent::from_object(name.kind, obj) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!(namespace = %ns, source = %name, error = %e, "re-hash: not a source's content");
+            return;
+        }
+    };
+    let Some(actual) = content.snap(obj, &ns, &name.name, keys).map(|s| s.hash(&ns, &name.name)) else { return };
+    let stored = match crate::admission::annotation(obj, names::HEAD) {
+        Some(head) => (!content.is_named_by(&ns, &name.name, head, keys)).then(|| head.to_owned()),
+        None => propagate::missed_change(pins, &actual).map(str::to_owned),
+    };
+    let rv = obj["metadata"]["resourceVersion"].as_str().unwrap_or_default();
+    let Some(stored) = stored else {
+        // Named by its head at this resourceVersion: not read again until it changes. Only
+        // ConfigMaps with a head: whether a Secret's head names it depends on the keys kept,
+        // and a source without one is compared with pins, which change without it.
+        if name.kind == SourceKind::ConfigMap && crate::admission::annotation(obj, names::HEAD).is_some() && !rv.is_empty() {
+            verified.insert((ns, name), rv.to_owned());
+        }
+        return;
+    };
+    tracing::info!(namespace = %ns, source = %name, stored = %stored, actual = %actual, "source changed while the webhook was away; recording the change now");
+    // A no-op write (or, without a head, one naming the pin): the webhook sees a stale head and
+    // records the change as first seen now. At the resourceVersion read: a source written since
+    // is not given a head from before that write (409, read again next pass).
+    let mut patch = json!({"metadata": {"annotations": {names::HEAD: stored}}});
+    if !rv.is_empty() {
+        patch["metadata"]["resourceVersion"] = json!(rv);
+    }
+    if let Err(e) = ctx.shared.cluster.patch_source(&ns, &name, &patch).await {
+        tracing::warn!(namespace = %ns, source = %name, error = %e, "could not touch the source");
+    }
 }
 
 /// Writes what the re-hash confirmed as the checkpoint ([`checkpoint`]), when it changed since

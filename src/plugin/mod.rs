@@ -4,9 +4,13 @@
 //! - [`gather`]: kube I/O into an [`build::Inventory`] of plain JSON objects;
 //! - [`build`]: pure construction of the [`model`] shown for each command;
 //! - [`render`]: pure human formatting; [`yaml`]: `-o yaml`; [`linediff`]: line diffs.
+//! - [`kubeconfig`]: kubectl's connection flags into a client; [`complete`]: kubectl's plugin
+//!   completion (`__complete`).
 
 pub mod build;
+pub mod complete;
 pub mod gather;
+pub mod kubeconfig;
 pub mod linediff;
 pub mod model;
 pub mod output;
@@ -21,7 +25,6 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result};
 use clap::{CommandFactory as _, Parser, Subcommand};
 use k8s_openapi::jiff::Timestamp;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde::Serialize;
 
 pub use output::Output;
@@ -66,6 +69,9 @@ pub struct Cli {
     #[arg(long, global = true, env = "CONFIGHISTORY_SERVER_CONFIG", default_value = crate::model::published::DEFAULT_LOCATION,
           value_parser = |s: &str| crate::model::published::parse_location(s).map(|_| s.to_owned()))]
     pub server_config: String,
+    /// `--as`, `--cluster`, `--server`, `--token`, `-v`, ...: kubectl's (docs/plugin.md "Connection flags").
+    #[command(flatten)]
+    pub conn: kubeconfig::KubeFlags,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -337,15 +343,8 @@ fn check_namespace(ns: &str) -> Result<()> {
 
 /// (client, namespace, API server URL).
 async fn client(cli: &Cli) -> Result<(kube::Client, String, String)> {
-    let options = KubeConfigOptions { context: cli.context.clone(), ..Default::default() };
-    let mut config = match &cli.kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path).with_context(|| format!("read kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &options).await.context("load kubeconfig")?
-        }
-        None if cli.context.is_some() => kube::Config::from_kubeconfig(&options).await.context("load kubeconfig")?,
-        None => kube::Config::infer().await.context("find a kubeconfig (set KUBECONFIG or --kubeconfig)")?,
-    };
+    let target = kubeconfig::Target { kubeconfig: cli.kubeconfig.clone(), context: cli.context.clone(), flags: cli.conn.clone() };
+    let mut config = kubeconfig::load(&target).await?;
     if let Some(t) = cli.request_timeout {
         let t = (!t.is_zero()).then_some(t);
         (config.connect_timeout, config.read_timeout, config.write_timeout) = (t, t, t);
@@ -353,7 +352,7 @@ async fn client(cli: &Cli) -> Result<(kube::Client, String, String)> {
     let namespace = cli.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
     check_namespace(&namespace).context("the kubeconfig's namespace")?;
     let url = config.cluster_url.to_string();
-    Ok((kube::Client::try_from(config).context("create a Kubernetes client")?, namespace, url))
+    Ok((kubeconfig::client(config, cli.conn.verbosity)?, namespace, url))
 }
 
 /// Runs the command and returns what to print on stdout, with the exit code.
@@ -365,7 +364,7 @@ pub async fn run(cli: Cli) -> Result<Done> {
             clap_complete::generate(*shell, &mut Cli::command(), "kubectl-confighistory", &mut out);
             return Ok(String::from_utf8_lossy(&out).into_owned().into());
         }
-        Command::Complete { args } => return Ok(complete(args).into()),
+        Command::Complete { args } => return Ok(complete::complete(args).await.into()),
         Command::Undo { dry_run: Some(d), .. } if d == "client" => anyhow::bail!(
             "--dry-run=client is not supported: what an undo restores is decided by confighistory's webhook in the API server; use --dry-run=server"
         ),
@@ -572,34 +571,6 @@ pub fn waiting_message(workload: &str, timeout: std::time::Duration, still: &[St
     out
 }
 
-/// kubectl's plugin completion protocol (cobra's `__complete`): candidates for the last word, one
-/// per line, then `:4` (no file completion).
-pub fn complete(args: &[String]) -> String {
-    let cmd = Cli::command();
-    let current = args.last().map(String::as_str).unwrap_or("");
-    let sub = args[..args.len().saturating_sub(1)].iter().find_map(|a| cmd.find_subcommand(a.as_str()));
-    let mut out: Vec<String> = Vec::new();
-    if current.starts_with('-') {
-        let args = cmd.get_arguments().chain(sub.into_iter().flat_map(|s| s.get_arguments()));
-        for a in args {
-            if let Some(l) = a.get_long() {
-                out.push(format!("--{l}"));
-            }
-            if let Some(s) = a.get_short() {
-                out.push(format!("-{s}"));
-            }
-        }
-    } else if sub.is_none() {
-        out.extend(cmd.get_subcommands().filter(|s| !s.is_hide_set()).map(|s| s.get_name().to_owned()));
-    } else if sub.is_some_and(|s| s.get_name() == "completion") {
-        out.extend(["bash", "zsh", "fish"].map(String::from));
-    }
-    out.retain(|c| c.starts_with(current));
-    out.sort();
-    out.dedup();
-    out.into_iter().map(|c| c + "\n").collect::<String>() + ":4\n"
-}
-
 /// The source's entry (`cfg`, `secret/db`); a snapshot's name given where a source is expected
 /// means its source.
 fn resolve_source(inv: &build::Inventory, given: &crate::model::source::SourceId) -> String {
@@ -615,6 +586,17 @@ fn resolve_source(inv: &build::Inventory, given: &crate::model::source::SourceId
 /// Entry point of the `kubectl-confighistory` binary: prints the result, or `error: ...` on
 /// stderr with exit code 1, like kubectl.
 pub fn main() -> std::process::ExitCode {
+    // kubectl's plugin completion: answered before clap, whose errors on a half-typed line would
+    // reach the shell as candidates (cobra's protocol, docs/plugin.md "Shell completion").
+    let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    if args.get(1).is_some_and(|a| a == "__complete") {
+        let answer = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt.block_on(complete::complete(&args[2..])),
+            Err(_) => format!("{}\n", complete::NO_FILE),
+        };
+        print!("{answer}");
+        return std::process::ExitCode::SUCCESS;
+    }
     let cli = Cli::parse();
     // kubectl diff's convention: 1 means "different", so errors of `diff` exit 2.
     // And `status --wait`'s: 1 means "still waiting at the timeout".

@@ -758,3 +758,45 @@ fn a_change_made_while_the_webhook_was_away_is_propagated_after_resync() {
     assert_eq!(history[2].config("app-config").unwrap()["mode"], "c");
     assert_eq!(history[2].image, "registry.example/app:1.0");
 }
+
+/// docs/behaviour.md §7.8 at a first pass's size: with 64 or more ConfigMaps to re-hash, the
+/// controller lists the cluster's ConfigMaps in pages instead of reading each, and a change made
+/// to one of 70 sources while the webhook could not see it is still found and propagated.
+#[test]
+fn a_change_made_while_the_webhook_was_away_among_many_sources_is_found_by_a_listed_re_hash() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::new(cluster, "ctl-listed");
+    cluster.kubectl(&["label", "namespace", &ns.name, &format!("{CONTROLLER_LABEL}={}", ns.name)]).expect_success();
+    let names: Vec<String> = (0..70).map(|i| format!("cfg-{i:02}")).collect();
+    let mut all = String::new();
+    for name in &names {
+        all.push_str(&config(name, &[("mode", "a")]));
+        all.push_str("---\n");
+    }
+    ns.accepts(&all);
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    // Pinned at admission, each source with its head.
+    // Two workloads: one request reads at most 64 sources.
+    ns.accepts(&deployment("other", "registry.example/app:1.0", &refs[..35], ""));
+    ns.accepts(&deployment("app", "registry.example/app:1.0", &refs[35..], ""));
+    history_len(&ns, "app", 1, Duration::from_secs(30));
+
+    // The webhook goes away; the edit is not seen.
+    let exclude = crate::support::EXCLUDE_LABEL;
+    cluster.kubectl(&["label", "namespace", &ns.name, &format!("{exclude}=true")]).expect_success();
+    std::thread::sleep(Duration::from_secs(2)); // the API server picks up the selector change
+    let stale = annotation(&ns, "configmap", "cfg-37", HEAD);
+    ns.accepts(&config("cfg-37", &[("mode", "b")]));
+    assert_eq!(annotation(&ns, "configmap", "cfg-37", HEAD), stale, "the webhook did not see the edit");
+    cluster.kubectl(&["label", "namespace", &ns.name, &format!("{exclude}-")]).expect_success();
+
+    let lease = format!("e2e-{}", ns.name);
+    let ctl = ControllerProcess::start(cluster, "ctl-listed", &lease, &format!("{CONTROLLER_LABEL}={}", ns.name));
+    let history = history_len(&ns, "app", 2, Duration::from_secs(90));
+    assert_eq!(history[1].config("cfg-37").unwrap()["mode"], "b");
+    assert_eq!(history[1].config("cfg-36").unwrap()["mode"], "a");
+    assert_eq!(ns.history_of("other").len(), 1, "the workload of the unchanged sources stays");
+    let log = std::fs::read_to_string(&ctl.log).unwrap_or_default();
+    assert!(log.contains("re-hash: listed ConfigMaps"), "the pass listed instead of reading each:\n{log}");
+}

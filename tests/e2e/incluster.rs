@@ -357,3 +357,98 @@ fn incluster_oversized_reviews_restart_no_replica() {
     assert_eq!(restarts(&after), before, "no confighistory replica restarted");
     assert_eq!(after.len(), pods.len(), "the same replicas serve");
 }
+
+/// `helm upgrade` with the chart's own values, as they are meant to be set
+/// (`--reset-then-reuse-values` plus `sets`), waiting for the rollout.
+fn helm_upgrade(cluster: &Cluster, sets: &[&str]) -> std::process::Output {
+    let helm = find_helm().expect("helm (tests/e2e/tools)");
+    let mut cmd = Command::new(&helm);
+    cmd.args(["upgrade", RELEASE]).arg(repo_root().join("charts/confighistory"));
+    cmd.args(["-n", NAMESPACE, "--reset-then-reuse-values", "--wait", "--timeout", "5m"]);
+    for s in sets {
+        cmd.args(["--set", s]);
+    }
+    cmd.env("KUBECONFIG", &cluster.kubeconfig).output().expect("run helm")
+}
+
+/// Turns the chart's mutual TLS off again when the test ends, passed or failed, so the other
+/// in-cluster tests find the install as `tests/e2e/cluster install` left it.
+struct ClientAuthOff(&'static Cluster);
+
+impl Drop for ClientAuthOff {
+    fn drop(&mut self) {
+        let out = helm_upgrade(self.0, &["clientAuth.enabled=false", "clientAuth.existingConfigMap="]);
+        if !out.status.success() {
+            eprintln!("helm upgrade turning clientAuth off failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+}
+
+/// Caller authentication with the values docs/install.md "Mutual TLS" gives, on this cluster's
+/// API server (`tests/e2e/cluster` has it present its kubelet client certificate to webhooks, as a
+/// kubeadm admin would set it up): `clientAuth.enabled` with the cluster CA from
+/// `kube-root-ca.crt`. Releases are still admitted and pinned through the Service, while a caller
+/// without that certificate, straight to a pod's admission port, gets no TLS session, and one
+/// with a certificate of another name is refused too (docs/reliability.md, "Residual risk by
+/// configuration").
+#[test]
+#[ignore = "needs confighistory installed in the cluster (tests/run: after `tests/e2e/cluster install`)"]
+fn incluster_mutual_tls_admits_the_api_server_and_refuses_other_callers() {
+    let cluster = installed();
+    assert!(
+        cluster.state_dir.join("pki/admission.yaml").exists(),
+        "this cluster's API server was started without the AdmissionConfiguration that presents its client certificate: restart it with tests/e2e/cluster down && up"
+    );
+    let _restore = ClientAuthOff(cluster);
+    let up = helm_upgrade(cluster, &["clientAuth.enabled=true", "clientAuth.existingConfigMap=kube-root-ca.crt"]);
+    assert!(up.status.success(), "helm upgrade turning clientAuth on failed: {}", String::from_utf8_lossy(&up.stderr));
+    wait_for("2 Ready confighistory replicas with clientAuth", Duration::from_secs(120), || {
+        let pods = server_pods(cluster);
+        pods.iter().filter(|p| ready(p)).count() == 2
+            && pods.iter().all(|p| p.to_string().contains("--client-ca") || p.to_string().contains("CONFIGHISTORY_CLIENT_CA"))
+    });
+
+    // The API server presents its certificate: a release is admitted and pinned.
+    let ns = TestNamespace::new(cluster, "incluster-mtls");
+    ns.accepts(&release(APP_A, KEY_A));
+    let pinned = mounted_configmap(&ns, "pricing");
+    assert!(pinned.starts_with(&format!("{SOURCE}-")), "admitted through mutual TLS and pinned: {pinned}");
+
+    // Anyone else, straight to each pod: no client certificate, then a certificate the cluster CA
+    // signed for another name (a user's): no session, so no review is read or answered.
+    let pki = cluster.state_dir.join("pki");
+    let review = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"forged"}}"#;
+    for pod in server_pods(cluster) {
+        let ip = pod["status"]["podIP"].as_str().expect("a pod IP");
+        let port = pod["spec"]["containers"][0]["ports"][0]["containerPort"].as_u64().expect("the admission port");
+        let url = format!("https://{ip}:{port}/mutate");
+        let curl = |extra: &[&str]| {
+            Command::new("curl")
+                .args(["-sS", "-k", "--max-time", "15", "-o", "-", "-w", "\n%{http_code}", "-H", "content-type: application/json"])
+                .args(["--data-binary", review])
+                .args(extra)
+                .arg(&url)
+                .output()
+                .expect("run curl")
+        };
+        let anonymous = curl(&[]);
+        assert!(
+            !anonymous.status.success(),
+            "a caller without a client certificate was answered by {url}: {}",
+            String::from_utf8_lossy(&anonymous.stdout)
+        );
+        let admin = [pki.join("admin.crt"), pki.join("admin.key")];
+        if admin.iter().all(|p| p.exists()) {
+            let (crt, key) = (admin[0].to_string_lossy().into_owned(), admin[1].to_string_lossy().into_owned());
+            let other = curl(&["--cert", &crt, "--key", &key]);
+            assert!(
+                !other.status.success(),
+                "a certificate of the cluster CA with another name was answered by {url}: {}",
+                String::from_utf8_lossy(&other.stdout)
+            );
+        }
+    }
+    let logs =
+        cluster.kubectl(&["logs", "-n", NAMESPACE, "-l", &format!("app.kubernetes.io/instance={RELEASE}"), "--tail", "-1", "--prefix"]);
+    assert!(logs.stdout.contains("refused a client certificate") || !pki.join("admin.crt").exists(), "{}", logs.stdout);
+}

@@ -555,6 +555,8 @@ fn secret_views_show_keys_and_sizes_never_values() {
         ("undo dry run json", &["undo", "app", "--dry-run", "-o", "json", unknown[0], unknown[1]]),
         ("undo dry run yaml", &["undo", "app", "--dry-run", "-o", "yaml", unknown[0], unknown[1]]),
         ("list", &["list"]),
+        ("history -v 6", &["history", "secret/db", "-v", "6"]),
+        ("diff -v 9", &["diff", "secret/db", "--v=9"]),
         ("timeline", &["history", "deployment/app"]),
         ("timeline json", &["history", "deployment/app", "-o", "json"]),
         ("timeline yaml", &["history", "deployment/app", "-o", "yaml"]),
@@ -572,6 +574,10 @@ fn secret_views_show_keys_and_sizes_never_values() {
     ] {
         run(what, args);
     }
+    // Completion names the Secret source, never a value.
+    let completed = plugin_with(Some(&cluster.kubeconfig), &["__complete", "-n", n, "history", ""]);
+    assert_no_canary("completion", &completed);
+    assert!(completed.stdout.lines().any(|l| l == "secret/db"), "{}", completed.stdout);
     assert_eq!(run("history name", &["history", "secret/db", "-o", "name"]), format!("secret/{snap_new}\nsecret/{snap_old}\n"));
     let d = plugin_with(Some(&cluster.kubeconfig), &["diff", "secret/db", "-n", n]);
     assert_no_canary("diff", &d);
@@ -705,6 +711,200 @@ fn authors_change_cause_and_status_wait_of_a_config_edit() {
     let settled = plugin(cluster, &["status", "app", "-n", n, "--wait", "--timeout", "60s"]);
     assert_eq!(settled.code, Some(0), "{}{}", settled.stdout, settled.stderr);
     assert_eq!(ns.annotation_of("deployment", "app", "kubernetes.io/change-cause").as_deref(), Some("release 4.12, by hand"));
+}
+
+/// A ServiceAccount of `ns` that may read its ConfigMaps and workloads (what `history` and
+/// `status` read), and a token for it (`kubectl create token`).
+fn reader_token(ns: &TestNamespace, name: &str) -> String {
+    ns.kubectl(&["create", "serviceaccount", name]).expect_success();
+    ns.kubectl(&["create", "rolebinding", name, "--role=reader", &format!("--serviceaccount={}:{name}", ns.name)]).expect_success();
+    ns.kubectl(&["create", "token", name]).expect_success().stdout.trim().to_owned()
+}
+
+/// The Role `reader` in `ns`: get and list what `history` and `status` read.
+fn reader_role(ns: &TestNamespace) {
+    ns.kubectl(&[
+        "create",
+        "role",
+        "reader",
+        "--verb=get,list",
+        "--resource=configmaps,deployments,replicasets,statefulsets,daemonsets,controllerrevisions,cronjobs,jobs",
+    ])
+    .expect_success();
+}
+
+/// The admin kubeconfig's API server URL and CA (PEM), for the flags that name them.
+fn server_and_ca(cluster: &'static Cluster, dir_name: &str) -> (String, std::path::PathBuf) {
+    use base64::Engine as _;
+    let view = |path: &str| {
+        let jsonpath = format!("jsonpath={{.clusters[0].cluster.{path}}}");
+        cluster.kubectl(&["config", "view", "--raw", "--minify", "-o", &jsonpath]).expect_success().stdout.trim().to_owned()
+    };
+    let server = view("server");
+    let ca = match view("certificate-authority-data") {
+        data if !data.is_empty() => base64::engine::general_purpose::STANDARD.decode(data).expect("base64 CA"),
+        _ => std::fs::read(view("certificate-authority")).expect("read the kubeconfig's CA file"),
+    };
+    let path = cluster.state_dir.join(format!("{dir_name}-ca.crt"));
+    std::fs::write(&path, ca).expect("write the CA");
+    (server, path)
+}
+
+/// docs/plugin.md "Connection flags": `--as` and `--as-group` impersonate as kubectl does (a user
+/// without rights gets the API server's forbidden message naming them; one granted a Role through
+/// a group reads the history); `--cluster`/`--user` from the kubeconfig.
+#[test]
+fn impersonation_flags_act_as_kubectl_s() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::new(cluster, "plugin-as");
+    let n = ns.name.as_str();
+    ns.accepts(&config("discount_rules_path"));
+    ns.accepts(&deployment("registry.example/app:4.11"));
+    reader_role(&ns);
+    let (carol, readers) = (format!("carol-{n}"), format!("readers-{n}"));
+    ns.kubectl(&["create", "rolebinding", "carol", "--role=reader", &format!("--user={carol}")]).expect_success();
+    ns.kubectl(&["create", "rolebinding", "readers", "--role=reader", &format!("--group={readers}")]).expect_success();
+    let history = |run: Run| run.json()["snapshots"].as_array().map(Vec::len);
+
+    // Nobody granted: the API server's refusal, naming the impersonated user.
+    let nobody = format!("nobody-{n}");
+    plugin(cluster, &["history", "app-config", "-n", n, "--as", &nobody]).fails_with(&format!("is forbidden: User \"{nobody}\""));
+    plugin(cluster, &["status", "app", "-n", n, &format!("--as={nobody}")]).fails_with("forbidden");
+    // Granted to the user, or to a group given with --as-group (repeatable).
+    assert_eq!(history(plugin(cluster, &["history", "app-config", "-n", n, "-o", "json", "--as", &carol])), Some(1));
+    let as_group = ["history", "app-config", "-n", n, "-o", "json", "--as", &nobody, "--as-group", "other", "--as-group", &readers];
+    assert_eq!(history(plugin(cluster, &as_group)), Some(1));
+    assert_eq!(plugin(cluster, &["status", "app", "-n", n, "-o", "json", "--as", &carol]).json()["workload"]["name"], "app");
+    // A group without a user is refused before any request, as kubectl refuses it.
+    plugin(cluster, &["history", "app-config", "-n", n, "--as-group", &readers]).fails_with("give --as USER");
+
+    // --cluster and --user choose entries of the kubeconfig over the context's.
+    let copy = cluster.state_dir.join(format!("{n}.kubeconfig"));
+    std::fs::copy(&cluster.kubeconfig, &copy).expect("copy the kubeconfig");
+    let k = copy.to_str().expect("utf-8 path");
+    let token = reader_token(&ns, "reader");
+    let real_cluster = cluster.kubectl(&["config", "view", "--minify", "-o", "jsonpath={.clusters[0].name}"]).expect_success().stdout;
+    for args in [
+        &["config", "set-cluster", "nowhere", "--server", "https://127.0.0.1:1"][..],
+        &["config", "set-credentials", "reader", "--token", &token],
+        &["config", "set-context", "nowhere", "--cluster", "nowhere", "--user", "reader"],
+        &["config", "use-context", "nowhere"],
+    ] {
+        cluster.kubectl(&[args, &["--kubeconfig", k]].concat()).expect_success();
+    }
+    assert_eq!(
+        history(plugin_with(Some(&copy), &["history", "app-config", "-n", n, "-o", "json", "--cluster", real_cluster.trim()])),
+        Some(1)
+    );
+    plugin_with(Some(&copy), &["history", "app-config", "-n", n, "--cluster", "no-such-cluster"]).fails_with("no-such-cluster");
+    std::fs::remove_file(&copy).ok();
+}
+
+/// docs/plugin.md "Connection flags": `--server` with `--token` and `--certificate-authority`
+/// (or `--insecure-skip-tls-verify`) needs no kubeconfig; without a CA the server's certificate
+/// is refused; `-v 6` logs each request (method, URL, status) on stderr and never the token.
+#[test]
+fn server_and_token_flags_need_no_kubeconfig() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::new(cluster, "plugin-server");
+    let n = ns.name.as_str();
+    ns.accepts(&config("discount_rules_path"));
+    ns.accepts(&deployment("registry.example/app:4.11"));
+    reader_role(&ns);
+    let token = reader_token(&ns, "reader");
+    let (server, ca) = server_and_ca(cluster, n);
+    let ca = ca.to_str().expect("utf-8 path");
+    let history = |run: Run| run.json()["snapshots"].as_array().map(Vec::len);
+    let base = ["history", "app-config", "-n", n, "--server", &server, "--token", &token];
+
+    let verified = plugin_with(None, &[&base[..], &["-o", "json", "--certificate-authority", ca]].concat()).ok();
+    assert!(verified.stderr.is_empty(), "nothing on stderr below -v 6: {}", verified.stderr);
+    assert_eq!(history(verified), Some(1));
+    assert_eq!(history(plugin_with(None, &[&base[..], &["-o", "json", "--insecure-skip-tls-verify"]].concat())), Some(1));
+    // No CA: the server's certificate is not trusted.
+    plugin_with(None, &[&base[..], &["-o", "json"]].concat()).fails_with("cannot reach the API server");
+    // A token the API server does not know.
+    plugin_with(None, &["history", "app-config", "-n", n, "--server", &server, "--token", "not-a-token", "--certificate-authority", ca])
+        .fails_with("Unauthorized");
+    plugin_with(None, &[&base[..], &["--certificate-authority", ca, "--insecure-skip-tls-verify"]].concat()).fails_with("not allowed");
+
+    // -v 6: each request's line, kubectl's format; the token in none of them.
+    let logged = plugin_with(None, &[&base[..], &["--certificate-authority", ca, "-v", "6"]].concat()).ok();
+    let server = server.trim_end_matches('/');
+    let wanted = format!("GET {server}/api/v1/namespaces/{n}/configmaps?");
+    let lines: Vec<&str> = logged.stderr.lines().collect();
+    assert!(lines.iter().any(|l| l.starts_with(&wanted) && l.contains(" 200 OK in ")), "{wanted} in:\n{}", logged.stderr);
+    assert!(lines.iter().all(|l| l.starts_with("GET ") && l.ends_with(" milliseconds")), "{}", logged.stderr);
+    assert!(!logged.stderr.contains(&token) && !logged.stdout.contains(&token), "the token is never printed");
+    // A refused request's status is logged too.
+    let denied = plugin_with(
+        None,
+        &["history", "app-config", "-n", "default", "--server", server, "--token", &token, "--certificate-authority", ca, "--v=6"],
+    );
+    assert!(denied.stderr.contains(" 403 Forbidden in "), "{}", denied.stderr);
+    assert!(!denied.stderr.contains(&token));
+    std::fs::remove_file(ca).ok();
+}
+
+/// docs/plugin.md "Shell completion": kubectl's own plugin completion (kubectl 1.26+) runs
+/// `kubectl_complete-confighistory` from PATH, which asks the plugin: namespaces for `-n`,
+/// workloads for `status`, sources for `history`, kubeconfig contexts for `--context`.
+#[test]
+fn kubectl_completes_the_plugin() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let version = cluster.kubectl(&["version", "--client", "-o", "json"]).expect_success().json();
+    let minor: u32 = version["clientVersion"]["minor"].as_str().and_then(|m| m.trim_end_matches('+').parse().ok()).unwrap_or(0);
+    if minor < 26 {
+        assert!(!crate::support::ci(), "kubectl 1.{minor} has no plugin completion (1.26+)");
+        eprintln!("skipping: kubectl 1.{minor} has no plugin completion (1.26+)");
+        return;
+    }
+    let ns = TestNamespace::new(cluster, "plugin-complete");
+    let n = ns.name.as_str();
+    ns.accepts(&config("discount_rules_path"));
+    ns.accepts(&deployment("registry.example/app:4.11"));
+    ns.wait_observed("deployment", "app");
+    wait_for("a snapshot", Duration::from_secs(30), || !ns.snapshots().is_empty());
+
+    // A PATH with the plugin and the completion helper as the release ships it.
+    let bin = cluster.state_dir.join(format!("{n}-bin"));
+    std::fs::create_dir_all(&bin).expect("create the PATH directory");
+    std::fs::copy(env!("CARGO_BIN_EXE_kubectl-confighistory"), bin.join("kubectl-confighistory")).expect("copy the plugin");
+    let helper = bin.join("kubectl_complete-confighistory");
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/kubectl_complete-confighistory"), &helper).expect("copy the helper");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let complete = |args: &[&str]| -> Vec<String> {
+        let out = Command::new(&cluster.kubectl)
+            .args([&["__complete", "confighistory"][..], args].concat())
+            .env("PATH", &path)
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .output()
+            .expect("run kubectl __complete");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        let lines: Vec<String> = stdout.lines().map(str::to_owned).collect();
+        assert_eq!(lines.last().map(String::as_str), Some(":4"), "{args:?}: cobra's no-file directive last:\n{stdout}");
+        lines[..lines.len() - 1].to_vec()
+    };
+    let namespaces = complete(&["-n", ""]);
+    assert!(namespaces.iter().any(|c| c == n) && namespaces.iter().any(|c| c == "default"), "{namespaces:?}");
+    assert!(complete(&["-n", "e2e-plugin-compl"]).iter().all(|c| c.starts_with("e2e-plugin-compl")));
+    assert_eq!(complete(&["-n", n, "status", ""]), ["deployment/app"]);
+    assert_eq!(complete(&["status", "--namespace", n, "deploy"]), ["deployment/app"]);
+    assert_eq!(complete(&["-n", n, "history", ""]), ["app-config", "deployment/app"]);
+    assert_eq!(complete(&["-n", n, "diff", "app"]), ["app-config"]);
+    assert_eq!(complete(&["-n", n, "li"]), ["list"]);
+    let context = cluster.kubectl(&["config", "current-context"]).expect_success().stdout.trim().to_owned();
+    assert!(complete(&["--context", ""]).contains(&context));
+    // The line's own flags choose the cluster: a kubeconfig that does not exist gives nothing.
+    assert!(complete(&["--kubeconfig", "/nonexistent/kubeconfig", "-n", ""]).is_empty());
+    assert!(complete(&["--kubeconfig", cluster.kubeconfig.to_str().unwrap(), "-n", n, "undo", ""]) == ["deployment/app"]);
+    // A user who may not list workloads gets no candidates, and no error text as one.
+    assert!(complete(&["-n", n, "--as", &format!("nobody-{n}"), "status", ""]).is_empty());
+    std::fs::remove_dir_all(&bin).ok();
 }
 
 /// `kubectl apply -f -` of `yaml` into `ns` as `user` (impersonated by the admin; the namespace's
