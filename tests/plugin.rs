@@ -591,7 +591,7 @@ fn completions_need_no_cluster() {
     }
     // kubectl's plugin completion (kubectl_complete-confighistory → __complete), cobra's format.
     let out = String::from_utf8(offline(&["__complete", ""]).stdout).unwrap();
-    assert_eq!(out, "completion\ndiff\nhistory\nlist\nstatus\nundo\n:4\n");
+    assert_eq!(out, "completion\ndiff\nhistory\nlist\nstatus\nui\nundo\n:4\n");
     let out = String::from_utf8(offline(&["__complete", "undo", "app", "--d"]).stdout).unwrap();
     assert_eq!(out, "--dry-run\n:4\n");
     let out = String::from_utf8(offline(&["__complete", "completion", "z"]).stdout).unwrap();

@@ -559,6 +559,27 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
     let revision_hashes: BTreeSet<String> =
         inv.revisions.iter().filter_map(|r| Some(inv.kinds.revision_of(inv.kinds.of(r)?, r).1)).collect();
 
+    // Each template's references read once, not once per snapshot (a source with 100 snapshots
+    // in a namespace of 1,000 workloads: docs/plugin.md "Web view"); a revision's template hash
+    // only where it references the source plainly (adoption records are of those).
+    let live_refs: Vec<BTreeSet<SourceId>> = live.iter().map(|t| inv.refs(t)).collect();
+    let revision_refs: Vec<BTreeSet<SourceId>> = revision_templates.iter().map(|t| inv.refs(t)).collect();
+    // Per workload: (revision, its template's references, its hash if it names the source).
+    type Revisions = Vec<(i64, BTreeSet<SourceId>, Option<String>)>;
+    let workload_revisions: Vec<Revisions> = workloads
+        .iter()
+        .map(|w| {
+            w.revisions
+                .iter()
+                .map(|(r, t)| {
+                    let refs = inv.refs(t);
+                    let hash = refs.contains(&id).then(|| w.kind.template_hash(t));
+                    (*r, refs, hash)
+                })
+                .collect()
+        })
+        .collect();
+
     let n = snaps.len();
     let mut entries = Vec::new();
     for (i, s) in snaps.iter().enumerate() {
@@ -569,18 +590,14 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
         let is_head = head.as_deref() == Some(s.hash.as_str());
         let snap_id = id.with_name(&s.name);
         let mut used_by = Vec::new();
-        for w in &workloads {
-            let current = inv.refs(w.template()).contains(&snap_id);
-            let pinned: Vec<i64> = w.revisions.iter().filter(|(_, t)| inv.refs(t).contains(&snap_id)).map(|(r, _)| *r).collect();
+        for ((w, live), revisions) in workloads.iter().zip(&live_refs).zip(&workload_revisions) {
+            let current = live.contains(&snap_id);
+            let pinned: Vec<i64> = revisions.iter().filter(|(_, refs, _)| refs.contains(&snap_id)).map(|(r, _, _)| *r).collect();
             if current || !pinned.is_empty() {
                 used_by.push(Usage { workload: w.reference(), current, revisions: pinned, adopted: false });
             }
-            let adopted: Vec<i64> = w
-                .revisions
-                .iter()
-                .filter(|(_, t)| inv.refs(t).contains(&id) && s.adopted.contains(&w.kind.template_hash(t)))
-                .map(|(r, _)| *r)
-                .collect();
+            let adopted: Vec<i64> =
+                revisions.iter().filter(|(_, _, hash)| hash.as_ref().is_some_and(|h| s.adopted.contains(h))).map(|(r, _, _)| *r).collect();
             if !adopted.is_empty() {
                 used_by.push(Usage { workload: w.reference(), current: false, revisions: adopted, adopted: true });
             }
@@ -589,10 +606,10 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
         if is_head && source_obj.is_some() {
             kept_by.push("head".to_owned());
         }
-        if live.iter().any(|t| inv.refs(t).contains(&snap_id)) {
+        if live_refs.iter().any(|refs| refs.contains(&snap_id)) {
             kept_by.push("workload".into());
         }
-        if revision_templates.iter().any(|t| inv.refs(t).contains(&snap_id)) {
+        if revision_refs.iter().any(|refs| refs.contains(&snap_id)) {
             kept_by.push("revision".into());
         }
         if s.adopted.iter().any(|h| revision_hashes.contains(h)) {

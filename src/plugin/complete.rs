@@ -414,7 +414,7 @@ mod tests {
             let (c, l) = offline(&line, &want);
             (answer(c, &line.current), l)
         };
-        assert_eq!(off(&[""]).0, "completion\ndiff\nhistory\nlist\nstatus\nundo\n:4\n");
+        assert_eq!(off(&[""]).0, "completion\ndiff\nhistory\nlist\nstatus\nui\nundo\n:4\n");
         assert_eq!(off(&["undo", "app", "--d"]).0, "--dry-run\n:4\n");
         assert_eq!(off(&["completion", "z"]).0, "zsh\n:4\n");
         assert_eq!(off(&["-o", ""]).0, "json\njsonpath=\nname\nyaml\n:4\n");

@@ -138,14 +138,7 @@ async fn list_snapshots(ctx: &Ctx, kind: SourceKind) -> Result<std::result::Resu
 /// where the server versions them or one is asked for; their values are sealed
 /// ([`Inventory::sealed`]) before anything else sees them.
 pub async fn inventory(ctx: &Ctx, sources: &[SourceId]) -> Result<Inventory> {
-    let ns_api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &ApiResource::erase::<Namespace>(&()));
-    let namespace_object = match ns_api.get_opt(&ctx.namespace).await {
-        Ok(Some(ns)) => serde_json::to_value(ns)?,
-        Ok(None) => bail!("namespace {:?} not found", ctx.namespace),
-        // May not read namespaces: go on with defaults.
-        Err(kube::Error::Api(s)) if s.code == 403 => json!({"metadata": {"name": ctx.namespace}}),
-        Err(e) => return Err(api_err(e, &format!("get namespace {}", ctx.namespace))),
-    };
+    let namespace_object = namespace_object(ctx).await?;
     let all = ListParams::default();
     let server = server(ctx).await;
     let kinds = kinds(ctx, &server).await;
@@ -174,14 +167,38 @@ pub async fn inventory(ctx: &Ctx, sources: &[SourceId]) -> Result<Inventory> {
     let mut inv = inv.sealed();
     // Sources: the ones asked for, those of snapshots in use, and plain references.
     let mut wanted: std::collections::BTreeSet<SourceId> = sources.iter().cloned().collect();
+    let templates: Vec<Value> = inv.workloads().iter().map(|w| w.template().clone()).collect();
+    referenced_sources(&inv, templates.iter(), &mut wanted);
+    read_sources(ctx, &mut inv, wanted).await?;
+    Ok(inv.sealed())
+}
+
+/// The Namespace object, or only its name when the user may not read it (defaults then apply).
+async fn namespace_object(ctx: &Ctx) -> Result<Value> {
+    let ns_api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &ApiResource::erase::<Namespace>(&()));
+    match ns_api.get_opt(&ctx.namespace).await {
+        Ok(Some(ns)) => Ok(serde_json::to_value(ns)?),
+        Ok(None) => bail!("namespace {:?} not found", ctx.namespace),
+        // May not read namespaces: go on with defaults.
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok(json!({"metadata": {"name": ctx.namespace}})),
+        Err(e) => Err(api_err(e, &format!("get namespace {}", ctx.namespace))),
+    }
+}
+
+/// Adds to `wanted` the sources `templates` reference (a snapshot's source for a pinned one).
+fn referenced_sources<'a>(inv: &Inventory, templates: impl Iterator<Item = &'a Value>, wanted: &mut std::collections::BTreeSet<SourceId>) {
     let snap_sources: std::collections::BTreeMap<(SourceKind, String), String> =
         inv.snaps().into_iter().map(|s| ((s.kind, s.name), s.source)).collect();
-    for w in inv.workloads() {
-        for id in inv.refs(w.template()) {
+    for template in templates {
+        for id in inv.refs(template) {
             let source = snap_sources.get(&(id.kind, id.name.clone())).map(|entry| build::source_id(entry));
             wanted.insert(source.unwrap_or(id));
         }
     }
+}
+
+/// Reads the `wanted` sources into `inv.sources` (a Secret's only where Secrets are readable).
+async fn read_sources(ctx: &Ctx, inv: &mut Inventory, wanted: std::collections::BTreeSet<SourceId>) -> Result<()> {
     // Names from templates: only Kubernetes names go into a request path (any other cannot exist).
     for id in wanted.into_iter().filter(|id| names::is_dns_subdomain(&id.name)) {
         if id.kind == SourceKind::Secret && inv.secrets_unreadable.is_some() {
@@ -201,12 +218,111 @@ pub async fn inventory(ctx: &Ctx, sources: &[SourceId]) -> Result<Inventory> {
             inv.sources.insert(id.to_string(), v);
         }
     }
+    Ok(())
+}
+
+/// What a diff of two snapshots (or a snapshot and the head) of `id` needs: the namespace, its
+/// snapshots and the source, without its workloads and revisions (a diff naming `WORKLOAD@N`
+/// needs [`inventory`]). The web view's snapshot diff on a namespace of thousands of workloads
+/// (docs/plugin.md "Web view").
+pub async fn source_inventory(ctx: &Ctx, id: &SourceId) -> Result<Inventory> {
+    let namespace_object = namespace_object(ctx).await?;
+    let server = server(ctx).await;
+    let kinds = kinds(ctx, &server).await;
+    let mut inv = Inventory { namespace: ctx.namespace.clone(), namespace_object, server, kinds, ..Default::default() };
+    let (snapshots, secret_snapshots) = futures::try_join!(list_snapshots(ctx, SourceKind::ConfigMap), async {
+        if id.kind == SourceKind::Secret {
+            list_snapshots(ctx, SourceKind::Secret).await
+        } else {
+            Ok(Ok(Vec::new()))
+        }
+    })?;
+    inv.snapshots = snapshots.map_err(|e| anyhow!(e))?;
+    match secret_snapshots {
+        Ok(s) => inv.snapshots.extend(s),
+        Err(why) => inv.secrets_unreadable = Some(why),
+    }
+    let mut inv = inv.sealed();
+    // A snapshot's name given for the source: its source too (as `resolve_source` reads it).
+    let mut wanted = std::collections::BTreeSet::from([id.clone()]);
+    if let Some(s) = inv.snaps().into_iter().find(|s| s.kind == id.kind && s.name == id.name) {
+        wanted.insert(build::source_id(&s.source));
+    }
+    read_sources(ctx, &mut inv, wanted).await?;
     Ok(inv.sealed())
+}
+
+/// What the views of one workload need (its timeline, revision diffs and status): the namespace,
+/// its snapshots, the workload, its revisions (listed by the workload's selector, then kept by
+/// ownerReference as [`Inventory::workloads`] does) and the sources its templates reference.
+/// The namespace's other workloads are not read: in the web view a click on one workload of a
+/// namespace of thousands reads that one (docs/plugin.md "Web view"). `wanted` is resolved
+/// against the kinds the server handles, as [`Inventory::resolve`] does.
+pub async fn workload_inventory(ctx: &Ctx, wanted: &super::model::WorkloadRef) -> Result<(Inventory, super::model::WorkloadRef)> {
+    let namespace_object = namespace_object(ctx).await?;
+    let server = server(ctx).await;
+    let kinds = kinds(ctx, &server).await;
+    let mut inv = Inventory { namespace: ctx.namespace.clone(), namespace_object, server, kinds, ..Default::default() };
+    let wanted = inv.resolve(wanted.clone())?;
+    let kind = kinds.workloads().find(|k| k.name() == wanted.kind).ok_or_else(|| anyhow!("unsupported workload kind {}", wanted.kind))?;
+    let ar = resource(kind, kinds);
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &ar);
+    let object = match api.get_opt(&wanted.name).await {
+        Ok(Some(o)) => {
+            let mut v = serde_json::to_value(o)?;
+            v["kind"] = json!(ar.kind);
+            v["apiVersion"] = json!(ar.api_version);
+            v
+        }
+        Ok(None) => bail!("{wanted} not found in namespace {}", ctx.namespace),
+        Err(kube::Error::Api(s)) if s.code == 404 && !kind.is_builtin() => bail!("{wanted} not found in namespace {}", ctx.namespace),
+        Err(e) => return Err(api_err(e, &format!("get {} {}", ar.plural, wanted.name))),
+    };
+    // Its revisions carry its pod template's labels, which its selector's matchLabels select
+    // (a narrower list, never a wrong one: ownership is checked after).
+    let selector: Vec<String> = object
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().filter_map(|(k, v)| Some(format!("{k}={}", v.as_str()?))).collect())
+        .unwrap_or_default();
+    let params = ListParams::default().labels(&selector.join(","));
+    let read_secrets = inv.source_kinds().contains(SourceKind::Secret);
+    let (snapshots, secret_snapshots, revisions) = futures::try_join!(
+        list_snapshots(ctx, SourceKind::ConfigMap),
+        async {
+            if read_secrets {
+                list_snapshots(ctx, SourceKind::Secret).await
+            } else {
+                Ok(Ok(Vec::new()))
+            }
+        },
+        async {
+            if kind.has_history() {
+                futures::future::try_join_all(kinds.revisions().map(|k| list_kind(ctx, k, kinds, &params))).await
+            } else {
+                Ok(Vec::new())
+            }
+        },
+    )?;
+    inv.snapshots = snapshots.map_err(|e| anyhow!(e))?;
+    match secret_snapshots {
+        Ok(s) => inv.snapshots.extend(s),
+        Err(why) => inv.secrets_unreadable = Some(why),
+    }
+    inv.workloads = vec![object];
+    inv.revisions = revisions.concat();
+    let mut inv = inv.sealed();
+    let mut sources = std::collections::BTreeSet::new();
+    // The live template's, as [`inventory`] reads them: the views show what the commands show.
+    let templates: Vec<Value> = inv.workloads().iter().map(|w| w.template().clone()).collect();
+    referenced_sources(&inv, templates.iter(), &mut sources);
+    read_sources(ctx, &mut inv, sources).await?;
+    Ok((inv.sealed(), wanted))
 }
 
 /// The kinds the server handles: the built-ins and those its published configuration registers
 /// (the built-ins alone when it is unknown), resolved against discovery. Once per process.
-async fn kinds(ctx: &Ctx, server: &build::Server) -> &'static Registry {
+pub async fn kinds(ctx: &Ctx, server: &build::Server) -> &'static Registry {
     let extra = server.config().map(|c| c.extra_workload_kinds.as_slice()).unwrap_or_default();
     // The server checked the entries before publishing them; a document it did not write falls back.
     let registry = Registry::builtin().clone().register(extra).unwrap_or_else(|_| Registry::builtin().clone());

@@ -16,6 +16,7 @@ pub mod model;
 pub mod output;
 pub mod render;
 pub mod timeline;
+pub mod ui;
 pub mod yaml;
 
 use std::io::IsTerminal as _;
@@ -154,6 +155,16 @@ pub enum Command {
         /// Print a Secret's values in what the undo brings back (read with your own credentials).
         #[arg(long)]
         show_values: bool,
+    },
+    /// A local, read-only web view (docs/plugin.md "Web view"): namespaces, workloads, their
+    /// timelines and diffs, read with your credentials. Prints its URL and serves until Ctrl-C.
+    Ui {
+        /// Loopback address to listen on (127.0.0.1 or ::1).
+        #[arg(long, default_value = "127.0.0.1")]
+        address: std::net::IpAddr,
+        /// Port to listen on (0: any free port; the URL printed says which).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
     },
     /// Shell completion script: `source <(kubectl confighistory completion bash)`.
     Completion { shell: clap_complete::Shell },
@@ -513,6 +524,11 @@ pub async fn run(cli: Cli) -> Result<Done> {
                 None => render::undo(&u, style),
             }
             .into())
+        }
+        Command::Ui { address, port } => {
+            let ui = ui::Ui { client: ctx.client, namespace: ctx.namespace, server_config: ctx.server_config };
+            ui::serve(ui, *address, *port).await?;
+            Ok(String::new().into())
         }
         Command::Completion { .. } | Command::Complete { .. } => unreachable!("answered before connecting"),
     }

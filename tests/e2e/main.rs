@@ -22,3 +22,4 @@ mod rollback;
 mod rollouts;
 mod secrets;
 mod smoke;
+mod ui;

@@ -14,6 +14,7 @@ pub mod apps;
 pub mod confighistory;
 pub mod controllers;
 pub mod test_webhook;
+pub mod webdriver;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
