@@ -145,23 +145,12 @@ pub async fn inventory(ctx: &Ctx, sources: &[SourceId]) -> Result<Inventory> {
     let mut inv = Inventory { namespace: ctx.namespace.clone(), namespace_object, server, kinds, ..Default::default() };
     // Secrets only where the server versions them, or when one is asked for.
     let read_secrets = inv.source_kinds().contains(SourceKind::Secret) || sources.iter().any(|id| id.kind == SourceKind::Secret);
-    let (snapshots, secret_snapshots, workloads, revisions) = futures::try_join!(
-        list_snapshots(ctx, SourceKind::ConfigMap),
-        async {
-            if read_secrets {
-                list_snapshots(ctx, SourceKind::Secret).await
-            } else {
-                Ok(Ok(Vec::new()))
-            }
-        },
+    let ((snapshots, unreadable), workloads, revisions) = futures::try_join!(
+        namespace_snapshots(ctx, read_secrets),
         futures::future::try_join_all(kinds.workloads().map(|k| list_kind(ctx, k, kinds, &all))),
         futures::future::try_join_all(kinds.revisions().map(|k| list_kind(ctx, k, kinds, &all))),
     )?;
-    inv.snapshots = snapshots.map_err(|e| anyhow!(e))?;
-    match secret_snapshots {
-        Ok(s) => inv.snapshots.extend(s),
-        Err(why) => inv.secrets_unreadable = Some(why),
-    }
+    (inv.snapshots, inv.secrets_unreadable) = (snapshots, unreadable);
     inv.workloads = workloads.concat();
     inv.revisions = revisions.concat();
     let mut inv = inv.sealed();
@@ -230,18 +219,8 @@ pub async fn source_inventory(ctx: &Ctx, id: &SourceId) -> Result<Inventory> {
     let server = server(ctx).await;
     let kinds = kinds(ctx, &server).await;
     let mut inv = Inventory { namespace: ctx.namespace.clone(), namespace_object, server, kinds, ..Default::default() };
-    let (snapshots, secret_snapshots) = futures::try_join!(list_snapshots(ctx, SourceKind::ConfigMap), async {
-        if id.kind == SourceKind::Secret {
-            list_snapshots(ctx, SourceKind::Secret).await
-        } else {
-            Ok(Ok(Vec::new()))
-        }
-    })?;
-    inv.snapshots = snapshots.map_err(|e| anyhow!(e))?;
-    match secret_snapshots {
-        Ok(s) => inv.snapshots.extend(s),
-        Err(why) => inv.secrets_unreadable = Some(why),
-    }
+    let (snapshots, unreadable) = namespace_snapshots(ctx, id.kind == SourceKind::Secret).await?;
+    (inv.snapshots, inv.secrets_unreadable) = (snapshots, unreadable);
     let mut inv = inv.sealed();
     // A snapshot's name given for the source: its source too (as `resolve_source` reads it).
     let mut wanted = std::collections::BTreeSet::from([id.clone()]);
@@ -287,28 +266,14 @@ pub async fn workload_inventory(ctx: &Ctx, wanted: &super::model::WorkloadRef) -
         .unwrap_or_default();
     let params = ListParams::default().labels(&selector.join(","));
     let read_secrets = inv.source_kinds().contains(SourceKind::Secret);
-    let (snapshots, secret_snapshots, revisions) = futures::try_join!(
-        list_snapshots(ctx, SourceKind::ConfigMap),
-        async {
-            if read_secrets {
-                list_snapshots(ctx, SourceKind::Secret).await
-            } else {
-                Ok(Ok(Vec::new()))
-            }
-        },
-        async {
-            if kind.has_history() {
-                futures::future::try_join_all(kinds.revisions().map(|k| list_kind(ctx, k, kinds, &params))).await
-            } else {
-                Ok(Vec::new())
-            }
-        },
-    )?;
-    inv.snapshots = snapshots.map_err(|e| anyhow!(e))?;
-    match secret_snapshots {
-        Ok(s) => inv.snapshots.extend(s),
-        Err(why) => inv.secrets_unreadable = Some(why),
-    }
+    let ((snapshots, unreadable), revisions) = futures::try_join!(namespace_snapshots(ctx, read_secrets), async {
+        if kind.has_history() {
+            futures::future::try_join_all(kinds.revisions().map(|k| list_kind(ctx, k, kinds, &params))).await
+        } else {
+            Ok(Vec::new())
+        }
+    },)?;
+    (inv.snapshots, inv.secrets_unreadable) = (snapshots, unreadable);
     inv.workloads = vec![object];
     inv.revisions = revisions.concat();
     let mut inv = inv.sealed();
@@ -318,6 +283,26 @@ pub async fn workload_inventory(ctx: &Ctx, wanted: &super::model::WorkloadRef) -
     referenced_sources(&inv, templates.iter(), &mut sources);
     read_sources(ctx, &mut inv, sources).await?;
     Ok((inv.sealed(), wanted))
+}
+
+/// The namespace's snapshots: the ConfigMaps', and the Secrets' with `read_secrets`; when the user
+/// may not list Secrets, the reason to say (second), not a failure.
+async fn namespace_snapshots(ctx: &Ctx, read_secrets: bool) -> Result<(Vec<Value>, Option<String>)> {
+    let (configmaps, secrets) = futures::try_join!(list_snapshots(ctx, SourceKind::ConfigMap), async {
+        if read_secrets {
+            list_snapshots(ctx, SourceKind::Secret).await
+        } else {
+            Ok(Ok(Vec::new()))
+        }
+    })?;
+    let mut snapshots = configmaps.map_err(|e| anyhow!(e))?;
+    match secrets {
+        Ok(s) => {
+            snapshots.extend(s);
+            Ok((snapshots, None))
+        }
+        Err(why) => Ok((snapshots, Some(why))),
+    }
 }
 
 /// The kinds the server handles: the built-ins and those its published configuration registers
