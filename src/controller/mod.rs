@@ -796,6 +796,10 @@ async fn rehash_listed(
             let meta = &obj["metadata"];
             let (Some(ns), Some(name)) = (meta["namespace"].as_str(), meta["name"].as_str()) else { continue };
             let key: SourceKey = (ns.into(), SourceId::configmap(name));
+            // Most of a page is no source to re-hash: looked up before the cache's lock is taken.
+            if !pending.contains_key(&key) {
+                continue;
+            }
             let rv = meta["resourceVersion"].as_str().unwrap_or_default();
             let known = cache::read(&ctx.shared.state).sources.get(&key).is_some_and(|c| c.resource_version.as_str() == rv);
             if !known {
