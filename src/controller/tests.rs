@@ -1476,3 +1476,25 @@ async fn the_touch_of_a_missed_change_is_conditional_on_what_was_read() {
     let stored = cluster.source("ns", &SourceId::configmap("cfg")).unwrap();
     assert_eq!(stored["metadata"]["annotations"][names::HEAD], json!(content_hash("3")), "the newer head stays");
 }
+
+/// The list path's outage: the list fails (an expired continue token's 410, a lost permission, the
+/// API server away), and the pass reads every pending source one by one instead, so a missed
+/// change is still caught (docs/behaviour.md §7.8).
+#[tokio::test]
+async fn a_first_pass_whose_list_fails_reads_each_source_instead() {
+    let names: Vec<String> = (0..70).map(|i| format!("s{i:02}")).collect();
+    let mut sources: Vec<serde_json::Value> = names.iter().map(|name| source_holding(name, "1", "1")).collect();
+    sources[13] = source_holding(&names[13], "2", "1");
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (cluster, state) = resync_world(&sources, &[("app", &refs)]);
+    *cluster.fail.lock().unwrap() =
+        Some(("list ConfigMap page", ApiError { code: Some(410), reason: "Expired".into(), message: "continue token too old".into() }));
+    let ctx = ctx(&cluster, state, args(&[]));
+    let mut st = ResyncState::default();
+    rehash(&ctx, &mut st).await;
+    let made = cluster.calls.lock().unwrap().clone();
+    assert_eq!(made.iter().filter(|c| *c == "list ConfigMap page").count(), 1, "{made:?}");
+    assert_eq!(made.iter().filter(|c| c.starts_with("get ns/")).count(), 70, "each source read on its own: {made:?}");
+    assert!(made.iter().any(|c| c == "patch ns/s13"), "the missed change is caught: {made:?}");
+    assert_eq!(st.verified.len(), 69);
+}
