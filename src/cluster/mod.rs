@@ -165,21 +165,16 @@ pub trait Cluster: Send + Sync + 'static {
         let _ = kind;
         unsupported("list namespaces")
     }
-    /// One page of the objects of source kind `kind` in the whole cluster that are not snapshots
-    /// (label selector `!confighistory.io/hash`), whole: what the re-hash of a first pass reads
-    /// instead of one GET per source (docs/behaviour.md §7.8). At most `limit` objects, from
-    /// `token` (the previous page's [`SourcePage::next`]). A page whose body is over `max_bytes`
-    /// is neither kept nor parsed: `Err` with reason [`TOO_LARGE`], to ask again with a smaller
-    /// limit, so a page of large ConfigMaps costs at most `max_bytes` and its parse.
-    fn list_sources_page<'a>(
-        &'a self,
-        kind: SourceKind,
-        token: Option<&'a str>,
-        limit: u32,
-        max_bytes: usize,
-    ) -> BoxFuture<'a, Result<SourcePage>> {
-        let _ = (kind, token, limit, max_bytes);
-        unsupported("list sources")
+    /// One page of the cluster's ConfigMaps that are not snapshots (label selector
+    /// `!confighistory.io/hash`), whole: what the re-hash of a first pass reads instead of one GET
+    /// per source (docs/behaviour.md §7.8). ConfigMaps only: Secrets are never listed whole, so no
+    /// value of a Secret that is no source is ever read. At most `limit` objects, from `token` (the
+    /// previous page's [`SourcePage::next`]). A page whose body is over `max_bytes` is neither kept
+    /// nor parsed: `Err` with reason [`TOO_LARGE`], to ask again with a smaller limit, so a page of
+    /// large ConfigMaps costs at most `max_bytes` and its parse.
+    fn list_configmaps_page<'a>(&'a self, token: Option<&'a str>, limit: u32, max_bytes: usize) -> BoxFuture<'a, Result<SourcePage>> {
+        let _ = (token, limit, max_bytes);
+        unsupported("list configmaps")
     }
     /// Records an Event.
     fn publish<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<()>> {
@@ -188,7 +183,7 @@ pub trait Cluster: Send + Sync + 'static {
     }
 }
 
-/// A page of [`Cluster::list_sources_page`].
+/// A page of [`Cluster::list_configmaps_page`].
 #[derive(Default)]
 pub struct SourcePage {
     /// The objects, each with its `kind` and `apiVersion` as a GET returns them.
@@ -197,7 +192,7 @@ pub struct SourcePage {
     pub next: Option<String>,
 }
 
-/// The reason of [`Cluster::list_sources_page`]'s error for a page over its byte bound.
+/// The reason of [`Cluster::list_configmaps_page`]'s error for a page over its byte bound.
 pub const TOO_LARGE: &str = "PageTooLarge";
 
 fn unsupported<'a, T: Send + 'a>(what: &str) -> BoxFuture<'a, Result<T>> {
@@ -421,20 +416,12 @@ impl Cluster for KubeCluster {
         })
     }
 
-    fn list_sources_page<'a>(
-        &'a self,
-        kind: SourceKind,
-        token: Option<&'a str>,
-        limit: u32,
-        max_bytes: usize,
-    ) -> BoxFuture<'a, Result<SourcePage>> {
+    fn list_configmaps_page<'a>(&'a self, token: Option<&'a str>, limit: u32, max_bytes: usize) -> BoxFuture<'a, Result<SourcePage>> {
         Box::pin(async move {
             use futures::AsyncReadExt as _;
+            let kind = SourceKind::ConfigMap;
             self.admission_call("list");
-            let (path, api_version, kind_name) = match kind {
-                SourceKind::ConfigMap => ("/api/v1/configmaps", "v1", "ConfigMap"),
-                SourceKind::Secret => ("/api/v1/secrets", "v1", "Secret"),
-            };
+            let (path, api_version, kind_name) = ("/api/v1/configmaps", "v1", "ConfigMap");
             let mut lp = ListParams::default().labels(&format!("!{}", names::HASH_LABEL)).limit(limit);
             if let Some(t) = token {
                 lp = lp.continue_token(t);
@@ -775,14 +762,9 @@ impl Cluster for MemoryCluster {
             Ok(())
         })
     }
-    fn list_sources_page<'a>(
-        &'a self,
-        kind: SourceKind,
-        token: Option<&'a str>,
-        limit: u32,
-        max_bytes: usize,
-    ) -> BoxFuture<'a, Result<SourcePage>> {
+    fn list_configmaps_page<'a>(&'a self, token: Option<&'a str>, limit: u32, max_bytes: usize) -> BoxFuture<'a, Result<SourcePage>> {
         Box::pin(async move {
+            let kind = SourceKind::ConfigMap;
             self.check(format!("list {} page", kind.as_str())).await?;
             let mut all: Vec<((String, String), Value)> = {
                 let objects = self.store(kind).lock().expect("lock");

@@ -778,7 +778,7 @@ async fn rehash_listed(
         }
         // One token per page, from the bucket shared by every namespace.
         Limiter::acquire(&ctx.reads, "").await;
-        let page = match ctx.cluster.list_sources_page(SourceKind::ConfigMap, token.as_deref(), limit, LIST_PAGE_BYTES).await {
+        let page = match ctx.cluster.list_configmaps_page(token.as_deref(), limit, LIST_PAGE_BYTES).await {
             Ok(page) => page,
             Err(e) if e.reason == crate::cluster::TOO_LARGE && limit > 1 => {
                 limit = (limit / 2).max(1);
