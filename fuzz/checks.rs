@@ -26,10 +26,10 @@ use confighistory::admission::review::{self, Request, Response, MAX_WARNING};
 use confighistory::admission::Reason;
 use confighistory::cache::{Lock, State};
 use confighistory::cluster::MemoryCluster;
+use confighistory::model::ids;
 use confighistory::model::kinds::Registry;
 use confighistory::model::policy::Policy;
 use confighistory::model::snapshot::{self, Content};
-use confighistory::model::source;
 use confighistory::model::template::{self, Kind};
 use confighistory::webhook::{admit, App, Endpoint};
 use serde_json::{json, Value};
@@ -342,7 +342,7 @@ pub fn workload_request(data: &[u8]) -> Request {
         let old_template = match c.pick(3) {
             0 => {
                 let mut t = template.clone();
-                for r in template::refs(&template, source::SourceKinds::CONFIGMAPS) {
+                for r in template::refs(&template, ids::SourceKinds::CONFIGMAPS) {
                     if c.chance(60) {
                         if let Some(slot) = t.pointer_mut(&r.pointer) {
                             *slot = json!(c.name());
@@ -357,7 +357,7 @@ pub fn workload_request(data: &[u8]) -> Request {
         // Holds as admission leaves them: on sources pinned to a snapshot that is not the head.
         let mut ann = serde_json::Map::new();
         let w = world();
-        let held: Vec<&str> = template::refs(&old_template, source::SourceKinds::CONFIGMAPS)
+        let held: Vec<&str> = template::refs(&old_template, ids::SourceKinds::CONFIGMAPS)
             .iter()
             .filter_map(|r| (r.id.name == w.names[8]).then_some("app-config").or((r.id.name == w.names[11]).then_some("pending")))
             .collect::<BTreeSet<_>>()
@@ -421,11 +421,11 @@ pub fn rewrite_bytes(data: &[u8]) {
     assert!(response.allowed, "reference rewriting never denies these requests: {:?} ({reason})", response.message);
 
     // Only reference names and annotations change.
-    let original = template::refs(req.object().pointer(tpl_ptr).expect("template"), source::SourceKinds::CONFIGMAPS);
+    let original = template::refs(req.object().pointer(tpl_ptr).expect("template"), ids::SourceKinds::CONFIGMAPS);
     let ref_pointers: BTreeSet<String> = original.iter().map(|r| format!("{tpl_ptr}{}", r.pointer)).collect();
     let mut seen_names: BTreeSet<String> = original.iter().map(|r| r.id.name.clone()).collect();
     if let Some(old) = req.old_object.as_ref().and_then(|o| o.pointer(tpl_ptr)) {
-        seen_names.extend(template::refs(old, source::SourceKinds::CONFIGMAPS).into_iter().map(|r| r.id.name));
+        seen_names.extend(template::refs(old, ids::SourceKinds::CONFIGMAPS).into_iter().map(|r| r.id.name));
     }
     for op in &response.patch {
         let path = op["path"].as_str().expect("path");
@@ -444,7 +444,7 @@ pub fn rewrite_bytes(data: &[u8]) {
     // One name per versioned, mutable, existing source, when the template was decided afresh.
     if !req.dry_run() && matches!(reason, Reason::Pinned | Reason::Propagation | Reason::Undo) {
         let mut by_source: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for r in template::refs(patched.pointer(tpl_ptr).expect("template"), source::SourceKinds::CONFIGMAPS) {
+        for r in template::refs(patched.pointer(tpl_ptr).expect("template"), ids::SourceKinds::CONFIGMAPS) {
             by_source.entry(source_of(&cluster, &r.id.name)).or_default().insert(r.id.name);
         }
         for source in ["app-config", "other", "pending"] {

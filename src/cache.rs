@@ -11,13 +11,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use compact_str::CompactString;
 use serde_json::Value;
 
+use crate::model::ids::{self, SourceId, SourceKind};
 use crate::model::json::At;
 use crate::model::kinds::Registry;
 use crate::model::meta::{self, Meta};
 use crate::model::names;
 use crate::model::policy;
 use crate::model::snapshot;
-use crate::model::source::{self, SourceId, SourceKind};
+use crate::model::source;
 use crate::model::template::{self, Kind};
 
 /// (namespace, name)
@@ -431,7 +432,7 @@ pub struct State {
     pub kinds: &'static Registry,
     /// The source kinds the admin turned on anywhere (`Policy::acted_on`): the references workload
     /// and revision records keep. ConfigMaps alone unless set at start.
-    pub source_kinds: source::SourceKinds,
+    pub source_kinds: ids::SourceKinds,
 }
 
 /// Gives a short index list back the room a push reserved beyond it (a `Vec` grows to four at
@@ -901,7 +902,7 @@ impl Watched {
 
     /// Every watch: namespaces, the source kinds acted on (`sources`: `Policy::acted_on`), the
     /// registry's workloads and revisions.
-    pub fn all(kinds: &Registry, sources: source::SourceKinds) -> Vec<Watched> {
+    pub fn all(kinds: &Registry, sources: ids::SourceKinds) -> Vec<Watched> {
         let mut v = vec![Watched::Namespaces];
         v.extend(sources.iter().map(Watched::Sources));
         v.extend(kinds.workloads().map(Watched::Workload));

@@ -470,7 +470,7 @@ mod tests {
     /// namespace or the selected ones; the published configuration says which.
     #[test]
     fn secrets_are_off_unless_the_flags_turn_them_on() {
-        use crate::model::source::{SourceKind, SourceKinds};
+        use crate::model::ids::{SourceKind, SourceKinds};
         let ns = |labels: serde_json::Value| serde_json::json!({"metadata": {"name": "shop", "labels": labels}});
         let off = policy(&[]).unwrap();
         assert!(!off.secrets.enabled && off.acted_on() == SourceKinds::CONFIGMAPS);

@@ -20,8 +20,8 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::model::ids;
 use crate::model::kinds::{Kind, Registry as Kinds};
-use crate::model::source;
 
 pub mod process;
 
@@ -167,7 +167,7 @@ pub struct Metrics {
     /// The kinds the process handles, for the `kind` label (the built-ins until set at start).
     kinds: std::sync::OnceLock<&'static Kinds>,
     /// The source kinds acted on (`Policy::acted_on`): ConfigMaps unless set at start.
-    sources: std::sync::OnceLock<source::SourceKinds>,
+    sources: std::sync::OnceLock<ids::SourceKinds>,
     per_namespace: [PerNamespace; GAUGES.len()],
 }
 
@@ -387,7 +387,7 @@ impl Metrics {
 
     /// The source kinds acted on, once at start: `Secret` is a `kind` label only where the admin
     /// turned Secrets on (docs/behaviour.md §4a).
-    pub fn set_sources(&self, sources: source::SourceKinds) {
+    pub fn set_sources(&self, sources: ids::SourceKinds) {
         let _ = self.sources.set(sources);
     }
 
@@ -499,7 +499,7 @@ impl Metrics {
     /// `other`.
     fn kind_label(&self, kind: &str) -> &'static str {
         let kinds = self.kinds.get().copied().unwrap_or_else(Kinds::builtin);
-        let sources = self.sources.get().copied().unwrap_or_default().iter().map(source::SourceKind::as_str);
+        let sources = self.sources.get().copied().unwrap_or_default().iter().map(ids::SourceKind::as_str);
         sources.chain(kinds.workloads().map(Kind::name)).find(|k| *k == kind).unwrap_or("other")
     }
 }

@@ -122,7 +122,7 @@ fn configmap_ref(namespace: &str, name: &str) -> ObjectRef {
     let name = if name.is_empty() { crate::model::names::ROOT_CA } else { name };
     ObjectRef {
         api_version: "v1".into(),
-        kind: crate::model::source::CONFIGMAP.into(),
+        kind: crate::model::ids::CONFIGMAP.into(),
         namespace: namespace.into(),
         name: name.into(),
         uid: String::new(),
@@ -432,7 +432,7 @@ fn selftest_verdict(source: &k8s_openapi::api::core::v1::ConfigMap, answer: &ser
     let hash = Content::from_object(&source).hash();
     let refs = crate::model::template::ref_sources(
         answer.pointer("/spec/template").unwrap_or(&serde_json::Value::Null),
-        crate::model::source::SourceKinds::CONFIGMAPS,
+        crate::model::ids::SourceKinds::CONFIGMAPS,
     );
     if let Some(pinned) = refs.iter().find(|r| snapshot::parse_name(&r.name).is_some_and(|(s, h, _)| s == name && h == hash)) {
         return Ok(pinned.name.clone());

@@ -8,11 +8,11 @@ use serde_json::{json, Value};
 
 use crate::cluster::{ApiError, Cluster, Created, Event, ObjectRef};
 use crate::metrics::METRICS;
+use crate::model::ids::{SourceId, SourceKind};
 use crate::model::keys::{ClusterKey, KeyId, Keyring};
 use crate::model::names;
 use crate::model::secret::{self, Frame, SecretContent};
 use crate::model::snapshot;
-use crate::model::source::{SourceId, SourceKind};
 
 /// Why no snapshot could be made sure of.
 #[derive(Clone, Debug, thiserror::Error)]

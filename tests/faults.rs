@@ -22,8 +22,8 @@ use tower::ServiceExt;
 
 use confighistory::cache::State;
 use confighistory::cluster::{self, Cluster, Created};
+use confighistory::model::ids::{SourceId, SourceKind};
 use confighistory::model::policy::Policy;
-use confighistory::model::source::{SourceId, SourceKind};
 use confighistory::webhook::{self, tls, App};
 
 fn tempdir(name: &str) -> PathBuf {

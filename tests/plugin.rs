@@ -1223,7 +1223,7 @@ fn secrets_the_user_cannot_read_are_said_so() {
 
 #[test]
 fn sources_are_named_with_their_kind() {
-    use confighistory::model::source::{SourceId, SourceKind};
+    use confighistory::model::ids::{SourceId, SourceKind};
     let secret = |n: &str| SourceId::new(SourceKind::Secret, n);
     assert_eq!(build::parse_source("db").unwrap(), SourceId::configmap("db"));
     assert_eq!(build::parse_source("configmap/db").unwrap(), SourceId::configmap("db"));

@@ -10,10 +10,10 @@ use serde_json::{json, Value};
 use confighistory::cache::Watched;
 use confighistory::cluster::{ApiError, Cluster, Created, MemoryCluster};
 use confighistory::model::digest::{digest, Sha256};
+use confighistory::model::ids::{SourceId, SourceKind};
 use confighistory::model::keys::{ClusterKey, KeyId, KeySlot, Keyring, MIN_KEY_BYTES};
 use confighistory::model::names;
 use confighistory::model::secret::{self, SecretContent};
-use confighistory::model::source::{SourceId, SourceKind};
 use confighistory::model::trim::LAST_APPLIED;
 use confighistory::webhook::keys::{self, Error, Target};
 

@@ -5,11 +5,12 @@ use serde_json::Value;
 
 use super::review::{Operation, Request};
 use super::{annotation, annotation_ops, Decision, Effect, Outcome, Reason, View};
+use crate::model::ids::SourceId;
 use crate::model::json::At;
 use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::snapshot::{self, Content, ContentRef};
-use crate::model::source::{self, SourceId};
+use crate::model::source;
 
 /// What a source ConfigMap's request says about its content, from the request alone: the hash
 /// of its content, whether that differs from `oldObject`'s, and the warnings naming the change.

@@ -8,13 +8,13 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::{json, Value};
 
 use crate::cache::{NamespaceInfo, State};
+use crate::model::ids::{SourceId, SourceKind, SourceKinds};
 use crate::model::json::At;
 use crate::model::keys::KeyId;
 use crate::model::meta::Meta;
 use crate::model::policy::{Mode, Policy};
 use crate::model::secret::{self as secret_model, SecretContent};
 use crate::model::snapshot::{self, Content, Origin};
-use crate::model::source::{SourceId, SourceKind, SourceKinds};
 
 pub mod configmap;
 pub mod protect;

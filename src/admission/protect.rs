@@ -5,11 +5,12 @@ use serde_json::Value;
 
 use super::review::{Operation, Request};
 use super::{annotation, Decision, Reason, View};
+use crate::model::ids::{SourceId, SourceKind};
 use crate::model::json::At;
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::snapshot;
-use crate::model::source::{self, SourceId, SourceKind};
+use crate::model::source;
 
 pub fn decide(req: &Request, view: &View) -> Decision {
     let Some(kind) = view.policy.acted_on().of(&req.kind.group, &req.kind.kind) else { return Decision::allow(Reason::UnhandledKind) };

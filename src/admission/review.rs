@@ -8,8 +8,8 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+use crate::model::ids;
 use crate::model::snapshot::RawContent;
-use crate::model::source;
 use crate::model::trim::{scalars_as_values, Annotations, Key, Leave, Trim};
 
 #[derive(Debug, thiserror::Error)]
@@ -305,13 +305,13 @@ impl<'de> Visitor<'de> for RequestVisitor {
                 "operation" => once(&mut operation, "operation", map.next_value::<Operation>()?)?,
                 "userInfo" => once(&mut user_info, "userInfo", map.next_value::<UserInfo>()?)?,
                 // A ConfigMap's old content is kept as JSON text (OldObject).
-                "oldObject" if kind.as_ref().is_some_and(|k: &GroupVersionKind| k.group.is_empty() && k.kind == source::CONFIGMAP) => {
+                "oldObject" if kind.as_ref().is_some_and(|k: &GroupVersionKind| k.group.is_empty() && k.kind == ids::CONFIGMAP) => {
                     let value = map.next_value_seed(OrNull(OldObject(&mut old_content)))?;
                     once(&mut old_object, "oldObject", value)?
                 }
                 "object" | "oldObject" => {
                     // Only sources' other annotations are read (snapshot protection compares them).
-                    let workload = kind.as_ref().is_some_and(|k: &GroupVersionKind| source::SourceKind::known(&k.group, &k.kind).is_none());
+                    let workload = kind.as_ref().is_some_and(|k: &GroupVersionKind| ids::SourceKind::known(&k.group, &k.kind).is_none());
                     let value = map.next_value_seed(OrNull(Trim::object(leave(workload))))?;
                     if key == "object" {
                         once(&mut object, "object", value)?

@@ -15,13 +15,14 @@ use serde_json::Value;
 
 use super::review::{Operation, Request};
 use super::{annotation, annotation_ops, Decision, Effect, Outcome, Reason, View};
+use crate::model::ids::{SourceId, SourceKind};
 use crate::model::json::At;
 use crate::model::keys::Keyring;
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::secret::{self, SecretContent};
-use crate::model::source::{self as source_model, SourceId, SourceKind};
+use crate::model::source as source_model;
 
 pub fn decide(req: &Request, view: &View) -> Outcome {
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {

@@ -12,10 +12,11 @@ use serde_json::Value;
 use super::review::Request;
 use super::workload::{admissible, is_undo, made_by_cronjob, SourcedRef};
 use super::{Decision, Failure, Outcome, Reason, View};
+use crate::model::ids::SourceId;
 use crate::model::json::At;
 use crate::model::meta::Meta;
 use crate::model::policy::Mode;
-use crate::model::source::{self, SourceId};
+use crate::model::source;
 
 /// The rule of docs/behaviour.md §6.3 that decides a changed template once its sources are read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::review::{Operation, Request};
 use super::{annotation, annotation_ops, Decision, Effect, Outcome, Reason, Rewrite, Target, View};
+use crate::model::ids::{SourceId, SourceKind};
 use crate::model::json::At;
 use crate::model::keys::KeyId;
 use crate::model::kinds;
@@ -16,7 +17,7 @@ use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::secret::{self, SecretContent};
 use crate::model::snapshot::{self, Content, Origin};
-use crate::model::source::{self, hold_stands, Holds, SourceId, SourceKind};
+use crate::model::source::{self, hold_stands, Holds};
 use crate::model::template::{self, Kind, Ref};
 
 /// A reference with the source it belongs to.

@@ -10,9 +10,9 @@ use kube::runtime::events::{self as kube_events, Recorder, Reporter};
 use serde_json::Value;
 
 use crate::cache::Watched;
+use crate::model::ids::{SourceId, SourceKind};
 use crate::model::kinds::Registry;
 use crate::model::names;
-use crate::model::source::{SourceId, SourceKind};
 use crate::model::template::Kind;
 
 pub mod calls;
@@ -590,7 +590,7 @@ impl MemoryCluster {
     pub fn insert(&self, obj: Value) {
         let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default().to_owned();
         let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        let kind = if obj["kind"] == crate::model::source::SECRET { SourceKind::Secret } else { SourceKind::ConfigMap };
+        let kind = if obj["kind"] == crate::model::ids::SECRET { SourceKind::Secret } else { SourceKind::ConfigMap };
         self.store(kind).lock().expect("lock").insert((ns, name), obj);
     }
     /// A ConfigMap.

@@ -16,8 +16,8 @@ use serde_json::Value;
 use crate::cache::{self, Key, Lock, Watched};
 use crate::cluster::raw::{RawMetadata, RawObject};
 use crate::cluster::{Cluster, ObjectRef};
+use crate::model::ids::SourceKind;
 use crate::model::kinds::{Kind, Registry};
-use crate::model::source::SourceKind;
 
 pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource {

@@ -28,10 +28,11 @@ use compact_str::CompactString;
 
 use super::propagate::{self, Plan};
 use crate::cache::{SourceKey, State};
+use crate::model::ids::{SourceId, SourceKind};
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::{self, Policy, Selector};
-use crate::model::source::{self, SourceId, SourceKind};
+use crate::model::source;
 
 /// Record `templates` in the adoption record of the snapshot of `source`'s current content.
 #[derive(Clone, Debug, PartialEq, Eq)]

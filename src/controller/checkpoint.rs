@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use crate::cache::SourceKey;
 use crate::cluster::Created;
 use crate::model::digest::{Digest as _, Sha256};
-use crate::model::source::{SourceId, SourceKind};
+use crate::model::ids::{SourceId, SourceKind};
 
 use super::Ctx;
 

@@ -28,12 +28,12 @@ use crate::cache::Watched;
 use crate::cluster::clock::Clock;
 use crate::cluster::{ApiError, Cluster};
 use crate::metrics::METRICS;
+use crate::model::ids::{self, SourceId, SourceKind};
 use crate::model::keys::Keyring;
 use crate::model::kinds::{History, Registry};
 use crate::model::names;
 use crate::model::secret::{self, SecretContent};
 use crate::model::snapshot;
-use crate::model::source::{self, SourceId, SourceKind};
 use crate::model::template::{self, Kind};
 
 /// A snapshot as the sweep sees it.
@@ -106,7 +106,7 @@ pub struct References {
 impl References {
     /// The references of `obj`, of `kind`, to sources of `sources`; a revision's template hash as
     /// its owner's kind computes it (`kinds`: a ReplicaSet's hash label is its owner's).
-    pub fn add(&mut self, kinds: &Registry, kind: Kind, obj: &Value, sources: source::SourceKinds) {
+    pub fn add(&mut self, kinds: &Registry, kind: Kind, obj: &Value, sources: ids::SourceKinds) {
         let Some(tpl) = obj.pointer(kind.template_pointer()) else { return };
         let who = format!("{}/{}", kind.as_str(), obj["metadata"]["name"].as_str().unwrap_or_default());
         for id in template::ref_sources(tpl, sources) {
@@ -293,7 +293,7 @@ pub async fn sweep_namespace_at(
     secrets: Option<&Keyring>,
     now: i64,
 ) -> Result<Report, ApiError> {
-    let source_kinds = source::SourceKinds::new(secrets.is_some());
+    let source_kinds = ids::SourceKinds::new(secrets.is_some());
     let start = Instant::now();
     // Sources as metadata (their head and keep annotations), snapshots whole (validity is
     // checked from content), each reduced to its record as its page arrives: a namespace's other
@@ -493,19 +493,19 @@ mod tests {
             Registry::builtin(),
             Kind::Job,
             &json!({"metadata": {"name": "j"}, "spec": {"template": tpl}}),
-            source::SourceKinds::CONFIGMAPS,
+            ids::SourceKinds::CONFIGMAPS,
         );
         refs.add(
             Registry::builtin(),
             Kind::CronJob,
             &json!({"metadata": {"name": "c"}, "spec": {"jobTemplate": {"spec": {"template": tpl}}}}),
-            source::SourceKinds::CONFIGMAPS,
+            ids::SourceKinds::CONFIGMAPS,
         );
         refs.add(
             Registry::builtin(),
             Kind::ControllerRevision,
             &json!({"metadata": {"name": "r"}, "data": {"spec": {"template": tpl}}}),
-            source::SourceKinds::CONFIGMAPS,
+            ids::SourceKinds::CONFIGMAPS,
         );
         assert_eq!(refs.by_name[&SourceId::configmap("cfg-aaaaaaaaaaaa")], ["Job/j", "CronJob/c", "ControllerRevision/r"]);
         assert!(refs.live_templates.contains(&template::template_hash(&tpl)));
@@ -539,8 +539,8 @@ mod tests {
         let mut verdicts_by_kind = Vec::new();
         for (kind, workload, rs) in cases {
             let mut refs = References::default();
-            refs.add(kinds, kind, &workload, source::SourceKinds::CONFIGMAPS);
-            refs.add(kinds, Kind::ReplicaSet, &rs, source::SourceKinds::CONFIGMAPS);
+            refs.add(kinds, kind, &workload, ids::SourceKinds::CONFIGMAPS);
+            refs.add(kinds, Kind::ReplicaSet, &rs, ids::SourceKinds::CONFIGMAPS);
             assert_eq!(refs.by_name[&SourceId::configmap("s-1")], [format!("{}/app", kind.as_str()), "ReplicaSet/app-5d8f".to_owned()]);
             let mut adopted = snap("s-2", "s", "h2", 2, Some(100));
             adopted.adopted = vec![kind.template_hash(&tpl)];

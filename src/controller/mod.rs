@@ -25,11 +25,11 @@ use crate::cluster::watch::api_resource;
 use crate::cluster::{ApiError, Cluster, Event, ObjectRef};
 use crate::context::Context;
 use crate::metrics::METRICS;
+use crate::model::ids::{SourceId, SourceKind};
 use crate::model::kinds::Registry;
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Selector;
-use crate::model::source::{SourceId, SourceKind};
 use crate::store::SourceContent;
 
 pub mod adopt;

@@ -8,10 +8,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::cache::{ConfigMapInfo, SourceKey, State};
+use crate::model::ids::{self, SourceId};
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::{self, Mode, Policy};
-use crate::model::source::{self, hold_stands, SourceId};
+use crate::model::source::{self, hold_stands};
 use crate::model::template::Kind;
 
 /// (kind, namespace, name) of a workload.
@@ -186,9 +187,9 @@ pub fn is_stale(pins: &BTreeSet<Option<String>>, change: &Change, held: bool) ->
 /// namespace: ConfigMaps, and Secrets where the admin turned them on for it (docs/behaviour.md
 /// §4a) and the cluster keys their snapshots are named under are loaded (without them a Secret's
 /// content cannot be told from its snapshots' names, and nothing is done about it).
-pub fn kinds_in(state: &State, policy: &Policy, ns: &str) -> source::SourceKinds {
+pub fn kinds_in(state: &State, policy: &Policy, ns: &str) -> ids::SourceKinds {
     if !policy.secrets.keys.is_loaded() {
-        return source::SourceKinds::CONFIGMAPS;
+        return ids::SourceKinds::CONFIGMAPS;
     }
     policy.source_kinds(state.namespace(ns))
 }
@@ -346,7 +347,7 @@ pub fn versioning_touches(state: &State, policy: &Policy, selector: &policy::Sel
     for ((ns, id), cm) in &state.sources {
         // ConfigMaps only: the admin's selector makes a Secret a never-source, left as it is
         // (docs/behaviour.md §4a); a Secret's own opt-out is recorded by its admission.
-        if id.kind != source::SourceKind::ConfigMap
+        if id.kind != ids::SourceKind::ConfigMap
             || !source::is_tracked(&id.name, cm)
             || !state.is_referenced_source(ns, id)
             || !namespace_active(state, policy, selector, ns)
@@ -666,13 +667,13 @@ pub(crate) mod tests {
     /// A cache with a Secret source `db` (changed to `b`, workloads on `a`) beside the ConfigMap
     /// `cfg` of [`setup`], and a Deployment using both.
     fn with_secret() -> State {
-        let mut s = State { source_kinds: source::SourceKinds::WITH_SECRETS, ..setup() };
+        let mut s = State { source_kinds: ids::SourceKinds::WITH_SECRETS, ..setup() };
         let secret = |mut o: Value| {
             o["kind"] = json!("Secret");
             o
         };
-        s.apply_source(source::SourceKind::Secret, &secret(source("ns", "db", &h('b'), &[(names::CHANGED_AT, T0)])));
-        s.apply_source(source::SourceKind::Secret, &secret(snap("ns", "db", &h('a'))));
+        s.apply_source(ids::SourceKind::Secret, &secret(source("ns", "db", &h('b'), &[(names::CHANGED_AT, T0)])));
+        s.apply_source(ids::SourceKind::Secret, &secret(snap("ns", "db", &h('a'))));
         let old = snapshot::name("cfg", &h('a'), 0);
         let mut w = workload("ns", "app", &[&old], &[]);
         w["spec"]["template"]["spec"]["volumes"]
@@ -700,7 +701,7 @@ pub(crate) mod tests {
         assert_eq!(sources_of(&s, &policy, "ns", refs).len(), 2);
         // A Secret leaving versioning is left as it is: no versioning touch.
         let (touches, unknown) = versioning_touches(&s, &policy, &selector);
-        assert!(touches.iter().chain(&unknown).all(|(_, id)| id.kind == source::SourceKind::ConfigMap));
+        assert!(touches.iter().chain(&unknown).all(|(_, id)| id.kind == ids::SourceKind::ConfigMap));
     }
 
     /// Without Secrets on for the namespace (off, keys not loaded, or a namespace the admin's
@@ -716,10 +717,10 @@ pub(crate) mod tests {
             let due = due_propagations(&s, &policy, &selector, ms(T0) + 10_000, true);
             assert_eq!(due.plans.len(), 1, "{what}");
             assert_eq!(due.plans[0].trigger_value(), format!("cfg={}", h('b')), "{what}: the ConfigMap's change only");
-            assert!(due.done.iter().all(|(_, id, _)| id.kind == source::SourceKind::ConfigMap), "{what}");
-            assert!(rehash_sources(&s, &policy, &selector).iter().all(|((_, id), _)| id.kind == source::SourceKind::ConfigMap), "{what}");
+            assert!(due.done.iter().all(|(_, id, _)| id.kind == ids::SourceKind::ConfigMap), "{what}");
+            assert!(rehash_sources(&s, &policy, &selector).iter().all(|((_, id), _)| id.kind == ids::SourceKind::ConfigMap), "{what}");
             let refs = &s.workloads.values().next().unwrap().refs;
-            assert!(sources_of(&s, &policy, "ns", refs).keys().all(|id| id.kind == source::SourceKind::ConfigMap), "{what}");
+            assert!(sources_of(&s, &policy, "ns", refs).keys().all(|id| id.kind == ids::SourceKind::ConfigMap), "{what}");
         }
     }
 
@@ -739,7 +740,7 @@ pub(crate) mod tests {
         assert_eq!(plans(&s), [("app".to_owned(), format!("cfg={},secret/db={}", h('b'), h('b')))], "versioned: the hold stands");
         let mut out = source("ns", "db", &h('b'), &[(names::CHANGED_AT, T0), (names::VERSIONED, "false")]);
         out["kind"] = json!("Secret");
-        s.apply_source(source::SourceKind::Secret, &out);
+        s.apply_source(ids::SourceKind::Secret, &out);
         let moved = plans(&s);
         assert!(moved.contains(&("held".to_owned(), format!("secret/db={}", h('b')))), "opted out: held pins move too: {moved:?}");
     }
@@ -751,7 +752,7 @@ pub(crate) mod tests {
         let mut s = with_secret();
         let mut cert = source("ns", "db", &h('b'), &[(names::CHANGED_AT, T0), (names::CERTIFICATE_NAME, "db")]);
         cert["kind"] = json!("Secret");
-        s.apply_source(source::SourceKind::Secret, &cert);
+        s.apply_source(ids::SourceKind::Secret, &cert);
         let due = due_propagations(&s, &secrets_on(""), &policy::Selector::default(), ms(T0) + 10_000, true);
         assert_eq!(due.plans[0].trigger_value(), format!("cfg={}", h('b')));
     }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use super::propagate::Change;
 
 use crate::cache::SourceKey;
-use crate::model::source::SourceId;
+use crate::model::ids::SourceId;
 
 /// Changes followed at once. Each entry is a source key and a head (about 150 bytes); a
 /// cluster with more changes pending at once than this is far past any propagation rate.

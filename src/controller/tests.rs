@@ -1056,7 +1056,7 @@ fn secret_world(policy: &Policy, sources: &[Value], workloads: &[Value]) -> (Mem
     let (cluster, mut state) = (MemoryCluster::default(), State { source_kinds: policy.acted_on(), ..State::default() });
     state.apply_namespace(&json!({"metadata": {"name": "ns"}}));
     for src in sources {
-        state.apply_source(crate::model::source::SourceKind::Secret, src);
+        state.apply_source(crate::model::ids::SourceKind::Secret, src);
         cluster.insert(src.clone());
     }
     for obj in workloads {
@@ -1096,7 +1096,7 @@ async fn a_resync_pass_adopts_repairs_and_rehashes_secret_sources_where_secrets_
 
     resync_pass(&ctx, &seen, &mut ResyncState::default()).await;
     let mac = secret_mac(&policy, "db", CANARY);
-    let id = crate::model::source::SourceId::new(crate::model::source::SourceKind::Secret, snapshot::name("db", &mac, 0));
+    let id = crate::model::ids::SourceId::new(crate::model::ids::SourceKind::Secret, snapshot::name("db", &mac, 0));
     let snap = cluster.source("ns", &id).expect("the MAC-named snapshot of the Secret's current content");
     assert_eq!((snap["immutable"].as_bool(), snap["type"].as_str()), (Some(true), Some("Opaque")));
     assert_eq!(snap["data"]["password"], json!(b64(CANARY)), "a copy of the data");
@@ -1164,7 +1164,7 @@ async fn a_gc_pass_sweeps_secret_snapshots_where_secrets_are_on() {
     let ctx = ctx_with(&cluster, state, args(&[]), policy);
 
     gc_pass(&ctx, gc::Settings { keep: 0, grace: Duration::from_secs(600) }).await;
-    let secret = |name: &str| cluster.source("ns", &crate::model::source::SourceId::new(crate::model::source::SourceKind::Secret, name));
+    let secret = |name: &str| cluster.source("ns", &crate::model::ids::SourceId::new(crate::model::ids::SourceKind::Secret, name));
     assert!(secret(&old).is_none(), "unreferenced, not the head, unused past the grace period");
     assert!(secret(&head).is_some(), "the head");
     assert!(secret(&used).is_some(), "referenced by a Deployment");
@@ -1191,8 +1191,8 @@ async fn turning_secrets_on_for_a_namespace_adopts_a_workload_newer_than_the_las
     ctx.shared.state.write().apply_namespace(&json!({"metadata": {"name": "ns", "labels": {"team": "a"}}}));
     resync_pass(&ctx, &adopt::Seen::new(), &mut ResyncState::default()).await;
     assert_eq!(trigger_of(&cluster, "new"), None, "not restarted");
-    let id = crate::model::source::SourceId::new(
-        crate::model::source::SourceKind::Secret,
+    let id = crate::model::ids::SourceId::new(
+        crate::model::ids::SourceKind::Secret,
         snapshot::name("db", &secret_mac(&policy, "db", CANARY), 0),
     );
     let snap = cluster.source("ns", &id).expect("the snapshot of its current content");

@@ -1,6 +1,7 @@
 //! The vocabulary of docs/behaviour.md as pure functions, with no I/O: what every other layer builds on.
 
 pub mod digest;
+pub mod ids;
 pub mod json;
 pub mod keys;
 pub mod kinds;

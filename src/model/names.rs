@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::source::{SourceId, SourceKind};
+use super::ids::{self, SourceId};
 
 /// The prefix of every annotation and label confighistory reads or writes: the caches, and the
 /// parse of a workload review, keep only annotations under it.
@@ -94,43 +94,11 @@ pub const ROOT_CA: &str = "kube-root-ca.crt";
 /// Namespaces confighistory never acts in, whatever the webhook configuration says.
 pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
 
-/// The separator of a kind prefix from a name in an annotation entry naming a source
-/// (`secret/db`): object names cannot contain it, so no bare name is ever read as prefixed.
-pub const KIND_SEPARATOR: char = '/';
-
-/// The source an annotation entry names (pins, holds, held heads, the propagation trigger): a
-/// bare name is a ConfigMap, as every entry was before there were other source kinds; another
-/// kind is written `prefix/name` ([`SourceKind::entry_prefix`]), so adding one migrates nothing.
-///
-/// An entry whose prefix this version does not know (`widget/db`; `secret/db` before there were
-/// Secrets) is `None`, and its caller leaves the entry out rather than failing the whole annotation: such an
-/// entry can only have been written by a newer version (a rollback, or two versions side by side
-/// during an upgrade) or by hand, it cannot name a ConfigMap (names have no `/`), and refusing it
-/// would lose the ConfigMap entries beside it, or deny the workload's every update.
-pub fn parse_source(entry: &str) -> Option<SourceId> {
-    match entry.split_once(KIND_SEPARATOR) {
-        None => Some(SourceId::configmap(entry)),
-        Some((prefix, name)) => {
-            let kind = SourceKind::ALL.into_iter().find(|k| k.entry_prefix() == Some(prefix))?;
-            Some(SourceId::new(kind, name))
-        }
-    }
-}
-
-/// The annotation entry naming `id`, as [`parse_source`] reads it (also `SourceId`'s `Display`).
-pub fn write_source_entry(id: &SourceId, f: &mut impl std::fmt::Write) -> std::fmt::Result {
-    if let Some(prefix) = id.kind.entry_prefix() {
-        f.write_str(prefix)?;
-        f.write_char(KIND_SEPARATOR)?;
-    }
-    f.write_str(&id.name)
-}
-
 /// A JSON object of source entries → strings (`pins`, `held-heads`); a malformed value is empty,
 /// an entry of an unknown kind left out ([`parse_source`]).
 pub fn parse_source_map(value: &str) -> BTreeMap<SourceId, String> {
     let entries: BTreeMap<String, String> = serde_json::from_str(value).unwrap_or_default();
-    entries.into_iter().filter_map(|(k, v)| Some((parse_source(&k)?, v))).collect()
+    entries.into_iter().filter_map(|(k, v)| Some((ids::parse_source(&k)?, v))).collect()
 }
 
 /// The items of [`PROPAGATE`] (`source=hash,...`): each source named, with the hash the
@@ -141,7 +109,7 @@ pub fn parse_trigger(value: &str) -> BTreeMap<SourceId, String> {
         .map(|p| p.split_once('=').unwrap_or((p, "")))
         .map(|(s, h)| (s.trim(), h.trim()))
         .filter(|(s, _)| !s.is_empty())
-        .filter_map(|(s, h)| Some((parse_source(s)?, h.to_owned())))
+        .filter_map(|(s, h)| Some((ids::parse_source(s)?, h.to_owned())))
         .collect()
 }
 
@@ -170,6 +138,7 @@ fn is_label_shaped(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::ids::{parse_source, SourceKind};
 
     #[test]
     fn dns_names() {

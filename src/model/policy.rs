@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
+use crate::model::ids;
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::source;
@@ -194,19 +195,19 @@ pub struct Secrets {
 impl Policy {
     /// The source kinds this server handles anywhere: what the webhook's routing, the watches and
     /// the metrics' kind label take. With Secrets off, ConfigMaps alone.
-    pub fn acted_on(&self) -> source::SourceKinds {
-        source::SourceKinds::new(self.secrets.enabled)
+    pub fn acted_on(&self) -> ids::SourceKinds {
+        ids::SourceKinds::new(self.secrets.enabled)
     }
 
     /// The source kinds acted on in a namespace (`obj`: its object or cache record, `None` when
     /// not seen): Secrets only when enabled and, with a namespace selector, selected by it. The
     /// off path is one load and a branch.
     #[inline]
-    pub fn source_kinds<M: Meta>(&self, obj: Option<&M>) -> source::SourceKinds {
+    pub fn source_kinds<M: Meta>(&self, obj: Option<&M>) -> ids::SourceKinds {
         if !self.secrets.enabled {
-            return source::SourceKinds::CONFIGMAPS;
+            return ids::SourceKinds::CONFIGMAPS;
         }
-        source::SourceKinds::new(self.secrets.namespaces.is_empty() || obj.is_some_and(|o| self.secrets.namespaces.selects(o)))
+        ids::SourceKinds::new(self.secrets.namespaces.is_empty() || obj.is_some_and(|o| self.secrets.namespaces.selects(o)))
     }
 }
 

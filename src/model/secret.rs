@@ -25,13 +25,13 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use super::digest::Mac;
+use super::ids::SECRET;
 use super::json::At;
 use super::keys::{ClusterKey, KeyId, Keyring, NamespaceKey};
 use super::meta::Meta;
 use super::names;
 use super::policy::Selector;
 use super::snapshot::{self, Sizes};
-use super::source::SECRET;
 
 /// The type of a Secret that says none.
 pub const OPAQUE: &str = "Opaque";

@@ -9,9 +9,9 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use crate::model::digest::{self, Digest, Sha256};
+use crate::model::ids::CONFIGMAP;
 use crate::model::json::At;
 use crate::model::names;
-use crate::model::source::CONFIGMAP;
 
 /// Crockford's base32, lowercase: DNS-safe and free of look-alike letters.
 const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";

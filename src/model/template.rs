@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 use crate::model::digest::{Digest, Sha256};
 use serde_json::Value;
 
+use crate::model::ids::{SourceId, SourceKind, SourceKinds};
 use crate::model::names;
-use crate::model::source::{SourceId, SourceKind, SourceKinds};
 
 /// Workload kinds live in [`crate::model::kinds`]; re-exported where templates are read.
 pub use crate::model::kinds::Kind;

@@ -8,6 +8,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{json, Value};
 
 use super::model::*;
+use crate::model::ids::{self, SourceId, SourceKind, SourceKinds};
 use crate::model::kinds::{self, Registry};
 use crate::model::meta::Meta;
 use crate::model::names;
@@ -15,7 +16,7 @@ use crate::model::policy::{Policy, Selector};
 use crate::model::published::{self, EffectiveConfig};
 use crate::model::secret::{self, SecretContent};
 use crate::model::snapshot::{self, Content};
-use crate::model::source::{self, SourceId, SourceKind, SourceKinds};
+use crate::model::source;
 use crate::model::template::{self, Kind};
 use crate::model::trim::LAST_APPLIED;
 
@@ -184,7 +185,7 @@ pub fn parse_source(s: &str) -> Result<SourceId> {
     let id = match s.split_once('/') {
         Some(("configmap" | "configmaps" | "cm", name)) => SourceId::configmap(name),
         Some(("secrets", name)) => SourceId::new(SourceKind::Secret, name),
-        _ => names::parse_source(s)
+        _ => ids::parse_source(s)
             .ok_or_else(|| anyhow!("{s:?} is not a valid source: use NAME (a ConfigMap), configmap/NAME or secret/NAME"))?,
     };
     if !names::is_dns_subdomain(&id.name) {
@@ -195,7 +196,7 @@ pub fn parse_source(s: &str) -> Result<SourceId> {
 
 /// The source an annotation entry names (a ConfigMap's for a bare name).
 pub fn source_id(entry: &str) -> SourceId {
-    names::parse_source(entry).unwrap_or_else(|| SourceId::configmap(entry))
+    ids::parse_source(entry).unwrap_or_else(|| SourceId::configmap(entry))
 }
 
 /// `kind/name` of a source's object, as `kubectl get -o name` prints it: `configmap/cfg`,

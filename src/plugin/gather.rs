@@ -8,9 +8,9 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams}
 use serde_json::{json, Value};
 
 use super::build::{self, Inventory, Workload};
+use crate::model::ids::{SourceId, SourceKind};
 use crate::model::kinds::{History, Registry};
 use crate::model::names;
-use crate::model::source::{SourceId, SourceKind};
 use crate::model::template::Kind;
 
 /// Field manager of the plugin's writes.

@@ -573,7 +573,7 @@ pub fn waiting_message(workload: &str, timeout: std::time::Duration, still: &[St
 
 /// The source's entry (`cfg`, `secret/db`); a snapshot's name given where a source is expected
 /// means its source.
-fn resolve_source(inv: &build::Inventory, given: &crate::model::source::SourceId) -> String {
+fn resolve_source(inv: &build::Inventory, given: &crate::model::ids::SourceId) -> String {
     let entry = given.to_string();
     if inv.snaps_of(&entry).is_empty() {
         if let Some(s) = inv.snaps().into_iter().find(|s| s.kind == given.kind && s.name == given.name) {

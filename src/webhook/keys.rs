@@ -24,8 +24,8 @@ use base64::Engine as _;
 use serde_json::{json, Map, Value};
 
 use crate::cluster::{ApiError, Cluster, Created};
+use crate::model::ids::{SourceId, SourceKind, SECRET};
 use crate::model::keys::{ClusterKey, KeyError, KeyId, KeySlot, Keyring, MIN_KEY_BYTES};
-use crate::model::source::{SourceId, SourceKind, SECRET};
 
 /// Reads and writes a rotation makes at most while other writers keep changing the Secret.
 pub const ROTATE_ATTEMPTS: usize = 5;

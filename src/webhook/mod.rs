@@ -20,9 +20,9 @@ use crate::admission::{self, review, Decision, Effect, Failed, Failure, Fresh, O
 use crate::cache::{Lock, NamespaceInfo};
 use crate::cluster::{ApiError, Cluster};
 use crate::context::Context;
+use crate::model::ids::{self, SourceId};
 use crate::model::kinds::{Kind, Registry};
 use crate::model::policy::{Mode, Policy};
-use crate::model::source::{self, SourceId};
 use crate::store;
 
 pub mod keys;
@@ -298,18 +298,17 @@ pub enum Expected {
 /// The error says what is wrong, with request-supplied strings quoted (escaped).
 /// The chart registers the registry's workload kinds (its `workloadKinds`) and ConfigMaps, and
 /// Secrets where the admin turned them on (`sources`: `Policy::acted_on`, docs/behaviour.md §4a).
-pub fn expected(endpoint: Endpoint, req: &review::Request, kinds: &Registry, sources: source::SourceKinds) -> Result<Expected, String> {
+pub fn expected(endpoint: Endpoint, req: &review::Request, kinds: &Registry, sources: ids::SourceKinds) -> Result<Expected, String> {
     let (k, r) = (&req.kind, &req.resource);
     let same_resource = r.group == k.group && r.version == k.version;
     let workload = || same_resource && kinds.admits(&k.group, &k.version, &k.kind, &r.resource).is_some();
-    let source_of = |set: source::SourceKinds| {
-        same_resource && k.version == "v1" && set.of(&k.group, &k.kind).is_some_and(|s| s.resource() == r.resource)
-    };
+    let source_of =
+        |set: ids::SourceKinds| same_resource && k.version == "v1" && set.of(&k.group, &k.kind).is_some_and(|s| s.resource() == r.resource);
     let source = || source_of(sources);
     // A source kind this version knows, acted on or not (Secrets with Secrets off).
-    let known_source = || source_of(source::SourceKinds::WITH_SECRETS);
+    let known_source = || source_of(ids::SourceKinds::WITH_SECRETS);
     // Any kind but a source kind: a workload kind another configuration registers.
-    let other_workload = || source::SourceKind::known(&k.group, &k.kind).is_none();
+    let other_workload = || ids::SourceKind::known(&k.group, &k.kind).is_none();
     let (handled, off, operations): (bool, bool, &[review::Operation]) = match endpoint {
         Endpoint::Mutate => {
             (workload() || source(), other_workload() || known_source(), &[review::Operation::Create, review::Operation::Update])
@@ -347,7 +346,7 @@ pub fn expected(endpoint: Endpoint, req: &review::Request, kinds: &Registry, sou
 
 /// The `kind` label of a request: its registered kind's name, else `other` (a request-supplied
 /// string never becomes a label value).
-fn kind_label(kinds: &Registry, sources: source::SourceKinds, k: &review::GroupVersionKind) -> &'static str {
+fn kind_label(kinds: &Registry, sources: ids::SourceKinds, k: &review::GroupVersionKind) -> &'static str {
     match sources.of(&k.group, &k.kind) {
         Some(kind) => kind.as_str(),
         None => kinds.workload(&k.group, &k.kind).map_or("other", Kind::name),
@@ -386,7 +385,7 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     // hold it for a millisecond and more), once for every pass; its outgoing content too when
     // a glance at the cache finds workloads that still run with it.
     let facts = match (endpoint, app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind)) {
-        (Endpoint::Mutate, Some(source::SourceKind::ConfigMap)) => {
+        (Endpoint::Mutate, Some(ids::SourceKind::ConfigMap)) => {
             let outgoing = || {
                 let id = SourceId::configmap(req.name.as_str());
                 !crate::cache::admission_read(&app.ctx.state).plain_users(&req.namespace, &id).is_empty()
@@ -402,8 +401,8 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                 View { policy: &app.ctx.policy, state: &state, fresh: &fresh, failed: &failed, now: &now, namespace: namespace.as_deref() };
             match endpoint {
                 Endpoint::Mutate => match app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind) {
-                    Some(source::SourceKind::Secret) => admission::secret::decide(req, &view),
-                    Some(source::SourceKind::ConfigMap) => admission::configmap::decide_with(req, &view, facts.as_ref()),
+                    Some(ids::SourceKind::Secret) => admission::secret::decide(req, &view),
+                    Some(ids::SourceKind::ConfigMap) => admission::configmap::decide_with(req, &view, facts.as_ref()),
                     None => admission::workload::decide(req, &view),
                 },
                 Endpoint::Validate => admission::validate::decide(req, &view),
@@ -578,7 +577,7 @@ const MAX_PASSES: usize = 3 + 8;
 /// `fresh`: what this admission read from the API server (effects may start from it).
 async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &Fresh) -> Result<Response, (SourceId, Failure)> {
     let mut names = HashMap::new();
-    let secret_write = app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind) == Some(source::SourceKind::Secret);
+    let secret_write = app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind) == Some(ids::SourceKind::Secret);
     let mut warnings = Vec::new();
     for effect in &decision.effects {
         match effect {
@@ -684,7 +683,7 @@ fn unnamed_failure(f: Failure, hash: &str) -> Failure {
 }
 
 /// The answer to a request whose snapshot could not be made sure of.
-fn store_failure(e: store::Error, kind: source::SourceKind) -> Failure {
+fn store_failure(e: store::Error, kind: ids::SourceKind) -> Failure {
     match e {
         store::Error::Api { what, source } => failure(&what, &source),
         store::Error::Race { namespace, name } => failure(&format!("create snapshot {namespace}/{name}"), &store::race_error(&name)),

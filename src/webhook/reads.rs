@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::model::source::SourceId;
+use crate::model::ids::SourceId;
 
 /// Fresh reads of namespaces the namespace watch does not know (created a moment ago, or
 /// invented by a forged review): at most [`NamespaceReads::CONCURRENT`] at once, outside the

@@ -14,9 +14,9 @@ use tracing::Instrument;
 
 use super::App;
 use crate::context::Context;
+use crate::model::ids::SourceId;
 use crate::model::json::At;
 use crate::model::names;
-use crate::model::source::SourceId;
 
 /// Reads of one round at most: the first at once, then after 50 ms, doubling (about 1.5 s in all).
 pub const ATTEMPTS: u32 = 6;
