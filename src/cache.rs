@@ -477,7 +477,7 @@ fn skey(ns: &str, id: &SourceId) -> SourceKey {
 impl State {
     /// A cache whose ConfigMap records keep, of all labels, only those the rules and `selector`
     /// read: a tenant's ConfigMap with thousands of labels costs what one with a few does.
-    pub fn keeping_labels(selector: &crate::model::policy::Selector) -> State {
+    pub fn keeping_labels(selector: &crate::model::selector::Selector) -> State {
         State { configmap_labels: Some(selector.keys().map(str::to_owned).collect()), ..State::default() }
     }
 
@@ -1307,7 +1307,7 @@ mod tests {
 
     #[test]
     fn source_rules_agree_on_raw_objects_and_cache_records() {
-        use crate::model::policy::Selector;
+        use crate::model::selector::Selector;
         let excluded: Selector = "ca-bundle=true".parse().unwrap();
         let snapshot_label = json!({names::HASH_LABEL: "0123456789ab"});
         let off = json!({names::VERSIONED: "false"});
@@ -1392,7 +1392,7 @@ mod tests {
             assert_eq!((obj.annotation(key), cm.annotation(key)), (Some(meta::TOO_LONG), Some(meta::TOO_LONG)), "{key}");
         }
         assert_eq!(source::adopted(cm).collect::<Vec<_>>(), [meta::TOO_LONG]);
-        let excluded: crate::model::policy::Selector = "ca-bundle=true".parse().unwrap();
+        let excluded: crate::model::selector::Selector = "ca-bundle=true".parse().unwrap();
         assert_eq!(source::is_versioned(&obj, &excluded), source::is_versioned(cm, &excluded));
         // At the bounds: the longest value kept whole is kept whole.
         let at = |key: &str| json!({key: "a".repeat(meta::max_len(key))});
@@ -1454,7 +1454,8 @@ mod tests {
 
     #[test]
     fn namespace_mode_and_scope_agree_on_raw_objects_and_cache_records() {
-        use crate::model::policy::{Mode, Policy, Selector};
+        use crate::model::policy::{Mode, Policy};
+        use crate::model::selector::Selector;
         let policy = Policy::default();
         let selector: Selector = "team=a".parse().unwrap();
         let ns = |labels: Value, deleting: bool| {

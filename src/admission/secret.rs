@@ -205,7 +205,7 @@ pub fn head_to_record(
     ns: &str,
     name: &str,
     keys: &Keyring,
-    excluded: &crate::model::policy::Selector,
+    excluded: &crate::model::selector::Selector,
 ) -> Option<(String, String)> {
     if !secret::is_tracked(obj, secret::secret_type(obj), excluded) {
         return None;

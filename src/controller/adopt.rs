@@ -31,7 +31,8 @@ use crate::cache::{SourceKey, State};
 use crate::model::ids::{SourceId, SourceKind};
 use crate::model::meta::Meta;
 use crate::model::names;
-use crate::model::policy::{self, Policy, Selector};
+use crate::model::policy::{self, Policy};
+use crate::model::selector::Selector;
 use crate::model::source;
 
 /// Record `templates` in the adoption record of the snapshot of `source`'s current content.

@@ -29,7 +29,7 @@ use crate::model::ids::{SourceId, SourceKind};
 use crate::model::kinds::Registry;
 use crate::model::meta::Meta;
 use crate::model::names;
-use crate::model::policy::Selector;
+use crate::model::selector::Selector;
 use crate::store::SourceContent;
 
 pub mod adopt;

@@ -12,6 +12,7 @@ use crate::model::ids::{self, SourceId};
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::{self, Mode, Policy};
+use crate::model::selector::Selector;
 use crate::model::source::{self, hold_stands};
 use crate::model::template::Kind;
 
@@ -141,7 +142,7 @@ pub fn settle_ms(state: &State, policy: &Policy, ns: &str, cm: &ConfigMapInfo) -
 
 /// Whether a namespace is one the loops act in: rewrite mode, not being deleted, and (when the
 /// controller is restricted to some namespaces) selected.
-pub fn namespace_active(state: &State, policy: &Policy, selector: &policy::Selector, ns: &str) -> bool {
+pub fn namespace_active(state: &State, policy: &Policy, selector: &Selector, ns: &str) -> bool {
     policy.in_scope(selector, ns, state.namespace(ns)) == Some(Mode::Rewrite)
 }
 
@@ -204,7 +205,7 @@ pub fn kinds_in(state: &State, policy: &Policy, ns: &str) -> ids::SourceKinds {
 /// pins, which takes walking every workload; without it only the workloads of namespaces with a
 /// pending change are looked at, and a pass with none walks no workload (at 10,000 workloads the
 /// walk was most of a pass that runs 4 times a second, docs/performance.md "Scale on a real cluster").
-pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selector, now: i64, metrics: bool) -> Propagation {
+pub fn due_propagations(state: &State, policy: &Policy, selector: &Selector, now: i64, metrics: bool) -> Propagation {
     let mut out = Propagation::default();
     // Pending changes, by (namespace, source).
     let mut changes: HashMap<SourceKey, Change> = HashMap::new();
@@ -329,7 +330,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &policy::Selec
 /// again. A no-op write of each lets the webhook record the change, which propagation then
 /// carries as any other. Returns those sources, and those whose immutability a read must tell
 /// first (never written before it does).
-pub fn versioning_touches(state: &State, policy: &Policy, selector: &policy::Selector) -> (Vec<SourceKey>, Vec<SourceKey>) {
+pub fn versioning_touches(state: &State, policy: &Policy, selector: &Selector) -> (Vec<SourceKey>, Vec<SourceKey>) {
     // (namespace, source) with a workload pinned to one of its snapshots, held or not: leaving
     // versioning moves held pins too (is_stale).
     let mut pinned: HashSet<(&str, SourceId)> = HashSet::new();
@@ -406,7 +407,7 @@ fn pins_by_source(state: &State, policy: &Policy) -> HashMap<SourceKey, Vec<Pinn
 /// the webhook was away is the first) is compared with the snapshots workloads are pinned to,
 /// given here; one only plain-name workloads use has nothing to compare with and is not read
 /// (installing confighistory restarts nothing).
-pub fn rehash_sources(state: &State, policy: &Policy, selector: &policy::Selector) -> Vec<(SourceKey, Vec<PinnedTo>)> {
+pub fn rehash_sources(state: &State, policy: &Policy, selector: &Selector) -> Vec<(SourceKey, Vec<PinnedTo>)> {
     let mut pins = pins_by_source(state, policy);
     let mut out: Vec<(SourceKey, Vec<PinnedTo>)> = state
         .sources
@@ -543,7 +544,7 @@ pub(crate) mod tests {
     }
 
     fn run(s: &State, at: i64) -> Propagation {
-        due_propagations(s, &Policy::default(), &policy::Selector::default(), at, true)
+        due_propagations(s, &Policy::default(), &Selector::default(), at, true)
     }
 
     /// The gauges are computed every few seconds, not every tick: a tick without them plans the
@@ -559,7 +560,7 @@ pub(crate) mod tests {
         s.apply_configmap(&snap("quiet", "q", &h('d')));
         s.apply_workload(Kind::Deployment, &workload("quiet", "stale", &[&snapshot::name("q", &h('d'), 0)], &[]));
         let at = ms(T0) + 10_000;
-        let (with, without) = (run(&s, at), due_propagations(&s, &Policy::default(), &policy::Selector::default(), at, false));
+        let (with, without) = (run(&s, at), due_propagations(&s, &Policy::default(), &Selector::default(), at, false));
         assert_eq!(with.plans.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["behind"]);
         assert_eq!((&without.plans, &without.done, without.waiting), (&with.plans, &with.done, with.waiting));
         assert_eq!(with.behind.get("quiet"), Some(&1), "the gauges count every namespace: {:?}", with.behind);
@@ -690,7 +691,7 @@ pub(crate) mod tests {
     #[test]
     fn secrets_are_propagated_where_they_are_on() {
         let s = with_secret();
-        let selector = policy::Selector::default();
+        let selector = Selector::default();
         let policy = secrets_on("");
         let due = due_propagations(&s, &policy, &selector, ms(T0) + 10_000, true);
         assert_eq!(due.plans.len(), 1);
@@ -710,7 +711,7 @@ pub(crate) mod tests {
     #[test]
     fn the_loops_leave_secrets_alone_where_they_are_not_on() {
         let s = with_secret();
-        let selector = policy::Selector::default();
+        let selector = Selector::default();
         let mut no_keys = secrets_on("");
         no_keys.secrets.keys = Default::default();
         for (what, policy) in [("off", Policy::default()), ("keys not loaded", no_keys), ("namespace not selected", secrets_on("team=a"))] {
@@ -734,7 +735,7 @@ pub(crate) mod tests {
         held["spec"]["template"]["spec"]["volumes"] = json!([{"name": "s", "secret": {"secretName": snapshot::name("db", &h('a'), 0)}}]);
         s.apply_workload(Kind::Deployment, &held);
         let plans = |s: &State| {
-            let due = due_propagations(s, &secrets_on(""), &policy::Selector::default(), ms(T0) + 10_000, true);
+            let due = due_propagations(s, &secrets_on(""), &Selector::default(), ms(T0) + 10_000, true);
             due.plans.iter().map(|p| (p.name.clone(), p.trigger_value())).collect::<Vec<_>>()
         };
         assert_eq!(plans(&s), [("app".to_owned(), format!("cfg={},secret/db={}", h('b'), h('b')))], "versioned: the hold stands");
@@ -753,7 +754,7 @@ pub(crate) mod tests {
         let mut cert = source("ns", "db", &h('b'), &[(names::CHANGED_AT, T0), (names::CERTIFICATE_NAME, "db")]);
         cert["kind"] = json!("Secret");
         s.apply_source(ids::SourceKind::Secret, &cert);
-        let due = due_propagations(&s, &secrets_on(""), &policy::Selector::default(), ms(T0) + 10_000, true);
+        let due = due_propagations(&s, &secrets_on(""), &Selector::default(), ms(T0) + 10_000, true);
         assert_eq!(due.plans[0].trigger_value(), format!("cfg={}", h('b')));
     }
 
@@ -853,7 +854,7 @@ pub(crate) mod tests {
         let old = snapshot::name("cfg", &h('a'), 0);
         s.apply_workload(Kind::Deployment, &workload("ns", "held", &[&old], &[(names::HELD, "cfg"), (names::HELD_HEADS, &heads)]));
         let policy = Policy { excluded_sources: "ca-bundle=true".parse().unwrap(), ..Policy::default() };
-        let (touches, unknown) = versioning_touches(&s, &policy, &policy::Selector::default());
+        let (touches, unknown) = versioning_touches(&s, &policy, &Selector::default());
         assert_eq!((touches, unknown), (vec![("ns".into(), SourceId::configmap("cfg"))], vec![]));
     }
 
@@ -869,7 +870,7 @@ pub(crate) mod tests {
         s.apply_workload(Kind::Deployment, &workload("ns", "pinned", &[&snapshot::name("cfg", &h('a'), 0)], &[]));
         s.apply_workload(Kind::Deployment, &workload("ns", "plain", &["idle"], &[]));
         let policy = Policy { excluded_sources: "ca-bundle=true".parse().unwrap(), ..Policy::default() };
-        let (touches, unknown) = versioning_touches(&s, &policy, &policy::Selector::default());
+        let (touches, unknown) = versioning_touches(&s, &policy, &Selector::default());
         assert_eq!((touches, unknown), (vec![("ns".into(), SourceId::configmap("cfg"))], vec![]));
     }
 

@@ -10,6 +10,7 @@ pub mod names;
 pub mod policy;
 pub mod published;
 pub mod secret;
+pub mod selector;
 pub mod snapshot;
 pub mod source;
 pub mod template;

@@ -30,7 +30,7 @@ use super::json::At;
 use super::keys::{ClusterKey, KeyId, Keyring, NamespaceKey};
 use super::meta::Meta;
 use super::names;
-use super::policy::Selector;
+use super::selector::Selector;
 use super::snapshot::{self, Sizes};
 
 /// The type of a Secret that says none.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::ids::{self, SourceId, SourceKind};
 use super::meta::Meta;
 use super::names;
-use super::policy::Selector;
+use super::selector::Selector;
 use super::snapshot;
 
 /// The root CA bundle Kubernetes publishes into every namespace: never a versioned source.
