@@ -204,7 +204,7 @@ impl ConfigMapInfo {
         if self.labels.get(names::MANAGED_BY) != Some(names::MANAGER) {
             return None;
         }
-        Some((source::snapshot_source(name, self)?.to_owned(), hash.to_owned()))
+        Some((snapshot::snapshot_source(name, self)?.to_owned(), hash.to_owned()))
     }
 
     /// Whether the record knows the ConfigMap is mutable. The controller's planners act on a
@@ -1446,10 +1446,10 @@ mod tests {
         for (i, (annotations, want)) in cases.into_iter().enumerate() {
             let obj = configmap(json!({names::HASH_LABEL: "0123456789ab"}), annotations, true);
             let info = ConfigMapInfo::from_object(&obj);
-            assert_eq!(source::snapshot_source(&name, &obj), Some(want), "case {i}");
-            assert_eq!(source::snapshot_source(&name, &info), Some(want), "case {i}");
+            assert_eq!(snapshot::snapshot_source(&name, &obj), Some(want), "case {i}");
+            assert_eq!(snapshot::snapshot_source(&name, &info), Some(want), "case {i}");
         }
-        assert_eq!(source::snapshot_source("not-a-snapshot-name", &json!({})), None);
+        assert_eq!(snapshot::snapshot_source("not-a-snapshot-name", &json!({})), None);
     }
 
     #[test]

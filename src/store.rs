@@ -240,7 +240,7 @@ pub async fn ensure_snap(
         // A valid snapshot of this content is reused only when it is this source's: two sources
         // whose names share their first `MAX_SOURCE_PART` characters give one name for one
         // content, and the second would otherwise be pinned to the first's snapshot.
-        let owner = crate::model::source::snapshot_source(&name, &existing);
+        let owner = crate::model::snapshot::snapshot_source(&name, &existing);
         match content.validate(ns, &existing) {
             Ok(h) if h == hash && owner == Some(source) => {
                 let have: Vec<&str> = crate::model::source::adopted(&existing).collect();
@@ -321,7 +321,7 @@ pub async fn keep(cluster: &dyn Cluster, ns: &str, snapshot_id: &SourceId, read:
         let Some(existing) = current else {
             // Never seen: nothing to keep. Seen and gone since: a sweep took it; make it again.
             let Some(gone) = read_before.take() else { return Ok(()) };
-            let source = crate::model::source::snapshot_source(name, &gone).unwrap_or_default().to_owned();
+            let source = crate::model::snapshot::snapshot_source(name, &gone).unwrap_or_default().to_owned();
             let adopted: Vec<String> = crate::model::source::adopted(&gone).map(str::to_owned).collect();
             let mut obj = snapshot::object(ns, &source, name, &snapshot::Content::from_object(&gone), &adopted);
             snapshot::Origin::of_snapshot(&gone).annotate(&mut obj);
@@ -356,7 +356,7 @@ pub fn race_error(name: &str) -> ApiError {
 mod tests {
     use super::*;
     use crate::cluster::MemoryCluster;
-    use crate::model::source::snapshot_source;
+    use crate::model::snapshot::snapshot_source;
 
     /// Names at the length limits: two 253-character sources sharing the first
     /// `MAX_SOURCE_PART` (236) characters give one snapshot name for one content. Before, the

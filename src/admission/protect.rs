@@ -102,7 +102,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
             let Some(hash) = old.at("/metadata/labels").and_then(|l| l.get(names::HASH_LABEL)).and_then(Value::as_str) else {
                 return Decision::allow(Reason::NotASnapshot);
             };
-            let source = source::snapshot_source(name, old).unwrap_or_default();
+            let source = snapshot::snapshot_source(name, old).unwrap_or_default();
             let (snapshot_id, source_id) = (SourceId::new(kind, name), SourceId::new(kind, source));
             let mut reasons = Vec::new();
             if view.state.source(ns, &source_id).and_then(|c| c.annotation(names::HEAD)) == Some(hash) {

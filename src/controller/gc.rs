@@ -63,7 +63,7 @@ impl SnapshotInfo {
         let name = s(&meta["name"]);
         let hash = meta["labels"].get(names::HASH_LABEL).and_then(Value::as_str)?.to_owned();
         let ann = |k: &str| meta["annotations"].get(k).and_then(Value::as_str);
-        let source = crate::model::source::snapshot_source(&name, obj).unwrap_or_default().to_owned();
+        let source = crate::model::snapshot::snapshot_source(&name, obj).unwrap_or_default().to_owned();
         Some(SnapshotInfo {
             kind,
             uid: s(&meta["uid"]),

@@ -348,7 +348,7 @@ pub fn validate(obj: &Value, namespace: &str, keys: &Keyring) -> Result<String, 
     let key = keys.get(id).ok_or(Invalid::UnknownKey(id))?.namespace_key(namespace);
     let content = SecretContent::from_object(obj).map_err(Invalid::Malformed)?;
     let name = obj.at("/metadata/name").and_then(Value::as_str).unwrap_or_default();
-    let source = super::source::snapshot_source(name, obj).unwrap_or_default();
+    let source = snapshot::snapshot_source(name, obj).unwrap_or_default();
     if content.mac_in(&key, source, Frame::V2) != claimed && content.mac_in(&key, source, Frame::V1) != claimed {
         return Err(Invalid::WrongContent(claimed.chars().take(snapshot::HASH_LEN).collect(), id));
     }

@@ -11,6 +11,7 @@ use serde_json::{json, Map, Value};
 use crate::model::digest::{self, Digest, Sha256};
 use crate::model::ids::CONFIGMAP;
 use crate::model::json::At;
+use crate::model::meta::Meta;
 use crate::model::names;
 
 /// Crockford's base32, lowercase: DNS-safe and free of look-alike letters.
@@ -552,6 +553,12 @@ pub fn key_changes(old: &RawContent, new: &ContentRef) -> (Vec<String>, Vec<Stri
     let removed = old_keys.iter().filter(|k| !new_set.contains(k)).cloned().collect();
     let added = new_keys.iter().filter(|k| !old_set.contains(k)).cloned().collect();
     (removed, added)
+}
+
+/// The source a snapshot belongs to: its `source-name` annotation, else the source part of its
+/// name (docs/behaviour.md §5).
+pub fn snapshot_source<'a>(name: &'a str, obj: &'a impl Meta) -> Option<&'a str> {
+    obj.annotation(names::SOURCE_NAME).or_else(|| parse_name(name).map(|(s, _, _)| s))
 }
 
 #[cfg(test)]

@@ -8,7 +8,6 @@ use super::ids::{self, SourceId, SourceKind};
 use super::meta::Meta;
 use super::names;
 use super::selector::Selector;
-use super::snapshot;
 
 /// The root CA bundle Kubernetes publishes into every namespace: never a versioned source.
 pub fn is_root_ca(id: &SourceId) -> bool {
@@ -80,12 +79,6 @@ pub fn pending_change<'a>(obj: &'a impl Meta, head: &str) -> Option<&'a str> {
         return None;
     }
     obj.annotation(names::CHANGED_AT)
-}
-
-/// The source a snapshot belongs to: its `source-name` annotation, else the source part of its
-/// name (docs/behaviour.md §5).
-pub fn snapshot_source<'a>(name: &'a str, obj: &'a impl Meta) -> Option<&'a str> {
-    obj.annotation(names::SOURCE_NAME).or_else(|| snapshot::parse_name(name).map(|(s, _, _)| s))
 }
 
 /// Held sources, each with the head its hold was taken at (docs/behaviour.md §2); `None` for a hold recorded

@@ -384,7 +384,7 @@ impl Inventory {
                 let name = meta(o, "name")?.to_owned();
                 let hash = label(o, names::HASH_LABEL)?.to_owned();
                 let kind = kind_of(o);
-                let source = source::snapshot_source(&name, o).or_else(|| label(o, names::SOURCE_LABEL))?;
+                let source = snapshot::snapshot_source(&name, o).or_else(|| label(o, names::SOURCE_LABEL))?;
                 let source = SourceId::new(kind, source).to_string();
                 Some(Snap {
                     kind,
