@@ -20,7 +20,7 @@ use crate::cluster::clock::{Clock, DateLayer};
 use crate::cluster::{watch, KubeCluster, ObjectRef};
 use crate::context::Context;
 use crate::model::kinds::Registry;
-use crate::model::published::{self, EffectiveConfig};
+use crate::model::published::EffectiveConfig;
 use crate::webhook::{self, managed, serve, tls, App};
 
 /// Why a command could not start. Each says what to check; `main` prints the cause below it.
@@ -275,7 +275,7 @@ async fn publish(client: kube::Client, namespace: String, name: String, doc: Eff
     use kube::api::{Api, Patch, PatchParams};
     let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, &namespace);
     let text = serde_json::to_string(&doc).unwrap_or_default();
-    let patch = serde_json::json!({"metadata": {"annotations": {published::ANNOTATION: text}}});
+    let patch = serde_json::json!({"metadata": {"annotations": {crate::model::names::EFFECTIVE_CONFIG: text}}});
     let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
     // Log changes of outcome only: one line when it works, one when it stops working.
     let mut last_ok = None;

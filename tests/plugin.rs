@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use confighistory::model::keys::{ClusterKey, KeyId, NamespaceKey, MIN_KEY_BYTES};
+use confighistory::model::names;
 use confighistory::model::published;
 use confighistory::model::secret::{self, SecretContent};
 use confighistory::model::snapshot::{self, Content};
@@ -196,7 +197,7 @@ fn server(changes: Value) -> Server {
     for (k, v) in changes.as_object().unwrap() {
         doc[k] = v.clone();
     }
-    let cm = json!({"metadata": {"annotations": {published::ANNOTATION: doc.to_string()}}});
+    let cm = json!({"metadata": {"annotations": {names::EFFECTIVE_CONFIG: doc.to_string()}}});
     let s = Server::from_configmap(published::DEFAULT_LOCATION, Some(&cm));
     assert!(s.config().is_some(), "{s:?}");
     s
@@ -491,7 +492,7 @@ fn without_the_servers_configuration_the_plugin_says_so() {
     assert!(text.contains("how many newest are kept unknown") && text.contains("note: the server's configuration is unknown"), "{text}");
 
     // A document it cannot use says what is wrong with it.
-    let cm = json!({"metadata": {"annotations": {published::ANNOTATION: "{\"format\": 9}"}}});
+    let cm = json!({"metadata": {"annotations": {names::EFFECTIVE_CONFIG: "{\"format\": 9}"}}});
     let why = Server::from_configmap("ops/cfg", Some(&cm)).unavailable().unwrap();
     assert!(why.contains("ConfigMap ops/cfg") && why.contains("upgrade kubectl-confighistory"), "{why}");
 }

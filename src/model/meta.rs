@@ -23,7 +23,7 @@ pub fn max_len(key: &str) -> usize {
         names::SOURCE_NAME => 253,
         // The server's published configuration: a JSON document the plugin reads, not a rule's
         // input; well under the API server's 256 KiB for all annotations.
-        crate::model::published::ANNOTATION => 64 * 1024,
+        names::EFFECTIVE_CONFIG => 64 * 1024,
         k if k.starts_with(names::PREFIX) => 64,
         _ => usize::MAX,
     }

@@ -8,6 +8,10 @@ use super::ids::{self, SourceId};
 /// The prefix of every annotation and label confighistory reads or writes: the caches, and the
 /// parse of a workload review, keep only annotations under it.
 pub const PREFIX: &str = "confighistory.io/";
+/// ConfigMap annotation holding the effective configuration a server publishes (model::published):
+/// an annotation, not `data`, because confighistory's own ServiceAccount may change only
+/// `confighistory.io/` annotations of ConfigMaps (the chart's admission policy guard), never their data.
+pub const EFFECTIVE_CONFIG: &str = "confighistory.io/effective-config";
 /// Namespace label choosing the mode (rewrite, enforce, audit, off).
 pub const MODE_LABEL: &str = "confighistory.io/mode";
 /// Source annotation: `"false"` opts a ConfigMap out of versioning.

@@ -2,7 +2,7 @@
 //! the settings it really runs with, so that the plugin shows what the server will do instead of
 //! defaults of its own.
 //!
-//! The server writes it as JSON into the annotation [`ANNOTATION`] of a ConfigMap the chart
+//! The server writes it as JSON into the annotation [`EFFECTIVE_CONFIG`] of a ConfigMap the chart
 //! creates in the server's namespace (`<release>-effective-config`), readable by every
 //! authenticated user; `cli::ServeArgs::effective_config` builds it from the parsed flags.
 
@@ -11,12 +11,9 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::model::meta::Meta;
+use crate::model::names::EFFECTIVE_CONFIG;
 use crate::model::policy::{Mode, Policy};
 
-/// Annotation holding the document: an annotation, not `data`, because confighistory's own
-/// ServiceAccount may change only `confighistory.io/` annotations of ConfigMaps (the chart's
-/// admission policy guard), never their data.
-pub const ANNOTATION: &str = "confighistory.io/effective-config";
 /// Namespace and name of the ConfigMap for a release named `confighistory` in namespace
 /// `confighistory` (the chart's documented install).
 pub const DEFAULT_LOCATION: &str = "confighistory/confighistory-effective-config";
@@ -107,8 +104,9 @@ impl EffectiveConfig {
 
 /// Reads the document from the ConfigMap `cm`; the error says what is wrong with it.
 pub fn parse(cm: &impl Meta) -> Result<EffectiveConfig, String> {
-    let text = cm.annotation(ANNOTATION).ok_or_else(|| format!("it has no {ANNOTATION} annotation (no server has published yet)"))?;
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("its {ANNOTATION} annotation is not JSON: {e}"))?;
+    let text =
+        cm.annotation(EFFECTIVE_CONFIG).ok_or_else(|| format!("it has no {EFFECTIVE_CONFIG} annotation (no server has published yet)"))?;
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("its {EFFECTIVE_CONFIG} annotation is not JSON: {e}"))?;
     match v.get("format").and_then(serde_json::Value::as_u64) {
         Some(f) if f > u64::from(FORMAT) => {
             return Err(format!("it is in format {f}, newer than this plugin reads ({FORMAT}): upgrade kubectl-confighistory"))
@@ -116,8 +114,8 @@ pub fn parse(cm: &impl Meta) -> Result<EffectiveConfig, String> {
         _ => {}
     }
     let doc: EffectiveConfig =
-        serde_json::from_value(v).map_err(|e| format!("its {ANNOTATION} annotation is not an effective configuration: {e}"))?;
-    doc.policy().map_err(|e| format!("its {ANNOTATION} annotation: {e}"))?;
+        serde_json::from_value(v).map_err(|e| format!("its {EFFECTIVE_CONFIG} annotation is not an effective configuration: {e}"))?;
+    doc.policy().map_err(|e| format!("its {EFFECTIVE_CONFIG} annotation: {e}"))?;
     Ok(doc)
 }
 
@@ -157,7 +155,7 @@ mod tests {
     }
 
     fn cm(text: &str) -> serde_json::Value {
-        json!({"metadata": {"annotations": {ANNOTATION: text}}})
+        json!({"metadata": {"annotations": {EFFECTIVE_CONFIG: text}}})
     }
 
     #[test]

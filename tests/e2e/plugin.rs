@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use confighistory::model::names::MODE_LABEL;
-use confighistory::model::published;
+use confighistory::model::names::{self, MODE_LABEL};
 
 use crate::support::confighistory::{webhook, Webhook, NAMESPACE};
 use crate::support::{cluster, run_id, wait_for, wait_for_value, Cluster, TestNamespace};
@@ -383,7 +382,7 @@ fn status_shows_the_servers_own_settings() {
     let server = Webhook::start(cluster, &run, &["--settle", "37", "--default-mode", "audit", "--allowed-modes", "audit,rewrite"]);
     let location = server.server_config();
     let (_, cm) = location.split_once('/').unwrap();
-    let jsonpath = format!("jsonpath={{.metadata.annotations.{}}}", published::ANNOTATION.replace('.', "\\."));
+    let jsonpath = format!("jsonpath={{.metadata.annotations.{}}}", names::EFFECTIVE_CONFIG.replace('.', "\\."));
     let doc: Value = wait_for_value("the server to publish its configuration", Duration::from_secs(30), || {
         let out = cluster.kubectl(&["get", "configmap", cm, "-n", NAMESPACE, "-o", &jsonpath]);
         serde_json::from_str(out.stdout.trim()).ok()
