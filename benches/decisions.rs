@@ -12,9 +12,9 @@ use std::sync::Arc;
 use confighistory::admission::{self, review, Failed, Fresh, Outcome, View};
 use confighistory::cache::State;
 use confighistory::model::ids::SourceId;
+use confighistory::model::kinds::Kind;
 use confighistory::model::policy::Policy;
 use confighistory::model::snapshot::{self, Content};
-use confighistory::model::template::Kind;
 use criterion::{criterion_group, Criterion};
 use serde_json::{json, Value};
 

@@ -23,11 +23,11 @@ use std::time::Instant;
 
 use confighistory::cache::State;
 use confighistory::controller::adopt;
+use confighistory::model::kinds::Kind;
 use confighistory::model::names;
 use confighistory::model::policy::Policy;
 use confighistory::model::selector::Selector;
 use confighistory::model::snapshot::{self, Content};
-use confighistory::model::template::Kind;
 use futures::{stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};

@@ -27,10 +27,11 @@ use confighistory::admission::Reason;
 use confighistory::cache::{Lock, State};
 use confighistory::cluster::MemoryCluster;
 use confighistory::model::ids;
+use confighistory::model::kinds::Kind;
 use confighistory::model::kinds::Registry;
 use confighistory::model::policy::Policy;
 use confighistory::model::snapshot::{self, Content};
-use confighistory::model::template::{self, Kind};
+use confighistory::model::template;
 use confighistory::webhook::{admit, App, Endpoint};
 use serde_json::{json, Value};
 

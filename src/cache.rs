@@ -13,13 +13,14 @@ use serde_json::Value;
 
 use crate::model::ids::{self, SourceId, SourceKind};
 use crate::model::json::At;
+use crate::model::kinds::Kind;
 use crate::model::kinds::Registry;
 use crate::model::meta::{self, Meta};
 use crate::model::names;
 use crate::model::policy;
 use crate::model::snapshot;
 use crate::model::source;
-use crate::model::template::{self, Kind};
+use crate::model::template;
 
 /// (namespace, name)
 pub type Key = (CompactString, CompactString);

@@ -152,7 +152,7 @@ async fn an_undo_past_the_deadline_is_let_through_as_sent() {
     let rev1 = template("web:1", "app-config-0123456789ab");
     let rev2 = template("web:2", "app-config-bcdefghjkmnp");
     app.ctx.state.write().apply_revision(
-        confighistory::model::template::Kind::ReplicaSet,
+        confighistory::model::kinds::Kind::ReplicaSet,
         &json!({"metadata": {"name": "web-1", "namespace": "shop", "ownerReferences": [{"kind": "Deployment", "uid": "uid-web", "controller": true}]},
             "spec": {"template": rev1}}),
     );

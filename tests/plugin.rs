@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use confighistory::model::keys::{ClusterKey, KeyId, NamespaceKey, MIN_KEY_BYTES};
+use confighistory::model::kinds::Kind;
 use confighistory::model::names;
 use confighistory::model::published;
 use confighistory::model::secret::{self, SecretContent};
@@ -856,13 +857,13 @@ fn undo_follows_the_controller_owner_reference_only() {
     let mut rs = replicaset(2, &pod_template("registry.example/pricing:4.11", &[SOURCE]));
     rs["metadata"]["annotations"]["evil.example/x"] = json!("y");
     rs["spec"]["replicas"] = json!(100);
-    let patch = build::rollback_patch(template::Kind::Deployment, &rs).unwrap();
+    let patch = build::rollback_patch(Kind::Deployment, &rs).unwrap();
     let ops = patch.as_array().unwrap();
     assert_eq!(ops.len(), 1, "{patch}");
     assert_eq!((&ops[0]["op"], &ops[0]["path"]), (&json!("replace"), &json!("/spec/template")));
     assert!(ops[0]["value"]["metadata"]["labels"].get("pod-template-hash").is_none(), "{patch}");
     let cr = json!({"data": {"spec": {"template": {"spec": {"containers": []}, "$patch": "replace"}, "replicas": 100}}});
-    let patch = build::rollback_patch(template::Kind::StatefulSet, &cr).unwrap();
+    let patch = build::rollback_patch(Kind::StatefulSet, &cr).unwrap();
     assert_eq!(patch, json!({"spec": {"template": {"spec": {"containers": []}, "$patch": "replace"}}}));
 }
 

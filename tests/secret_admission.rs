@@ -15,11 +15,11 @@ use confighistory::cluster::{ApiError, MemoryCluster};
 use confighistory::model::digest::{digest, Sha256};
 use confighistory::model::ids::{SourceId, SourceKind};
 use confighistory::model::keys::{ClusterKey, KeyId, KeySlot, Keyring};
+use confighistory::model::kinds::Kind;
 use confighistory::model::names;
 use confighistory::model::policy::Policy;
 use confighistory::model::secret::{self, SecretContent};
 use confighistory::model::snapshot::{self, Content};
-use confighistory::model::template::Kind;
 use serde_json::{json, Value};
 
 mod common;

@@ -366,8 +366,8 @@ mod tests {
     use crate::admission::review::GroupVersionKind;
     use crate::admission::{Failed, Fresh};
     use crate::cache::State;
+    use crate::model::kinds::Kind;
     use crate::model::policy::Policy;
-    use crate::model::template::Kind;
 
     const NOW: &str = "2026-12-03T12:00:00Z";
     const A: &str = "currency: EUR\ndiscount_rules_path: /etc/pricing/discounts.yaml\n";

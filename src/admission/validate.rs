@@ -198,9 +198,9 @@ mod tests {
     use crate::admission::review::{GroupVersionKind, Operation};
     use crate::admission::{Failed, Fresh};
     use crate::cache::State;
+    use crate::model::kinds::Kind;
     use crate::model::names;
     use crate::model::policy::Policy;
-    use crate::model::template::Kind;
 
     const NOW: &str = "2026-12-03T12:00:00Z";
 

@@ -12,13 +12,14 @@ use crate::model::ids::{SourceId, SourceKind};
 use crate::model::json::At;
 use crate::model::keys::KeyId;
 use crate::model::kinds;
+use crate::model::kinds::Kind;
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::Mode;
 use crate::model::secret::{self, SecretContent};
 use crate::model::snapshot::{self, Content, Origin};
 use crate::model::source::{self, hold_stands, Holds};
-use crate::model::template::{self, Kind, Ref};
+use crate::model::template::{self, Ref};
 
 /// A reference with the source it belongs to.
 #[derive(Clone, Debug)]

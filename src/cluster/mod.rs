@@ -11,9 +11,9 @@ use serde_json::Value;
 
 use crate::cache::Watched;
 use crate::model::ids::{SourceId, SourceKind};
+use crate::model::kinds::Kind;
 use crate::model::kinds::Registry;
 use crate::model::names;
-use crate::model::template::Kind;
 
 pub mod calls;
 pub mod clock;

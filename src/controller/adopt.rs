@@ -314,8 +314,9 @@ pub fn decide(
 mod tests {
     use super::*;
     use crate::controller::propagate::tests::{h, snap, source, workload, T0};
+    use crate::model::kinds::Kind;
     use crate::model::snapshot;
-    use crate::model::template::{self, Kind};
+    use crate::model::template;
     use serde_json::json;
 
     fn tpl_hash(s: &State, name: &str) -> String {

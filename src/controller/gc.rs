@@ -30,11 +30,12 @@ use crate::cluster::{ApiError, Cluster};
 use crate::metrics::METRICS;
 use crate::model::ids::{self, SourceId, SourceKind};
 use crate::model::keys::Keyring;
+use crate::model::kinds::Kind;
 use crate::model::kinds::{History, Registry};
 use crate::model::names;
 use crate::model::secret::{self, SecretContent};
 use crate::model::snapshot;
-use crate::model::template::{self, Kind};
+use crate::model::template;
 
 /// A snapshot as the sweep sees it.
 #[derive(Clone, Debug, PartialEq)]

@@ -9,12 +9,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::cache::{ConfigMapInfo, SourceKey, State};
 use crate::model::ids::{self, SourceId};
+use crate::model::kinds::Kind;
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::{self, Mode, Policy};
 use crate::model::selector::Selector;
 use crate::model::source::{self, hold_stands};
-use crate::model::template::Kind;
 
 /// (kind, namespace, name) of a workload.
 pub type WorkloadKey = crate::cache::ObjectKey;

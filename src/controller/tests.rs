@@ -7,9 +7,9 @@ use super::propagate::tests::{h, snap, source, workload, T0};
 use super::*;
 use crate::cache::State;
 use crate::cluster::{ApiError, MemoryCluster};
+use crate::model::kinds::Kind;
 use crate::model::policy::Policy;
 use crate::model::snapshot;
-use crate::model::template::Kind;
 
 #[derive(clap::Parser)]
 struct Args {

@@ -9,9 +9,6 @@ use serde_json::Value;
 use crate::model::ids::{SourceId, SourceKind, SourceKinds};
 use crate::model::names;
 
-/// Workload kinds live in [`crate::model::kinds`]; re-exported where templates are read.
-pub use crate::model::kinds::Kind;
-
 /// One reference to a source inside a pod template.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ref {
@@ -146,7 +143,7 @@ pub fn template_hash(template: &Value) -> String {
 }
 
 /// [`template_hash`] dropping `hash_label` from the template's labels instead: the label a kind's
-/// controller adds to its revisions' templates ([`Kind::hash_label`]).
+/// controller adds to its revisions' templates (`model::kinds::Kind::hash_label`).
 pub fn template_hash_without(template: &Value, hash_label: &str) -> String {
     let mut h = Sha256::default();
     canonical(template, &mut h, 0, hash_label);

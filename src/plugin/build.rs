@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::model::*;
 use crate::model::ids::{self, SourceId, SourceKind, SourceKinds};
+use crate::model::kinds::Kind;
 use crate::model::kinds::{self, Registry};
 use crate::model::meta::Meta;
 use crate::model::names;
@@ -18,7 +19,7 @@ use crate::model::secret::{self, SecretContent};
 use crate::model::selector::Selector;
 use crate::model::snapshot::{self, Content};
 use crate::model::source;
-use crate::model::template::{self, Kind};
+use crate::model::template;
 use crate::model::trim::LAST_APPLIED;
 
 /// The revision annotation of a ReplicaSet-kept history (its owner's kind's), or of a workload

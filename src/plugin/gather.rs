@@ -9,9 +9,9 @@ use serde_json::{json, Value};
 
 use super::build::{self, Inventory, Workload};
 use crate::model::ids::{SourceId, SourceKind};
+use crate::model::kinds::Kind;
 use crate::model::kinds::{History, Registry};
 use crate::model::names;
-use crate::model::template::Kind;
 
 /// Field manager of the plugin's writes.
 pub const FIELD_MANAGER: &str = "kubectl-confighistory";

@@ -284,7 +284,7 @@ fn workload_name(w: &model::WorkloadRef) -> String {
     let (kind, group) = match w.kind.split_once('.') {
         Some((kind, group)) => (kind, group),
         None => {
-            let group = crate::model::template::Kind::BUILTIN.into_iter().find(|k| k.as_str() == w.kind).map_or("apps", |k| k.group());
+            let group = crate::model::kinds::Kind::BUILTIN.into_iter().find(|k| k.as_str() == w.kind).map_or("apps", |k| k.group());
             (w.kind.as_str(), group)
         }
     };

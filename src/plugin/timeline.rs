@@ -10,9 +10,9 @@ use serde_json::Value;
 use super::build::{self, Inventory, Picked, Snap, SourceContent, Workload};
 use super::model::*;
 use crate::model::ids::SourceKind;
+use crate::model::kinds::Kind;
 use crate::model::names;
 use crate::model::snapshot::Content;
-use crate::model::template::Kind;
 
 /// The workload `wanted` names (its kind resolved already, [`Inventory::resolve`]), with a
 /// rollout history.

@@ -23,8 +23,8 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use serde::Serialize;
 
 use super::{build, gather, model};
+use crate::model::kinds::Kind;
 use crate::model::names;
-use crate::model::template::Kind;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
