@@ -85,6 +85,118 @@ fn no_module_imports_a_layer_above_it() {
     assert!(wrong.is_empty(), "layering (docs/architecture.md) broken:\n{}", wrong.join("\n"));
 }
 
+/// model's own files, lowest first (docs/architecture.md "model/ ladder"): a file uses only the
+/// files listed before it, so no two of them import each other, even through a third.
+const MODEL_LADDER: &[&str] = &[
+    "text",
+    "json",
+    "digest",
+    "ids",
+    "names",
+    "keys",
+    "meta",
+    "selector",
+    "trim",
+    "template",
+    "kinds",
+    "snapshot",
+    "secret",
+    "source",
+    "policy",
+    "published",
+    "mod",
+];
+
+fn model_rank(file: &str) -> Option<usize> {
+    MODEL_LADDER.iter().position(|f| *f == file)
+}
+
+/// The model files a line names through `crate::model::x` or `super::x` (`super::{x, y::z}`
+/// too), comments left out, with their line numbers. A `super::x` names a file only when `x` is
+/// one of `files`: inside a file's `mod tests`, `super::` is the file itself.
+fn model_uses(text: &str, files: &[String]) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        for (prefix, any) in [("crate::model::", true), ("super::", false)] {
+            let mut rest = code;
+            while let Some(at) = rest.find(prefix) {
+                let after = &rest[at + prefix.len()..];
+                let heads: Vec<String> = match after.strip_prefix('{') {
+                    // The first segment of each item of a group, at its top level.
+                    Some(group) => {
+                        let (mut depth, mut items, mut item) = (0, Vec::new(), String::new());
+                        for c in group.chars() {
+                            match c {
+                                '{' => depth += 1,
+                                '}' if depth == 0 => break,
+                                '}' => depth -= 1,
+                                ',' if depth == 0 => items.push(std::mem::take(&mut item)),
+                                c => item.push(c),
+                            }
+                        }
+                        items.push(item);
+                        items.iter().map(|it| ident(it.trim())).collect()
+                    }
+                    None => vec![ident(after)],
+                };
+                for head in heads {
+                    if !head.is_empty() && (any || files.contains(&head)) {
+                        out.push((i + 1, head));
+                    }
+                }
+                rest = after;
+            }
+        }
+    }
+    out
+}
+
+fn ident(s: &str) -> String {
+    s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
+}
+
+#[test]
+fn model_files_form_a_ladder() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/model");
+    let mut all = Vec::new();
+    files(&dir, &mut all);
+    all.sort();
+    let stems: Vec<String> = all.iter().map(|f| f.file_stem().unwrap().to_string_lossy().into_owned()).collect();
+    let mut wrong = Vec::new();
+    for (file, stem) in all.iter().zip(&stems) {
+        let shown = file.strip_prefix(&dir).unwrap().display();
+        let Some(own) = model_rank(stem) else {
+            wrong.push(format!("model/{shown}: in no rank: add it to MODEL_LADDER and docs/architecture.md"));
+            continue;
+        };
+        let text = std::fs::read_to_string(file).unwrap();
+        for (line, used) in model_uses(&text, &stems) {
+            if used == *stem {
+                continue;
+            }
+            match model_rank(&used) {
+                None => wrong.push(format!("model/{shown}:{line}: uses `{used}`, a model file in no rank")),
+                Some(r) if r >= own => wrong.push(format!("model/{shown}:{line}: `{stem}` uses `{used}`, at or above it on the ladder")),
+                Some(_) => {}
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "model/ ladder (docs/architecture.md) broken:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_ladder_check_sees_a_step_up() {
+    let files = ["json", "names", "policy", "meta"].map(String::from);
+    let found = model_uses(
+        "use super::{json::At, names};\nlet m = crate::model::policy::Mode::Off; // super::meta\nuse super::*;\nsuper::parse(x)",
+        &files,
+    );
+    let found: Vec<(usize, &str)> = found.iter().map(|(l, u)| (*l, u.as_str())).collect();
+    assert_eq!(found, [(1, "json"), (1, "names"), (2, "policy")]);
+    assert!(model_rank("policy") > model_rank("names") && model_rank("nothing").is_none());
+}
+
 #[test]
 fn the_decisions_do_no_io() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
