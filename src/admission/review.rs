@@ -3,7 +3,6 @@
 //! Objects stay `serde_json::Value`: the webhook must handle batch/v1beta1 CronJobs and fields
 //! newer or older than any typed client knows, and must copy ConfigMap bytes exactly.
 
-use base64::Engine;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
@@ -436,10 +435,7 @@ impl Response {
         if !self.patch.is_empty() {
             out.extend_from_slice(b",\"patchType\":\"JSONPatch\",\"patch\":\"");
             let patch = serde_json::to_vec(&self.patch).unwrap_or_default();
-            let start = out.len();
-            out.resize(start + base64::encoded_len(patch.len(), true).unwrap_or(0), 0);
-            let written = base64::engine::general_purpose::STANDARD.encode_slice(&patch, &mut out[start..]).unwrap_or(0);
-            out.truncate(start + written);
+            base64_simd::STANDARD.encode_append(&patch, &mut out);
             out.push(b'"');
         }
         if !self.warnings.is_empty() {
@@ -691,7 +687,8 @@ mod tests {
         assert_eq!(patched["response"]["patchType"], "JSONPatch");
         let w = patched["response"]["warnings"][0].as_str().unwrap();
         assert!(w.len() <= MAX_WARNING + 3);
-        let patch = base64::engine::general_purpose::STANDARD.decode(patched["response"]["patch"].as_str().unwrap()).unwrap();
+        let patch =
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, patched["response"]["patch"].as_str().unwrap()).unwrap();
         assert_eq!(serde_json::from_slice::<Value>(&patch).unwrap(), json!([{"op": "add", "path": "/a", "value": 1}]));
     }
 }

@@ -20,7 +20,6 @@
 
 use std::collections::BTreeMap;
 
-use base64::Engine as _;
 use serde_json::{json, Map, Value};
 
 use crate::cluster::{ApiError, Cluster, Created};
@@ -180,7 +179,7 @@ pub fn read(obj: &Value, target: &Target) -> Result<(Keyring, String), Error> {
         // The entry's name, never its value: a value that is no base64 is still a key's bytes.
         let named: String = entry.chars().take(64).collect();
         let text = value.as_str().ok_or_else(|| bad(format!("entry {named:?} is not a string")))?;
-        let bytes = base64::engine::general_purpose::STANDARD.decode(text).map_err(|_| bad(format!("entry {named:?} is not base64")))?;
+        let bytes = base64_simd::STANDARD.decode_to_vec(text).map_err(|_| bad(format!("entry {named:?} is not base64")))?;
         decoded.insert(entry, bytes);
     }
     let ring = Keyring::from_data(&decoded).map_err(|e| malformed(target, &e))?;
@@ -205,7 +204,7 @@ pub fn object(target: &Target, ring: &Keyring) -> Value {
 
 /// A keyring as a Secret's `data` (base64 values).
 fn encode(ring: &Keyring) -> Map<String, Value> {
-    ring.to_data().into_iter().map(|(k, v)| (k, Value::String(base64::engine::general_purpose::STANDARD.encode(v)))).collect()
+    ring.to_data().into_iter().map(|(k, v)| (k, Value::String(base64_simd::STANDARD.encode_to_string(v)))).collect()
 }
 
 /// A new cluster key of `id`: [`MIN_KEY_BYTES`] from the system's CSPRNG (ring's, through rustls'

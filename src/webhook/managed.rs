@@ -23,7 +23,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
@@ -172,15 +171,10 @@ fn pem_certs(pem: &str) -> Vec<(String, Vec<u8>)> {
     CertificateDer::pem_slice_iter(pem.as_bytes()).filter_map(|c| c.ok()).map(|der| (to_pem("CERTIFICATE", &der), der.to_vec())).collect()
 }
 
+/// PEM by the `pem` crate (rcgen's PEM writer, in the tree through kube): 64-character lines and
+/// `\n` on every platform, so a stored bundle is the same bytes wherever it was written.
 fn to_pem(label: &str, der: &[u8]) -> String {
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for chunk in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(chunk).unwrap_or_default());
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
+    pem::encode_config(&pem::Pem::new(label, der), pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF))
 }
 
 /// Fingerprints of the CAs in a PEM bundle.
@@ -499,7 +493,7 @@ impl Configuration {
                     .iter()
                     .map(|h| {
                         let bundle = h["clientConfig"]["caBundle"].as_str().unwrap_or_default();
-                        let pem = base64::engine::general_purpose::STANDARD.decode(bundle).unwrap_or_default();
+                        let pem = base64_simd::STANDARD.decode_to_vec(bundle).unwrap_or_default();
                         (h["name"].as_str().unwrap_or_default().to_owned(), pem)
                     })
                     .collect()
@@ -581,7 +575,7 @@ impl Kube {
     /// Server-side apply of the bundle into every webhook of `c`, preconditioned on the
     /// resourceVersion read.
     async fn write_bundle(&self, c: &Configuration, stored: &Stored) -> Result<Configuration, kube::Error> {
-        let bundle = base64::engine::general_purpose::STANDARD.encode(stored.bundle());
+        let bundle = base64_simd::STANDARD.encode_to_string(stored.bundle());
         let hooks: Vec<serde_json::Value> =
             c.hooks.iter().map(|(name, _)| serde_json::json!({"name": name, "clientConfig": {"caBundle": bundle}})).collect();
         let patch = serde_json::json!({

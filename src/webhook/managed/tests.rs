@@ -282,7 +282,7 @@ fn the_webhooks_trust_only_what_every_webhook_carries() {
     let read = Configuration::from_json(
         "ValidatingWebhookConfiguration",
         &serde_json::json!({"metadata": {"name": "x", "resourceVersion": "7", "annotations": {GENERATION_ANNOTATION: "4"}},
-            "webhooks": [{"name": "w", "clientConfig": {"caBundle": base64::engine::general_purpose::STANDARD.encode(s.bundle())}}]}),
+            "webhooks": [{"name": "w", "clientConfig": {"caBundle": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, s.bundle())}}]}),
     );
     assert_eq!((read.generation, read.resource_version.as_deref()), (4, Some("7")));
     assert_eq!(bundle_fingerprints(&read.hooks[0].1), BTreeSet::from([s.cas[0].fingerprint.clone()]));
@@ -308,4 +308,25 @@ fn a_start_over_never_reuses_or_lowers_a_generation_the_webhooks_carry() {
     // no bundle write for it, no churn.
     assert!(above_carried(&next, 8, false).is_none(), "a record at the carried generation stays");
     assert!(above_carried(&fresh, 7, false).is_some_and(|s| s.generation == 7), "never behind");
+}
+
+#[test]
+fn pem_is_written_as_the_stored_bundles_were() {
+    // Bundles are compared as text (`Stored::bundle`, the webhooks' caBundle): 64-character lines,
+    // `\n`, the label around them, as the hand-written writer before the `pem` crate wrote them.
+    for len in [1usize, 47, 48, 49, 1000] {
+        let der: Vec<u8> = (0..len).map(|i| (i * 31 + len) as u8).collect();
+        let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &der);
+        let mut expected = "-----BEGIN CERTIFICATE-----\n".to_owned();
+        for line in b64.as_bytes().chunks(64) {
+            expected.push_str(std::str::from_utf8(line).unwrap());
+            expected.push('\n');
+        }
+        expected.push_str("-----END CERTIFICATE-----\n");
+        assert_eq!(to_pem("CERTIFICATE", &der), expected, "{len} bytes");
+    }
+    // A stored bundle splits into its certificates and joins back to the same text.
+    let s = created(T0);
+    assert_eq!(pem_certs(&s.bundle()).into_iter().map(|(p, _)| p).collect::<String>(), s.bundle());
+    assert!(s.leaf.key_pem.starts_with("-----BEGIN PRIVATE KEY-----\n") && !s.leaf.key_pem.contains('\r'));
 }
