@@ -1,4 +1,6 @@
 //! The vocabulary of docs/behaviour.md as pure functions, with no I/O: what every other layer builds on.
+//! Its files form a ladder, each using only the ones below it (docs/architecture.md "model/ ladder",
+//! checked by tests/layers.rs).
 
 pub mod digest;
 pub mod ids;

@@ -1,5 +1,6 @@
 //! Every label and annotation confighistory reads or writes, in one place, so a reader can find
-//! what a key means and which rule owns it, and how annotation entries name sources.
+//! what a key means and which rule owns it, and the annotation values keyed by source (pins, held
+//! heads, the trigger; how one entry names a source: `model::ids::parse_source`).
 
 use std::collections::BTreeMap;
 
