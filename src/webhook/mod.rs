@@ -370,6 +370,13 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
         Ok(namespace) => namespace,
         Err(failure) => return (failure.denial, Reason::ApiError),
     };
+    // A source created through this replica is no longer remembered missing: a workload applied
+    // with it a moment later reads it even before the watch delivers it (docs/behaviour.md §9a.5).
+    if let (Endpoint::Mutate, Some(kind)) = (endpoint, app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind)) {
+        if req.operation == review::Operation::Create && !req.dry_run() {
+            app.source_reads.forget(&req.namespace, &SourceId::new(kind, req.name.as_str()));
+        }
+    }
     let mut fresh = Fresh::new();
     let mut failed = Failed::new();
     // Pass 0 decides from memory; a decision that needs fresh reads asks for them once, and,
@@ -493,7 +500,10 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                     held_reads.absorb(slot);
                     match read {
                         Ok(obj) => {
-                            if obj.is_none() && unlisted {
+                            // A dry run's "missing" is not remembered: Flux, Argo CD and
+                            // `kubectl diff` dry-run a release before creating its ConfigMaps,
+                            // and the apply that follows must read them (docs/behaviour.md §9a.5).
+                            if obj.is_none() && unlisted && !req.dry_run() {
                                 app.source_reads.record_missing(&req.namespace, &id);
                             }
                             fresh.insert(id, obj);
