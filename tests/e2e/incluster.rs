@@ -459,3 +459,37 @@ fn incluster_mutual_tls_admits_the_api_server_and_refuses_other_callers() {
         cluster.kubectl(&["logs", "-n", NAMESPACE, "-l", &format!("app.kubernetes.io/instance={RELEASE}"), "--tail", "-1", "--prefix"]);
     assert!(logs.stdout.contains("refused a client certificate") || !pki.join("admin.crt").exists(), "{}", logs.stdout);
 }
+
+/// Puts the install check's namespace back when the test ends, passed or failed: the upgrade
+/// passes its check again, which is the other half of what is tested.
+struct CheckNamespaceBack(&'static Cluster);
+
+impl Drop for CheckNamespaceBack {
+    fn drop(&mut self) {
+        let out = helm_upgrade(self.0, &["helmTest.namespace=default", "installCheck.waitSeconds=120"]);
+        if !out.status.success() && !std::thread::panicking() {
+            panic!("helm upgrade with the check's namespace back failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+}
+
+/// docs/install.md "Verify": every `helm install` and `helm upgrade` runs the chart's check (a
+/// server dry run that must come back pinned). An upgrade whose check cannot pass (its namespace
+/// is kube-public, which confighistory never acts in) fails loudly, and the Job it keeps says why
+/// in its log; the upgrade that puts the namespace back passes (the drop guard).
+#[test]
+#[ignore = "needs confighistory installed in the cluster (tests/run: after `tests/e2e/cluster install`)"]
+fn incluster_an_upgrade_whose_install_check_cannot_pin_fails_and_says_why() {
+    let cluster = installed();
+    let _restore = CheckNamespaceBack(cluster);
+    let out = helm_upgrade(cluster, &["helmTest.namespace=kube-public", "installCheck.waitSeconds=6"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "helm upgrade passed a check that cannot pin: {stderr}");
+    assert!(stderr.contains("post-upgrade") && stderr.contains(&format!("{RELEASE}-check")), "{stderr}");
+    let log = cluster.kubectl(&["logs", &format!("job/{RELEASE}-check"), "-n", NAMESPACE]).expect_success().stdout;
+    assert!(
+        log.contains("was admitted referencing confighistory-selftest-") && log.contains("namespace kube-public"),
+        "the kept Job's log says why: {log}"
+    );
+    assert!(log.contains("attempt 1:") && log.contains("still failing after"), "each try is logged: {log}");
+}
