@@ -11,6 +11,7 @@ its exit. Writes DIR/rounds.jsonl and prints a line per round and the summary.
 """
 import argparse
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -139,6 +140,13 @@ def quantile(values, q):
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
+def median_interval(values, resamples=2000, seed=1):
+    """A 90% bootstrap interval of the median: how far noise alone moves it."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.05 * resamples)], medians[int(0.95 * resamples)]
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=40)
@@ -207,6 +215,7 @@ def main():
         "rounds": len(rows),
         "left_out": left_out,
         "median_ratio": round(statistics.median(ratios), 4),
+        "median_ratio_90pct_interval": [round(x, 4) for x in median_interval(ratios)],
         "p90_ratio": round(quantile(ratios, 0.9), 4),
         "median_acted_ms": round(statistics.median(acted), 1),
         "median_excluded_ms": round(statistics.median(excluded), 1),
@@ -220,7 +229,8 @@ def main():
     with open(f"{a.out}/summary.json", "w") as f:
         json.dump(summary, f, indent=1)
     print(
-        f"\n{len(rows)} rounds ({len(left_out)} left out): median ratio {summary['median_ratio']:.3f}, p90 ratio {summary['p90_ratio']:.3f}; "
+        f"\n{len(rows)} rounds ({len(left_out)} left out): median ratio {summary['median_ratio']:.3f} "
+        f"(90% bootstrap interval {summary['median_ratio_90pct_interval'][0]:.3f}-{summary['median_ratio_90pct_interval'][1]:.3f}), p90 ratio {summary['p90_ratio']:.3f}; "
         f"medians acted {summary['median_acted_ms']:.1f} ms, excluded {summary['median_excluded_ms']:.1f} ms "
         f"(median difference {summary['median_difference_ms']:.1f} ms); median ratio when acted went first "
         f"{by_order.get('acted', float('nan')):.3f}, second {by_order.get('excluded', float('nan')):.3f} (order-balanced {summary['order_balanced_ratio']:.3f}); acted pinned to {acted_pin}"
