@@ -163,15 +163,21 @@ def main():
         if apply(ns, 0) is None:
             sys.exit("apply: the release could not be created")
     time.sleep(2)
-    rows, left_out = [], []
+    rows, left_out, waited = [], [], 0.0
     with open(f"{a.out}/rounds.jsonl", "w") as out:
         for i in range(1, a.rounds + 1):
             time.sleep(a.pause)
             order = [a.acted, a.excluded] if i % 2 else [a.excluded, a.acted]
-            before, waited = foreign_webhooks(a.configuration, labels), 0.0
+            # One budget of waiting for the whole run: past it, such rounds are left out at once.
+            before, said = foreign_webhooks(a.configuration, labels), False
             while before and waited < a.foreign_wait:
-                if not waited:
-                    print(f"apply: waiting (at most {a.foreign_wait:.0f} s) for other webhooks to stop selecting the namespaces: {'; '.join(before)}", file=sys.stderr, flush=True)
+                if not said:
+                    print(
+                        f"apply: waiting (at most {a.foreign_wait - waited:.0f} s more) for other webhooks to stop selecting the namespaces: {'; '.join(before)}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    said = True
                 time.sleep(5)
                 waited += 5
                 before = foreign_webhooks(a.configuration, labels)
