@@ -296,16 +296,50 @@ fn the_webhooks_trust_only_what_every_webhook_carries() {
 fn a_start_over_never_reuses_or_lowers_a_generation_the_webhooks_carry() {
     let fresh = created(T0);
     assert_eq!(fresh.generation, 1);
+    let old = vec![(7, b"old CA bundle".to_vec())];
     let hooks = vec![("m".to_owned(), b"old CA bundle".to_vec())];
     assert!(!needs_bundle(&fresh, 7, &hooks), "as counted from the Secret alone, never written");
-    let next = above_carried(&fresh, 7, true).expect("renumbered");
+    let floor = generation_floor(fresh.bundle().as_bytes(), &old);
+    assert_eq!(floor, 8);
+    let next = above_carried(&fresh, floor).expect("renumbered");
     assert_eq!(next.generation, 8);
     assert!(needs_bundle(&next, 7, &hooks), "the new CA reaches the webhooks");
     assert_eq!(round_trip(&next).generation, 8);
-    assert!(above_carried(&next, 7, true).is_none(), "above already: unchanged");
-    assert!(above_carried(&next, 8, true).is_some_and(|s| s.generation == 9), "a new bundle goes above an equal one");
-    // A write that keeps the bundle (a replica's record) keeps the generation the webhooks carry:
-    // no bundle write for it, no churn.
-    assert!(above_carried(&next, 8, false).is_none(), "a record at the carried generation stays");
-    assert!(above_carried(&fresh, 7, false).is_some_and(|s| s.generation == 7), "never behind");
+    assert!(above_carried(&next, floor).is_none(), "above already: unchanged");
+    // Once the webhooks carry it, a write that keeps the bundle (a replica's record) keeps the
+    // generation: no bundle write for it, no churn.
+    let carrying = vec![(8, next.bundle().into_bytes()), (8, next.bundle().into_bytes())];
+    assert_eq!(generation_floor(next.bundle().as_bytes(), &carrying), 8);
+    assert!(above_carried(&next, 8).is_none(), "a record at the carried generation stays");
+    // One configuration written, the other not yet (or not writable): above the other's too.
+    let half = vec![(8, next.bundle().into_bytes()), (7, b"old CA bundle".to_vec())];
+    assert_eq!(generation_floor(next.bundle().as_bytes(), &half), 8);
+    assert_eq!(generation_floor(b"yet another", &half), 9);
+    // Nothing read: no floor.
+    assert_eq!(generation_floor(next.bundle().as_bytes(), &[]), 0);
+}
+
+/// A start-over while the webhook configurations could not be read: the new Secret got
+/// generation 1 (nothing to go above). Its next write, a replica's record, once they read again,
+/// must go above the 7 they carry with the old bundle: at 7 (never behind the webhooks), the same
+/// number stood for two bundles, and a replica still holding the old Secret (generation 7, the
+/// webhooks' bundle) wrote the old bundle back over the new one.
+#[test]
+fn a_generation_never_stands_for_two_bundles() {
+    let t = timing();
+    let fresh = created(T0);
+    let old = created(T0 - 1000);
+    let old = Stored { generation: 7, ..old };
+    let carried = vec![(7, old.bundle().into_bytes())];
+    let a = trusting(replica("a"), &old, T0);
+    let action = decide(Some(&fresh), &a, T0, &t, &names());
+    assert!(matches!(action, Action::Record(_)), "{action:?}");
+    let record = apply(Some(&fresh), &action, "a", T0, &t, &names()).unwrap().unwrap();
+    let record = above_carried(&record, generation_floor(record.bundle().as_bytes(), &carried)).unwrap_or(record);
+    assert!(record.generation > 7, "generation {} of a new bundle, the webhooks carry 7 of another", record.generation);
+    let hooks = vec![("m".to_owned(), old.bundle().into_bytes())];
+    assert!(needs_bundle(&record, 7, &hooks), "the new bundle is written");
+    // Once it is, the replica that still holds the old Secret leaves it.
+    let written = vec![("m".to_owned(), record.bundle().into_bytes())];
+    assert!(!needs_bundle(&old, record.generation, &written), "the old Secret's bundle never goes back");
 }
