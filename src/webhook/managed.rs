@@ -65,9 +65,11 @@ impl Timing {
         self.validity / 3
     }
 
-    /// How often a replica reads the Secret and the webhook configurations.
+    /// How often a replica reads the Secret and the webhook configurations (three reads by name):
+    /// a deleted Secret (the start-over runbook) or a re-created configuration is noticed within
+    /// this, so a few seconds at most (docs/operations.md "Certificates").
     pub fn poll(&self) -> Duration {
-        Duration::from_millis((self.validity / 30).clamp(200, 10_000) as u64)
+        Duration::from_millis((self.validity / 30).clamp(200, 2_000) as u64)
     }
 
     /// How long a replica's record stands without renewal: a replica gone without a word blocks

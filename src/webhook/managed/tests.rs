@@ -29,6 +29,15 @@ fn trusting(mut r: Replica, stored: &Stored, since: i64) -> Replica {
     r
 }
 
+/// A deleted Secret or a re-created webhook configuration is noticed within seconds, whatever the
+/// validity (90 days by default).
+#[test]
+fn replicas_look_every_few_seconds_at_most() {
+    assert_eq!(Timing::new(Duration::from_secs(90 * 24 * 3600)).poll(), Duration::from_secs(2));
+    assert_eq!(Timing::new(Duration::from_secs(30)).poll(), Duration::from_millis(1000));
+    assert_eq!(Timing::new(Duration::from_secs(3)).poll(), Duration::from_millis(200));
+}
+
 #[test]
 fn a_missing_or_expired_secret_is_made_anew() {
     let t = timing();
@@ -38,6 +47,33 @@ fn a_missing_or_expired_secret_is_made_anew() {
     assert_eq!(s.generation, 1);
     assert_eq!(s.leaf.issuer, s.cas[0].fingerprint);
     assert_eq!(decide(Some(&s), &replica("a"), T0 + t.validity + 1, &t, &names()), Action::Create);
+}
+
+/// Replicas down longer than the validity: every CA and the serving certificate expired, and the
+/// Secret still names replicas that are gone (records that, by a clock's skew, have not lapsed).
+/// A starting replica makes a new Secret at once, without those records, and serves from it.
+#[test]
+fn after_a_downtime_longer_than_the_validity_a_replica_starts_at_once() {
+    let t = timing();
+    let mut s = created(T0);
+    let fp = s.cas[0].fingerprint.clone();
+    for gone in ["old-1", "old-2"] {
+        s.replicas.insert(gone.into(), Record { cas: [fp.clone()].into(), until: T0 + 10 * t.validity });
+    }
+    let s = round_trip(&s);
+    let later = T0 + t.validity + 1;
+    let fresh = replica("new-1");
+    assert_eq!(decide(Some(&s), &fresh, later, &t, &names()), Action::Create);
+    let next = apply(Some(&s), &Action::Create, "new-1", later, &t, &names()).unwrap().unwrap();
+    assert!(next.replicas.is_empty(), "{next:?}");
+    assert!(next.generation > s.generation);
+    assert!(next.newest().not_after > later && next.leaf.not_after > later);
+    // Then its record, then it serves: no settle, no lapse of anyone's record.
+    let action = decide(Some(&next), &fresh, later, &t, &names());
+    assert_eq!(action, Action::Record([next.leaf.issuer.clone()].into()));
+    let recorded = apply(Some(&next), &action, "new-1", later, &t, &names()).unwrap().unwrap();
+    assert_eq!(decide(Some(&recorded), &fresh, later, &t, &names()), Action::Wait);
+    assert_eq!(choose(&recorded, &fresh, None, later, &t), Some(&recorded.leaf));
 }
 
 /// The served certificate verifies against the bundle for every name, as the API server checks.
