@@ -417,25 +417,39 @@ fn incluster_helm_upgrade_after_kubectl_recreated_or_edited_the_webhook_configur
     }
     converge(cluster, &ns, 2, "after the upgrade", Duration::from_secs(60));
 
-    // `kubectl edit` of a field the chart renders: Helm 4 refuses to overwrite it (a conflict
-    // naming the field and kubectl-edit) until told to, with --force-conflicts.
+    // `kubectl edit` of fields the chart renders, a rule and a timeout: Helm 4 refuses to
+    // overwrite them (a conflict naming them and kubectl-edit) until told to, with
+    // --force-conflicts. (The rule's scope "*" is the same for ConfigMaps as "Namespaced".)
     let mwc = cluster.kubectl(&["get", "mutatingwebhookconfiguration", RELEASE, "-o", "json"]).expect_success().json();
-    let timeout = mwc["webhooks"][0]["timeoutSeconds"].as_u64().expect("timeoutSeconds");
+    let (hook, rule) = (&mwc["webhooks"][0], mwc["webhooks"][0]["rules"][0].clone());
+    assert_eq!(
+        (hook["name"].as_str(), rule["resources"][0].as_str(), rule["scope"].as_str()),
+        (Some("configmaps.confighistory.io"), Some("configmaps"), Some("Namespaced")),
+        "{hook:#}"
+    );
+    let timeout = hook["timeoutSeconds"].as_u64().expect("timeoutSeconds");
     let edited = if timeout == 7 { 8 } else { 7 };
-    let patch = format!(r#"[{{"op":"replace","path":"/webhooks/0/timeoutSeconds","value":{edited}}}]"#);
+    let patch = format!(
+        r#"[{{"op":"replace","path":"/webhooks/0/timeoutSeconds","value":{edited}}},{{"op":"replace","path":"/webhooks/0/rules/0/scope","value":"*"}}]"#
+    );
     cluster
         .kubectl(&["patch", "mutatingwebhookconfiguration", RELEASE, "--type=json", "-p", &patch, "--field-manager=kubectl-edit"])
         .expect_success();
     let out = upgrade(&[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        !out.status.success() && stderr.contains("conflict") && stderr.contains("kubectl-edit") && stderr.contains("timeoutSeconds"),
+        !out.status.success()
+            && stderr.contains("conflict")
+            && stderr.contains("kubectl-edit")
+            && stderr.contains(".rules")
+            && stderr.contains("timeoutSeconds"),
         "the conflict docs/install.md describes: {stderr}"
     );
     let out = upgrade(&["--force-conflicts"]);
     assert!(out.status.success(), "helm upgrade --force-conflicts failed: {}", String::from_utf8_lossy(&out.stderr));
     let mwc = cluster.kubectl(&["get", "mutatingwebhookconfiguration", RELEASE, "-o", "json"]).expect_success().json();
     assert_eq!(mwc["webhooks"][0]["timeoutSeconds"].as_u64(), Some(timeout), "the chart's value is back");
+    assert_eq!(mwc["webhooks"][0]["rules"][0], rule, "the chart's rule is back");
     for kind in KINDS {
         let managers = managers_of_ca_bundle(cluster, kind);
         assert!(!managers.iter().any(|m| m == "helm"), "{kind}: --force-conflicts took the caBundle over: {managers:?}");
