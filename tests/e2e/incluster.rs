@@ -17,15 +17,18 @@ use serde_json::Value;
 use crate::support::apps::{configmap, pricing_config, release, workload, KEY_A, KEY_B, SOURCE};
 use crate::support::{cluster, find_helm, repo_root, run_id, wait_for, wait_for_value, Cluster, TestNamespace};
 
-const NAMESPACE: &str = "confighistory";
-const RELEASE: &str = "confighistory";
+/// Server-managed certificates of the installed release: start-over, expiry, Helm 4 upgrades.
+mod certs;
+
+pub(crate) const NAMESPACE: &str = "confighistory";
+pub(crate) const RELEASE: &str = "confighistory";
 /// The test app's images in the loopback registry (docker.io/library/pricing:...). The app prints
 /// `app <version> started` and every file under /etc/pricing, then waits.
 const APP_A: &str = "pricing:4.11";
 const APP_B: &str = "pricing:4.12";
 
 /// The installed release's pods (not being deleted), by name.
-fn server_pods(cluster: &Cluster) -> Vec<Value> {
+pub(crate) fn server_pods(cluster: &Cluster) -> Vec<Value> {
     let pods = cluster
         .kubectl(&["get", "pods", "-n", NAMESPACE, "-l", &format!("app.kubernetes.io/instance={RELEASE}"), "-o", "json"])
         .expect_success()
@@ -45,7 +48,7 @@ fn leader(cluster: &Cluster) -> Option<String> {
 }
 
 /// The installed release, or a panic saying how to install it.
-fn installed() -> &'static Cluster {
+pub(crate) fn installed() -> &'static Cluster {
     let cluster = cluster().expect("incluster tests need a cluster (tests/e2e/cluster up, then install)");
     let status = cluster.kubectl(&["get", "deployment", RELEASE, "-n", NAMESPACE]);
     assert!(status.success, "confighistory is not installed in the cluster: run `tests/e2e/cluster install`\n{}", status.describe());
@@ -360,7 +363,7 @@ fn incluster_oversized_reviews_restart_no_replica() {
 
 /// `helm upgrade` with the chart's own values, as they are meant to be set
 /// (`--reset-then-reuse-values` plus `sets`), waiting for the rollout.
-fn helm_upgrade(cluster: &Cluster, sets: &[&str]) -> std::process::Output {
+pub(crate) fn helm_upgrade(cluster: &Cluster, sets: &[&str]) -> std::process::Output {
     let helm = find_helm().expect("helm (tests/e2e/tools)");
     let mut cmd = Command::new(&helm);
     cmd.args(["upgrade", RELEASE]).arg(repo_root().join("charts/confighistory"));
