@@ -100,7 +100,7 @@ impl Ledger {
 
     /// Whether to set `trigger` on the workload `key` now: not just set, no failure to wait out.
     pub(crate) fn should_trigger(&self, key: &WorkloadKey, trigger: &str, now: Instant) -> bool {
-        !self.in_flight.get(key).is_some_and(|(t, _)| t == trigger) && self.workload_backoff.ready(key, now)
+        self.in_flight.get(key).is_none_or(|(t, _)| t != trigger) && self.workload_backoff.ready(key, now)
     }
 
     /// `p`'s trigger (`trigger`) was set: in flight, and counted for each change it moves to.
