@@ -91,7 +91,21 @@ pub(crate) async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncSt
         learn_immutability(ctx, decisions.unknown.iter(), Some(&ctx.reads)).await;
         (decisions, present) = decide();
     }
-    for a in &decisions.adoptions {
+    adopt_all(ctx, &decisions.adoptions, st).await;
+    st.repaired.retain(|_, (_, at)| at.elapsed() < IN_FLIGHT);
+    for p in &decisions.repairs {
+        if !ctx.leadership.is_leader() {
+            break;
+        }
+        repair_one(ctx, p, st).await;
+    }
+    mark_seen(ctx, &decisions, present);
+    (decisions.adoptions.len(), decisions.repairs.len())
+}
+
+/// Records the adoptions the pass decided on, while this replica leads.
+async fn adopt_all(ctx: &Ctx, adoptions: &[adopt::Adoption], st: &mut ResyncState) {
+    for a in adoptions {
         if !ctx.leadership.is_leader() {
             break;
         }
@@ -104,63 +118,66 @@ pub(crate) async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncSt
             Err(e) => tracing::warn!(namespace = %a.namespace, source = %a.source, error = %e, "adoption failed; retried next resync"),
         }
     }
-    st.repaired.retain(|_, (_, at)| at.elapsed() < IN_FLIGHT);
-    for p in &decisions.repairs {
-        if !ctx.leadership.is_leader() {
-            break;
-        }
-        let trigger = p.trigger_value();
-        if st.repaired.get(&p.key()).is_some_and(|(t, _)| *t == trigger) {
+}
+
+/// Repairs one workload admitted while the webhook was away (docs/behaviour.md §9.2): the
+/// adoption records of the config it ran with, then its trigger, with their Events; not again
+/// while the same trigger is in flight.
+async fn repair_one(ctx: &Ctx, p: &Plan, st: &mut ResyncState) {
+    let trigger = p.trigger_value();
+    if st.repaired.get(&p.key()).is_some_and(|(t, _)| *t == trigger) {
+        return;
+    }
+    // Before the trigger: the plain template the outage admitted ran with the source's
+    // current content (repair skips sources with a pending change, and adopt_one refuses a
+    // change the webhook missed). Recording it lets an undo to that revision bring its
+    // config back (docs/behaviour.md §9); when it cannot be told, an Event says so.
+    let template = cache::read(&ctx.shared.state).workloads.get(&p.key()).map(|w| w.template_hash.to_string());
+    // A source going back to an adopted snapshot (an undo) has its record already; one whose
+    // revision's config is unknown gets none (the head's content is not what it ran with).
+    for source in &p.unknown {
+        let message = format!(
+            "The config this revision ran with ({source}) is unknown: the revision predates confighistory and no adoption record lists it; it gets the current one ({})",
+            p.trigger[source]
+        );
+        event(ctx, workload_ref(ctx, p), true, "ConfigUnknown", "Repair", message).await;
+    }
+    let recorded = |s: &&SourceId| template.is_some() && !p.undone.contains(*s) && !p.unknown.contains(*s);
+    for source in p.trigger.keys().filter(recorded) {
+        let a = adopt::Adoption {
+            namespace: p.namespace.clone(),
+            source: source.clone(),
+            templates: template.iter().map(|t| t.to_string()).collect(),
+        };
+        if st.adopted.contains(&(a.namespace.clone(), a.source.clone(), a.templates[0].clone())) {
             continue;
         }
-        // Before the trigger: the plain template the outage admitted ran with the source's
-        // current content (repair skips sources with a pending change, and adopt_one refuses a
-        // change the webhook missed). Recording it lets an undo to that revision bring its
-        // config back (docs/behaviour.md §9); when it cannot be told, an Event says so.
-        let template = cache::read(&ctx.shared.state).workloads.get(&p.key()).map(|w| w.template_hash.to_string());
-        // A source going back to an adopted snapshot (an undo) has its record already; one whose
-        // revision's config is unknown gets none (the head's content is not what it ran with).
-        for source in &p.unknown {
-            let message = format!(
-                "The config this revision ran with ({source}) is unknown: the revision predates confighistory and no adoption record lists it; it gets the current one ({})",
-                p.trigger[source]
-            );
-            event(ctx, workload_ref(ctx, p), true, "ConfigUnknown", "Repair", message).await;
-        }
-        let recorded = |s: &&SourceId| template.is_some() && !p.undone.contains(*s) && !p.unknown.contains(*s);
-        for source in p.trigger.keys().filter(recorded) {
-            let a = adopt::Adoption {
-                namespace: p.namespace.clone(),
-                source: source.clone(),
-                templates: template.iter().map(|t| t.to_string()).collect(),
-            };
-            if st.adopted.contains(&(a.namespace.clone(), a.source.clone(), a.templates[0].clone())) {
-                continue;
-            }
-            Limiter::acquire(&ctx.reads, &p.namespace).await;
-            match adopt_one(ctx, &a).await {
-                Ok(_) => {
-                    st.adopted.insert((a.namespace.clone(), a.source.clone(), a.templates[0].clone()));
-                }
-                Err(e) => {
-                    let message =
-                        format!("The config this revision ran with ({source}) is unknown, an undo to it gets the current one: {e}");
-                    event(ctx, workload_ref(ctx, p), true, "ConfigUnknown", "Repair", message).await;
-                }
-            }
-        }
-        Limiter::acquire(&ctx.writes, &p.namespace).await;
-        match trigger_workload(ctx, p, true).await {
-            Ok(()) => {
-                tracing::info!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, trigger = %trigger, "repairing");
-                st.repaired.insert(p.key(), (trigger, Instant::now()));
-                event(ctx, workload_ref(ctx, p), false, "ConfigRepaired", "Repair", repair_note(ctx, p)).await;
+        Limiter::acquire(&ctx.reads, &p.namespace).await;
+        match adopt_one(ctx, &a).await {
+            Ok(_) => {
+                st.adopted.insert((a.namespace.clone(), a.source.clone(), a.templates[0].clone()));
             }
             Err(e) => {
-                tracing::warn!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, error = %e, "repair failed; retried next resync")
+                let message = format!("The config this revision ran with ({source}) is unknown, an undo to it gets the current one: {e}");
+                event(ctx, workload_ref(ctx, p), true, "ConfigUnknown", "Repair", message).await;
             }
         }
     }
+    Limiter::acquire(&ctx.writes, &p.namespace).await;
+    match trigger_workload(ctx, p, true).await {
+        Ok(()) => {
+            tracing::info!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, trigger = %trigger, "repairing");
+            st.repaired.insert(p.key(), (trigger, Instant::now()));
+            event(ctx, workload_ref(ctx, p), false, "ConfigRepaired", "Repair", repair_note(ctx, p)).await;
+        }
+        Err(e) => {
+            tracing::warn!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, error = %e, "repair failed; retried next resync")
+        }
+    }
+}
+
+/// Marks what the pass looked at as seen (`present`, the templates it decided about).
+fn mark_seen(ctx: &Ctx, decisions: &adopt::Decisions, present: adopt::Seen) {
     // Everything present now has been seen, except the templates still waiting for repair
     // (they stay repair candidates until the webhook has pinned them) and those left undecided
     // because a source could not be read (under load): an outage's must not pass for seen.
@@ -177,7 +194,6 @@ pub(crate) async fn resync_pass(ctx: &Ctx, seen: &adopt::Seen, st: &mut ResyncSt
             seen.extend_except(present, &waiting);
         }
     });
-    (decisions.adoptions.len(), decisions.repairs.len())
 }
 
 /// What a repair's Event says: pinning, and for an undo, the config it goes back to and whether
