@@ -3,8 +3,7 @@
 //! change made while the webhook was away gets a no-op touch the webhook records. What it
 //! confirmed is kept between passes and leaders ([`super::checkpoint`]).
 
-use std::collections::HashMap;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use serde_json::json;
