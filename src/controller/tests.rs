@@ -1,12 +1,12 @@
 //! The loops against the in-memory cluster: what a pass writes, what it leaves alone, and how it
 //! takes a failed write.
 
-use serde_json::{json, Value};
-
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
 
 use super::gc_loop::gc_pass;
 use super::propagate::tests::{h, snap, source, workload, T0};
