@@ -85,6 +85,11 @@ pub struct SelftestArgs {
     /// Namespace to test in: one confighistory acts in, in rewrite mode.
     #[arg(long = "in-namespace", env = "CONFIGHISTORY_SELFTEST_NAMESPACE", default_value = "default")]
     pub namespace: String,
+    /// Seconds to keep trying, every 2 s, until a dry run comes back pinned (0: one try). Right
+    /// after an install the API server may not reach the new pods yet (endpoints, the caBundle
+    /// the servers write): the chart's post-install check waits this long before failing.
+    #[arg(long = "wait-seconds", env = "CONFIGHISTORY_SELFTEST_WAIT_SECONDS", default_value_t = 0)]
+    pub wait_seconds: u64,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -43,7 +43,7 @@ const PROPAGATION_BUCKETS: [f64; 15] = [1.0, 2.5, 5.0, 10.0, 12.5, 15.0, 20.0, 3
 const PASS_BUCKETS: [f64; 14] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0];
 
 /// The `result` label values of `confighistory_propagations_total`: what a propagation pass did
-/// about one workload it planned to move (`controller::propagation_pass`), each exported from the
+/// about one workload it planned to move (`controller::propagation::propagation_pass`), each exported from the
 /// start. `rolled`: the trigger was written, the workload rolls to the new content; `released`:
 /// likewise, and the write released a hold an undo took (docs/behaviour.md §2); `skipped`: the
 /// workload was deleted or replaced meanwhile (404, 409), the next pass decides again; `failed`:

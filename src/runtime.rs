@@ -370,30 +370,56 @@ pub async fn rotate_keys(args: RotateKeysArgs) -> Result<()> {
 /// (nothing else is written: the webhooks write no snapshot for a dry run), and the answer must
 /// reference the ConfigMap's snapshot. The ConfigMap is deleted whatever the outcome.
 pub async fn selftest(args: SelftestArgs) -> Result<(), anyhow::Error> {
-    use kube::api::{Api, DeleteParams, PostParams};
+    use kube::api::Api;
     let client = client().await?;
     let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &args.namespace);
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client, &args.namespace);
-    let (source, deployment) = selftest_objects(&format!("{}", std::process::id()))?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(args.wait_seconds);
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        match selftest_once(&configmaps, &deployments, &args.namespace, attempt).await {
+            Ok((name, snapshot)) => {
+                println!("ok: a Deployment mounting ConfigMap {name} in namespace {} is pinned to its snapshot {snapshot}", args.namespace);
+                return Ok(());
+            }
+            Err(e) if std::time::Instant::now() < deadline => {
+                eprintln!("attempt {attempt}: {e:#}; trying again in 2 s");
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            }
+            Err(e) if attempt > 1 => return Err(e.context(format!("still failing after {attempt} attempts in {} s", args.wait_seconds))),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// One try of [`selftest`]: create a ConfigMap, dry-run a Deployment mounting it, delete the
+/// ConfigMap; the ConfigMap's name and the snapshot the answer names.
+async fn selftest_once(
+    configmaps: &kube::Api<k8s_openapi::api::core::v1::ConfigMap>,
+    deployments: &kube::Api<k8s_openapi::api::apps::v1::Deployment>,
+    namespace: &str,
+    attempt: u32,
+) -> Result<(String, String), anyhow::Error> {
+    use kube::api::{DeleteParams, PostParams};
+    let (source, deployment) = selftest_objects(&format!("{}-{attempt}", std::process::id()))?;
     let created = configmaps.create(&PostParams::default(), &source).await.map_err(|e| {
         anyhow::anyhow!(
-            "create ConfigMap {} in namespace {}: {e} (the test's Role must allow it)",
+            "create ConfigMap {} in namespace {namespace}: {e} (the test's Role must allow it)",
             source.metadata.name.as_deref().unwrap_or_default(),
-            args.namespace
         )
     })?;
     let name = created.metadata.name.clone().unwrap_or_default();
     let dry = PostParams { dry_run: true, field_manager: Some(FIELD_MANAGER.into()) };
     let answer = deployments.create(&dry, &deployment).await;
     let deleted = configmaps.delete(&name, &DeleteParams::default()).await;
-    let answer = answer.map_err(|e| anyhow::anyhow!("dry run of a Deployment in namespace {}: {e}", args.namespace))?;
+    let answer = answer.map_err(|e| anyhow::anyhow!("dry run of a Deployment in namespace {namespace}: {e}"))?;
     let verdict = selftest_verdict(&created, &serde_json::to_value(&answer)?);
     if let Err(e) = deleted {
         tracing::warn!(configmap = %name, error = %e, "could not delete the test ConfigMap");
     }
-    let snapshot = verdict.map_err(|e| anyhow::anyhow!("namespace {}: {e}", args.namespace))?;
-    println!("ok: a Deployment mounting ConfigMap {name} in namespace {} is pinned to its snapshot {snapshot}", args.namespace);
-    Ok(())
+    let snapshot = verdict.map_err(|e| anyhow::anyhow!("namespace {namespace}: {e}"))?;
+    Ok((name, snapshot))
 }
 
 /// The ConfigMap and the Deployment of [`selftest`] (`id` makes the ConfigMap's name unique).

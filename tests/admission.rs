@@ -1924,6 +1924,51 @@ async fn invented_source_names_cost_a_bounded_number_of_reads_per_namespace() {
     assert_eq!(f.calls().iter().filter(|c| c.contains("invented-")).count(), 64, "{:?}", f.calls());
 }
 
+/// Flux and Argo CD dry-run a whole release on the server before applying it (so do `kubectl diff`
+/// and `kubectl apply --dry-run=server`): the dry run of a Deployment comes before its ConfigMap
+/// exists. The create that follows within seconds, while the ConfigMap watch has not delivered the
+/// new ConfigMap yet, must still read it and pin: a dry run's "missing" is not remembered, and a
+/// ConfigMap this replica admitted is no longer remembered missing (docs/behaviour.md §9a.5).
+#[tokio::test]
+async fn a_release_dry_run_before_its_configmap_exists_does_not_leave_the_apply_unpinned() {
+    let f = Fixture::new();
+    {
+        let mut state = f.state.write();
+        state.apply_namespace(&json!({"metadata": {"name": NS}}));
+        state.synced.0.insert("namespaces");
+        state.synced.0.insert("configmaps");
+    }
+    let app = f.app();
+    let pinned = |a: &Answer, d: &Value| a.patched(d)["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"].clone();
+
+    // The dry run of the whole release: the ConfigMap does not exist yet.
+    let d = deployment("pricing:4.11", "pricing-config");
+    let mut dry = review("Deployment", "apps", "v1", "CREATE", Some(&d), None);
+    dry["request"]["dryRun"] = json!(true);
+    let a = f.send_to(&app, "/mutate", dry).await;
+    assert!(a.allowed(), "{}", a.body);
+    // The apply: the ConfigMap is created (the watch has not delivered it), then the Deployment.
+    f.cluster.insert(configmap("pricing-config", A));
+    let a = f.send_to(&app, "/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
+    assert!(a.allowed(), "{}", a.body);
+    assert_eq!(pinned(&a, &d), json!(snap("pricing-config", A)), "pinned at the first apply: {}", a.body);
+
+    // Without a dry run: a Deployment applied before its ConfigMap is admitted unpinned (nothing
+    // to pin to); the ConfigMap's create through this replica makes the next write read it.
+    let d = deployment("pricing:4.11", "checkout-config");
+    let a = f.send_to(&app, "/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
+    assert!(a.allowed(), "{}", a.body);
+    assert_eq!(pinned(&a, &d), json!("checkout-config"), "nothing to pin to yet: {}", a.body);
+    let cm = configmap("checkout-config", A);
+    let a = f.send_to(&app, "/mutate", review("ConfigMap", "", "v1", "CREATE", Some(&cm), None)).await;
+    assert!(a.allowed(), "{}", a.body);
+    f.cluster.insert(cm);
+    let d2 = deployment("pricing:4.12", "checkout-config");
+    let a = f.send_to(&app, "/mutate", review("Deployment", "apps", "v1", "UPDATE", Some(&d2), Some(&d))).await;
+    assert!(a.allowed(), "{}", a.body);
+    assert_eq!(pinned(&a, &d2), json!(snap("checkout-config", A)), "pinned once the ConfigMap exists: {}", a.body);
+}
+
 /// `kubectl create namespace x && kubectl apply -f app.yaml` (or `helm install --create-namespace`):
 /// the first workloads come before the namespace watch delivers the namespace. They are decided
 /// like any other, with the namespace read fresh (its mode label counts), not let through as

@@ -123,7 +123,18 @@ fn release_dry_run_builds_every_artifact_and_prints_each_push() {
         assert!(chart_yaml.contains(&want), "no '{want}' in the packaged Chart.yaml:\n{chart_yaml}");
     }
 
-    // SBOMs: the plugin's and the image's, CycloneDX 1.5, with the crates (and the image's glibc).
+    // The image: one static binary and a few files; no libc, loader or library to scan.
+    let files = image_files(&out.join("image"), digest);
+    for want in ["usr/local/bin/confighistory", "etc/passwd", "etc/group", "usr/share/doc/confighistory/LICENSE"] {
+        assert!(files.iter().any(|f| f.trim_start_matches("./") == want), "{want} not in the image: {files:?}");
+    }
+    assert!(!files.iter().any(|f| f.contains("/lib/") || f.contains("/lib64/") || f.contains(".so")), "libraries in the image: {files:?}");
+    let binary = image_file(&out.join("image"), digest, "usr/local/bin/confighistory");
+    assert_eq!(&binary[..4], b"\x7fELF");
+    assert!(!elf_has_interpreter(&binary), "the image's binary is not static");
+
+    // SBOMs: the plugin's and the image's, CycloneDX 1.5, with the crates (and, in the image, the
+    // C library linked in statically).
     for (file, kind) in [
         (format!("kubectl-confighistory_{version}_linux_amd64.cdx.json"), "application"),
         (format!("confighistory_{version}_image_linux_amd64.cdx.json"), "container"),
@@ -136,7 +147,11 @@ fn release_dry_run_builds_every_artifact_and_prints_each_push() {
         // Build-time only: proc macros are not in what ships.
         assert!(!purls.iter().any(|p| p.starts_with("pkg:cargo/serde_derive@")), "{file}: {purls:?}");
         if kind == "container" {
-            assert!(purls.iter().any(|p| p.starts_with("pkg:deb/") && p.contains("/libc6@")), "{file}: {purls:?}");
+            // glibc is linked in (libc.a, from libc6-dev), not a file of the image.
+            let libc = bom["components"].as_array().unwrap().iter().find(|c| c["name"] == "libc6-dev");
+            let linkage = libc.map(|c| c["properties"][0]["value"].as_str().unwrap_or_default()).unwrap_or_default();
+            assert!(linkage.starts_with("static ("), "{file}: no libc6-dev linked statically: {purls:?}");
+            assert!(!purls.iter().any(|p| p.contains("/libc6@")), "glibc's shared library listed, though not in the image: {purls:?}");
         }
     }
 
@@ -166,6 +181,41 @@ fn release_dry_run_builds_every_artifact_and_prints_each_push() {
         assert!(!verify(&changelog), "{f}.sig verifies CHANGELOG.md");
     }
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The platform manifest of the image index `digest` names (the first, linux/amd64 here): its
+/// layer's gzipped tar.
+fn image_layer(layout: &Path, digest: &str) -> PathBuf {
+    let blob = |d: &str| layout.join("blobs").join(d.replace(':', "/"));
+    let read = |d: &str| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(blob(d)).unwrap()).unwrap() };
+    let index = read(digest);
+    let manifest = read(index["manifests"][0]["digest"].as_str().unwrap());
+    blob(manifest["layers"][0]["digest"].as_str().unwrap())
+}
+
+fn image_files(layout: &Path, digest: &str) -> Vec<String> {
+    let list = Command::new("tar").arg("-tzf").arg(image_layer(layout, digest)).output().unwrap();
+    assert!(list.status.success());
+    String::from_utf8_lossy(&list.stdout).lines().map(str::to_owned).collect()
+}
+
+fn image_file(layout: &Path, digest: &str, path: &str) -> Vec<u8> {
+    let layer = image_layer(layout, digest);
+    let names = [path.to_owned(), format!("./{path}")];
+    names
+        .iter()
+        .map(|n| Command::new("tar").arg("-xzOf").arg(&layer).arg(n).output().unwrap())
+        .find(|o| o.status.success() && !o.stdout.is_empty())
+        .unwrap_or_else(|| panic!("{path} not in the layer"))
+        .stdout
+}
+
+/// Whether a 64-bit little-endian ELF has a PT_INTERP program header (a dynamic loader to find).
+fn elf_has_interpreter(elf: &[u8]) -> bool {
+    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(elf[32..40].try_into().unwrap()) as usize;
+    let (size, count) = (u16_at(54), u16_at(56));
+    (0..count).any(|i| u32::from_le_bytes(elf[phoff + i * size..phoff + i * size + 4].try_into().unwrap()) == 3)
 }
 
 fn sbom(path: &Path) -> serde_json::Value {

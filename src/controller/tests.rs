@@ -1,13 +1,26 @@
 //! The loops against the in-memory cluster: what a pass writes, what it leaves alone, and how it
 //! takes a failed write.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use serde_json::{json, Value};
 
+use super::gc_loop::gc_pass;
 use super::propagate::tests::{h, snap, source, workload, T0};
+use super::propagation::{propagation_pass, PropagationState};
+use super::rehash::{rehash, rehash_one};
+use super::resync::{resync_pass, ResyncState};
 use super::*;
 use crate::cache::State;
+use crate::cli::ControllerArgs;
 use crate::cluster::{ApiError, MemoryCluster};
+use crate::context::Context;
+use crate::model::ids::SourceId;
 use crate::model::kinds::Kind;
+use crate::model::names;
 use crate::model::policy::Policy;
 use crate::model::snapshot;
 
@@ -54,11 +67,7 @@ async fn a_bad_namespace_selector_names_its_flag_and_what_it_takes() {
 
 /// Backoffs short enough for a test to wait out.
 fn quick() -> PropagationState {
-    PropagationState {
-        workload_backoff: Some(Backoff::new(Duration::from_millis(10), Duration::from_millis(100))),
-        source_backoff: Some(Backoff::new(Duration::from_millis(10), Duration::from_millis(100))),
-        ..Default::default()
-    }
+    PropagationState::with_backoff(Duration::from_millis(10), Duration::from_millis(100))
 }
 
 /// Source `cfg` changed from a to b long ago (settled); `stale` pins a, `held` pins a under a hold.

@@ -64,9 +64,11 @@ impl Timing {
         self.validity / 3
     }
 
-    /// How often a replica reads the Secret and the webhook configurations.
+    /// How often a replica reads the Secret and the webhook configurations (three reads by name):
+    /// a deleted Secret (the start-over runbook) or a re-created configuration is noticed within
+    /// this, so a few seconds at most (docs/operations.md "Certificates").
     pub fn poll(&self) -> Duration {
-        Duration::from_millis((self.validity / 30).clamp(200, 10_000) as u64)
+        Duration::from_millis((self.validity / 30).clamp(200, 2_000) as u64)
     }
 
     /// How long a replica's record stands without renewal: a replica gone without a word blocks
@@ -509,15 +511,20 @@ impl Configuration {
     }
 }
 
-/// The Secret content to write so that its bundle generation is never behind the one the webhook
-/// configurations carry (`carried`: the highest), and above it when the bundle changes
-/// (`new_bundle`): after a start-over (the Secret deleted, as the runbook for a lost or garbled one
-/// says) or a restore of an older copy, a generation counted from the Secret alone would re-use or
-/// lower one the webhooks carry, and [`needs_bundle`] would never write the new CA into them.
-/// A write that keeps the bundle (a replica's record, a re-issued leaf) keeps its generation.
-/// `None` when `next` needs no other number.
-pub fn above_carried(next: &Stored, carried: u64, new_bundle: bool) -> Option<Stored> {
-    let floor = if new_bundle { carried + 1 } else { carried };
+/// The lowest bundle generation the Secret may carry, from the bundle it holds and what each
+/// webhook carries (generation, bundle): never behind a generation the webhooks carry, and above
+/// every one they carry with another bundle. So a generation never stands for two bundles: after a
+/// start-over (the Secret deleted, as the runbook for a lost or garbled one says), a restore of an
+/// older copy, or a Secret made while the webhooks could not be read, a generation counted from the
+/// Secret alone would re-use or lower one the webhooks carry; [`needs_bundle`] would then never write
+/// the new CA into them, or a replica still holding the old Secret would write the old bundle back
+/// over the new one of the same number.
+pub fn generation_floor(bundle: &[u8], carried: &[(u64, Vec<u8>)]) -> u64 {
+    carried.iter().map(|(generation, pem)| if pem.as_slice() == bundle { *generation } else { generation + 1 }).max().unwrap_or(0)
+}
+
+/// `next` renumbered up to `floor` ([`generation_floor`]); `None` when it needs no other number.
+pub fn above_carried(next: &Stored, floor: u64) -> Option<Stored> {
     (next.generation < floor).then(|| Stored { generation: floor, ..next.clone() })
 }
 
@@ -635,10 +642,9 @@ pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolv
             }
         };
         // The webhooks: bring their bundle up to the Secret's, then see what they trust.
-        let mut carried = 0;
+        let mut carried: Vec<(u64, Vec<u8>)> = Vec::new();
         match kube.configurations(&target.configurations).await {
             Ok(mut configurations) => {
-                carried = configurations.iter().map(|c| c.generation).max().unwrap_or(0);
                 if let Some(stored) = &stored {
                     for c in configurations.iter_mut() {
                         if needs_bundle(stored, c.generation, &c.hooks) {
@@ -655,6 +661,7 @@ pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolv
                         }
                     }
                 }
+                carried = configurations.iter().flat_map(|c| c.hooks.iter().map(|(_, pem)| (c.generation, pem.clone()))).collect();
                 if configurations.is_empty() {
                     log.warn("no webhook configuration to write the CA bundle into", &format!("none named {:?}", target.configurations));
                 }
@@ -672,13 +679,14 @@ pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolv
             }
         }
         let action = decide(stored.as_ref(), &me, now, &timing, &target.names);
-        // A Secret behind the webhooks' generation (restored from an older copy) is renumbered
-        // even when nothing else is to change, so its bundle reaches them.
-        let renumber = action == Action::Wait && stored.as_ref().is_some_and(|s| s.generation < carried);
+        // A Secret at or behind a generation the webhooks carry with another bundle (a start-over,
+        // a restored older copy) is renumbered even when nothing else is to change, so its bundle
+        // reaches them.
+        let floor = |s: &Stored| generation_floor(s.bundle().as_bytes(), &carried);
+        let renumber = action == Action::Wait && stored.as_ref().is_some_and(|s| s.generation < floor(s));
         if action != Action::Wait || renumber {
             let next = if renumber { Ok(stored.clone()) } else { apply(stored.as_ref(), &action, &me.id, now, &timing, &target.names) };
-            let new_bundle = renumber || matches!(action, Action::Create | Action::AddCa | Action::Drop(_));
-            let next = next.map(|n| n.map(|n| above_carried(&n, carried, new_bundle).unwrap_or(n)));
+            let next = next.map(|n| n.map(|n| above_carried(&n, floor(&n)).unwrap_or(n)));
             let written = match next {
                 Ok(Some(next)) => kube.write_secret(&target, &next, resource_version.as_deref()).await,
                 Ok(None) => Ok(()),

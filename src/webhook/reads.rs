@@ -159,6 +159,11 @@ impl SourceReads {
         true
     }
 
+    /// Forgets that `id` was found missing in `ns` (it is being created).
+    pub fn forget(&self, ns: &str, id: &SourceId) {
+        self.inner.lock().expect("source reads lock").missing.remove(&(ns.to_owned(), id.clone()));
+    }
+
     /// Remembers that `id` does not exist in `ns`; past [`Self::MISSING_MAX`] names, expired ones
     /// are dropped, then the oldest.
     pub fn record_missing(&self, ns: &str, id: &SourceId) {
@@ -219,5 +224,8 @@ mod tests {
         assert!(!reads.allow("a", &id), "remembered");
         assert!(reads.allow("b", &id), "per namespace");
         assert!(reads.allow_at("a", &id, Instant::now() + SourceReads::MISSING_TTL), "forgotten after the TTL");
+        reads.record_missing("a", &id);
+        reads.forget("a", &id);
+        assert!(reads.allow("a", &id), "forgotten when created");
     }
 }

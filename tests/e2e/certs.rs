@@ -83,7 +83,7 @@ impl rustls::client::danger::ServerCertVerifier for AnyCert {
 }
 
 /// The leaf certificate `addr` serves (DER), by a TLS handshake.
-fn served_certificate(addr: &str) -> Option<Vec<u8>> {
+pub(crate) fn served_certificate(addr: &str) -> Option<Vec<u8>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -160,7 +160,7 @@ fn start_server(
 }
 
 /// Whether `cert` (DER) verifies for `host` against the CA bundle `pem`, now.
-fn verifies(cert: &[u8], pem: &str, host: &str) -> bool {
+pub(crate) fn verifies(cert: &[u8], pem: &str, host: &str) -> bool {
     use rustls::client::danger::ServerCertVerifier as _;
     use rustls::pki_types::pem::PemObject as _;
     let mut roots = rustls::RootCertStore::empty();

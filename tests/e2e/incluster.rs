@@ -17,15 +17,18 @@ use serde_json::Value;
 use crate::support::apps::{configmap, pricing_config, release, workload, KEY_A, KEY_B, SOURCE};
 use crate::support::{cluster, find_helm, repo_root, run_id, wait_for, wait_for_value, Cluster, TestNamespace};
 
-const NAMESPACE: &str = "confighistory";
-const RELEASE: &str = "confighistory";
+/// Server-managed certificates of the installed release: start-over, expiry, Helm 4 upgrades.
+mod certs;
+
+pub(crate) const NAMESPACE: &str = "confighistory";
+pub(crate) const RELEASE: &str = "confighistory";
 /// The test app's images in the loopback registry (docker.io/library/pricing:...). The app prints
 /// `app <version> started` and every file under /etc/pricing, then waits.
 const APP_A: &str = "pricing:4.11";
 const APP_B: &str = "pricing:4.12";
 
 /// The installed release's pods (not being deleted), by name.
-fn server_pods(cluster: &Cluster) -> Vec<Value> {
+pub(crate) fn server_pods(cluster: &Cluster) -> Vec<Value> {
     let pods = cluster
         .kubectl(&["get", "pods", "-n", NAMESPACE, "-l", &format!("app.kubernetes.io/instance={RELEASE}"), "-o", "json"])
         .expect_success()
@@ -45,7 +48,7 @@ fn leader(cluster: &Cluster) -> Option<String> {
 }
 
 /// The installed release, or a panic saying how to install it.
-fn installed() -> &'static Cluster {
+pub(crate) fn installed() -> &'static Cluster {
     let cluster = cluster().expect("incluster tests need a cluster (tests/e2e/cluster up, then install)");
     let status = cluster.kubectl(&["get", "deployment", RELEASE, "-n", NAMESPACE]);
     assert!(status.success, "confighistory is not installed in the cluster: run `tests/e2e/cluster install`\n{}", status.describe());
@@ -360,7 +363,7 @@ fn incluster_oversized_reviews_restart_no_replica() {
 
 /// `helm upgrade` with the chart's own values, as they are meant to be set
 /// (`--reset-then-reuse-values` plus `sets`), waiting for the rollout.
-fn helm_upgrade(cluster: &Cluster, sets: &[&str]) -> std::process::Output {
+pub(crate) fn helm_upgrade(cluster: &Cluster, sets: &[&str]) -> std::process::Output {
     let helm = find_helm().expect("helm (tests/e2e/tools)");
     let mut cmd = Command::new(&helm);
     cmd.args(["upgrade", RELEASE]).arg(repo_root().join("charts/confighistory"));
@@ -458,4 +461,38 @@ fn incluster_mutual_tls_admits_the_api_server_and_refuses_other_callers() {
     let logs =
         cluster.kubectl(&["logs", "-n", NAMESPACE, "-l", &format!("app.kubernetes.io/instance={RELEASE}"), "--tail", "-1", "--prefix"]);
     assert!(logs.stdout.contains("refused a client certificate") || !pki.join("admin.crt").exists(), "{}", logs.stdout);
+}
+
+/// Puts the install check's namespace back when the test ends, passed or failed: the upgrade
+/// passes its check again, which is the other half of what is tested.
+struct CheckNamespaceBack(&'static Cluster);
+
+impl Drop for CheckNamespaceBack {
+    fn drop(&mut self) {
+        let out = helm_upgrade(self.0, &["helmTest.namespace=default", "installCheck.waitSeconds=120"]);
+        if !out.status.success() && !std::thread::panicking() {
+            panic!("helm upgrade with the check's namespace back failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+}
+
+/// docs/install.md "Verify": every `helm install` and `helm upgrade` runs the chart's check (a
+/// server dry run that must come back pinned). An upgrade whose check cannot pass (its namespace
+/// is kube-public, which confighistory never acts in) fails loudly, and the Job it keeps says why
+/// in its log; the upgrade that puts the namespace back passes (the drop guard).
+#[test]
+#[ignore = "needs confighistory installed in the cluster (tests/run: after `tests/e2e/cluster install`)"]
+fn incluster_an_upgrade_whose_install_check_cannot_pin_fails_and_says_why() {
+    let cluster = installed();
+    let _restore = CheckNamespaceBack(cluster);
+    let out = helm_upgrade(cluster, &["helmTest.namespace=kube-public", "installCheck.waitSeconds=6"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "helm upgrade passed a check that cannot pin: {stderr}");
+    assert!(stderr.contains("post-upgrade") && stderr.contains(&format!("{RELEASE}-check")), "{stderr}");
+    let log = cluster.kubectl(&["logs", &format!("job/{RELEASE}-check"), "-n", NAMESPACE]).expect_success().stdout;
+    assert!(
+        log.contains("was admitted referencing confighistory-selftest-") && log.contains("namespace kube-public"),
+        "the kept Job's log says why: {log}"
+    );
+    assert!(log.contains("attempt 1:") && log.contains("still failing after"), "each try is logged: {log}");
 }

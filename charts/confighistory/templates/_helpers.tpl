@@ -37,6 +37,21 @@ app.kubernetes.io/part-of: confighistory
 {{- end }}
 
 {{/*
+Labels of the webhook configurations: the same from one chart version to the
+next (no helm.sh/chart, no app.kubernetes.io/version). Helm 4 applies
+server-side; after an admin re-created the configurations with kubectl
+(kubectl-create then owns every field), a label that changed with each version
+made the next `helm upgrade` fail on a conflict over it (docs/install.md
+"Upgrading with Helm 4").
+*/}}
+{{- define "confighistory.stableLabels" -}}
+{{ include "confighistory.selectorLabels" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: confighistory
+{{- include "confighistory.commonLabels" . }}
+{{- end }}
+
+{{/*
 The admin's commonLabels, each on a line of its own after a newline (nothing
 when there are none), for objects whose labels are not confighistory.labels:
 the helm test and hook pods, which must not carry the server's selector labels.

@@ -26,6 +26,8 @@ KEY=VALUE arguments:
   secretslabel=K=V    secrets.namespaceSelector.matchLabels
   port, healthport    expected container ports (default 8443, 8080); hostnetwork true | false
   helmtest            namespace of the `helm test` Pod's Role (default `default`), or `false`
+  installcheck        true | false: the post-install/post-upgrade check Job (default true with
+                      the Deployment); installwait: its --wait-seconds (default 120)
   job                 expected `job` label the target alerts select on (default: the full name)
   commonlabels        K=V,K=V expected on every object and pod template (commonLabels)
   cpulimit            expected CPU limit of the server container (default: none)
@@ -94,6 +96,10 @@ def main():
     helmtest = exp.get("helmtest", "default")
     if helmtest != "false":
         expected |= {"Pod", "ServiceAccount"}
+    # The post-install/post-upgrade check: a Job with a ServiceAccount, Role and RoleBinding.
+    installcheck = deployment and exp.get("installcheck", "true") != "false"
+    if installcheck:
+        expected |= {"Job", "ServiceAccount", "Role", "RoleBinding"}
     if deployment:
         expected |= {"Deployment", "Service"}
         if int(exp.get("replicas", "2")) > 1:
@@ -464,6 +470,30 @@ def main():
                   "the test pod matches the server's Service/PDB selector")
         print(f"    helm test: selftest in {helmtest}, Role limited to creating/deleting ConfigMaps and creating Deployments")
 
+    # --- the install check ----------------------------------------------------------
+    if installcheck:
+        name = f"{fullname}-check"
+        job = one("Job", name)
+        events = "post-install,post-upgrade"
+        hooks = sorted(d["kind"] for d in docs if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == events)
+        check(hooks == ["Job", "Role", "RoleBinding", "ServiceAccount"], f"install check hooks {hooks}")
+        spec = job["spec"]["template"]["spec"]
+        (c,) = spec["containers"]
+        ns_check = exp.get("helmtest", "default") if exp.get("helmtest", "default") != "false" else "default"
+        wait = exp.get("installwait", "120")
+        check(c["args"] == ["selftest", "--in-namespace", ns_check, "--wait-seconds", wait], f"install check args {c['args']}")
+        check(job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] == int(wait) + 60, "install check Job limits")
+        check(spec["serviceAccountName"] == name and spec["restartPolicy"] == "Never", "install check pod spec")
+        check(one("Role", name)["rules"] == one("Role", f"{fullname}-test")["rules"] if helmtest != "false" else True,
+              "the install check may do what the test may, no more")
+        check("hook-succeeded" in job["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+              and "hook-failed" not in job["metadata"]["annotations"]["helm.sh/hook-delete-policy"],
+              "a failed install check is kept for its log")
+        selector = one("Service", fullname)["spec"]["selector"]
+        check(not all(job["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in selector.items()),
+              "the install check pod matches the server's Service/PDB selector")
+        print(f"    install check: selftest in {ns_check} after install and upgrade, trying for {wait} s")
+
     # --- workload ---------------------------------------------------------------
     if deployment:
         dep = one("Deployment", fullname)
@@ -662,7 +692,7 @@ def main():
               f"{', Certificate ' + tls if tls.startswith('certManager') else ''}")
 
     if hook:
-        job = one("Job")
+        job = one("Job", f"{fullname}-namespace-label")
         args = job["spec"]["template"]["spec"]["containers"][0]["args"]
         check(args == ["label", "namespace", ns, "confighistory.io/exclude=true", "--overwrite"],
               f"namespace label hook args {args}")

@@ -29,6 +29,15 @@ fn trusting(mut r: Replica, stored: &Stored, since: i64) -> Replica {
     r
 }
 
+/// A deleted Secret or a re-created webhook configuration is noticed within seconds, whatever the
+/// validity (90 days by default).
+#[test]
+fn replicas_look_every_few_seconds_at_most() {
+    assert_eq!(Timing::new(Duration::from_secs(90 * 24 * 3600)).poll(), Duration::from_secs(2));
+    assert_eq!(Timing::new(Duration::from_secs(30)).poll(), Duration::from_millis(1000));
+    assert_eq!(Timing::new(Duration::from_secs(3)).poll(), Duration::from_millis(200));
+}
+
 #[test]
 fn a_missing_or_expired_secret_is_made_anew() {
     let t = timing();
@@ -38,6 +47,33 @@ fn a_missing_or_expired_secret_is_made_anew() {
     assert_eq!(s.generation, 1);
     assert_eq!(s.leaf.issuer, s.cas[0].fingerprint);
     assert_eq!(decide(Some(&s), &replica("a"), T0 + t.validity + 1, &t, &names()), Action::Create);
+}
+
+/// Replicas down longer than the validity: every CA and the serving certificate expired, and the
+/// Secret still names replicas that are gone (records that, by a clock's skew, have not lapsed).
+/// A starting replica makes a new Secret at once, without those records, and serves from it.
+#[test]
+fn after_a_downtime_longer_than_the_validity_a_replica_starts_at_once() {
+    let t = timing();
+    let mut s = created(T0);
+    let fp = s.cas[0].fingerprint.clone();
+    for gone in ["old-1", "old-2"] {
+        s.replicas.insert(gone.into(), Record { cas: [fp.clone()].into(), until: T0 + 10 * t.validity });
+    }
+    let s = round_trip(&s);
+    let later = T0 + t.validity + 1;
+    let fresh = replica("new-1");
+    assert_eq!(decide(Some(&s), &fresh, later, &t, &names()), Action::Create);
+    let next = apply(Some(&s), &Action::Create, "new-1", later, &t, &names()).unwrap().unwrap();
+    assert!(next.replicas.is_empty(), "{next:?}");
+    assert!(next.generation > s.generation);
+    assert!(next.newest().not_after > later && next.leaf.not_after > later);
+    // Then its record, then it serves: no settle, no lapse of anyone's record.
+    let action = decide(Some(&next), &fresh, later, &t, &names());
+    assert_eq!(action, Action::Record([next.leaf.issuer.clone()].into()));
+    let recorded = apply(Some(&next), &action, "new-1", later, &t, &names()).unwrap().unwrap();
+    assert_eq!(decide(Some(&recorded), &fresh, later, &t, &names()), Action::Wait);
+    assert_eq!(choose(&recorded, &fresh, None, later, &t), Some(&recorded.leaf));
 }
 
 /// The served certificate verifies against the bundle for every name, as the API server checks.
@@ -296,18 +332,52 @@ fn the_webhooks_trust_only_what_every_webhook_carries() {
 fn a_start_over_never_reuses_or_lowers_a_generation_the_webhooks_carry() {
     let fresh = created(T0);
     assert_eq!(fresh.generation, 1);
+    let old = vec![(7, b"old CA bundle".to_vec())];
     let hooks = vec![("m".to_owned(), b"old CA bundle".to_vec())];
     assert!(!needs_bundle(&fresh, 7, &hooks), "as counted from the Secret alone, never written");
-    let next = above_carried(&fresh, 7, true).expect("renumbered");
+    let floor = generation_floor(fresh.bundle().as_bytes(), &old);
+    assert_eq!(floor, 8);
+    let next = above_carried(&fresh, floor).expect("renumbered");
     assert_eq!(next.generation, 8);
     assert!(needs_bundle(&next, 7, &hooks), "the new CA reaches the webhooks");
     assert_eq!(round_trip(&next).generation, 8);
-    assert!(above_carried(&next, 7, true).is_none(), "above already: unchanged");
-    assert!(above_carried(&next, 8, true).is_some_and(|s| s.generation == 9), "a new bundle goes above an equal one");
-    // A write that keeps the bundle (a replica's record) keeps the generation the webhooks carry:
-    // no bundle write for it, no churn.
-    assert!(above_carried(&next, 8, false).is_none(), "a record at the carried generation stays");
-    assert!(above_carried(&fresh, 7, false).is_some_and(|s| s.generation == 7), "never behind");
+    assert!(above_carried(&next, floor).is_none(), "above already: unchanged");
+    // Once the webhooks carry it, a write that keeps the bundle (a replica's record) keeps the
+    // generation: no bundle write for it, no churn.
+    let carrying = vec![(8, next.bundle().into_bytes()), (8, next.bundle().into_bytes())];
+    assert_eq!(generation_floor(next.bundle().as_bytes(), &carrying), 8);
+    assert!(above_carried(&next, 8).is_none(), "a record at the carried generation stays");
+    // One configuration written, the other not yet (or not writable): above the other's too.
+    let half = vec![(8, next.bundle().into_bytes()), (7, b"old CA bundle".to_vec())];
+    assert_eq!(generation_floor(next.bundle().as_bytes(), &half), 8);
+    assert_eq!(generation_floor(b"yet another", &half), 9);
+    // Nothing read: no floor.
+    assert_eq!(generation_floor(next.bundle().as_bytes(), &[]), 0);
+}
+
+/// A start-over while the webhook configurations could not be read: the new Secret got
+/// generation 1 (nothing to go above). Its next write, a replica's record, once they read again,
+/// must go above the 7 they carry with the old bundle: at 7 (never behind the webhooks), the same
+/// number stood for two bundles, and a replica still holding the old Secret (generation 7, the
+/// webhooks' bundle) wrote the old bundle back over the new one.
+#[test]
+fn a_generation_never_stands_for_two_bundles() {
+    let t = timing();
+    let fresh = created(T0);
+    let old = created(T0 - 1000);
+    let old = Stored { generation: 7, ..old };
+    let carried = vec![(7, old.bundle().into_bytes())];
+    let a = trusting(replica("a"), &old, T0);
+    let action = decide(Some(&fresh), &a, T0, &t, &names());
+    assert!(matches!(action, Action::Record(_)), "{action:?}");
+    let record = apply(Some(&fresh), &action, "a", T0, &t, &names()).unwrap().unwrap();
+    let record = above_carried(&record, generation_floor(record.bundle().as_bytes(), &carried)).unwrap_or(record);
+    assert!(record.generation > 7, "generation {} of a new bundle, the webhooks carry 7 of another", record.generation);
+    let hooks = vec![("m".to_owned(), old.bundle().into_bytes())];
+    assert!(needs_bundle(&record, 7, &hooks), "the new bundle is written");
+    // Once it is, the replica that still holds the old Secret leaves it.
+    let written = vec![("m".to_owned(), record.bundle().into_bytes())];
+    assert!(!needs_bundle(&old, record.generation, &written), "the old Secret's bundle never goes back");
 }
 
 #[test]
