@@ -50,14 +50,9 @@ fn review_of(object: Value) -> Vec<u8> {
     .unwrap()
 }
 
-fn deployment(spec_extra: Value) -> Value {
-    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
-           "spec": {"template": {"spec": spec_extra}}})
-}
-
 fn shapes() -> Vec<(&'static str, Vec<u8>)> {
     let env: Vec<Value> = (0..50_000).map(|_| json!({"name": "A"})).collect();
-    let wide_env = review_of(deployment(json!({"containers": [{"name": "c", "image": "i", "env": env}]})));
+    let wide_env = review_of(common::bare_deployment("web", json!({"containers": [{"name": "c", "image": "i", "env": env}]})));
     let maps: Vec<Value> = (0..60_000).map(|_| json!({"a": 1})).collect();
     let small_maps = review_of(json!({"metadata": {"name": "web"}, "x": maps}));
     let numbers = review_of(json!({"metadata": {"name": "web"}, "x": vec![1; 200_000]}));
@@ -80,7 +75,7 @@ fn shapes() -> Vec<(&'static str, Vec<u8>)> {
         .into_bytes();
     let empties = review_of(json!({"metadata": {"name": "web"}, "x": vec![json!([]); 100_000], "y": vec![json!({}); 100_000]}));
     let volumes: Vec<Value> = (0..64).map(|i| json!({"name": format!("v{i}"), "configMap": {"name": format!("cm{i}")}})).collect();
-    let references = review_of(deployment(json!({"containers": [{"name": "c", "image": "i"}], "volumes": volumes})));
+    let references = review_of(common::bare_deployment("web", json!({"containers": [{"name": "c", "image": "i"}], "volumes": volumes})));
     let escaped = review_of(json!({"metadata": {"name": "web"}, "x": vec!["\u{1}\"\\"; 50_000]}));
     vec![
         ("wide env array", wide_env),
@@ -134,8 +129,11 @@ fn server(sources: &[(String, usize)], budget: usize) -> std::sync::Arc<App> {
 /// A Deployment CREATE (dry run or not) whose template mounts each of `sources`.
 fn deployment_naming(sources: &[(String, usize)], dry_run: bool) -> Vec<u8> {
     let volumes: Vec<Value> = sources.iter().map(|(n, _)| json!({"name": n, "configMap": {"name": n}})).collect();
-    let mut body: Value =
-        serde_json::from_slice(&review_of(deployment(json!({"containers": [{"name": "c", "image": "i"}], "volumes": volumes})))).unwrap();
+    let mut body: Value = serde_json::from_slice(&review_of(common::bare_deployment(
+        "web",
+        json!({"containers": [{"name": "c", "image": "i"}], "volumes": volumes}),
+    )))
+    .unwrap();
     body["request"]["dryRun"] = json!(dry_run);
     serde_json::to_vec(&body).unwrap()
 }
@@ -171,7 +169,7 @@ fn a_review_too_large_to_decide_is_refused_before_it_is_parsed() {
     alone(async {
         let app = server(&[], 64 * MIB);
         let env: Vec<Value> = (0..225_000).map(|_| json!({"name": "A"})).collect();
-        let body = review_of(deployment(json!({"containers": [{"name": "c", "image": "i", "env": env}]})));
+        let body = review_of(common::bare_deployment("web", json!({"containers": [{"name": "c", "image": "i", "env": env}]})));
         assert!(body.len() < 4 * MIB, "within the body limit: {} bytes", body.len());
         let (peak, (status, answer)) = peak_of_async(post(&app, body.clone())).await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");

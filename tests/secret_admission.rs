@@ -68,18 +68,14 @@ fn v1_mac_of(obj: &Value) -> String {
 
 /// A Deployment reading Secret `s` through a volume and an env var, and ConfigMap `cm` through a volume.
 fn deployment(image: &str, s: &str, cm: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "pricing", "namespace": NS, "uid": "uid-pricing"},
-        "spec": {"selector": {"matchLabels": {"app": "pricing"}}, "template": {
-            "metadata": {"labels": {"app": "pricing"}},
-            "spec": {
-                "volumes": [{"name": "creds", "secret": {"secretName": s}}, {"name": "config", "configMap": {"name": cm}}],
-                "containers": [{"name": "app", "image": image,
-                    "env": [{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": s, "key": "password"}}}]}]
-            }
-        }}
-    })
+    common::deployment(
+        "pricing",
+        json!({
+            "volumes": [{"name": "creds", "secret": {"secretName": s}}, {"name": "config", "configMap": {"name": cm}}],
+            "containers": [{"name": "app", "image": image,
+                "env": [{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": s, "key": "password"}}}]}]
+        }),
+    )
 }
 
 struct Fixture {

@@ -1,6 +1,6 @@
-//! What the in-process admission suites (tests/admission.rs, tests/secret_admission.rs) share:
-//! the AdmissionReview they send, the router the binary serves answering it, and the answer read
-//! back. Each suite keeps its own fixture builders.
+//! What the in-process admission suites (tests/admission/, tests/secret_admission.rs,
+//! tests/memory.rs) share: the AdmissionReview they send, the Deployment it carries, the router the
+//! binary serves answering it, and the answer read back. Each suite keeps its own other fixtures.
 
 #![allow(dead_code)] // each suite uses its part
 
@@ -34,6 +34,22 @@ pub fn review(kind: &str, group: &str, version: &str, op: &str, object: Option<&
             "object": object, "oldObject": old, "dryRun": false
         }
     })
+}
+
+/// A Deployment `name` in [`NS`] with only what admission reads: its pod template's spec `pod`.
+pub fn bare_deployment(name: &str, pod: Value) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
+           "spec": {"template": {"spec": pod}}})
+}
+
+/// A Deployment `name` in [`NS`] as the API server holds one: uid `uid-<name>`, its selector and
+/// pod labels `app: <name>`, its pod template's spec `pod`.
+pub fn deployment(name: &str, pod: Value) -> Value {
+    let mut d = bare_deployment(name, pod);
+    d["metadata"]["uid"] = json!(format!("uid-{name}"));
+    d["spec"]["selector"] = json!({"matchLabels": {"app": name}});
+    d["spec"]["template"]["metadata"] = json!({"labels": {"app": name}});
+    d
 }
 
 /// The server's answer: HTTP status, the body parsed (`Null` when it is no JSON) and as sent.
