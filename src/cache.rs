@@ -18,6 +18,7 @@ use crate::model::kinds::Registry;
 use crate::model::meta::{self, Meta};
 use crate::model::names;
 use crate::model::policy;
+use crate::model::rollout;
 use crate::model::snapshot;
 use crate::model::source;
 use crate::model::template;
@@ -245,6 +246,9 @@ pub struct WorkloadInfo {
     /// Kind of the controlling owner (a Job made by a CronJob).
     pub owner_kind: Option<String>,
     pub deleting: bool,
+    /// Whether its status says its pods run its current template (`model::rollout`); `None`
+    /// when its kind's status is not read.
+    pub rolled_out: Option<bool>,
 }
 
 /// The cache keeps no workload labels.
@@ -589,6 +593,15 @@ impl State {
         })
     }
 
+    /// The workloads of a namespace whose template names a snapshot of `source` with content
+    /// `hash` (any name of its collision sequence).
+    pub fn users_of_content<'a>(&'a self, ns: &str, source: &SourceId, hash: &str) -> impl Iterator<Item = &'a WorkloadInfo> + 'a {
+        let names: Vec<SourceId> =
+            self.snapshots_of(ns, source).filter(|(_, _, h)| h == hash).map(|(name, _, _)| source.with_name(name)).collect();
+        let ns = ns.to_owned();
+        names.into_iter().flat_map(move |id| self.users(&ns, &id).map(|(_, _, w)| w).collect::<Vec<_>>())
+    }
+
     /// The workloads of a namespace whose template names `id` (as the reference index has them).
     fn users<'a>(&'a self, ns: &str, id: &SourceId) -> impl Iterator<Item = (Kind, &'a str, &'a WorkloadInfo)> + 'a {
         let users = self.refs.get(&skey(ns, id)).map(|r| r.workloads.as_slice()).unwrap_or_default();
@@ -719,6 +732,7 @@ impl State {
             annotations: kept_annotations(&meta["annotations"], &WORKLOAD_ANNOTATIONS),
             owner_kind: controller_owner(meta).map(|(k, _)| k),
             deleting: obj.deleting(),
+            rolled_out: rollout::rolled_out(kind.def().rollout, obj),
         };
         self.remove_workload(kind, &ns, &name);
         self.count_refs(&ns, &info.refs, 1, Some((kind, &name)));
