@@ -47,7 +47,20 @@ const TLS_CRT: &str = "tls.crt";
 const TLS_KEY: &str = "tls.key";
 const STATE: &str = "state.json";
 
-/// How long certificates live and how often replicas look, all from one validity.
+/// How long certificates live and how often replicas look, all from one validity
+/// (docs/operations.md "Certificates", "The rotation's timings").
+///
+/// What the API server needs, and how each wait follows from it:
+/// - Before a replica serves a certificate from a new CA, every API server must have loaded a
+///   webhook configuration whose `caBundle` trusts that CA. A replica knows the configurations
+///   carry it by reading them back (every [`Timing::poll`]); the API servers load them through
+///   their own watch of those objects, which trails the write by well under a second (measured
+///   in-cluster: docs/operations.md). [`Timing::settle`] is that lag with a wide margin, scaled
+///   with the validity where waiting costs nothing.
+/// - A serving certificate must never expire in service: the rotation that replaces it (notice
+///   the CA is due, add a CA, every replica writes the bundle and sees it, settle, re-issue,
+///   record, serve: [`Timing::rotation`]) must fit, with room for failed writes retried, in the
+///   time left when it begins ([`Timing::renew_before`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
     /// Lifetime of a CA and of the serving certificates it signs (ms).
@@ -59,7 +72,9 @@ impl Timing {
         Timing { validity: i64::try_from(validity.as_millis()).unwrap_or(i64::MAX).max(3_000) }
     }
 
-    /// A certificate is replaced once less than a third of its lifetime is left.
+    /// A certificate is replaced once less than a third of its lifetime is left: 30 days of 90,
+    /// 20 s of 60 s. A [`Timing::rotation`] fits in it with [`Timing::RETRIES`] polls to spare
+    /// at every validity from 60 s.
     pub fn renew_before(&self) -> i64 {
         self.validity / 3
     }
@@ -77,11 +92,25 @@ impl Timing {
         (self.validity / 6).clamp(1_000, 300_000)
     }
 
-    /// How long the webhooks must have trusted a CA before anything serves with it: the API
-    /// server picks up a changed configuration a moment after it is written.
+    /// How long the webhooks must have carried a CA (as a replica reads them) before anything
+    /// serves with it: the API servers' lag in loading a changed configuration, under a second,
+    /// with a margin of four times that at the shortest validity the project supports (60 s: 4 s)
+    /// and far more where the validity allows (a fifteenth of it, 15 minutes at most: 90 days
+    /// wait 15 minutes, against 30 days to spare).
     pub fn settle(&self) -> i64 {
-        (self.validity / 10).clamp(500, 5_000)
+        (self.validity / 15).clamp(500, 900_000)
     }
+
+    /// The longest a rotation takes when nothing fails, from the CA falling due to every replica
+    /// serving the new certificate: six polls (notice, add the CA, the bundle written, seen,
+    /// re-issue, record and serve) and the settle.
+    pub fn rotation(&self) -> i64 {
+        6 * self.poll().as_millis() as i64 + self.settle()
+    }
+
+    /// Polls a rotation may lose to failed writes (a lost race, an API server error) and still
+    /// finish before anything expires, at every validity from 60 s.
+    pub const RETRIES: i64 = 2;
 }
 
 /// A CA of the bundle.
