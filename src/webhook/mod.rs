@@ -28,9 +28,7 @@ use crate::model::policy::{Mode, Policy};
 
 pub mod driver;
 pub mod effects;
-pub mod keys;
 pub mod limits;
-pub mod managed;
 pub mod memory;
 pub mod reads;
 pub mod secret_head;

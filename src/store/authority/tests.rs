@@ -1,5 +1,6 @@
 use super::*;
 use rustls::client::danger::ServerCertVerifier as _;
+use std::sync::Arc;
 
 const T0: i64 = 1_900_000_000_000;
 
@@ -133,8 +134,10 @@ fn the_serving_certificate_verifies_against_the_bundle() {
     }
     let other = rustls::pki_types::ServerName::try_from("other.example").unwrap();
     assert!(verifier.verify_server_cert(&leaf, &[], &other, &[], at).is_err());
-    // And rustls accepts the pair to serve.
-    tls::certified_key(s.leaf.cert_pem.as_bytes(), s.leaf.key_pem.as_bytes()).unwrap();
+    // And rustls accepts the pair to serve: the key loads and belongs to the certificate.
+    let key = PrivateKeyDer::from_pem_slice(s.leaf.key_pem().as_bytes()).unwrap();
+    let signing = rustls::crypto::ring::sign::any_supported_type(&key).unwrap();
+    rustls::sign::CertifiedKey::new(vec![leaf], signing).keys_match().unwrap();
 }
 
 #[test]
@@ -444,4 +447,28 @@ fn pem_is_written_as_the_stored_bundles_were() {
     let s = created(T0);
     assert_eq!(pem_certs(&s.bundle()).into_iter().map(|(p, _)| p).collect::<String>(), s.bundle());
     assert!(s.leaf.key_pem.starts_with("-----BEGIN PRIVATE KEY-----\n") && !s.leaf.key_pem.contains('\r'));
+}
+
+/// A certificate with `cn` and DNS `sans`, valid until `not_after` (seconds since the epoch).
+fn certificate(cn: &str, sans: &[&str], not_after: u64) -> Vec<u8> {
+    let mut params = rcgen::CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    params.not_after = rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(not_after);
+    let key = rcgen::KeyPair::generate().unwrap();
+    params.self_signed(&key).unwrap().der().to_vec()
+}
+
+#[test]
+fn names_and_expiry_are_read_from_the_certificate() {
+    // 2049-12-31T23:59:59Z (the last UTCTime) and 2050-01-01T00:00:00Z (the first GeneralizedTime).
+    for until in [2_524_607_999u64, 2_524_608_000, 1_900_000_000] {
+        let der = certificate("kube-apiserver", &["apiserver.example", "admission.example"], until);
+        assert_eq!(not_after(&der), Some(until as i64));
+        assert_eq!(cert_names(&der).unwrap(), ["kube-apiserver", "apiserver.example", "admission.example"]);
+    }
+    let der = certificate("only-a-cn", &[], 1_900_000_000);
+    assert_eq!(cert_names(&der).unwrap(), ["only-a-cn"]);
+    assert_eq!((not_after(b"not a certificate"), cert_names(b"not a certificate")), (None, None));
+    assert_eq!(cert_names(&der[..der.len() / 2]), None, "a cut-off certificate does not parse");
 }
