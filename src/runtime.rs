@@ -184,6 +184,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         source_reads: Arc::default(),
         memory: Arc::new(webhook::memory::Memory::new(memory)),
         secret_heads: Arc::default(),
+        mixed_fleet_until: Some(std::time::Instant::now() + webhook::MIXED_FLEET),
     });
 
     match managed {

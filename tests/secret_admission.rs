@@ -817,7 +817,9 @@ async fn a_forbidden_secret_read_is_decided_as_with_secrets_off() {
         ApiError {
             code: Some(403),
             reason: "Forbidden".into(),
-            message: "secrets \"db\" is forbidden: User \"system:serviceaccount:confighistory:confighistory\" cannot get resource \"secrets\"".into(),
+            message:
+                "secrets \"db\" is forbidden: User \"system:serviceaccount:confighistory:confighistory\" cannot get resource \"secrets\""
+                    .into(),
         },
     ));
     let d = deployment("app:1", "db", "cfg");
@@ -840,6 +842,37 @@ async fn a_forbidden_secret_read_is_decided_as_with_secrets_off() {
         Some(("get shop/secret/db", ApiError { code: Some(500), reason: "InternalError".into(), message: "etcd timeout".into() }));
     let a = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
     assert!(!a.allowed() && a.message().contains("retrying is safe"), "{}", a.body);
+}
+
+/// During an upgrade that turns Secrets on, the API server may send a release's mutating call to
+/// an old replica (Secrets off: its Secret references left as sent) and its validating call to a
+/// new one (docs/behaviour.md §9a.2). A replica that started moments ago lets such a reference
+/// through in rewrite mode, with a warning (repair pins it); in enforce mode, or once the replicas
+/// it replaced are surely gone, it refuses it as always. Before, the release was refused.
+#[tokio::test]
+async fn a_new_replica_lets_through_what_an_old_one_left_unpinned_in_rewrite_mode() {
+    let d = deployment("app:1", "db", "cfg");
+    let validate = |f: &Fixture, started: Option<std::time::Instant>| {
+        let app = common::app(&f.policy, &f.state, &f.cluster);
+        let app = Arc::new(confighistory::webhook::App { mixed_fleet_until: started, ..Arc::into_inner(app).unwrap() });
+        let r = review("Deployment", "apps", "v1", "CREATE", Some(&d), None);
+        async move { common::send(&app, "/validate", &r).await }
+    };
+    let soon = Some(std::time::Instant::now() + std::time::Duration::from_secs(60));
+    let f = Fixture::new(secrets_on("")).source(opaque("db", "hunter2")).source(configmap("cfg"));
+    let a = validate(&f, soon).await;
+    assert!(a.allowed(), "{}", a.body);
+    assert!(a.warnings().iter().any(|w| w.contains("being upgraded") && w.contains("repair pins it")), "{:?}", a.warnings());
+    for late in [None, Some(std::time::Instant::now())] {
+        let a = validate(&f, late).await;
+        assert!(!a.allowed() && a.message().contains("mutable Secret secret/db"), "{}", a.body);
+    }
+    let enforce = Fixture::new(secrets_on(""))
+        .namespace(json!({"confighistory.io/mode": "enforce"}))
+        .source(opaque("db", "hunter2"))
+        .source(configmap("cfg"));
+    let a = validate(&enforce, soon).await;
+    assert!(!a.allowed() && a.message().contains("mutable Secret secret/db"), "{}", a.body);
 }
 
 /// The canary: every scenario above with a Secret value of "canary-s3cr3t-value", at debug log

@@ -95,6 +95,15 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                         if secrets_off.is_some() {
                             response.warn("confighistory may not read Secrets here (its RBAC): Secret references left as sent".to_owned());
                         }
+                        if endpoint == Endpoint::Validate && reason == Reason::MutableConfig && mixed_fleet(app, req, namespace.as_deref())
+                        {
+                            tracing::info!(
+                                "let through a reference left unpinned while replicas of another configuration may serve (upgrade)"
+                            );
+                            let mut allowed = Response::allow();
+                            allowed.warn("not pinned yet (confighistory is being upgraded): repair pins it".to_owned());
+                            return (allowed, reason);
+                        }
                         return (response, reason);
                     }
                     Err((source, failure)) if fail_open && !failed.contains_key(&source) => {
@@ -201,6 +210,20 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
         }
     }
     (Response::deny(500, "confighistory could not decide (sources changed while reading); retrying is safe"), Reason::Internal)
+}
+
+/// Whether a validation refusing a mutable reference is let through instead: the namespace is in
+/// rewrite mode (its mutating pass pins, and repair pins what it did not: docs/behaviour.md §9.2)
+/// and this replica started so recently that replicas of another configuration may still answer
+/// beside it ([`super::MIXED_FLEET`]): the request's mutating call may have gone to one that does
+/// not pin what this one does (Secrets, a registered workload kind). Enforce mode still refuses.
+fn mixed_fleet(app: &App, req: &review::Request, namespace: Option<&NamespaceInfo>) -> bool {
+    if app.mixed_fleet_until.is_none_or(|until| std::time::Instant::now() >= until) {
+        return false;
+    }
+    let state = crate::cache::admission_read(&app.ctx.state);
+    let info = namespace.or_else(|| state.namespace(&req.namespace));
+    app.ctx.policy.namespace_mode(&req.namespace, info).0 == crate::model::policy::Mode::Rewrite
 }
 
 /// The request's namespace, read fresh when the namespace watch has listed and does not know it

@@ -399,6 +399,10 @@ spec:
             here.iter().filter(|a| a.pinned.as_deref().is_some_and(|p| !p.starts_with(&format!("{SOURCE}-")))).count(),
             fail_opens(grew)
         ));
+        for a in here.iter().filter(|a| !a.ok).take(3) {
+            let why = a.output.lines().find(|l| l.contains("denied the request") || l.contains("rror")).unwrap_or_default();
+            report.push_str(&format!("    {} failed: {}\n", a.what, why.rsplit("STDIN\": ").next().unwrap_or(why)));
+        }
     }
     report.push_str(&format!("server WARN/ERROR lines ({}):\n", server_warnings.len()));
     for line in server_warnings.iter().take(40) {
