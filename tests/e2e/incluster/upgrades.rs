@@ -61,10 +61,8 @@ fn webhook_metrics(cluster: &Cluster) -> BTreeMap<String, f64> {
 
 /// What changed between two readings of [`webhook_metrics`] (series that grew).
 fn grown(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-    after
-        .iter()
-        .filter_map(|(k, v)| (*v > before.get(k).copied().unwrap_or(0.0)).then(|| (k.clone(), v - before.get(k).copied().unwrap_or(0.0))))
-        .collect()
+    let was = |k: &String| before.get(k).copied().unwrap_or(0.0);
+    after.iter().filter(|(k, v)| **v > was(k)).map(|(k, v)| (k.clone(), v - was(k))).collect()
 }
 
 fn fail_opens(m: &BTreeMap<String, f64>) -> f64 {
@@ -378,7 +376,9 @@ spec:
     let total = t0.elapsed();
     let end_metrics = webhook_metrics(cluster);
     // The followers end with their pods; the last ones now.
-    drop(std::mem::replace(&mut logs.children, Vec::new()).into_iter().map(|(_, mut c)| (c.kill(), c.wait())).collect::<Vec<_>>());
+    for (_, mut c) in std::mem::take(&mut logs.children) {
+        let _ = (c.kill(), c.wait());
+    }
     let server_warnings = logs.lines.lock().unwrap().clone();
     let applies = applies.into_inner().unwrap();
     let deployments = applies.iter().filter(|a| a.what.starts_with("deployment")).count();
