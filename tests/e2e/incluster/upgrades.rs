@@ -176,7 +176,10 @@ struct Apply {
     output: String,
 }
 
-/// One change of the release.
+/// One change of the release. With `--force-conflicts`: the certs tests re-create the webhook
+/// configurations with kubectl, and under Helm 4 an upgrade that changes their rules then
+/// conflicts with `kubectl-create` until it forces the chart's values (docs/install.md "Upgrading
+/// with Helm 4"), which is not what this test is about.
 struct Step {
     what: &'static str,
     helm: Vec<String>,
@@ -185,7 +188,7 @@ struct Step {
 fn upgrade(what: &'static str, sets: &[&str]) -> Step {
     let mut args: Vec<String> = vec!["upgrade".into(), RELEASE.into()];
     args.push(repo_root().join("charts/confighistory").to_string_lossy().into_owned());
-    args.extend(["--reset-then-reuse-values", "--wait", "--timeout", "5m"].map(String::from));
+    args.extend(["--reset-then-reuse-values", "--force-conflicts", "--wait", "--timeout", "5m"].map(String::from));
     for s in sets {
         let (flag, value) = s.split_once(' ').unwrap_or(("--set", s));
         args.extend([flag.to_owned(), value.to_owned()]);
@@ -194,7 +197,7 @@ fn upgrade(what: &'static str, sets: &[&str]) -> Step {
 }
 
 fn rollback(what: &'static str) -> Step {
-    Step { what, helm: ["rollback", RELEASE, "--wait", "--timeout", "5m"].map(String::from).to_vec() }
+    Step { what, helm: ["rollback", RELEASE, "--force-conflicts", "--wait", "--timeout", "5m"].map(String::from).to_vec() }
 }
 
 /// Every change of the webhooks an admin makes with the chart, and `helm rollback` of each, under a
