@@ -194,6 +194,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         source_reads: Arc::default(),
         memory: Arc::new(webhook::memory::Memory::new(memory)),
         secret_heads: Arc::default(),
+        mixed_fleet_until: Some(std::time::Instant::now() + webhook::MIXED_FLEET),
     });
 
     if let tls::Source::Managed(target) = &source {

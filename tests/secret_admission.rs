@@ -804,6 +804,77 @@ async fn with_secrets_off_nothing_about_secrets_changes() {
     assert!(f.calls().iter().all(|c| !c.contains("/secret/")), "{:?}", f.calls());
 }
 
+/// A replica with Secrets on whose read of a Secret is forbidden: an upgrade turning Secrets off
+/// took the RBAC on Secrets while this replica still serves (the pods roll after the ClusterRole
+/// is gone). It decides as a replica with Secrets off does (docs/behaviour.md §9a.2): the release
+/// is admitted, its ConfigMap pinned, its Secret references left as sent, with a warning; no
+/// Secret snapshot is written. Before, the release was refused ("could not read Secret ...").
+#[tokio::test]
+async fn a_forbidden_secret_read_is_decided_as_with_secrets_off() {
+    let f = Fixture::new(secrets_on("")).source(opaque("db", "hunter2")).source(configmap("cfg"));
+    *f.cluster.fail.lock().unwrap() = Some((
+        "get shop/secret/db",
+        ApiError {
+            code: Some(403),
+            reason: "Forbidden".into(),
+            message:
+                "secrets \"db\" is forbidden: User \"system:serviceaccount:confighistory:confighistory\" cannot get resource \"secrets\""
+                    .into(),
+        },
+    ));
+    let d = deployment("app:1", "db", "cfg");
+    let a = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
+    assert!(a.allowed(), "{}", a.body);
+    let out = a.patched(&d);
+    assert_eq!(out["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!("db"), "{}", a.body);
+    assert_eq!(out["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]["secretKeyRef"]["name"], json!("db"));
+    let cm = out["spec"]["template"]["spec"]["volumes"][1]["configMap"]["name"].as_str().unwrap().to_owned();
+    assert!(cm.starts_with("cfg-"), "the ConfigMap is pinned as always: {cm}");
+    assert!(a.warnings().iter().any(|w| w.contains("may not read Secrets") && w.len() <= 120), "{:?}", a.warnings());
+    let calls = f.calls();
+    assert!(calls.iter().any(|c| c == "get shop/secret/db"), "the Secret was tried: {calls:?}");
+    assert!(!calls.iter().any(|c| c.starts_with("create shop/secret/")), "no Secret snapshot: {calls:?}");
+    // Validation of the final object, by the same replica: admitted too.
+    let v = f.send("/validate", review("Deployment", "apps", "v1", "CREATE", Some(&out), None)).await;
+    assert!(v.allowed(), "{}", v.body);
+    // Any other failed read still decides as before: the release is refused, retrying is safe.
+    *f.cluster.fail.lock().unwrap() =
+        Some(("get shop/secret/db", ApiError { code: Some(500), reason: "InternalError".into(), message: "etcd timeout".into() }));
+    let a = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
+    assert!(!a.allowed() && a.message().contains("retrying is safe"), "{}", a.body);
+}
+
+/// During an upgrade that turns Secrets on, the API server may send a release's mutating call to
+/// an old replica (Secrets off: its Secret references left as sent) and its validating call to a
+/// new one (docs/behaviour.md §9a.2). A replica that started moments ago lets such a reference
+/// through in rewrite mode, with a warning (repair pins it); in enforce mode, or once the replicas
+/// it replaced are surely gone, it refuses it as always. Before, the release was refused.
+#[tokio::test]
+async fn a_new_replica_lets_through_what_an_old_one_left_unpinned_in_rewrite_mode() {
+    let d = deployment("app:1", "db", "cfg");
+    let validate = |f: &Fixture, started: Option<std::time::Instant>| {
+        let app = common::app(&f.policy, &f.state, &f.cluster);
+        let app = Arc::new(confighistory::webhook::App { mixed_fleet_until: started, ..Arc::into_inner(app).unwrap() });
+        let r = review("Deployment", "apps", "v1", "CREATE", Some(&d), None);
+        async move { common::send(&app, "/validate", &r).await }
+    };
+    let soon = Some(std::time::Instant::now() + std::time::Duration::from_secs(60));
+    let f = Fixture::new(secrets_on("")).source(opaque("db", "hunter2")).source(configmap("cfg"));
+    let a = validate(&f, soon).await;
+    assert!(a.allowed(), "{}", a.body);
+    assert!(a.warnings().iter().any(|w| w.contains("being upgraded") && w.contains("repair pins it")), "{:?}", a.warnings());
+    for late in [None, Some(std::time::Instant::now())] {
+        let a = validate(&f, late).await;
+        assert!(!a.allowed() && a.message().contains("mutable Secret secret/db"), "{}", a.body);
+    }
+    let enforce = Fixture::new(secrets_on(""))
+        .namespace(json!({"confighistory.io/mode": "enforce"}))
+        .source(opaque("db", "hunter2"))
+        .source(configmap("cfg"));
+    let a = validate(&enforce, soon).await;
+    assert!(!a.allowed() && a.message().contains("mutable Secret secret/db"), "{}", a.body);
+}
+
 /// The canary: every scenario above with a Secret value of "canary-s3cr3t-value", at debug log
 /// level with the binary's subscriber. No log line, answer (warnings, messages, patches), Event,
 /// API call description or metric shows the canary, its base64, its SHA-256 in hex, or the

@@ -7,6 +7,7 @@ use crate::admission::{self, review, Failed, Failure, Fresh, Outcome, Reason, Re
 use crate::cache::NamespaceInfo;
 use crate::cluster::ApiError;
 use crate::model::ids::{self, SourceId};
+use crate::model::policy::Policy;
 
 use super::effects::{execute, failure};
 use super::{limits, memory, App, Endpoint};
@@ -79,6 +80,12 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     // that is in fact a source), once more. A decision that is never denied (an undo) and whose
     // snapshot write fails is made again without that source, once per source.
     let mut fetches = 0;
+    // Set when a Secret read is forbidden: this replica runs with Secrets on, and the upgrade that
+    // turned them off has taken its RBAC on Secrets while it still serves (the pods roll after the
+    // ClusterRole is gone). It then decides as a replica with Secrets off does, leaving Secret
+    // references as sent instead of refusing the release (docs/behaviour.md §9a.2).
+    let mut secrets_off: Option<Box<Policy>> = None;
+    let workload = ids::SourceKind::known(&req.kind.group, &req.kind.kind).is_none();
     // What the sources read for this request hold, given back with the answer.
     let mut held_reads = memory::Charge::default();
     // Taken before the first API call and kept to the answer; a decision from memory takes none
@@ -100,8 +107,8 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     for _ in 0..MAX_PASSES {
         let outcome = {
             let state = crate::cache::admission_read(&app.ctx.state);
-            let view =
-                View { policy: &app.ctx.policy, state: &state, fresh: &fresh, failed: &failed, now: &now, namespace: namespace.as_deref() };
+            let policy = secrets_off.as_deref().unwrap_or(&app.ctx.policy);
+            let view = View { policy, state: &state, fresh: &fresh, failed: &failed, now: &now, namespace: namespace.as_deref() };
             match endpoint {
                 Endpoint::Mutate => match app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind) {
                     Some(ids::SourceKind::Secret) => admission::secret::decide(req, &view),
@@ -122,7 +129,21 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                 // from memory then stays small (axum boxes it per request; see the test
                 // the_per_request_future_stays_small).
                 match Box::pin(execute(app, req, decision, &fresh)).await {
-                    Ok(response) => return (response, reason),
+                    Ok(mut response) => {
+                        if secrets_off.is_some() {
+                            response.warn("confighistory may not read Secrets here (its RBAC): Secret references left as sent".to_owned());
+                        }
+                        if endpoint == Endpoint::Validate && reason == Reason::MutableConfig && mixed_fleet(app, req, namespace.as_deref())
+                        {
+                            tracing::info!(
+                                "let through a reference left unpinned while replicas of another configuration may serve (upgrade)"
+                            );
+                            let mut allowed = Response::allow();
+                            allowed.warn("not pinned yet (confighistory is being upgraded): repair pins it".to_owned());
+                            return (allowed, reason);
+                        }
+                        return (response, reason);
+                    }
                     Err((source, failure)) if fail_open && !failed.contains_key(&source) => {
                         failed.insert(source, failure);
                     }
@@ -203,6 +224,15 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
                             }
                             fresh.insert(id, obj);
                         }
+                        Err(Unread::Api(e)) if workload && id.kind == ids::SourceKind::Secret && e.code == Some(403) => {
+                            tracing::warn!(secret = %id.name, error = %e, "may not read a Secret: deciding as with Secrets off (RBAC on Secrets gone: Secrets being turned off?)");
+                            crate::metrics::METRICS.error("api");
+                            secrets_off.get_or_insert_with(|| {
+                                let mut off = app.ctx.policy.clone();
+                                off.secrets.enabled = false;
+                                Box::new(off)
+                            });
+                        }
                         // The decision says whether this denies the request (docs/behaviour.md §6.2.1).
                         Err(Unread::Api(e)) => {
                             let failure = failure(&format!("read {} {}/{}", id.kind_str(), req.namespace, id.name), &e);
@@ -218,6 +248,20 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
         }
     }
     (Response::deny(500, "confighistory could not decide (sources changed while reading); retrying is safe"), Reason::Internal)
+}
+
+/// Whether a validation refusing a mutable reference is let through instead: the namespace is in
+/// rewrite mode (its mutating pass pins, and repair pins what it did not: docs/behaviour.md §9.2)
+/// and this replica started so recently that replicas of another configuration may still answer
+/// beside it ([`super::MIXED_FLEET`]): the request's mutating call may have gone to one that does
+/// not pin what this one does (Secrets, a registered workload kind). Enforce mode still refuses.
+fn mixed_fleet(app: &App, req: &review::Request, namespace: Option<&NamespaceInfo>) -> bool {
+    if app.mixed_fleet_until.is_none_or(|until| std::time::Instant::now() >= until) {
+        return false;
+    }
+    let state = crate::cache::admission_read(&app.ctx.state);
+    let info = namespace.or_else(|| state.namespace(&req.namespace));
+    app.ctx.policy.namespace_mode(&req.namespace, info).0 == crate::model::policy::Mode::Rewrite
 }
 
 /// The request's namespace, read fresh when the namespace watch has listed and does not know it

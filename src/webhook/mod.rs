@@ -54,7 +54,18 @@ pub struct App {
     pub memory: Arc<memory::Memory>,
     /// Source Secrets whose head is being recorded after a write's answer.
     pub secret_heads: Arc<secret_head::Pending>,
+    /// Until when replicas of another configuration may still serve beside this one (a
+    /// `helm upgrade` rolling the pods): a validation in rewrite mode then lets through what only
+    /// a mutating pass of such a replica left unpinned ([`MIXED_FLEET`]). `None`: never (tests
+    /// and tools).
+    pub mixed_fleet_until: Option<Instant>,
 }
+
+/// How long after a replica starts the replicas it replaces may still answer beside it: the
+/// API server may send a request's mutating call to an old replica (which does not pin what its
+/// configuration does not cover: Secrets off, a workload kind it has no entry for) and its
+/// validating call to this one (docs/behaviour.md §9a.2). The chart's roll ends well within it.
+pub const MIXED_FLEET: std::time::Duration = std::time::Duration::from_secs(90);
 
 impl App {
     /// An app over `ctx` with its certificate counted as loaded and the default body limit
@@ -68,6 +79,7 @@ impl App {
             source_reads: Arc::default(),
             memory: Arc::new(memory::Memory::new(crate::cli::DEFAULT_MEMORY_BUDGET)),
             secret_heads: Arc::default(),
+            mixed_fleet_until: None,
         }
     }
 

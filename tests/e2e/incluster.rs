@@ -19,6 +19,8 @@ use crate::support::{cluster, find_helm, repo_root, run_id, wait_for, wait_for_v
 
 /// Server-managed certificates of the installed release: start-over, expiry, Helm 4 upgrades.
 mod certs;
+/// Upgrades that change the webhook configurations, under load.
+mod upgrades;
 
 pub(crate) const NAMESPACE: &str = "confighistory";
 pub(crate) const RELEASE: &str = "confighistory";

@@ -218,7 +218,9 @@ def main():
     mw = {w["name"]: w for w in mwc["webhooks"]}
     vw = {w["name"]: w for w in vwc["webhooks"]}
     secrets = exp.get("secrets") == "true"
-    check(list(mw) == ["configmaps.confighistory.io", "workloads.confighistory.io"] + (["secrets.confighistory.io"] if secrets else []),
+    # The Secrets webhook is always there (no rule with Secrets off): turning Secrets on or off
+    # never adds or removes a webhook (docs/install.md "Upgrades that change the webhooks").
+    check(list(mw) == ["configmaps.confighistory.io", "workloads.confighistory.io", "secrets.confighistory.io"],
           f"mutating webhooks {list(mw)}")
     check(list(vw) == ["workloads.confighistory.io", "snapshots.confighistory.io",
                        "snapshot-deletes.confighistory.io"], f"validating webhooks {list(vw)}")
@@ -278,13 +280,12 @@ def main():
         ("V", "snapshot-deletes.confighistory.io"): ("/protect", cm_rules(["DELETE"], protected),
                                                      hash_selector("Exists"), "Ignore", None),
     }
-    if secrets:
-        # Never sources kept out of the path: snapshots, and Helm's release records by label.
-        spec[("M", "secrets.confighistory.io")] = (
-            "/mutate", cm_rules(["CREATE", "UPDATE"], ("secrets",)),
-            {"matchExpressions": [{"key": "confighistory.io/hash", "operator": "DoesNotExist"},
-                                  {"key": "owner", "operator": "NotIn", "values": ["helm"]}]},
-            main_failure, main_timeout)
+    # Never sources kept out of the path: snapshots, and Helm's release records by label.
+    spec[("M", "secrets.confighistory.io")] = (
+        "/mutate", cm_rules(["CREATE", "UPDATE"], ("secrets",)) if secrets else [],
+        {"matchExpressions": [{"key": "confighistory.io/hash", "operator": "DoesNotExist"},
+                              {"key": "owner", "operator": "NotIn", "values": ["helm"]}]},
+        main_failure, main_timeout)
     for (which, name), (path, rules, objsel, failure, timeout) in spec.items():
         w = (mw if which == "M" else vw)[name]
         where = f"{'mutating' if which == 'M' else 'validating'} {name}"
