@@ -28,7 +28,9 @@ pub fn never_denied(app: &App, req: &review::Request) -> bool {
 /// - a source write on `/mutate` is left to [`admit`]: its content is hashed ahead, a creation
 ///   forgets a remembered miss, and its decision has effects;
 /// - a namespace the watch has listed and does not know is read first, so not from memory;
-/// - a refused mode label is logged, an audit finding too, so not here.
+/// - a refused mode label is logged, an audit finding too, so not here;
+/// - a denial is left to [`admit`], which logs it and may let it through on a replica that
+///   started a moment ago (during an upgrade, docs/behaviour.md §9a.2).
 pub fn from_memory(app: &App, endpoint: Endpoint, req: &review::Request) -> Option<(Response, Reason)> {
     if endpoint == Endpoint::Mutate && app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind).is_some() {
         return None;
@@ -49,7 +51,9 @@ pub fn from_memory(app: &App, endpoint: Endpoint, req: &review::Request) -> Opti
         Endpoint::Protect => Outcome::Done(admission::protect::decide(req, &view)),
     };
     match outcome {
-        Outcome::Done(d) if d.effects.is_empty() && !matches!(d.reason, Reason::Audit | Reason::UnhandledKind) => {
+        // A denial goes through the driver: it is logged, and a replica that started a moment
+        // ago may let it through (`mixed_fleet`).
+        Outcome::Done(d) if d.response.allowed && d.effects.is_empty() && !matches!(d.reason, Reason::Audit | Reason::UnhandledKind) => {
             let reason = d.reason;
             Some((d.finish(&Default::default()), reason))
         }

@@ -113,6 +113,11 @@ async fn the_answer_from_memory_is_the_drivers_answer() {
     let kept: Vec<&Value> = response.patch.iter().filter(|op| op["op"] == "replace").map(|op| &op["value"]).collect();
     assert_eq!((reason.as_str(), kept.len()), ("unchanged", 2), "both references keep the pinned name: {:?}", response.patch);
     assert!(kept.iter().all(|v| **v == json!(snap("pricing-config", A))), "{:?}", response.patch);
+    // A denial (a mutable reference left unpinned) is logged and may be let through by a replica
+    // that just started: left to the driver.
+    let unpinned = request("Deployment", "apps", "CREATE", &reapplied, None);
+    assert!(!admit(&app, Endpoint::Validate, &unpinned).await.0.allowed, "the driver refuses it");
+    assert_eq!(from_memory(&app, Endpoint::Validate, &unpinned), None);
     // A release makes a snapshot, a ConfigMap write is hashed and recorded, a namespace the watch
     // has listed and does not know is read: all left to the driver.
     let unlisted = {
