@@ -2,10 +2,12 @@
 //! [`SourceKinds`]) and how an annotation entry names one ([`parse_source`]). The bottom rung of
 //! model's files above the leaves (docs/architecture.md "model/ ladder"): it uses none of them.
 
+use super::sourcekinds::{self, SourceKindDef};
+
 /// The kind of sources: ConfigMaps, in the core group.
-pub const CONFIGMAP: &str = "ConfigMap";
+pub const CONFIGMAP: &str = sourcekinds::CONFIGMAP.kind;
 /// The kind of sources where the admin turns Secrets on (docs/behaviour.md §4a), in the core group.
-pub const SECRET: &str = "Secret";
+pub const SECRET: &str = sourcekinds::SECRET.kind;
 
 /// The kinds of source a snapshot copies: ConfigMaps, and Secrets where the admin turns them on
 /// (docs/behaviour.md §4a; which kinds a server acts on: [`SourceKinds`], chosen by `Policy::source_kinds`).
@@ -21,21 +23,24 @@ impl SourceKind {
     /// server acts on is the admin's choice (`Policy::source_kinds`).
     pub const ALL: [SourceKind; 2] = [SourceKind::ConfigMap, SourceKind::Secret];
 
-    pub fn as_str(self) -> &'static str {
+    /// The kind's entry in the table of source kinds: everything that tells it from the others.
+    /// The one place a kind's variant is matched to its data.
+    pub const fn def(self) -> &'static SourceKindDef {
         match self {
-            SourceKind::ConfigMap => CONFIGMAP,
-            SourceKind::Secret => SECRET,
+            SourceKind::ConfigMap => &sourcekinds::CONFIGMAP,
+            SourceKind::Secret => &sourcekinds::SECRET,
         }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.def().kind
     }
 
     /// The prefix of this kind's entries in workload annotations (`secret/db`), `None` for a
     /// bare name: ConfigMaps, the one kind entries named before there were others
     /// ([`parse_source`]).
     pub fn entry_prefix(self) -> Option<&'static str> {
-        match self {
-            SourceKind::ConfigMap => None,
-            SourceKind::Secret => Some("secret"),
-        }
+        self.def().entry_prefix
     }
 }
 
@@ -58,11 +63,19 @@ impl SourceKinds {
         SourceKinds { secrets }
     }
 
+    /// Whether it holds `kind`: every kind the admin need not turn on, and the others when on.
     pub fn contains(self, kind: SourceKind) -> bool {
-        match kind {
-            SourceKind::ConfigMap => true,
-            SourceKind::Secret => self.secrets,
-        }
+        !kind.def().opt_in || self.secrets
+    }
+
+    /// These kinds and `kind`.
+    pub fn with(self, kind: SourceKind) -> SourceKinds {
+        SourceKinds { secrets: self.secrets || kind.def().opt_in }
+    }
+
+    /// The kinds of either.
+    pub fn union(self, other: SourceKinds) -> SourceKinds {
+        SourceKinds { secrets: self.secrets || other.secrets }
     }
 
     /// Its kinds, in [`SourceKind::ALL`]'s order.
@@ -134,17 +147,12 @@ impl SourceKind {
 
     /// The API group (core: empty).
     pub fn group(self) -> &'static str {
-        match self {
-            SourceKind::ConfigMap | SourceKind::Secret => "",
-        }
+        self.def().group
     }
 
     /// The API resource (plural) its objects are served as.
     pub fn resource(self) -> &'static str {
-        match self {
-            SourceKind::ConfigMap => "configmaps",
-            SourceKind::Secret => "secrets",
-        }
+        self.def().resource
     }
 }
 
@@ -162,13 +170,12 @@ pub const KIND_SEPARATOR: char = '/';
 /// during an upgrade) or by hand, it cannot name a ConfigMap (names have no `/`), and refusing it
 /// would lose the ConfigMap entries beside it, or deny the workload's every update.
 pub fn parse_source(entry: &str) -> Option<SourceId> {
-    match entry.split_once(KIND_SEPARATOR) {
-        None => Some(SourceId::configmap(entry)),
-        Some((prefix, name)) => {
-            let kind = SourceKind::ALL.into_iter().find(|k| k.entry_prefix() == Some(prefix))?;
-            Some(SourceId::new(kind, name))
-        }
-    }
+    let (prefix, name) = match entry.split_once(KIND_SEPARATOR) {
+        None => (None, entry),
+        Some((prefix, name)) => (Some(prefix), name),
+    };
+    let kind = SourceKind::ALL.into_iter().find(|k| k.entry_prefix() == prefix)?;
+    Some(SourceId::new(kind, name))
 }
 
 /// The annotation entry naming `id`, as [`parse_source`] reads it (also `SourceId`'s `Display`).
