@@ -68,6 +68,11 @@ impl SourceKinds {
         !kind.def().opt_in || self.secrets
     }
 
+    /// Whether it holds a kind the admin turns on (Secrets).
+    pub fn has_opt_in(self) -> bool {
+        self.secrets
+    }
+
     /// These kinds and `kind`.
     pub fn with(self, kind: SourceKind) -> SourceKinds {
         SourceKinds { secrets: self.secrets || kind.def().opt_in }
