@@ -308,6 +308,18 @@ mod tests {
 
     const CANARY: &str = "canary-s3cr3t-value";
 
+    /// Each source kind's entry names the resource k8s-openapi knows for it.
+    #[test]
+    fn source_kinds_are_served_as_their_k8s_openapi_resources() {
+        use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+        use kube::api::ApiResource;
+        let same = |a: &ApiResource, b: &ApiResource| {
+            (&a.group, &a.version, &a.api_version, &a.kind, &a.plural) == (&b.group, &b.version, &b.api_version, &b.kind, &b.plural)
+        };
+        assert!(same(&super::super::port::source_resource(SourceKind::ConfigMap), &ApiResource::erase::<ConfigMap>(&())));
+        assert!(same(&super::super::port::source_resource(SourceKind::Secret), &ApiResource::erase::<Secret>(&())));
+    }
+
     /// Whether `text` shows the canary, or its base64.
     fn shows_canary(text: &str) -> bool {
         use base64::Engine as _;

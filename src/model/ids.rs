@@ -195,6 +195,55 @@ pub fn write_source_entry(id: &SourceId, f: &mut impl std::fmt::Write) -> std::f
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::sourcekinds::{Content, Naming, Never};
+
+    #[test]
+    fn every_source_kinds_entry_is_consistent() {
+        for kind in SourceKind::ALL {
+            let def = kind.def();
+            assert_eq!(
+                (kind.as_str(), kind.group(), kind.resource(), kind.entry_prefix()),
+                (def.kind, def.group, def.resource, def.entry_prefix)
+            );
+            assert_eq!(SourceKind::known(def.group, def.kind), Some(kind), "{}: found by (group, kind)", def.kind);
+            assert_eq!(def.resource, format!("{}s", def.kind.to_ascii_lowercase()), "{}: its plural resource", def.kind);
+            // Its entries round-trip through the annotation form, whatever the name.
+            for name in ["db", "a.b-c", "secret", "configmap"] {
+                let id = SourceId::new(kind, name);
+                let entry = id.to_string();
+                assert_eq!(parse_source(&entry), Some(id.clone()), "{entry}");
+                assert_eq!(serde_json::to_value(&id).unwrap(), serde_json::Value::String(entry.clone()));
+                assert_eq!(entry.contains(KIND_SEPARATOR), def.entry_prefix.is_some(), "{entry}");
+            }
+            // The plugin takes the kind's own name, its resource and its entry prefix.
+            let lower = def.kind.to_ascii_lowercase();
+            assert!(def.typed.contains(&lower.as_str()) && def.typed.contains(&def.resource), "{:?}", def.typed);
+            assert!(def.entry_prefix.is_none_or(|p| def.typed.contains(&p)), "{:?}", def.typed);
+            assert!(def.typed.iter().all(|t| t.chars().all(|c| c.is_ascii_lowercase())), "{:?}", def.typed);
+            // Acted on by default unless the admin must turn it on; always when every kind is.
+            assert_eq!(SourceKinds::CONFIGMAPS.contains(kind), !def.opt_in, "{}", def.kind);
+            assert!(SourceKinds::WITH_SECRETS.contains(kind) && SourceKinds::CONFIGMAPS.with(kind).contains(kind));
+            // Confidential values are held as bytes, named under a key, and never a plain source's rules.
+            let secret_like = (Content::TypedBytes, Naming::KeyedMac, Never::SecretRules);
+            assert_eq!(def.confidential, (def.content, def.naming, def.never) == secret_like, "{}", def.kind);
+            assert_ne!(def.refs.projected, "", "{}", def.kind);
+        }
+        // One kind is named by a bare entry (ConfigMaps, as before there were others); prefixes,
+        // kind names, typed names and template fields never overlap between kinds.
+        let bare: Vec<_> = SourceKind::ALL.into_iter().filter(|k| k.entry_prefix().is_none()).collect();
+        assert_eq!(bare, [SourceKind::ConfigMap]);
+        assert_eq!(SourceKind::default(), SourceKind::ConfigMap);
+        for (i, a) in SourceKind::ALL.into_iter().enumerate() {
+            for b in SourceKind::ALL.into_iter().skip(i + 1) {
+                let (a, b) = (a.def(), b.def());
+                assert!(a.kind != b.kind && a.resource != b.resource && a.entry_prefix != b.entry_prefix, "{} {}", a.kind, b.kind);
+                assert!(a.typed.iter().all(|t| !b.typed.contains(t)), "{} {}", a.kind, b.kind);
+                let fields =
+                    |d: &crate::model::sourcekinds::SourceKindDef| [d.refs.volume.0, d.refs.projected, d.refs.key_ref, d.refs.env_from];
+                assert!(fields(a).iter().all(|f| !fields(b).contains(f)), "{} {}", a.kind, b.kind);
+            }
+        }
+    }
 
     #[test]
     fn secrets_are_a_source_kind_of_their_own_and_off_unless_chosen() {
