@@ -146,10 +146,10 @@ mod tests {
         );
         assert_eq!((SECRET.kind, SECRET.group, SECRET.resource, SECRET.api_version()), ("Secret", "", "secrets", "v1".into()));
         assert_eq!((CONFIGMAP.entry_prefix, SECRET.entry_prefix), (None, Some("secret")));
-        assert!(!CONFIGMAP.opt_in && SECRET.opt_in, "ConfigMaps always, Secrets where the admin turns them on");
+        assert_eq!((CONFIGMAP.opt_in, SECRET.opt_in), (false, true), "ConfigMaps always, Secrets where the admin turns them on");
         assert_eq!((CONFIGMAP.content, CONFIGMAP.naming, CONFIGMAP.never), (Content::Data, Naming::Hash, Never::RootCaBundle));
         assert_eq!((SECRET.content, SECRET.naming, SECRET.never), (Content::TypedBytes, Naming::KeyedMac, Never::SecretRules));
-        assert!(!CONFIGMAP.confidential && SECRET.confidential);
+        assert_eq!((CONFIGMAP.confidential, SECRET.confidential), (false, true));
         assert_eq!(SECRET.refs.volume, ("secret", "secretName"), "a secret volume names by secretName");
     }
 }
