@@ -660,7 +660,7 @@ impl State {
     pub fn apply_source(&mut self, kind: SourceKind, obj: &Value) {
         let key = source_key(kind, obj);
         let mut info = ConfigMapInfo::from_object_keeping(obj, self.configmap_labels.as_ref());
-        if kind == SourceKind::Secret {
+        if kind.def().never == crate::model::sourcekinds::Never::SecretRules {
             // What never_source reads besides the type (docs/behaviour.md §4a): a certificate
             // issuer's annotation. A Secret's record keeps no value: its metadata only (the
             // annotations above are confighistory's own, heads are MACs).

@@ -91,6 +91,7 @@ const MODEL_LADDER: &[&str] = &[
     "text",
     "json",
     "digest",
+    "sourcekinds",
     "ids",
     "names",
     "keys",

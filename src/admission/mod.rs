@@ -8,13 +8,14 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::{json, Value};
 
 use crate::cache::{NamespaceInfo, State};
-use crate::model::ids::{SourceId, SourceKind, SourceKinds};
+use crate::model::ids::{SourceId, SourceKinds};
 use crate::model::json::At;
 use crate::model::keys::KeyId;
 use crate::model::meta::Meta;
 use crate::model::policy::{Mode, Policy};
 use crate::model::secret::{self as secret_model, SecretContent};
 use crate::model::snapshot::{self, Content, Origin};
+use crate::model::source as source_model;
 
 pub mod configmap;
 pub mod protect;
@@ -78,17 +79,13 @@ impl View<'_> {
     /// (docs/behaviour.md §4a: tokens, Helm release records, a certificate issuer's, the admin's
     /// selector) and mutable.
     pub fn versioned(&self, id: &SourceId, obj: &Value) -> bool {
-        match id.kind {
-            SourceKind::ConfigMap => self.policy.versioned(obj),
-            SourceKind::Secret => secret_model::is_versioned(obj, secret_model::secret_type(obj), &self.policy.excluded_sources),
-        }
+        source_model::is_versioned_object(id.kind, obj, &self.policy.excluded_sources)
     }
 
     /// Whether source `id`, as read, is a Secret that is never a source: left exactly as it is,
     /// not even warned about.
     pub fn never_source(&self, id: &SourceId, obj: &Value) -> bool {
-        id.kind == SourceKind::Secret
-            && secret_model::never_source(obj, secret_model::secret_type(obj), &self.policy.excluded_sources).is_some()
+        source_model::never_source_object(id.kind, obj, &self.policy.excluded_sources).is_some()
     }
 
     /// (source, hash) when `id` names a snapshot. A name the watch has not delivered is judged

@@ -11,6 +11,7 @@ use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::snapshot;
 use crate::model::source;
+use crate::model::sourcekinds::Naming;
 
 pub fn decide(req: &Request, view: &View) -> Decision {
     let Some(kind) = view.policy.acted_on().of(&req.kind.group, &req.kind.kind) else { return Decision::allow(Reason::UnhandledKind) };
@@ -29,7 +30,7 @@ pub fn decide(req: &Request, view: &View) -> Decision {
         // answer never depends on it (docs/behaviour.md §4a, §9a): only confighistory and the
         // admin's snapshot creators create Secret snapshots, checked on labels and names; the MAC
         // is checked where a snapshot is used (store, GC), never answered.
-        Operation::Create if kind == SourceKind::Secret => match secret_snapshot_shape(req.object(), view) {
+        Operation::Create if kind.def().naming == Naming::KeyedMac => match secret_snapshot_shape(req.object(), view) {
             Ok(()) if trusted => Decision::allow(Reason::ValidSnapshot),
             Ok(()) => Decision::deny(
                 Reason::ForeignSnapshot,
@@ -140,9 +141,9 @@ pub fn decide(req: &Request, view: &View) -> Decision {
 /// The hash of a valid ConfigMap snapshot, or why it is none (a Secret snapshot's CREATE is
 /// checked by [`secret_snapshot_shape`]).
 fn validate(kind: SourceKind, obj: &Value, _ns: &str, _view: &View) -> Result<String, String> {
-    match kind {
-        SourceKind::ConfigMap => snapshot::validate(obj).map_err(|e| e.to_string()),
-        SourceKind::Secret => Err("a Secret snapshot's content is never checked in an answer".into()),
+    match kind.def().naming {
+        Naming::Hash => snapshot::validate(obj).map_err(|e| e.to_string()),
+        Naming::KeyedMac => Err(format!("a {} snapshot's content is never checked in an answer", kind.as_str())),
     }
 }
 

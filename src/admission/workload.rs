@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::review::{Operation, Request};
 use super::{annotation, annotation_ops, Decision, Effect, Outcome, Reason, Rewrite, Target, View};
-use crate::model::ids::{SourceId, SourceKind};
+use crate::model::ids::SourceId;
 use crate::model::json::At;
 use crate::model::keys::KeyId;
 use crate::model::kinds;
@@ -19,6 +19,7 @@ use crate::model::policy::Mode;
 use crate::model::secret::{self, SecretContent};
 use crate::model::snapshot::{self, Content, Origin};
 use crate::model::source::{self, hold_stands, Holds};
+use crate::model::sourcekinds::Naming;
 use crate::model::template::{self, Ref};
 
 /// A reference with the source it belongs to.
@@ -593,7 +594,7 @@ impl Builder<'_> {
     /// Secret is left as sent, with a warning that names no value, when there are no keys to name
     /// its snapshot or its data is not what the API serves.
     fn content(&mut self, source: &SourceId, cm: &Value, view: &View) -> Option<(Payload, String)> {
-        if source.kind == SourceKind::ConfigMap {
+        if source.kind.def().naming == Naming::Hash {
             let content = Content::from_object(cm);
             let head = content.hash();
             let origin = Origin::of_source(cm, &head);

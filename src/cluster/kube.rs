@@ -1,7 +1,7 @@
 //! [`KubeCluster`]: the [`Cluster`] port over a kube client.
 
 use futures::future::BoxFuture;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{self as kube_events, Recorder, Reporter};
 use serde_json::Value;
 
@@ -81,19 +81,17 @@ fn to_dynamic(kind: SourceKind, obj: &Value) -> Result<DynamicObject> {
     serde_json::from_value(obj.clone()).map_err(|e| ApiError {
         code: None,
         reason: "Invalid".into(),
-        message: match kind {
-            SourceKind::ConfigMap => e.to_string(),
-            SourceKind::Secret => format!("not a Secret object ({}; not shown)", serde_category(&e)),
+        message: if kind.def().confidential {
+            format!("not a {} object ({}; not shown)", kind.as_str(), serde_category(&e))
+        } else {
+            e.to_string()
         },
     })
 }
 
 /// The API of a source kind's objects in `ns`.
 fn sources(client: &kube::Client, ns: &str, kind: SourceKind) -> Api<DynamicObject> {
-    let ar = match kind {
-        SourceKind::ConfigMap => ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
-        SourceKind::Secret => ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
-    };
+    let ar = super::port::source_resource(kind);
     Api::namespaced_with(client.clone(), ns, &ar)
 }
 
@@ -309,6 +307,18 @@ mod tests {
     use crate::model::trim::LAST_APPLIED;
 
     const CANARY: &str = "canary-s3cr3t-value";
+
+    /// Each source kind's entry names the resource k8s-openapi knows for it.
+    #[test]
+    fn source_kinds_are_served_as_their_k8s_openapi_resources() {
+        use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+        use kube::api::ApiResource;
+        let same = |a: &ApiResource, b: &ApiResource| {
+            (&a.group, &a.version, &a.api_version, &a.kind, &a.plural) == (&b.group, &b.version, &b.api_version, &b.kind, &b.plural)
+        };
+        assert!(same(&super::super::port::source_resource(SourceKind::ConfigMap), &ApiResource::erase::<ConfigMap>(&())));
+        assert!(same(&super::super::port::source_resource(SourceKind::Secret), &ApiResource::erase::<Secret>(&())));
+    }
 
     /// Whether `text` shows the canary, or its base64.
     fn shows_canary(text: &str) -> bool {

@@ -101,7 +101,7 @@ impl MemoryCluster {
     pub fn insert(&self, obj: Value) {
         let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default().to_owned();
         let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        let kind = if obj["kind"] == crate::model::ids::SECRET { SourceKind::Secret } else { SourceKind::ConfigMap };
+        let kind = obj["kind"].as_str().and_then(|k| SourceKind::known("", k)).unwrap_or_default();
         self.store(kind).lock().expect("lock").insert((ns, name), obj);
     }
     /// A ConfigMap.
@@ -255,10 +255,8 @@ impl Cluster for MemoryCluster {
     }
     fn list_snapshots<'a>(&'a self, ns: &'a str, kind: SourceKind, each: &'a mut (dyn FnMut(&Value) + Send)) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let what = match kind {
-                SourceKind::ConfigMap => String::new(),
-                SourceKind::Secret => format!("{} ", kind.as_str()),
-            };
+            // The first kind's calls keep the descriptions they had before there were others.
+            let what = kind.entry_prefix().map(|_| format!("{} ", kind.as_str())).unwrap_or_default();
             self.check(format!("list {what}snapshots {ns}")).await?;
             let mut out: Vec<Value> = {
                 let objects = self.store(kind).lock().expect("lock");

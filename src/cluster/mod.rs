@@ -15,4 +15,4 @@ pub mod watch;
 
 pub use self::kube::KubeCluster;
 pub use memory::{MemoryCluster, WorkloadKey};
-pub use port::{source_metadata, ApiError, Cluster, Created, Event, ObjectRef, Result, SourcePage, TOO_LARGE};
+pub use port::{source_metadata, source_resource, ApiError, Cluster, Created, Event, ObjectRef, Result, SourcePage, TOO_LARGE};

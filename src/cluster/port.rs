@@ -39,19 +39,21 @@ impl ApiError {
     /// not parse are described, never quoted, since either could hold the Secret's data
     /// (docs/behaviour.md §4a: no value in any error). A ConfigMap's errors are as `From` makes them.
     pub fn from_source(kind: SourceKind, e: kube::Error) -> ApiError {
-        match (kind, e) {
-            (SourceKind::ConfigMap, e) => e.into(),
-            (SourceKind::Secret, kube::Error::Api(s)) if s.reason == UNPARSED_STATUS => ApiError {
+        if !kind.def().confidential {
+            return e.into();
+        }
+        match e {
+            kube::Error::Api(s) if s.reason == UNPARSED_STATUS => ApiError {
                 code: Some(s.code),
                 reason: "Unknown".into(),
                 message: format!("HTTP {} with an error body that is not a Kubernetes Status (not shown)", s.code),
             },
-            (SourceKind::Secret, kube::Error::SerdeError(se)) => ApiError {
+            kube::Error::SerdeError(se) => ApiError {
                 code: None,
                 reason: "Invalid".into(),
-                message: format!("a response about a Secret does not parse ({}; not shown)", serde_category(&se)),
+                message: format!("a response about a {} does not parse ({}; not shown)", kind.as_str(), serde_category(&se)),
             },
-            (SourceKind::Secret, e) => e.into(),
+            e => e.into(),
         }
     }
 
@@ -191,10 +193,23 @@ fn unsupported<'a, T: Send + 'a>(what: &str) -> BoxFuture<'a, Result<T>> {
     Box::pin(async move { Err(e) })
 }
 
+/// The API resource a source kind's objects are served as (its entry in
+/// [`crate::model::sourcekinds`]).
+pub fn source_resource(kind: SourceKind) -> kube::api::ApiResource {
+    let def = kind.def();
+    kube::api::ApiResource {
+        group: def.group.into(),
+        version: def.version.into(),
+        api_version: def.api_version(),
+        kind: def.kind.into(),
+        plural: def.resource.into(),
+    }
+}
+
 /// One item of [`Cluster::list_source_metadata`] from an object's `metadata`: for a Secret,
 /// without [`LAST_APPLIED`], so a metadata list of Secrets holds no value of theirs.
 pub fn source_metadata(kind: SourceKind, mut metadata: Value) -> Value {
-    if kind == SourceKind::Secret {
+    if kind.def().confidential {
         if let Some(a) = metadata.get_mut("annotations").and_then(Value::as_object_mut) {
             a.remove(LAST_APPLIED);
         }

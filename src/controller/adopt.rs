@@ -28,7 +28,7 @@ use compact_str::CompactString;
 
 use super::propagate::{self, Plan};
 use crate::cache::{SourceKey, State};
-use crate::model::ids::{SourceId, SourceKind};
+use crate::model::ids::SourceId;
 use crate::model::meta::Meta;
 use crate::model::names;
 use crate::model::policy::{self, Policy};
@@ -153,7 +153,7 @@ pub fn note_seen(state: &State, policy: &Policy, selector: &Selector, seen: &mut
     for ((_, ns, _), w) in &state.workloads {
         let (active, secrets) = *namespaces.entry(ns.as_str()).or_insert_with(|| {
             let active = propagate::namespace_active(state, policy, selector, ns);
-            (active, active && without_secrets.is_some() && propagate::kinds_in(state, policy, ns).contains(SourceKind::Secret))
+            (active, active && without_secrets.is_some() && propagate::kinds_in(state, policy, ns).has_opt_in())
         });
         if !active {
             seen.insert(ns, &w.template_hash);
@@ -219,7 +219,7 @@ pub fn decide(
             continue;
         }
         let sources = propagate::sources_of(state, policy, ns, &w.refs);
-        let only_secrets_plain = sources.iter().filter(|(_, pins)| pins.contains(&None)).all(|(s, _)| s.kind == SourceKind::Secret);
+        let only_secrets_plain = sources.iter().filter(|(_, pins)| pins.contains(&None)).all(|(s, _)| s.kind.def().opt_in);
         let seen_before =
             seen.contains(ns, &w.template_hash) || (only_secrets_plain && seen_without_secrets.contains(ns, &w.template_hash));
         let new_template = !seen_before;

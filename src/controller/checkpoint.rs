@@ -23,6 +23,7 @@ use crate::cache::SourceKey;
 use crate::cluster::Created;
 use crate::model::digest::{Digest as _, Sha256};
 use crate::model::ids::{SourceId, SourceKind};
+use crate::model::sourcekinds::Naming;
 
 use super::Ctx;
 
@@ -55,7 +56,7 @@ pub fn digest<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> Stri
 pub fn digests(verified: &HashMap<SourceKey, String>) -> BTreeMap<String, String> {
     let mut by_ns: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
     for ((ns, id), rv) in verified {
-        if id.kind == SourceKind::ConfigMap {
+        if id.kind.def().naming == Naming::Hash {
             by_ns.entry(ns.as_str()).or_default().push((id.name.as_str(), rv.as_str()));
         }
     }
@@ -102,7 +103,7 @@ pub fn confirmed<'a>(
 ) -> Vec<(SourceKey, String)> {
     let mut by_ns: BTreeMap<&str, Vec<(&SourceKey, &str)>> = BTreeMap::new();
     for (key, rv) in candidates {
-        if key.1.kind == SourceKind::ConfigMap && !rv.is_empty() {
+        if key.1.kind.def().naming == Naming::Hash && !rv.is_empty() {
             by_ns.entry(key.0.as_str()).or_default().push((key, rv));
         }
     }

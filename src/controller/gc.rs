@@ -35,6 +35,7 @@ use crate::model::kinds::{History, Registry};
 use crate::model::names;
 use crate::model::secret::{self, SecretContent};
 use crate::model::snapshot;
+use crate::model::sourcekinds::{Content, Naming};
 use crate::model::template;
 
 /// A snapshot as the sweep sees it.
@@ -74,14 +75,14 @@ impl SnapshotInfo {
             created_ms: meta["creationTimestamp"].as_str().and_then(super::propagate::parse_time_ms).unwrap_or(0),
             last_used_ms: ann(names::LAST_USED).and_then(super::propagate::parse_time_ms),
             adopted: crate::model::source::adopted(obj).map(str::to_owned).collect(),
-            valid: match (kind, keys) {
-                (SourceKind::ConfigMap, _) => snapshot::validate(obj).map(|_| ()).map_err(|e| e.to_string()),
-                (SourceKind::Secret, Some(keys)) => secret::validate(obj, ns, keys).map(|_| ()).map_err(|e| e.to_string()),
-                (SourceKind::Secret, None) => Err("the cluster keys Secret snapshots are checked under are not loaded".into()),
+            valid: match (kind.def().naming, keys) {
+                (Naming::Hash, _) => snapshot::validate(obj).map(|_| ()).map_err(|e| e.to_string()),
+                (Naming::KeyedMac, Some(keys)) => secret::validate(obj, ns, keys).map(|_| ()).map_err(|e| e.to_string()),
+                (Naming::KeyedMac, None) => Err(format!("the cluster keys {} snapshots are checked under are not loaded", kind.as_str())),
             },
-            bytes: match kind {
-                SourceKind::ConfigMap => snapshot::Content::from_object(obj).bytes(),
-                SourceKind::Secret => SecretContent::from_object(obj).map(|c| c.bytes()).unwrap_or(0),
+            bytes: match kind.def().content {
+                Content::Data => snapshot::Content::from_object(obj).bytes(),
+                Content::TypedBytes => SecretContent::from_object(obj).map(|c| c.bytes()).unwrap_or(0),
             },
             name,
         })

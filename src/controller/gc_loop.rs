@@ -11,8 +11,8 @@ use super::{gc, propagate};
 use crate::cache;
 use crate::cluster::Cluster;
 use crate::metrics::METRICS;
-use crate::model::ids::SourceKind;
 use crate::model::selector::Selector;
+use crate::model::sourcekinds::Naming;
 
 pub(crate) async fn gc_loop(ctx: Arc<Ctx>) {
     wait_synced(&ctx).await;
@@ -42,7 +42,7 @@ pub(crate) async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
             .map(|((ns, _), _)| ns.to_string())
             .filter(|ns| gc_namespace_allowed(state, policy, &ctx.selector, ns))
             .map(|ns| {
-                let secrets = propagate::kinds_in(state, policy, &ns).contains(SourceKind::Secret);
+                let secrets = propagate::kinds_in(state, policy, &ns).has_opt_in();
                 (ns, secrets)
             })
             .collect();
@@ -99,7 +99,7 @@ pub async fn run_gc_command(
         Some(ns) => vec![ns.clone()],
         None => {
             let mut all = Vec::new();
-            for kind in policy.acted_on().iter().filter(|k| *k == SourceKind::ConfigMap || keys.is_some()) {
+            for kind in policy.acted_on().iter().filter(|k| k.def().naming != Naming::KeyedMac || keys.is_some()) {
                 all.extend(cluster.namespaces_with_snapshots(kind).await.map_err(Error::Namespaces)?);
             }
             all.sort();
@@ -116,7 +116,7 @@ pub async fn run_gc_command(
         let secrets = match keys {
             Some(keys) if !policy.secrets.namespaces.is_empty() => {
                 let obj = cluster.get_namespace(&ns).await.map_err(|source| Error::Sweep { namespace: ns.clone(), source })?;
-                policy.source_kinds(obj.as_ref()).contains(SourceKind::Secret).then_some(keys)
+                policy.source_kinds(obj.as_ref()).has_opt_in().then_some(keys)
             }
             keys => keys,
         };

@@ -15,6 +15,7 @@ use crate::model::names;
 use crate::model::policy::{self, Mode, Policy};
 use crate::model::selector::Selector;
 use crate::model::source::{self, hold_stands};
+use crate::model::sourcekinds::Never;
 
 /// (kind, namespace, name) of a workload.
 pub type WorkloadKey = crate::cache::ObjectKey;
@@ -348,7 +349,7 @@ pub fn versioning_touches(state: &State, policy: &Policy, selector: &Selector) -
     for ((ns, id), cm) in &state.sources {
         // ConfigMaps only: the admin's selector makes a Secret a never-source, left as it is
         // (docs/behaviour.md §4a); a Secret's own opt-out is recorded by its admission.
-        if id.kind != ids::SourceKind::ConfigMap
+        if id.kind.def().never != Never::RootCaBundle
             || !source::is_tracked(&id.name, cm)
             || !state.is_referenced_source(ns, id)
             || !namespace_active(state, policy, selector, ns)

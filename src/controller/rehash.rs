@@ -18,6 +18,7 @@ use crate::cache::{self, SourceKey};
 use crate::model::ids::{SourceId, SourceKind};
 use crate::model::meta::Meta;
 use crate::model::names;
+use crate::model::sourcekinds::Naming;
 use crate::store::SourceContent;
 
 /// Re-hashes every referenced source (rate-limited GETs). A stored head that does not match the
@@ -200,7 +201,7 @@ pub(crate) async fn rehash_one(
         // Named by its head at this resourceVersion: not read again until it changes. Only
         // ConfigMaps with a head: whether a Secret's head names it depends on the keys kept,
         // and a source without one is compared with pins, which change without it.
-        if name.kind == SourceKind::ConfigMap && crate::admission::annotation(obj, names::HEAD).is_some() && !rv.is_empty() {
+        if name.kind.def().naming == Naming::Hash && crate::admission::annotation(obj, names::HEAD).is_some() && !rv.is_empty() {
             verified.insert((ns, name), rv.to_owned());
         }
         return;

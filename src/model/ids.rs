@@ -2,10 +2,12 @@
 //! [`SourceKinds`]) and how an annotation entry names one ([`parse_source`]). The bottom rung of
 //! model's files above the leaves (docs/architecture.md "model/ ladder"): it uses none of them.
 
+use super::sourcekinds::{self, SourceKindDef};
+
 /// The kind of sources: ConfigMaps, in the core group.
-pub const CONFIGMAP: &str = "ConfigMap";
+pub const CONFIGMAP: &str = sourcekinds::CONFIGMAP.kind;
 /// The kind of sources where the admin turns Secrets on (docs/behaviour.md §4a), in the core group.
-pub const SECRET: &str = "Secret";
+pub const SECRET: &str = sourcekinds::SECRET.kind;
 
 /// The kinds of source a snapshot copies: ConfigMaps, and Secrets where the admin turns them on
 /// (docs/behaviour.md §4a; which kinds a server acts on: [`SourceKinds`], chosen by `Policy::source_kinds`).
@@ -21,21 +23,24 @@ impl SourceKind {
     /// server acts on is the admin's choice (`Policy::source_kinds`).
     pub const ALL: [SourceKind; 2] = [SourceKind::ConfigMap, SourceKind::Secret];
 
-    pub fn as_str(self) -> &'static str {
+    /// The kind's entry in the table of source kinds: everything that tells it from the others.
+    /// The one place a kind's variant is matched to its data.
+    pub const fn def(self) -> &'static SourceKindDef {
         match self {
-            SourceKind::ConfigMap => CONFIGMAP,
-            SourceKind::Secret => SECRET,
+            SourceKind::ConfigMap => &sourcekinds::CONFIGMAP,
+            SourceKind::Secret => &sourcekinds::SECRET,
         }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.def().kind
     }
 
     /// The prefix of this kind's entries in workload annotations (`secret/db`), `None` for a
     /// bare name: ConfigMaps, the one kind entries named before there were others
     /// ([`parse_source`]).
     pub fn entry_prefix(self) -> Option<&'static str> {
-        match self {
-            SourceKind::ConfigMap => None,
-            SourceKind::Secret => Some("secret"),
-        }
+        self.def().entry_prefix
     }
 }
 
@@ -58,11 +63,24 @@ impl SourceKinds {
         SourceKinds { secrets }
     }
 
+    /// Whether it holds `kind`: every kind the admin need not turn on, and the others when on.
     pub fn contains(self, kind: SourceKind) -> bool {
-        match kind {
-            SourceKind::ConfigMap => true,
-            SourceKind::Secret => self.secrets,
-        }
+        !kind.def().opt_in || self.secrets
+    }
+
+    /// Whether it holds a kind the admin turns on (Secrets).
+    pub fn has_opt_in(self) -> bool {
+        self.secrets
+    }
+
+    /// These kinds and `kind`.
+    pub fn with(self, kind: SourceKind) -> SourceKinds {
+        SourceKinds { secrets: self.secrets || kind.def().opt_in }
+    }
+
+    /// The kinds of either.
+    pub fn union(self, other: SourceKinds) -> SourceKinds {
+        SourceKinds { secrets: self.secrets || other.secrets }
     }
 
     /// Its kinds, in [`SourceKind::ALL`]'s order.
@@ -134,17 +152,12 @@ impl SourceKind {
 
     /// The API group (core: empty).
     pub fn group(self) -> &'static str {
-        match self {
-            SourceKind::ConfigMap | SourceKind::Secret => "",
-        }
+        self.def().group
     }
 
     /// The API resource (plural) its objects are served as.
     pub fn resource(self) -> &'static str {
-        match self {
-            SourceKind::ConfigMap => "configmaps",
-            SourceKind::Secret => "secrets",
-        }
+        self.def().resource
     }
 }
 
@@ -162,13 +175,12 @@ pub const KIND_SEPARATOR: char = '/';
 /// during an upgrade) or by hand, it cannot name a ConfigMap (names have no `/`), and refusing it
 /// would lose the ConfigMap entries beside it, or deny the workload's every update.
 pub fn parse_source(entry: &str) -> Option<SourceId> {
-    match entry.split_once(KIND_SEPARATOR) {
-        None => Some(SourceId::configmap(entry)),
-        Some((prefix, name)) => {
-            let kind = SourceKind::ALL.into_iter().find(|k| k.entry_prefix() == Some(prefix))?;
-            Some(SourceId::new(kind, name))
-        }
-    }
+    let (prefix, name) = match entry.split_once(KIND_SEPARATOR) {
+        None => (None, entry),
+        Some((prefix, name)) => (Some(prefix), name),
+    };
+    let kind = SourceKind::ALL.into_iter().find(|k| k.entry_prefix() == prefix)?;
+    Some(SourceId::new(kind, name))
 }
 
 /// The annotation entry naming `id`, as [`parse_source`] reads it (also `SourceId`'s `Display`).
@@ -183,6 +195,55 @@ pub fn write_source_entry(id: &SourceId, f: &mut impl std::fmt::Write) -> std::f
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::sourcekinds::{Content, Naming, Never};
+
+    #[test]
+    fn every_source_kinds_entry_is_consistent() {
+        for kind in SourceKind::ALL {
+            let def = kind.def();
+            assert_eq!(
+                (kind.as_str(), kind.group(), kind.resource(), kind.entry_prefix()),
+                (def.kind, def.group, def.resource, def.entry_prefix)
+            );
+            assert_eq!(SourceKind::known(def.group, def.kind), Some(kind), "{}: found by (group, kind)", def.kind);
+            assert_eq!(def.resource, format!("{}s", def.kind.to_ascii_lowercase()), "{}: its plural resource", def.kind);
+            // Its entries round-trip through the annotation form, whatever the name.
+            for name in ["db", "a.b-c", "secret", "configmap"] {
+                let id = SourceId::new(kind, name);
+                let entry = id.to_string();
+                assert_eq!(parse_source(&entry), Some(id.clone()), "{entry}");
+                assert_eq!(serde_json::to_value(&id).unwrap(), serde_json::Value::String(entry.clone()));
+                assert_eq!(entry.contains(KIND_SEPARATOR), def.entry_prefix.is_some(), "{entry}");
+            }
+            // The plugin takes the kind's own name, its resource and its entry prefix.
+            let lower = def.kind.to_ascii_lowercase();
+            assert!(def.typed.contains(&lower.as_str()) && def.typed.contains(&def.resource), "{:?}", def.typed);
+            assert!(def.entry_prefix.is_none_or(|p| def.typed.contains(&p)), "{:?}", def.typed);
+            assert!(def.typed.iter().all(|t| t.chars().all(|c| c.is_ascii_lowercase())), "{:?}", def.typed);
+            // Acted on by default unless the admin must turn it on; always when every kind is.
+            assert_eq!(SourceKinds::CONFIGMAPS.contains(kind), !def.opt_in, "{}", def.kind);
+            assert!(SourceKinds::WITH_SECRETS.contains(kind) && SourceKinds::CONFIGMAPS.with(kind).contains(kind));
+            // Confidential values are held as bytes, named under a key, and never a plain source's rules.
+            let secret_like = (Content::TypedBytes, Naming::KeyedMac, Never::SecretRules);
+            assert_eq!(def.confidential, (def.content, def.naming, def.never) == secret_like, "{}", def.kind);
+            assert_ne!(def.refs.projected, "", "{}", def.kind);
+        }
+        // One kind is named by a bare entry (ConfigMaps, as before there were others); prefixes,
+        // kind names, typed names and template fields never overlap between kinds.
+        let bare: Vec<_> = SourceKind::ALL.into_iter().filter(|k| k.entry_prefix().is_none()).collect();
+        assert_eq!(bare, [SourceKind::ConfigMap]);
+        assert_eq!(SourceKind::default(), SourceKind::ConfigMap);
+        for (i, a) in SourceKind::ALL.into_iter().enumerate() {
+            for b in SourceKind::ALL.into_iter().skip(i + 1) {
+                let (a, b) = (a.def(), b.def());
+                assert!(a.kind != b.kind && a.resource != b.resource && a.entry_prefix != b.entry_prefix, "{} {}", a.kind, b.kind);
+                assert!(a.typed.iter().all(|t| !b.typed.contains(t)), "{} {}", a.kind, b.kind);
+                let fields =
+                    |d: &crate::model::sourcekinds::SourceKindDef| [d.refs.volume.0, d.refs.projected, d.refs.key_ref, d.refs.env_from];
+                assert!(fields(a).iter().all(|f| !fields(b).contains(f)), "{} {}", a.kind, b.kind);
+            }
+        }
+    }
 
     #[test]
     fn secrets_are_a_source_kind_of_their_own_and_off_unless_chosen() {

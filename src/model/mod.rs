@@ -16,6 +16,7 @@ pub mod secret;
 pub mod selector;
 pub mod snapshot;
 pub mod source;
+pub mod sourcekinds;
 pub mod template;
 pub mod text;
 pub mod trim;

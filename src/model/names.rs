@@ -94,7 +94,7 @@ pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
 /// never a source (docs/behaviour.md §4a).
 pub const CERTIFICATE_NAME: &str = "cert-manager.io/certificate-name";
 /// Kubernetes publishes this ConfigMap into every namespace; never versioned.
-pub const ROOT_CA: &str = "kube-root-ca.crt";
+pub const ROOT_CA: &str = super::sourcekinds::ROOT_CA;
 
 /// Namespaces confighistory never acts in, whatever the webhook configuration says.
 pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];

@@ -8,10 +8,11 @@ use super::ids::{self, SourceId, SourceKind};
 use super::meta::Meta;
 use super::names;
 use super::selector::Selector;
+use super::sourcekinds::Never;
 
 /// The root CA bundle Kubernetes publishes into every namespace: never a versioned source.
 pub fn is_root_ca(id: &SourceId) -> bool {
-    id.kind == SourceKind::ConfigMap && id.name == names::ROOT_CA
+    id.kind.def().never == Never::RootCaBundle && id.name == names::ROOT_CA
 }
 
 /// A mutable ConfigMap that is not a snapshot (nor the root CA bundle Kubernetes publishes),
@@ -56,18 +57,37 @@ pub fn is_versioned_source(name: &str, obj: &impl Meta, excluded_sources: &Selec
 /// record holds no `type`; the watch lists no Secret of a never-source type
 /// ([`super::secret::RECORD_TYPE`]).
 pub fn is_tracked_source(id: &SourceId, obj: &impl Meta, excluded_sources: &Selector) -> bool {
-    match id.kind {
-        SourceKind::ConfigMap => is_tracked(&id.name, obj),
-        SourceKind::Secret => super::secret::is_tracked(obj, super::secret::RECORD_TYPE, excluded_sources),
+    match id.kind.def().never {
+        Never::RootCaBundle => is_tracked(&id.name, obj),
+        Never::SecretRules => super::secret::is_tracked(obj, super::secret::RECORD_TYPE, excluded_sources),
     }
 }
 
 /// [`is_versioned_source`] for a source of either kind (a Secret: [`super::secret::is_versioned`]),
 /// from its object or its cache record, as [`is_tracked_source`].
 pub fn is_versioned_source_of(id: &SourceId, obj: &impl Meta, excluded_sources: &Selector) -> bool {
-    match id.kind {
-        SourceKind::ConfigMap => is_versioned_source(&id.name, obj, excluded_sources),
-        SourceKind::Secret => super::secret::is_versioned(obj, super::secret::RECORD_TYPE, excluded_sources),
+    match id.kind.def().never {
+        Never::RootCaBundle => is_versioned_source(&id.name, obj, excluded_sources),
+        Never::SecretRules => super::secret::is_versioned(obj, super::secret::RECORD_TYPE, excluded_sources),
+    }
+}
+
+/// Whether a source of `kind`, as read (its object, not a cache record), is versioned: a
+/// ConfigMap by its annotation and the admin's selector ([`is_versioned`]), a Secret also only
+/// when it is mutable and no never-source ([`super::secret::is_versioned`], docs/behaviour.md §4a).
+pub fn is_versioned_object(kind: SourceKind, obj: &serde_json::Value, excluded_sources: &Selector) -> bool {
+    match kind.def().never {
+        Never::RootCaBundle => is_versioned(obj, excluded_sources),
+        Never::SecretRules => super::secret::is_versioned(obj, super::secret::secret_type(obj), excluded_sources),
+    }
+}
+
+/// Whether, and why, a source of `kind`, as read, is never a source by its kind's own rules (a
+/// Secret's: [`super::secret::never_source`]; the root CA bundle is told by its name, [`is_root_ca`]).
+pub fn never_source_object(kind: SourceKind, obj: &serde_json::Value, excluded_sources: &Selector) -> Option<super::secret::NeverSource> {
+    match kind.def().never {
+        Never::RootCaBundle => None,
+        Never::SecretRules => super::secret::never_source(obj, super::secret::secret_type(obj), excluded_sources),
     }
 }
 

@@ -47,35 +47,37 @@ impl Ref {
 /// config and never a reference). A kind not in `kinds` is not a reference at all, so with
 /// Secrets off the answer is the ConfigMap references alone.
 pub fn refs(template: &Value, kinds: SourceKinds) -> Vec<Ref> {
-    // One copy per choice: with Secrets off, the code that runs on every workload admission (the
-    // hot path) is the ConfigMaps-only walk, no Secret field looked up, nothing more to inline.
-    if kinds.contains(SourceKind::Secret) {
-        refs_of::<true>(template)
-    } else {
-        refs_of::<false>(template)
+    // Only the fields of the kinds in `kinds` are looked up: with Secrets off, the walk that runs
+    // on every workload admission (the hot path) looks up no Secret field.
+    let mut of = SourceKind::ALL;
+    let mut n = 0;
+    for kind in kinds.iter() {
+        of[n] = kind;
+        n += 1;
     }
+    refs_of(template, &of[..n])
 }
 
-/// [`refs`], with or without Secrets.
-fn refs_of<const SECRETS: bool>(template: &Value) -> Vec<Ref> {
+/// [`refs`] to sources of `kinds`, found where each kind's entry says pod templates name it
+/// ([`crate::model::sourcekinds::RefFields`]).
+fn refs_of(template: &Value, kinds: &[SourceKind]) -> Vec<Ref> {
     let mut out = Vec::new();
     let Some(spec) = template.get("spec") else { return out };
-    let secrets = SECRETS;
     if let Some(volumes) = spec.get("volumes").and_then(Value::as_array) {
         for (i, vol) in volumes.iter().enumerate() {
-            if let Some(cm) = vol.get("configMap") {
-                push(&mut out, SourceKind::ConfigMap, cm, "name", format!("/spec/volumes/{i}/configMap"));
-            }
-            if let Some(s) = field_if(secrets, vol, "secret") {
-                push(&mut out, SourceKind::Secret, s, "secretName", format!("/spec/volumes/{i}/secret"));
+            for &kind in kinds {
+                let (field, name) = kind.def().refs.volume;
+                if let Some(v) = vol.get(field) {
+                    push(&mut out, kind, v, name, format!("/spec/volumes/{i}/{field}"));
+                }
             }
             if let Some(sources) = vol.get("projected").and_then(|p| p.get("sources")).and_then(Value::as_array) {
                 for (j, src) in sources.iter().enumerate() {
-                    if let Some(cm) = src.get("configMap") {
-                        push(&mut out, SourceKind::ConfigMap, cm, "name", format!("/spec/volumes/{i}/projected/sources/{j}/configMap"));
-                    }
-                    if let Some(s) = field_if(secrets, src, "secret") {
-                        push(&mut out, SourceKind::Secret, s, "name", format!("/spec/volumes/{i}/projected/sources/{j}/secret"));
+                    for &kind in kinds {
+                        let field = kind.def().refs.projected;
+                        if let Some(p) = src.get(field) {
+                            push(&mut out, kind, p, "name", format!("/spec/volumes/{i}/projected/sources/{j}/{field}"));
+                        }
                     }
                 }
             }
@@ -87,37 +89,27 @@ fn refs_of<const SECRETS: bool>(template: &Value) -> Vec<Ref> {
             if let Some(env) = container.get("env").and_then(Value::as_array) {
                 for (e, var) in env.iter().enumerate() {
                     let Some(from) = var.get("valueFrom") else { continue };
-                    if let Some(r) = from.get("configMapKeyRef") {
-                        push(&mut out, SourceKind::ConfigMap, r, "name", format!("/spec/{list}/{c}/env/{e}/valueFrom/configMapKeyRef"));
-                    }
-                    if let Some(r) = field_if(secrets, from, "secretKeyRef") {
-                        push(&mut out, SourceKind::Secret, r, "name", format!("/spec/{list}/{c}/env/{e}/valueFrom/secretKeyRef"));
+                    for &kind in kinds {
+                        let field = kind.def().refs.key_ref;
+                        if let Some(r) = from.get(field) {
+                            push(&mut out, kind, r, "name", format!("/spec/{list}/{c}/env/{e}/valueFrom/{field}"));
+                        }
                     }
                 }
             }
             if let Some(env_from) = container.get("envFrom").and_then(Value::as_array) {
                 for (e, from) in env_from.iter().enumerate() {
-                    if let Some(r) = from.get("configMapRef") {
-                        push(&mut out, SourceKind::ConfigMap, r, "name", format!("/spec/{list}/{c}/envFrom/{e}/configMapRef"));
-                    }
-                    if let Some(r) = field_if(secrets, from, "secretRef") {
-                        push(&mut out, SourceKind::Secret, r, "name", format!("/spec/{list}/{c}/envFrom/{e}/secretRef"));
+                    for &kind in kinds {
+                        let field = kind.def().refs.env_from;
+                        if let Some(r) = from.get(field) {
+                            push(&mut out, kind, r, "name", format!("/spec/{list}/{c}/envFrom/{e}/{field}"));
+                        }
                     }
                 }
             }
         }
     }
     out
-}
-
-/// `holder`'s `field` when `on`, without looking it up otherwise.
-#[inline(always)]
-fn field_if<'v>(on: bool, holder: &'v Value, field: &str) -> Option<&'v Value> {
-    if on {
-        holder.get(field)
-    } else {
-        None
-    }
 }
 
 /// The reference in `holder` (its name at `field`), with the JSON pointer to that name.

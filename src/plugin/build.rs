@@ -19,6 +19,7 @@ use crate::model::secret::{self, SecretContent};
 use crate::model::selector::Selector;
 use crate::model::snapshot::{self, Content};
 use crate::model::source;
+use crate::model::sourcekinds::{self, Naming};
 use crate::model::template;
 use crate::model::trim::LAST_APPLIED;
 
@@ -184,10 +185,12 @@ impl Workload {
 /// The source a plugin argument or an entry names: `NAME` or `configmap/NAME` (`cm/NAME`) for a
 /// ConfigMap, `secret/NAME` for a Secret; the name a Kubernetes name (it goes into request paths).
 pub fn parse_source(s: &str) -> Result<SourceId> {
-    let id = match s.split_once('/') {
-        Some(("configmap" | "configmaps" | "cm", name)) => SourceId::configmap(name),
-        Some(("secrets", name)) => SourceId::new(SourceKind::Secret, name),
-        _ => ids::parse_source(s)
+    // `TYPE/NAME` with a type kubectl names a source kind by (`cm/cfg`), else an annotation entry.
+    let typed =
+        s.split_once('/').and_then(|(typed, name)| Some((SourceKind::ALL.into_iter().find(|k| k.def().typed.contains(&typed))?, name)));
+    let id = match typed {
+        Some((kind, name)) => SourceId::new(kind, name),
+        None => ids::parse_source(s)
             .ok_or_else(|| anyhow!("{s:?} is not a valid source: use NAME (a ConfigMap), configmap/NAME or secret/NAME"))?,
     };
     if !names::is_dns_subdomain(&id.name) {
@@ -228,6 +231,14 @@ impl Default for SourceContent {
 }
 
 impl SourceContent {
+    /// An empty content of `kind`.
+    pub fn empty(kind: SourceKind) -> SourceContent {
+        match kind.def().content {
+            sourcekinds::Content::Data => SourceContent::ConfigMap(Content::default()),
+            sourcekinds::Content::TypedBytes => SourceContent::Secret(SecretContent::default()),
+        }
+    }
+
     /// Bytes of keys and values.
     pub fn bytes(&self) -> usize {
         match self {
@@ -303,7 +314,7 @@ impl Inventory {
     /// dropped.
     pub fn sealed(mut self) -> Inventory {
         for obj in self.snapshots.iter_mut().chain(self.sources.values_mut()) {
-            if kind_of(obj) != SourceKind::Secret {
+            if !kind_of(obj).def().confidential {
                 continue;
             }
             if let Some(a) = obj.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
@@ -329,9 +340,9 @@ impl Inventory {
 
     /// The content of a source or snapshot object of `kind`.
     pub fn content_of(&self, kind: SourceKind, obj: &Value) -> SourceContent {
-        match kind {
-            SourceKind::ConfigMap => SourceContent::ConfigMap(Content::from_object(obj)),
-            SourceKind::Secret => SourceContent::Secret(
+        match kind.def().content {
+            sourcekinds::Content::Data => SourceContent::ConfigMap(Content::from_object(obj)),
+            sourcekinds::Content::TypedBytes => SourceContent::Secret(
                 meta(obj, "name")
                     .and_then(|n| self.secret_contents.get(n).cloned())
                     .unwrap_or_else(|| SecretContent::from_object(obj).unwrap_or_default()),
@@ -361,10 +372,11 @@ impl Inventory {
     /// snapshot holding its current content, else the `head` annotation the webhook recorded.
     pub fn head(&self, source: &str) -> Option<String> {
         let obj = self.sources.get(source)?;
-        match kind_of(obj) {
-            SourceKind::ConfigMap => Some(head_of(obj)),
-            SourceKind::Secret => {
-                let live = self.content_of(SourceKind::Secret, obj);
+        let kind = kind_of(obj);
+        match kind.def().naming {
+            Naming::Hash => Some(head_of(obj)),
+            Naming::KeyedMac => {
+                let live = self.content_of(kind, obj);
                 let snaps = self.snaps_of(source);
                 snaps
                     .iter()
@@ -654,7 +666,7 @@ pub fn history(inv: &Inventory, source: &str) -> Result<History> {
 /// user cannot read, why.
 fn not_found(inv: &Inventory, id: &SourceId) -> anyhow::Error {
     match (&inv.secrets_unreadable, id.kind) {
-        (Some(why), SourceKind::Secret) => anyhow!("{why}"),
+        (Some(why), kind) if kind.def().confidential => anyhow!("{why}"),
         _ => anyhow!("no {} or snapshot named {:?} in namespace {}", id.kind_str(), id.name, inv.namespace),
     }
 }
@@ -665,17 +677,19 @@ fn no_history(inv: &Inventory, source: &str) -> anyhow::Error {
     let obj = &inv.sources[source];
     let id = source_id(source);
     let (kind, source) = (id.kind_str(), id.name.as_str());
-    if id.kind == SourceKind::Secret {
-        let versions_secrets = match &inv.server {
-            Server::Published(p) => p.policy.source_kinds(Some(&inv.namespace_object)).contains(SourceKind::Secret),
-            Server::Unavailable(_) => true,
-        };
-        if !versions_secrets {
-            return anyhow!("Secret {source} has no history: confighistory does not version Secrets in namespace {} (the admin's choice, docs/install.md)", inv.namespace);
-        }
-        if let Some(why) = secret::never_source(obj, secret::secret_type(obj), &inv.excluded_sources()) {
-            return anyhow!("Secret {source} in namespace {} is never versioned: {why}", inv.namespace);
-        }
+    // A kind the admin turns on: whether they did here.
+    let acted_on = match &inv.server {
+        Server::Published(p) => p.policy.source_kinds(Some(&inv.namespace_object)).contains(id.kind),
+        Server::Unavailable(_) => true,
+    };
+    if !acted_on {
+        return anyhow!(
+            "{kind} {source} has no history: confighistory does not version {kind}s in namespace {} (the admin's choice, docs/install.md)",
+            inv.namespace
+        );
+    }
+    if let Some(why) = source::never_source_object(id.kind, obj, &inv.excluded_sources()) {
+        return anyhow!("{kind} {source} in namespace {} is never versioned: {why}", inv.namespace);
     }
     if !source::is_versioned(obj, &Selector::default()) {
         return anyhow!("{kind} {source} in namespace {} is not versioned (annotation {}: \"false\")", inv.namespace, names::VERSIONED);
@@ -1063,7 +1077,7 @@ pub fn status(inv: &Inventory, wanted: &WorkloadRef) -> Result<Status> {
         let source_obj = inv.sources.get(&used.source);
         let head = inv.head(&used.source);
         let kind = source_id(&used.source).kind;
-        if kind == SourceKind::Secret && inv.secrets_unreadable.is_some() {
+        if kind.def().confidential && inv.secrets_unreadable.is_some() {
             secrets_unreadable.clone_from(&inv.secrets_unreadable);
         }
         let manual = source_obj.and_then(|s| annotation(s, names::ROLLOUT)) == Some("manual");
@@ -1072,10 +1086,7 @@ pub fn status(inv: &Inventory, wanted: &WorkloadRef) -> Result<Status> {
         let mut pending = None;
         // Propagation follows the head annotation the webhook recorded with changed-at.
         if let (Some(src), Some(h)) = (source_obj, source_obj.and_then(|s| annotation(s, names::HEAD))) {
-            let versioned = match kind {
-                SourceKind::ConfigMap => source::is_versioned(src, &excluded_sources),
-                SourceKind::Secret => secret::is_versioned(src, secret::secret_type(src), &excluded_sources),
-            };
+            let versioned = source::is_versioned_object(kind, src, &excluded_sources);
             let stale = used.via != "pin" || used.hash.as_deref() != Some(h);
             if let (Some(at), true) = (source::pending_change(src, h), mode.mode == "rewrite" && versioned && !is_held && stale) {
                 let secs = settle(inv, src);
@@ -1125,7 +1136,7 @@ pub fn status(inv: &Inventory, wanted: &WorkloadRef) -> Result<Status> {
 /// still exist cannot be told (docs/plugin.md, "Secrets").
 pub fn check_secrets_readable(inv: &Inventory, target: &RevisionConfig) -> Result<()> {
     match &inv.secrets_unreadable {
-        Some(why) if target.config.iter().any(|c| source_id(&c.source).kind == SourceKind::Secret) => {
+        Some(why) if target.config.iter().any(|c| source_id(&c.source).kind.def().confidential) => {
             bail!("cannot check the Secret snapshots revision {} uses: {why}", target.revision.unwrap_or_default())
         }
         _ => Ok(()),

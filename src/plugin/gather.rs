@@ -3,12 +3,12 @@
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{json, Value};
 
 use super::build::{self, Inventory, Workload};
-use crate::model::ids::{SourceId, SourceKind};
+use crate::model::ids::{SourceId, SourceKind, SourceKinds};
 use crate::model::kinds::Kind;
 use crate::model::kinds::{History, Registry};
 use crate::model::names;
@@ -104,10 +104,7 @@ pub async fn check_installed(client: &kube::Client) -> Result<()> {
 
 /// The resource a source kind's objects are served as.
 fn source_resource(kind: SourceKind) -> ApiResource {
-    match kind {
-        SourceKind::ConfigMap => ApiResource::erase::<ConfigMap>(&()),
-        SourceKind::Secret => ApiResource::erase::<Secret>(&()),
-    }
+    crate::cluster::source_resource(kind)
 }
 
 /// What to tell a user who may not read Secrets (the plugin reads them with their own
@@ -125,7 +122,7 @@ async fn list_snapshots(ctx: &Ctx, kind: SourceKind) -> Result<std::result::Resu
     let ar = source_resource(kind);
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &ar);
     match api.list(&params).await {
-        Err(kube::Error::Api(s)) if s.code == 403 && kind == SourceKind::Secret => {
+        Err(kube::Error::Api(s)) if s.code == 403 && kind.def().confidential => {
             Ok(Err(secrets_forbidden(&ctx.namespace, "list", &s.message)))
         }
         Err(e) => Err(api_err(e, &format!("list {}", ar.plural))),
@@ -144,9 +141,9 @@ pub async fn inventory(ctx: &Ctx, sources: &[SourceId]) -> Result<Inventory> {
     let kinds = kinds(ctx, &server).await;
     let mut inv = Inventory { namespace: ctx.namespace.clone(), namespace_object, server, kinds, ..Default::default() };
     // Secrets only where the server versions them, or when one is asked for.
-    let read_secrets = inv.source_kinds().contains(SourceKind::Secret) || sources.iter().any(|id| id.kind == SourceKind::Secret);
+    let read = sources.iter().fold(inv.source_kinds(), |read, id| read.with(id.kind));
     let ((snapshots, unreadable), workloads, revisions) = futures::try_join!(
-        namespace_snapshots(ctx, read_secrets),
+        namespace_snapshots(ctx, read),
         futures::future::try_join_all(kinds.workloads().map(|k| list_kind(ctx, k, kinds, &all))),
         futures::future::try_join_all(kinds.revisions().map(|k| list_kind(ctx, k, kinds, &all))),
     )?;
@@ -190,12 +187,12 @@ fn referenced_sources<'a>(inv: &Inventory, templates: impl Iterator<Item = &'a V
 async fn read_sources(ctx: &Ctx, inv: &mut Inventory, wanted: std::collections::BTreeSet<SourceId>) -> Result<()> {
     // Names from templates: only Kubernetes names go into a request path (any other cannot exist).
     for id in wanted.into_iter().filter(|id| names::is_dns_subdomain(&id.name)) {
-        if id.kind == SourceKind::Secret && inv.secrets_unreadable.is_some() {
+        if id.kind.def().confidential && inv.secrets_unreadable.is_some() {
             continue;
         }
         let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ctx.namespace, &source_resource(id.kind));
         let got = match api.get_opt(&id.name).await {
-            Err(kube::Error::Api(s)) if s.code == 403 && id.kind == SourceKind::Secret => {
+            Err(kube::Error::Api(s)) if s.code == 403 && id.kind.def().confidential => {
                 inv.secrets_unreadable = Some(secrets_forbidden(&ctx.namespace, "get", &s.message));
                 continue;
             }
@@ -219,7 +216,7 @@ pub async fn source_inventory(ctx: &Ctx, id: &SourceId) -> Result<Inventory> {
     let server = server(ctx).await;
     let kinds = kinds(ctx, &server).await;
     let mut inv = Inventory { namespace: ctx.namespace.clone(), namespace_object, server, kinds, ..Default::default() };
-    let (snapshots, unreadable) = namespace_snapshots(ctx, id.kind == SourceKind::Secret).await?;
+    let (snapshots, unreadable) = namespace_snapshots(ctx, SourceKinds::CONFIGMAPS.with(id.kind)).await?;
     (inv.snapshots, inv.secrets_unreadable) = (snapshots, unreadable);
     let mut inv = inv.sealed();
     // A snapshot's name given for the source: its source too (as `resolve_source` reads it).
@@ -265,8 +262,7 @@ pub async fn workload_inventory(ctx: &Ctx, wanted: &super::model::WorkloadRef) -
         .map(|m| m.iter().filter_map(|(k, v)| Some(format!("{k}={}", v.as_str()?))).collect())
         .unwrap_or_default();
     let params = ListParams::default().labels(&selector.join(","));
-    let read_secrets = inv.source_kinds().contains(SourceKind::Secret);
-    let ((snapshots, unreadable), revisions) = futures::try_join!(namespace_snapshots(ctx, read_secrets), async {
+    let ((snapshots, unreadable), revisions) = futures::try_join!(namespace_snapshots(ctx, inv.source_kinds()), async {
         if kind.has_history() {
             futures::future::try_join_all(kinds.revisions().map(|k| list_kind(ctx, k, kinds, &params))).await
         } else {
@@ -285,24 +281,19 @@ pub async fn workload_inventory(ctx: &Ctx, wanted: &super::model::WorkloadRef) -
     Ok((inv.sealed(), wanted))
 }
 
-/// The namespace's snapshots: the ConfigMaps', and the Secrets' with `read_secrets`; when the user
+/// The namespace's snapshots of `kinds` (ConfigMaps always; Secrets where asked); when the user
 /// may not list Secrets, the reason to say (second), not a failure.
-async fn namespace_snapshots(ctx: &Ctx, read_secrets: bool) -> Result<(Vec<Value>, Option<String>)> {
-    let (configmaps, secrets) = futures::try_join!(list_snapshots(ctx, SourceKind::ConfigMap), async {
-        if read_secrets {
-            list_snapshots(ctx, SourceKind::Secret).await
-        } else {
-            Ok(Ok(Vec::new()))
+async fn namespace_snapshots(ctx: &Ctx, kinds: SourceKinds) -> Result<(Vec<Value>, Option<String>)> {
+    let lists = futures::future::try_join_all(kinds.iter().map(|k| list_snapshots(ctx, k))).await?;
+    let (mut snapshots, mut unreadable) = (Vec::new(), None);
+    // Only a kind whose reading may be forbidden answers `Err(why)` (`list_snapshots`).
+    for list in lists {
+        match list {
+            Ok(s) => snapshots.extend(s),
+            Err(why) => unreadable = Some(why),
         }
-    })?;
-    let mut snapshots = configmaps.map_err(|e| anyhow!(e))?;
-    match secrets {
-        Ok(s) => {
-            snapshots.extend(s);
-            Ok((snapshots, None))
-        }
-        Err(why) => Ok((snapshots, Some(why))),
     }
+    Ok((snapshots, unreadable))
 }
 
 /// The kinds the server handles: the built-ins and those its published configuration registers
@@ -367,10 +358,12 @@ pub async fn rollback(ctx: &Ctx, inv: &Inventory, w: &Workload, revision: i64, d
 /// kinds it read before, sealed.
 pub async fn reread_snapshots(ctx: &Ctx, inv: &Inventory) -> Result<Inventory> {
     let mut inv = inv.clone();
-    let had_secrets = inv.snaps().iter().any(|s| s.kind == SourceKind::Secret);
-    inv.snapshots = list_snapshots(ctx, SourceKind::ConfigMap).await?.map_err(|e| anyhow!(e))?;
-    if had_secrets || (inv.secrets_unreadable.is_none() && inv.source_kinds().contains(SourceKind::Secret)) {
-        match list_snapshots(ctx, SourceKind::Secret).await? {
+    let had = inv.snaps().iter().fold(SourceKinds::CONFIGMAPS, |had, s| had.with(s.kind));
+    let read = if inv.secrets_unreadable.is_none() { had.union(inv.source_kinds()) } else { had };
+    inv.snapshots = Vec::new();
+    for kind in read.iter() {
+        // Only a kind whose reading may be forbidden answers `Err(why)` (`list_snapshots`).
+        match list_snapshots(ctx, kind).await? {
             Ok(s) => inv.snapshots.extend(s),
             Err(why) => inv.secrets_unreadable = Some(why),
         }
@@ -397,12 +390,12 @@ pub async fn sources(ctx: &Ctx, all: bool) -> Result<super::model::Sources> {
     let secrets = server.config().is_none_or(|c| c.secrets);
     let mut snapshots = Vec::new();
     let mut secrets_unreadable = None;
-    for kind in SourceKind::ALL.into_iter().filter(|k| *k == SourceKind::ConfigMap || secrets) {
+    for kind in SourceKinds::new(secrets).iter() {
         let ar = source_resource(kind);
         // Metadata only: no value of any kind is read.
         match api(&ar).list_metadata(&ListParams::default().labels(names::HASH_LABEL)).await {
             Ok(list) => snapshots.extend(metas(list, kind.as_str())),
-            Err(kube::Error::Api(s)) if s.code == 403 && kind == SourceKind::Secret => {
+            Err(kube::Error::Api(s)) if s.code == 403 && kind.def().confidential => {
                 let ns = if all { "any namespace".to_owned() } else { ctx.namespace.clone() };
                 secrets_unreadable = Some(secrets_forbidden(&ns, "list", &s.message));
             }

@@ -27,6 +27,8 @@ use clap::{CommandFactory as _, Parser, Subcommand};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
+use crate::model::ids::SourceKind;
+
 pub use output::Output;
 use render::Style;
 
@@ -312,7 +314,8 @@ pub fn names_workload(arg: &str) -> bool {
         // A kind's name (`deploy`, `rollouts.argoproj.io`); anything else (`..`) is a bad source.
         let kind_shaped =
             kind.starts_with(|c: char| c.is_ascii_alphabetic()) && kind.chars().all(|c| c.is_ascii_alphanumeric() || c == '.');
-        kind_shaped && !matches!(kind.to_ascii_lowercase().as_str(), "configmap" | "configmaps" | "cm" | "secret" | "secrets")
+        let lower = kind.to_ascii_lowercase();
+        kind_shaped && !SourceKind::ALL.into_iter().any(|k| k.def().typed.contains(&lower.as_str()))
     })
 }
 

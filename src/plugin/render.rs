@@ -382,7 +382,7 @@ pub fn status(s: &Status, now: Timestamp, style: Style) -> String {
             .map(|p| {
                 let mut state = Vec::new();
                 let kind = super::build::source_id(&p.source).kind;
-                let unreadable = kind == crate::model::ids::SourceKind::Secret && s.secrets_unreadable.is_some();
+                let unreadable = kind.def().confidential && s.secrets_unreadable.is_some();
                 match (&p.hash, p.exists) {
                     _ if unreadable => state.push("unknown: you may not read Secrets here (see the note)".to_owned()),
                     (None, true) => state.push("not pinned (plain reference)".to_owned()),

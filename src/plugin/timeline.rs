@@ -12,7 +12,6 @@ use super::model::*;
 use crate::model::ids::SourceKind;
 use crate::model::kinds::Kind;
 use crate::model::names;
-use crate::model::snapshot::Content;
 
 /// The workload `wanted` names (its kind resolved already, [`Inventory::resolve`]), with a
 /// rollout history.
@@ -82,7 +81,7 @@ fn author(snap: Option<&Snap>, source: &str, own_cause: Option<&str>, secrets_un
     let why = match snap {
         Some(s) if s.origin.with.is_some() || s.origin.at.is_some() => "not recorded (the server records no usernames)",
         Some(_) => "not recorded",
-        None if secrets_unreadable && build::source_id(source).kind == SourceKind::Secret => "unknown: you may not read Secrets here",
+        None if secrets_unreadable && build::source_id(source).kind.def().confidential => "unknown: you may not read Secrets here",
         None => "content unknown",
     };
     Author { unknown: Some(why.into()), ..Default::default() }
@@ -290,10 +289,7 @@ fn side_content(inv: &Inventory, snaps: &[Snap], u: &ConfigUse, live: bool) -> s
 
 /// An empty content of a source's kind: the side of a diff that does not reference it.
 fn nothing(kind: SourceKind, name: &str) -> Picked {
-    let content = match kind {
-        SourceKind::ConfigMap => SourceContent::ConfigMap(Content::default()),
-        SourceKind::Secret => SourceContent::Secret(Default::default()),
-    };
+    let content = SourceContent::empty(kind);
     Picked { side: DiffSide { revision: None, name: format!("{name} (not referenced)"), hash: None, head: false, created: None }, content }
 }
 
@@ -304,7 +300,7 @@ pub fn compare_templates(inv: &Inventory, w: &Workload, from: Side<'_>, to: Side
     let kind: Kind = w.kind;
     let (from_uses, to_uses) = (build::config_uses(inv, kind, from.template), build::config_uses(inv, kind, to.template));
     if let Some(why) = &inv.secrets_unreadable {
-        if from_uses.iter().chain(&to_uses).any(|u| build::source_id(&u.source).kind == SourceKind::Secret) {
+        if from_uses.iter().chain(&to_uses).any(|u| build::source_id(&u.source).kind.def().confidential) {
             bail!("cannot compare the Secrets {} uses: {why}", w.reference());
         }
     }
@@ -383,6 +379,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use serde_json::json;
+
+    use crate::model::snapshot::Content;
 
     use super::*;
     use crate::model::snapshot::{self, Origin};

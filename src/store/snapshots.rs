@@ -13,6 +13,7 @@ use crate::model::keys::{ClusterKey, KeyId, Keyring};
 use crate::model::names;
 use crate::model::secret::{self, Frame, SecretContent};
 use crate::model::snapshot;
+use crate::model::sourcekinds::Content;
 
 /// Why no snapshot could be made sure of.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -138,9 +139,9 @@ pub enum SourceContent {
 impl SourceContent {
     /// The content of `obj`, a source of `kind` (a Secret whose data is no base64: which key).
     pub fn from_object(kind: SourceKind, obj: &Value) -> Result<SourceContent, secret::Malformed> {
-        Ok(match kind {
-            SourceKind::ConfigMap => SourceContent::ConfigMap(snapshot::Content::from_object(obj)),
-            SourceKind::Secret => SourceContent::Secret(SecretContent::from_object(obj)?),
+        Ok(match kind.def().content {
+            Content::Data => SourceContent::ConfigMap(snapshot::Content::from_object(obj)),
+            Content::TypedBytes => SourceContent::Secret(SecretContent::from_object(obj)?),
         })
     }
 

@@ -8,6 +8,7 @@ use crate::cache::NamespaceInfo;
 use crate::cluster::ApiError;
 use crate::model::ids::{self, SourceId};
 use crate::model::policy::Policy;
+use crate::model::sourcekinds::Content;
 
 use super::effects::{execute, failure};
 use super::{limits, memory, App, Endpoint};
@@ -98,10 +99,11 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
     // A source's content is hashed and compared before the cache is taken (a 1 MiB one would
     // hold it for a millisecond and more), once for every pass; its outgoing content too when
     // a glance at the cache finds workloads that still run with it.
-    let facts = match (endpoint, app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind)) {
-        (Endpoint::Mutate, Some(ids::SourceKind::ConfigMap)) => {
+    let source_kind = app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind);
+    let facts = match (endpoint, source_kind) {
+        (Endpoint::Mutate, Some(kind)) if kind.def().content == Content::Data => {
             let outgoing = || {
-                let id = SourceId::configmap(req.name.as_str());
+                let id = SourceId::new(kind, req.name.as_str());
                 !crate::cache::admission_read(&app.ctx.state).plain_users(&req.namespace, &id).is_empty()
             };
             admission::configmap::ContentFacts::ahead(req, &app.ctx.policy, outgoing)
@@ -114,9 +116,10 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
             let policy = secrets_off.as_deref().unwrap_or(&app.ctx.policy);
             let view = View { policy, state: &state, fresh: &fresh, failed: &failed, now: &now, namespace: namespace.as_deref() };
             match endpoint {
-                Endpoint::Mutate => match app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind) {
-                    Some(ids::SourceKind::Secret) => admission::secret::decide(req, &view),
-                    Some(ids::SourceKind::ConfigMap) => admission::configmap::decide_with(req, &view, facts.as_ref()),
+                // A source's admission is its content form's: hashed data, or confidential bytes.
+                Endpoint::Mutate => match source_kind.map(|k| k.def().content) {
+                    Some(Content::TypedBytes) => admission::secret::decide(req, &view),
+                    Some(Content::Data) => admission::configmap::decide_with(req, &view, facts.as_ref()),
                     None => admission::workload::decide(req, &view),
                 },
                 Endpoint::Validate => admission::validate::decide(req, &view),

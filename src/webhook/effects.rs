@@ -17,7 +17,7 @@ use super::{secret_head, App};
 /// `fresh`: what this admission read from the API server (effects may start from it).
 pub(super) async fn execute(app: &App, req: &review::Request, decision: Decision, fresh: &Fresh) -> Result<Response, (SourceId, Failure)> {
     let mut names = HashMap::new();
-    let secret_write = app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind) == Some(ids::SourceKind::Secret);
+    let secret_write = app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind).is_some_and(|k| k.def().confidential);
     let mut warnings = Vec::new();
     for effect in &decision.effects {
         match effect {

@@ -329,8 +329,9 @@ pub fn expected(endpoint: Endpoint, req: &review::Request, kinds: &Registry, sou
     let (k, r) = (&req.kind, &req.resource);
     let same_resource = r.group == k.group && r.version == k.version;
     let workload = || same_resource && kinds.admits(&k.group, &k.version, &k.kind, &r.resource).is_some();
-    let source_of =
-        |set: ids::SourceKinds| same_resource && k.version == "v1" && set.of(&k.group, &k.kind).is_some_and(|s| s.resource() == r.resource);
+    let source_of = |set: ids::SourceKinds| {
+        same_resource && set.of(&k.group, &k.kind).is_some_and(|s| s.def().version == k.version && s.resource() == r.resource)
+    };
     let source = || source_of(sources);
     // A source kind this version knows, acted on or not (Secrets with Secrets off).
     let known_source = || source_of(ids::SourceKinds::WITH_SECRETS);
