@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use super::State;
+use super::state::State;
 
 /// The cache as the watches (writers), the webhook and the controller loops share it. The webhook
 /// reads it with [`admission_read`], which does not queue behind a writer waiting for a controller

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::Watched;
+use super::watched::Watched;
 
 /// Which watches have synced. Written by the writer only ([`super::Event::Relisted`]).
 #[derive(Debug, Default)]

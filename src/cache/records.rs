@@ -301,8 +301,8 @@ fn string_map(v: &Value, keep: impl Fn(&str) -> bool) -> BTreeMap<String, String
 
 #[cfg(test)]
 mod tests {
-    use super::super::{State, Writer};
     use super::*;
+    use crate::cache::{State, Writer};
     use crate::model::ids::SourceId;
     use crate::model::source;
     use serde_json::json;

@@ -7,8 +7,9 @@ use std::collections::{hash_map, hash_set, BTreeSet, HashMap, HashSet};
 
 use compact_str::CompactString;
 
+use super::readiness::Readiness;
 use super::records::{Key, NamespaceInfo, ObjectKey, RefCount, Referenced, RevisionInfo, SourceInfo, SourceKey, WorkloadInfo};
-use super::{Readiness, Watched};
+use super::watched::Watched;
 use crate::model::ids::{self, SourceId, SourceKind};
 use crate::model::kinds::{Kind, Registry};
 use crate::model::meta::Meta;

@@ -9,8 +9,8 @@ use super::records::{
     controller_owner, kept_annotations, str_at, Key, NamespaceInfo, RefCount, RevisionInfo, SourceInfo, SourceKey, WorkloadInfo,
     WORKLOAD_ANNOTATIONS,
 };
-use super::state::skey;
-use super::{State, Watched};
+use super::state::{skey, State};
+use super::watched::Watched;
 use crate::model::ids::{SourceId, SourceKind};
 use crate::model::json::At;
 use crate::model::kinds::Kind;
@@ -399,5 +399,144 @@ impl State {
             Watched::Workload(k) => self.drop_workload(k, obj),
             Watched::Revision(k) => self.drop_revision(k, obj),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each event leaves the queries as a state built from the objects the cluster then holds
+    //! would answer them; readiness turns once, when the last watch it waits for has listed.
+    use super::*;
+    use crate::model::kinds::tests::with_rollout;
+    use serde_json::json;
+
+    fn configmap(ns: &str, name: &str, uid: &str) -> Value {
+        json!({"metadata": {"namespace": ns, "name": name, "uid": uid, "resourceVersion": "1"}})
+    }
+
+    fn deployment(name: &str, cm: &str) -> Value {
+        json!({"metadata": {"namespace": "ns", "name": name, "uid": format!("uid-{name}")},
+               "spec": {"template": {"spec": {"volumes": [{"name": "c", "configMap": {"name": cm}}]}}}})
+    }
+
+    fn key(ns: &str, name: &str) -> Key {
+        (ns.into(), name.into())
+    }
+
+    const CONFIGMAPS: Watched = Watched::Sources(SourceKind::ConfigMap);
+    const DEPLOYMENTS: Watched = Watched::Workload(Kind::Deployment);
+
+    #[test]
+    fn apply_add_modify_and_delete_events_leave_the_queries_right() {
+        let mut s = State::default();
+        let cfg = SourceId::configmap("cfg");
+        let other = SourceId::configmap("other");
+        // Add.
+        assert!(!s.apply(Event::Apply(CONFIGMAPS, &configmap("ns", "cfg", "u1"))));
+        s.apply(Event::Apply(DEPLOYMENTS, &deployment("a", "cfg")));
+        assert_eq!(s.source("ns", &cfg).map(|c| c.uid.as_str()), Some("u1"));
+        assert_eq!(s.ref_count("ns", &cfg).workloads, 1);
+        assert_eq!(s.user_names("ns", &cfg, false), ["Deployment/a"]);
+        assert_eq!(s.plain_users("ns", &cfg).len(), 1);
+        // Modify: the workload now names another source; the source is re-created.
+        s.apply(Event::Apply(DEPLOYMENTS, &deployment("a", "other")));
+        s.apply(Event::Apply(CONFIGMAPS, &configmap("ns", "cfg", "u2")));
+        assert_eq!(s.ref_count("ns", &cfg), RefCount::default());
+        assert!(s.user_names("ns", &cfg, true).is_empty() && !s.is_referenced_source("ns", &cfg));
+        assert_eq!(s.user_names("ns", &other, false), ["Deployment/a"]);
+        assert_eq!(s.source("ns", &cfg).map(|c| c.uid.as_str()), Some("u2"));
+        assert_eq!(s.sources().count(), 1);
+        // Delete.
+        s.apply(Event::Delete(DEPLOYMENTS, &deployment("a", "other")));
+        s.apply(Event::Delete(CONFIGMAPS, &configmap("ns", "cfg", "u2")));
+        assert!(s.source("ns", &cfg).is_none() && s.workloads().next().is_none());
+        assert_eq!(s.ref_count("ns", &other), RefCount::default());
+        // The indexes hold nothing of what is gone.
+        assert!(s.refs.is_empty() && s.snapshot_sources.is_empty() && s.seen_templates.is_empty());
+    }
+
+    #[test]
+    fn a_relist_after_a_restart_leaves_what_it_delivered_and_drops_the_rest() {
+        let mut s = State::default();
+        for name in ["a", "b", "c"] {
+            s.apply(Event::Apply(CONFIGMAPS, &configmap("ns", name, name)));
+        }
+        s.apply(Event::Apply(DEPLOYMENTS, &deployment("d", "a")));
+        s.apply(Event::Apply(Watched::Namespaces, &json!({"metadata": {"name": "ns"}})));
+        // The ConfigMap watch restarts: its relist delivers `a` again (changed) and a new `d`;
+        // `b` and `c` were deleted while it was away.
+        s.apply(Event::Apply(CONFIGMAPS, &configmap("ns", "a", "a2")));
+        s.apply(Event::Apply(CONFIGMAPS, &configmap("ns", "d", "d")));
+        let seen: HashSet<Key> = [key("ns", "a"), key("ns", "d")].into();
+        s.apply(Event::Relisted(CONFIGMAPS, &seen));
+        let mut names: Vec<&str> = s.sources().map(|((_, id), _)| id.name.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["a", "d"]);
+        assert_eq!(s.source("ns", &SourceId::configmap("a")).map(|c| c.uid.as_str()), Some("a2"));
+        assert!(s.source_unlisted("ns", &SourceId::configmap("b")), "listed, and not there");
+        assert!(!s.source_unlisted("ns", &SourceId::configmap("a")));
+        // Other watches' objects stay: a relist replaces its own kind only.
+        assert_eq!(s.ref_count("ns", &SourceId::configmap("a")).workloads, 1);
+        assert!(s.namespace("ns").is_some() && !s.namespace_unlisted("other"), "the namespace watch has not listed");
+        // A relist of the workloads that no longer has `d` takes its references with it.
+        s.apply(Event::Relisted(DEPLOYMENTS, &HashSet::new()));
+        assert_eq!(s.ref_count("ns", &SourceId::configmap("a")), RefCount::default());
+        assert!(s.refs.is_empty());
+    }
+
+    #[test]
+    fn a_read_teaches_immutability_of_the_object_held_only() {
+        let mut s = State::default();
+        let cfg = SourceId::configmap("cfg");
+        s.apply(Event::Apply(
+            CONFIGMAPS,
+            &json!({"kind": "PartialObjectMetadata", "metadata": {"namespace": "ns", "name": "cfg", "uid": "u1", "resourceVersion": "3"}}),
+        ));
+        assert_eq!(s.source("ns", &cfg).unwrap().immutable, None);
+        let whole =
+            |uid: &str| json!({"metadata": {"namespace": "ns", "name": "cfg", "uid": uid, "resourceVersion": "3"}, "immutable": true});
+        s.apply(Event::Read("ns", &cfg, &whole("u0")));
+        assert_eq!(s.source("ns", &cfg).unwrap().immutable, None, "another object of that name");
+        s.apply(Event::Read("ns", &cfg, &whole("u1")));
+        assert_eq!(s.source("ns", &cfg).unwrap().immutable, Some(true));
+        s.apply(Event::Read("ns", &SourceId::configmap("unknown"), &whole("u1")));
+        assert!(s.source("ns", &SourceId::configmap("unknown")).is_none(), "a read adds no record");
+    }
+
+    #[test]
+    fn readiness_turns_once_every_watch_it_waits_for_has_listed() {
+        let mut s = State::default();
+        s.set_kinds(with_rollout());
+        let ready = s.readiness().ready();
+        let rollout = with_rollout().workloads().find(|k| !k.is_builtin()).expect("a registered kind");
+        let awaited: Vec<Watched> =
+            Watched::all(with_rollout(), s.source_kinds()).into_iter().filter(|w| *w != Watched::Workload(rollout)).collect();
+        assert!(awaited.len() > 3 && awaited.contains(&Watched::Namespaces) && awaited.contains(&CONFIGMAPS));
+        let none = HashSet::new();
+        // A registered kind's watch listing first counts for its own queries, not for readiness.
+        assert!(!s.apply(Event::Relisted(Watched::Workload(rollout), &none)));
+        let (last, first) = awaited.split_last().unwrap();
+        for what in first {
+            assert!(!s.apply(Event::Relisted(*what, &none)), "{} listed: not all yet", what.name());
+            assert!(s.readiness().has_synced(*what) && !ready.is_ready() && !s.readiness().is_ready());
+            // A relist of a watch that listed already changes nothing.
+            assert!(!s.apply(Event::Relisted(*what, &none)));
+        }
+        assert!(s.apply(Event::Relisted(*last, &none)), "the last one makes the cache ready");
+        assert!(ready.is_ready() && s.readiness().is_ready(), "the handle taken before says so too");
+        assert!(!s.apply(Event::Relisted(*last, &none)), "ready once");
+        assert!(!s.apply(Event::Apply(Watched::Namespaces, &json!({"metadata": {"name": "ns"}}))));
+        assert!(ready.is_ready(), "and stays ready through later events");
+    }
+
+    #[test]
+    fn a_fixture_listed_by_hand_keeps_its_records() {
+        let mut s = State::default();
+        s.apply_configmap(&configmap("ns", "cfg", "u1"));
+        s.apply_workload(Kind::Deployment, &deployment("a", "cfg"));
+        assert!(!s.listed(CONFIGMAPS));
+        assert!(!s.listed(DEPLOYMENTS));
+        assert!(s.source("ns", &SourceId::configmap("cfg")).is_some() && s.workloads().count() == 1);
+        assert!(s.source_unlisted("ns", &SourceId::configmap("missing")) && !s.source_unlisted("ns", &SourceId::configmap("cfg")));
     }
 }
