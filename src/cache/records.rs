@@ -58,6 +58,8 @@ impl Meta for NamespaceInfo {
     }
 }
 
+/// The record of an object of a source kind (a ConfigMap or a Secret, a source or a snapshot):
+/// metadata only, never its data (docs/behaviour.md §10).
 #[derive(Clone, Debug, Default)]
 pub struct SourceInfo {
     pub uid: CompactString,
@@ -121,7 +123,8 @@ impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Pairs {
     }
 }
 
-/// The annotations a ConfigMap's record keeps: the ones the rules read on sources and snapshots.
+/// The annotations a source's record keeps (a ConfigMap's or a Secret's): the ones the rules
+/// read on sources and snapshots.
 pub(super) const SOURCE_ANNOTATIONS: [&str; 12] = [
     names::VERSIONED,
     names::ROLLOUT,
@@ -137,7 +140,7 @@ pub(super) const SOURCE_ANNOTATIONS: [&str; 12] = [
     names::LAST_USED,
     names::KEEP,
 ];
-/// The labels every ConfigMap record keeps (snapshots are told by them); the admin's selector of
+/// The labels every source record keeps (snapshots are told by them); the admin's selector of
 /// excluded sources adds its own keys ([`super::State::keeping_labels`]).
 pub(super) const SOURCE_LABELS: [&str; 2] = [names::HASH_LABEL, names::MANAGED_BY];
 /// The annotations a workload's record keeps.
@@ -152,7 +155,7 @@ pub(super) fn kept_annotations(v: &Value, keys: &[&str]) -> Pairs {
 }
 
 impl SourceInfo {
-    /// The record of a ConfigMap: a whole object, or its metadata as the API server lists and
+    /// The record of a source object: a whole object, or its metadata as the API server lists and
     /// watches it (`PartialObjectMetadata`, which does not say whether it is immutable). Labels:
     /// see [`Self::from_object_keeping`]; this keeps every label (tests, one-off reads).
     pub fn from_object(obj: &Value) -> SourceInfo {
@@ -191,7 +194,7 @@ impl SourceInfo {
             + self.annotations.approx_bytes()
     }
 
-    /// (source name, hash) when this ConfigMap is labelled as a snapshot.
+    /// (source name, hash) when this object is labelled as a snapshot.
     pub fn snapshot_of(&self, name: &str) -> Option<(String, String)> {
         let hash = self.labels.get(names::HASH_LABEL)?;
         if self.labels.get(names::MANAGED_BY) != Some(names::MANAGER) {

@@ -54,7 +54,7 @@ pub struct State {
     pub(super) revisions_trusted_before: Option<String>,
     /// Which watches have delivered their first list.
     pub(super) readiness: Readiness,
-    /// ConfigMap labels kept besides the rules' own: the keys the admin's selector of excluded
+    /// Source labels kept besides the rules' own: the keys the admin's selector of excluded
     /// sources mentions. `None` keeps every label (tests that change the selector on the fly).
     pub(super) source_labels: Option<BTreeSet<String>>,
     /// The kinds watched (the built-ins unless set at start).
@@ -69,7 +69,7 @@ pub(super) fn skey(ns: &str, id: &SourceId) -> SourceKey {
 }
 
 impl State {
-    /// A cache whose ConfigMap records keep, of all labels, only those the rules and `selector`
+    /// A cache whose source records keep, of all labels, only those the rules and `selector`
     /// read: a tenant's ConfigMap with thousands of labels costs what one with a few does.
     pub fn keeping_labels(selector: &crate::model::selector::Selector) -> State {
         State { source_labels: Some(selector.keys().map(str::to_owned).collect()), ..State::default() }
