@@ -27,7 +27,7 @@ pub struct Context {
 impl Context {
     /// A context whose caches are ready once the watches' first lists are in (`state`'s readiness).
     pub fn new(policy: Policy, state: Arc<Lock>, cluster: Arc<dyn Cluster>) -> Context {
-        let ready = state.read().readiness().ready();
+        let ready = state.ready();
         Context { policy, state, cluster, ready, clock: Arc::new(Clock::system()), kinds: Registry::builtin() }
     }
 

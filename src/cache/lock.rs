@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use super::readiness::Ready;
 use super::state::State;
 
 /// The cache as the watches (writers), the webhook and the controller loops share it. The webhook
@@ -11,9 +12,11 @@ use super::state::State;
 /// pass over the whole cache to end (at 100,000 objects, up to a few hundred ms), the passes with
 /// [`pass`], the watches write with [`write`] (docs/performance.md, "Admissions beside the
 /// controller's passes").
-#[derive(Default)]
 pub struct Lock {
     state: parking_lot::RwLock<State>,
+    /// The state's readiness, read without the lock: a context built while a writer waits for
+    /// a pass (the webhook's, per request in tests) must not queue behind it.
+    ready: Ready,
     /// Passes over the whole cache holding it now ([`pass`]).
     passes: AtomicUsize,
     /// A writer has waited past [`STARVED_AFTER`] while no pass held the cache: only admissions'
@@ -23,7 +26,19 @@ pub struct Lock {
 
 impl Lock {
     pub fn new(state: State) -> Lock {
-        Lock { state: parking_lot::RwLock::new(state), ..Lock::default() }
+        let ready = state.readiness().ready();
+        Lock { state: parking_lot::RwLock::new(state), ready, passes: AtomicUsize::new(0), writer_starved: AtomicBool::new(false) }
+    }
+
+    /// Whether the watches have delivered their first lists ([`super::Readiness`]), without the lock.
+    pub fn ready(&self) -> Ready {
+        self.ready.clone()
+    }
+}
+
+impl Default for Lock {
+    fn default() -> Lock {
+        Lock::new(State::default())
     }
 }
 
@@ -152,5 +167,23 @@ mod tests {
             assert!(!lock.writer_starved.load(Ordering::SeqCst), "lowered once the writer is in");
             assert_eq!(lock.passes.load(Ordering::SeqCst), 0, "a pass is counted while it holds the cache only");
         }
+    }
+
+    /// The lock's readiness is the state's, and reading it takes no lock: the writer holding the
+    /// cache here would deadlock a read of the state on this thread.
+    #[test]
+    fn readiness_is_read_without_the_lock_and_follows_the_writer() {
+        use crate::cache::{Watched, Writer};
+        let lock = Lock::default();
+        let ready = lock.ready();
+        let mut state = write(&lock);
+        let watches = Watched::all(state.kinds(), state.source_kinds());
+        for what in &watches {
+            assert!(!lock.ready().is_ready(), "before {} listed", what.name());
+            state.relisted(*what, &Default::default());
+        }
+        assert!(lock.ready().is_ready() && ready.is_ready());
+        drop(state);
+        assert!(read(&lock).readiness().is_ready());
     }
 }

@@ -364,7 +364,7 @@ mod tests {
     /// Starts the watches against `client` and waits until they synced.
     async fn synced(client: kube::Client) -> Arc<Lock> {
         let state = Arc::new(Lock::new(State::default()));
-        let ready = state.read().readiness().ready();
+        let ready = state.ready();
         start(client, state.clone(), Registry::builtin(), None);
         for _ in 0..500 {
             if ready.is_ready() {
