@@ -15,15 +15,17 @@
 //! - [`cluster`]: the Kubernetes port: the [`cluster::Cluster`] trait every API-server read and
 //!   write of admission and the controller loops goes through, the real client, an in-memory
 //!   cluster for tests, and the watches that feed the cache. Not through it: the leader's Lease
-//!   (`controller::leader`), the webhook's certificate and configurations (`webhook::managed`),
+//!   (`controller::leader`), the webhook's certificate and configurations (`webhook::tls::managed`),
 //!   the published effective configuration and `selftest` (`runtime`), and the plugin's reads
 //!   (`plugin::gather`): each a direct kube call of its own (docs/architecture.md, "The port").
 //! - [`context`]: what webhook and controller share: policy, cache, Kubernetes port, readiness, clock.
-//! - [`store`]: the snapshot store (docs/behaviour.md §5): makes sure a snapshot exists, with its own errors.
+//! - [`store`]: what confighistory keeps in the cluster, each with its own errors: snapshots
+//!   (docs/behaviour.md §5), the cluster keys, the webhook's CA authority (pure rules).
 //! - [`admission`]: the decisions of docs/behaviour.md §6, pure functions of a request and a view.
 //! - [`controller`]: propagation, adoption, repair and GC (§7–9), each loop beside its planner, and
 //!   leader election.
-//! - [`webhook`]: the HTTPS edge: router, limits, TLS reload, certificates, health; [`webhook::serve`] serves it.
+//! - [`webhook`]: the HTTPS edge: router, limits, TLS (files reloaded, or managed certificates), health;
+//!   [`webhook::serve`] serves it.
 //! - [`runtime`]: builds `serve`, `controller` and `gc` (client, cache, watches, shutdown signal).
 //! - [`plugin`]: `kubectl confighistory`.
 

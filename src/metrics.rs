@@ -149,6 +149,7 @@ pub struct Metrics {
     propagations: Family<One, Counter>,
     /// Time from a change being admitted to its last workload being on it (`controller::sli`).
     propagation_duration: Histogram,
+    propagation_ready: Histogram,
     /// Settled changes whose workloads are not all on them yet (leader only).
     pub propagations_pending: Live,
     /// Seconds since the oldest pending change's settle window ended (leader only; 0: none).
@@ -254,6 +255,14 @@ impl Metrics {
              content, settle window included; once per source and head (leader only)",
             propagation_duration.clone(),
         );
+        let propagation_ready = Histogram::new(PROPAGATION_BUCKETS);
+        registry.register(
+            "confighistory_propagation_ready_duration_seconds",
+            "Time from a source change being admitted (its changed-at) to every workload using it having rolled it out, as its \
+             status says (Deployments, StatefulSets and DaemonSets updating RollingUpdate); once per source and head, none for \
+             a change whose pods cannot be seen or are not ready within an hour (leader only)",
+            propagation_ready.clone(),
+        );
         let propagations_pending = live(
             &mut registry,
             "confighistory_propagations_pending",
@@ -346,6 +355,7 @@ impl Metrics {
             collisions,
             propagations,
             propagation_duration,
+            propagation_ready,
             propagations_pending,
             propagation_oldest_pending,
             controller_api_calls,
@@ -440,6 +450,11 @@ impl Metrics {
     /// A change's last workload is on it, `elapsed` after the change was admitted.
     pub fn propagated(&self, elapsed: Duration) {
         self.propagation_duration.observe(elapsed.as_secs_f64());
+    }
+
+    /// A change's workloads all run it on ready pods, `elapsed` after the change was admitted.
+    pub fn pods_ready(&self, elapsed: Duration) {
+        self.propagation_ready.observe(elapsed.as_secs_f64());
     }
 
     pub fn gc_pass(&self, elapsed: Duration) {
@@ -545,6 +560,7 @@ mod tests {
             "confighistory_cache_synced",
             "confighistory_build_info",
             "confighistory_propagation_duration_seconds",
+            "confighistory_propagation_ready_duration_seconds",
             "confighistory_propagations_pending",
             "confighistory_propagation_oldest_pending_seconds",
             "confighistory_controller_api_calls_total",

@@ -21,7 +21,8 @@ use crate::cluster::{watch, KubeCluster, ObjectRef};
 use crate::context::Context;
 use crate::model::kinds::Registry;
 use crate::model::published::EffectiveConfig;
-use crate::webhook::{self, managed, serve, tls, App};
+use crate::store::authority;
+use crate::webhook::{self, serve, tls, App};
 
 /// Why a command could not start. Each says what to check; `main` prints the cause below it.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +40,7 @@ pub enum Error {
     /// With --secrets, the cluster keys could not be read or made (docs/operations.md, "Secrets'
     /// cluster key"): no Secret snapshot could be named or checked.
     #[error(transparent)]
-    Keys(#[from] crate::webhook::keys::Error),
+    Keys(#[from] crate::store::keys::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -86,8 +87,8 @@ async fn start(
     if policy.secrets.enabled {
         // Secrets on (docs/behaviour.md §4a): the keys their snapshots are named under, read or
         // made before anything is watched or admitted.
-        let target = crate::webhook::keys::Target::from_args(args);
-        let ring = crate::webhook::keys::ensure(cluster.as_ref(), &target).await?;
+        let target = crate::store::keys::Target::from_args(args);
+        let ring = crate::store::keys::ensure(cluster.as_ref(), &target).await?;
         tracing::info!(secret = %format!("{}/{}", target.namespace, target.secret), key_ids = ?ring.ids().map(|i| i.0).collect::<Vec<_>>(),
             namespaces = %policy.secrets.namespaces, "Secrets are versioned");
         policy.secrets.keys.set(ring);
@@ -95,8 +96,8 @@ async fn start(
         let (cluster, slot) = (cluster.clone(), policy.secrets.keys.clone());
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(crate::webhook::keys::RELOAD_INTERVAL).await;
-                if let Err(e) = crate::webhook::keys::reload(cluster.as_ref(), &target, &slot).await {
+                tokio::time::sleep(crate::store::keys::RELOAD_INTERVAL).await;
+                if let Err(e) = crate::store::keys::reload(cluster.as_ref(), &target, &slot).await {
                     tracing::warn!(error = %e, "cluster keys: could not read them again; the keys held stay in use");
                 }
             }
@@ -156,6 +157,21 @@ fn spawn_health(listener: TcpListener, router: axum::Router) {
     });
 }
 
+/// Where `serve`'s certificate comes from: the servers' own CA with `--tls-secret`, else the files.
+fn tls_source(args: &ServeArgs) -> tls::Source {
+    match args.tls_secret.as_deref().filter(|s| !s.is_empty()) {
+        Some(secret) => tls::Source::Managed(authority::Target {
+            namespace: args.policy.namespace.clone(),
+            secret: secret.to_owned(),
+            configurations: args.webhook_configurations.iter().filter(|n| !n.is_empty()).cloned().collect(),
+            names: args.tls_names.iter().map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect(),
+            replica: replica_id(&args.replica_id),
+            timing: authority::Timing::new(Duration::from_secs(args.tls_validity)),
+        }),
+        None => tls::Source::Files { cert: args.tls_cert.clone(), key: args.tls_key.clone(), every: Duration::from_secs(5) },
+    }
+}
+
 /// `confighistory serve`: the admission webhook, and unless disabled the controller loops.
 pub async fn serve(args: ServeArgs) -> Result<()> {
     let client_auth =
@@ -163,15 +179,9 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     if client_auth.is_some() && args.client_names.iter().all(|n| n.trim().is_empty()) {
         tracing::warn!("--client-ca without --client-names: any certificate the CA signed is accepted, kubelets' and users' too if it is the cluster CA");
     }
-    let managed = args.tls_secret.as_deref().filter(|s| !s.is_empty());
-    let (tls_config, resolver) = match managed {
-        // The certificate comes from the Secret once the managing loop has read or made it.
-        Some(_) => {
-            let resolver = Arc::new(tls::Reloading::default());
-            (tls::server_config_with(resolver.clone(), client_auth.clone()).map_err(Error::Tls)?, resolver)
-        }
-        None => tls::server_config(&args.tls_cert, &args.tls_key, client_auth.clone()).map_err(Error::Tls)?,
-    };
+    let source = tls_source(&args);
+    let resolver = source.resolver().map_err(Error::Tls)?;
+    let tls_config = tls::server_config_with(resolver.clone(), client_auth.clone()).map_err(Error::Tls)?;
     // The published configuration's ConfigMap: what an admin looks at for this server.
     let regarding = configmap_ref(&args.policy.namespace, &args.effective_config);
     let (client, shared, kinds) = start(&args.policy, true, regarding).await?;
@@ -188,26 +198,15 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         secret_heads: Arc::default(),
     });
 
-    match managed {
-        Some(secret) => {
-            let target = managed::Target {
-                namespace: args.policy.namespace.clone(),
-                secret: secret.to_owned(),
-                configurations: args.webhook_configurations.iter().filter(|n| !n.is_empty()).cloned().collect(),
-                names: args.tls_names.iter().map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect(),
-                replica: replica_id(&args.replica_id),
-                timing: managed::Timing::new(Duration::from_secs(args.tls_validity)),
-            };
-            if target.names.is_empty() || target.configurations.is_empty() {
-                tracing::warn!("--tls-secret without --tls-names or --webhook-configurations: the certificate names no host, or no webhook gets its CA");
-            }
-            tracing::info!(secret = %format!("{}/{}", target.namespace, target.secret), replica = %target.replica, "server-managed certificates");
-            tokio::spawn(managed::run(client.clone(), shared.clock.clone(), target, resolver, tls_ready));
+    if let tls::Source::Managed(target) = &source {
+        if target.names.is_empty() || target.configurations.is_empty() {
+            tracing::warn!(
+                "--tls-secret without --tls-names or --webhook-configurations: the certificate names no host, or no webhook gets its CA"
+            );
         }
-        None => {
-            tokio::spawn(tls::watch(args.tls_cert.clone(), args.tls_key.clone(), resolver, tls_ready, Duration::from_secs(5)));
-        }
+        tracing::info!(secret = %format!("{}/{}", target.namespace, target.secret), replica = %target.replica, "server-managed certificates");
     }
+    tokio::spawn(source.run(client.clone(), shared.clock.clone(), resolver, tls_ready));
     if let Some(auth) = client_auth {
         tokio::spawn(tls::watch_client_ca(auth, Duration::from_secs(5)));
     }
@@ -335,8 +334,8 @@ pub async fn gc(args: GcArgs) -> Result<()> {
     if policy.secrets.enabled {
         // Secret snapshots are validated under the cluster keys, read (never made) here: without
         // them no Secret snapshot is swept (docs/behaviour.md §4a).
-        let target = crate::webhook::keys::Target::from_args(&args.policy);
-        match crate::webhook::keys::load(&cluster, &target).await? {
+        let target = crate::store::keys::Target::from_args(&args.policy);
+        match crate::store::keys::load(&cluster, &target).await? {
             Some(ring) => policy.secrets.keys.set(ring),
             None => {
                 eprintln!("the cluster keys Secret {}/{} does not exist: Secret snapshots are not swept", target.namespace, target.secret)
@@ -348,13 +347,13 @@ pub async fn gc(args: GcArgs) -> Result<()> {
 
 /// `confighistory rotate-keys`: adds a new cluster key to the keys Secret and makes it current,
 /// keeping the old ones (docs/operations.md "Secrets' cluster key"); running servers take it within
-/// `webhook::keys::RELOAD_INTERVAL`. Prints key ids, never a key.
+/// `store::keys::RELOAD_INTERVAL`. Prints key ids, never a key.
 pub async fn rotate_keys(args: RotateKeysArgs) -> Result<()> {
     let clock = Arc::new(Clock::system());
     let client = client_with_clock(clock).await?;
     let cluster = KubeCluster::new(client.clone(), FIELD_MANAGER, crate::model::kinds::Registry::builtin());
-    let target = crate::webhook::keys::Target::from_args(&args.policy);
-    let ring = crate::webhook::keys::rotate(&cluster, &target).await?;
+    let target = crate::store::keys::Target::from_args(&args.policy);
+    let ring = crate::store::keys::rotate(&cluster, &target).await?;
     let kept: Vec<String> = ring.ids().map(|i| i.to_string()).collect();
     println!(
         "rotated the cluster keys in Secret {}/{}: new Secret content is MAC'd under key {}; kept {} (existing snapshots stay valid); running servers take it within {} s",
@@ -362,7 +361,7 @@ pub async fn rotate_keys(args: RotateKeysArgs) -> Result<()> {
         target.secret,
         ring.current().id(),
         kept.join(", "),
-        crate::webhook::keys::RELOAD_INTERVAL.as_secs()
+        crate::store::keys::RELOAD_INTERVAL.as_secs()
     );
     Ok(())
 }

@@ -98,6 +98,7 @@ const MODEL_LADDER: &[&str] = &[
     "selector",
     "trim",
     "template",
+    "rollout",
     "kinds",
     "snapshot",
     "secret",

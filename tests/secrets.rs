@@ -15,7 +15,7 @@ use confighistory::model::keys::{ClusterKey, KeyId, KeySlot, Keyring, MIN_KEY_BY
 use confighistory::model::names;
 use confighistory::model::secret::{self, SecretContent};
 use confighistory::model::trim::LAST_APPLIED;
-use confighistory::webhook::keys::{self, Error, Target};
+use confighistory::store::keys::{self, Error, Target};
 
 const CANARY: &str = "canary-s3cr3t-value";
 

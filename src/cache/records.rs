@@ -240,6 +240,9 @@ pub struct WorkloadInfo {
     /// Kind of the controlling owner (a Job made by a CronJob).
     pub owner_kind: Option<String>,
     pub deleting: bool,
+    /// Whether its status says its pods run its current template (`model::rollout`); `None`
+    /// when its kind's status is not read.
+    pub rolled_out: Option<bool>,
 }
 
 /// The cache keeps no workload labels.

@@ -248,6 +248,15 @@ impl State {
         })
     }
 
+    /// The workloads of a namespace whose template names a snapshot of `source` with content
+    /// `hash` (any name of its collision sequence).
+    pub fn users_of_content<'a>(&'a self, ns: &str, source: &SourceId, hash: &str) -> impl Iterator<Item = &'a WorkloadInfo> + 'a {
+        let names: Vec<SourceId> =
+            self.snapshots_of(ns, source).filter(|(_, _, h)| h == hash).map(|(name, _, _)| source.with_name(name)).collect();
+        let ns = ns.to_owned();
+        names.into_iter().flat_map(move |id| self.users(&ns, &id).map(|(_, _, w)| w).collect::<Vec<_>>())
+    }
+
     /// The workloads of a namespace whose template names `id` (as the reference index has them).
     fn users<'a>(&'a self, ns: &str, id: &SourceId) -> impl Iterator<Item = (Kind, &'a str, &'a WorkloadInfo)> + 'a {
         let users = self.refs.get(&skey(ns, id)).map(|r| r.workloads.as_slice()).unwrap_or_default();

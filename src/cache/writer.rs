@@ -16,6 +16,7 @@ use crate::model::json::At;
 use crate::model::kinds::Kind;
 use crate::model::meta::{self, Meta};
 use crate::model::names;
+use crate::model::rollout;
 use crate::model::snapshot;
 use crate::model::source;
 use crate::model::template;
@@ -223,6 +224,7 @@ impl State {
             annotations: kept_annotations(&meta["annotations"], &WORKLOAD_ANNOTATIONS),
             owner_kind: controller_owner(meta).map(|(k, _)| k),
             deleting: obj.deleting(),
+            rolled_out: rollout::rolled_out(kind.def().rollout, obj),
         };
         self.remove_workload(kind, &ns, &name);
         self.count_refs(&ns, &info.refs, 1, Some((kind, &name)));

@@ -120,7 +120,7 @@ pub trait Cluster: Send + Sync + 'static {
     fn create_source<'a>(&'a self, ns: &'a str, kind: SourceKind, obj: &'a Value, dry_run: bool) -> BoxFuture<'a, Result<Created>>;
     /// Merge-patch a source's (or snapshot's) metadata; a `metadata.resourceVersion` in the
     /// patch is a precondition (409 when the object changed). The cluster keys' Secret is
-    /// written through it too, data and all (`webhook::keys`).
+    /// written through it too, data and all (`store::keys`).
     fn patch_source<'a>(&'a self, ns: &'a str, id: &'a SourceId, patch: &'a Value) -> BoxFuture<'a, Result<()>>;
     /// DELETE a source (a snapshot) with uid and resourceVersion preconditions.
     fn delete_source<'a>(&'a self, ns: &'a str, id: &'a SourceId, uid: &'a str, resource_version: &'a str) -> BoxFuture<'a, Result<()>> {

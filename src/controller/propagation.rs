@@ -84,7 +84,7 @@ pub(crate) async fn propagation_pass(ctx: &Ctx, st: &mut PropagationState) {
     let reads = st.ledger.reads(&plan.unknown, UNKNOWN_READS_PER_PASS, Instant::now());
     learn_immutability(ctx, reads.iter(), None).await;
     note_seen(ctx);
-    publish_metrics(st, &plan, now_ms, metrics);
+    publish_metrics(ctx, st, &plan, now_ms, metrics);
     record_done(ctx, &mut st.ledger, &plan).await;
     trigger_plans(ctx, &mut st.ledger, &plan).await;
 }
@@ -102,11 +102,23 @@ fn note_seen(ctx: &Ctx) {
 }
 
 /// The SLI's samples and the propagation gauges; the per-namespace ones when `metrics`.
-fn publish_metrics(st: &mut PropagationState, plan: &Propagation, now_ms: i64, metrics: bool) {
+fn publish_metrics(ctx: &Ctx, st: &mut PropagationState, plan: &Propagation, now_ms: i64, metrics: bool) {
     METRICS.propagations_waiting.store(plan.waiting as u64, Ordering::Relaxed);
-    let sli = st.sli.pass(&plan.pending, &plan.done, now_ms);
+    // A few lookups per change whose pods are waited for; none when nothing is.
+    let sli = if plan.done.is_empty() && st.sli.rolling() == 0 {
+        st.sli.pass(&plan.pending, &plan.done, now_ms, |_: &cache::SourceKey, _: &str| sli::Pods::Unseen)
+    } else {
+        cache::pass(&ctx.shared.state, |state| {
+            st.sli.pass(&plan.pending, &plan.done, now_ms, |(ns, source): &cache::SourceKey, head: &str| {
+                sli::pods_on(state, ns, source, head)
+            })
+        })
+    };
     for d in &sli.samples {
         METRICS.propagated(*d);
+    }
+    for d in &sli.ready {
+        METRICS.pods_ready(*d);
     }
     METRICS.propagations_pending.store(sli.pending as u64, Ordering::Relaxed);
     METRICS.propagation_oldest_pending.store(sli.oldest_pending.as_secs(), Ordering::Relaxed);

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::names;
+use crate::model::rollout::Rollout;
 
 /// Where a kind's pod template is, relative to [`KindDef::template`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +87,8 @@ pub struct KindDef {
     /// Position among kinds: the loops visit workloads in this order (the built-ins first, in the
     /// order they always had).
     pub order: u16,
+    /// How its status says that its pods run its current template (the SLI to pods ready).
+    pub rollout: Rollout,
 }
 
 /// The label Kubernetes' ReplicaSet-based controllers add to a template; dropped from every
@@ -119,17 +122,23 @@ const fn workload(
         propagates: true,
         run_of: None,
         order,
+        rollout: Rollout::Unseen,
     }
 }
 
-static DEPLOYMENT: KindDef =
-    KindDef { short_names: &["deploy"], ..workload("apps", &["v1"], "Deployment", "deployments", "/spec/template", DEPLOYMENT_HISTORY, 0) };
+static DEPLOYMENT: KindDef = KindDef {
+    short_names: &["deploy"],
+    rollout: Rollout::Deployment,
+    ..workload("apps", &["v1"], "Deployment", "deployments", "/spec/template", DEPLOYMENT_HISTORY, 0)
+};
 static STATEFULSET: KindDef = KindDef {
     short_names: &["sts"],
+    rollout: Rollout::StatefulSet,
     ..workload("apps", &["v1"], "StatefulSet", "statefulsets", "/spec/template", History::ControllerRevisions, 1)
 };
 static DAEMONSET: KindDef = KindDef {
     short_names: &["ds"],
+    rollout: Rollout::DaemonSet,
     ..workload("apps", &["v1"], "DaemonSet", "daemonsets", "/spec/template", History::ControllerRevisions, 2)
 };
 static JOB: KindDef = KindDef {
@@ -616,6 +625,7 @@ impl Checked {
             propagates: e.propagates,
             run_of: None,
             order: self.order,
+            rollout: Rollout::Unseen,
         }))
     }
 }
@@ -660,6 +670,7 @@ pub mod tests {
         propagates: true,
         run_of: None,
         order: 100,
+        rollout: Rollout::Unseen,
     };
 
     /// An `apps.kruise.io` StatefulSet: the same kind string as apps/v1's, a different kind.
@@ -678,6 +689,7 @@ pub mod tests {
         propagates: false,
         run_of: None,
         order: 101,
+        rollout: Rollout::Unseen,
     };
 
     pub fn with_rollout() -> &'static Registry {

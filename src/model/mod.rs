@@ -11,6 +11,7 @@ pub mod meta;
 pub mod names;
 pub mod policy;
 pub mod published;
+pub mod rollout;
 pub mod secret;
 pub mod selector;
 pub mod snapshot;

@@ -75,7 +75,7 @@ pub struct Secrets {
     /// Namespaces Secrets are versioned in when enabled (empty: all).
     pub namespaces: Selector,
     /// The cluster keys Secret snapshots are named under, read or made at start
-    /// (`webhook::keys::ensure`) and read again when the keys Secret changes; empty while Secrets
+    /// (`store::keys::ensure`) and read again when the keys Secret changes; empty while Secrets
     /// are off, or before they are known.
     pub keys: crate::model::keys::KeySlot,
 }

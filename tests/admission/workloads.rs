@@ -1,6 +1,6 @@
 //! docs/behaviour.md §6.2 workloads: pins, holds, releases and undos.
 
-use confighistory::cache::Writer as _;
+use confighistory::cache::{Watched, Writer as _};
 use confighistory::model::snapshot;
 use confighistory::model::template::template_hash;
 use serde_json::{json, Value};
@@ -83,6 +83,53 @@ async fn reapplying_unchanged_manifests_keeps_pins_without_api_calls() {
     let a = f.mutate_deployment("UPDATE", &scaled, Some(&old)).await;
     assert!(a.patch().is_empty(), "{:?}", a.patch());
     assert!(f.calls().is_empty());
+}
+
+/// The router answers the steady state from memory, without the admission driver and its log
+/// span (docs/performance.md "The small path over the floor"): that answer is the driver's, and
+/// what needs a read, a write or a log line is left to the driver.
+#[tokio::test]
+async fn the_answer_from_memory_is_the_drivers_answer() {
+    use confighistory::admission::review::parse;
+    use confighistory::webhook::{admit, from_memory, Endpoint};
+    let pinned = deployment("pricing:4.11", &snap("pricing-config", A));
+    let old = with_annotations(pinned.clone(), &[("confighistory.io/pins", &format!("{{\"pricing-config\":\"{}\"}}", content(A).hash()))]);
+    let f = Fixture::new().source("pricing-config", B).snapshot("pricing-config", A, &[]).workload(&old);
+    let app = f.app();
+    let request = |kind: &str, group: &str, op: &str, obj: &Value, old: Option<&Value>| {
+        parse(&serde_json::to_vec(&review(kind, group, "v1", op, Some(obj), old)).unwrap()).unwrap()
+    };
+    let reapplied = deployment("pricing:4.11", "pricing-config");
+    let release = deployment("pricing:4.12", "pricing-config");
+    let answered = [
+        (Endpoint::Mutate, request("Deployment", "apps", "UPDATE", &reapplied, Some(&old))),
+        (Endpoint::Validate, request("Deployment", "apps", "UPDATE", &old, Some(&old))),
+        (Endpoint::Protect, request("ConfigMap", "", "UPDATE", &configmap("pricing-config", B), None)),
+    ];
+    for (endpoint, req) in &answered {
+        let fast = from_memory(&app, *endpoint, req).unwrap_or_else(|| panic!("{endpoint:?} {}: not answered from memory", req.kind.kind));
+        assert_eq!(fast, admit(&app, *endpoint, req).await, "{endpoint:?} {}", req.kind.kind);
+    }
+    let (response, reason) = from_memory(&app, Endpoint::Mutate, &answered[0].1).unwrap();
+    let kept: Vec<&Value> = response.patch.iter().filter(|op| op["op"] == "replace").map(|op| &op["value"]).collect();
+    assert_eq!((reason.as_str(), kept.len()), ("unchanged", 2), "both references keep the pinned name: {:?}", response.patch);
+    assert!(kept.iter().all(|v| **v == json!(snap("pricing-config", A))), "{:?}", response.patch);
+    // A release makes a snapshot, a ConfigMap write is hashed and recorded, a namespace the watch
+    // has listed and does not know is read: all left to the driver.
+    let unlisted = {
+        let mut r = request("Deployment", "apps", "UPDATE", &reapplied, Some(&old));
+        r.namespace = "listed-but-unknown".into();
+        r
+    };
+    f.state.write().listed(Watched::Namespaces);
+    for (endpoint, req) in [
+        (Endpoint::Mutate, request("Deployment", "apps", "UPDATE", &release, Some(&old))),
+        (Endpoint::Mutate, request("ConfigMap", "", "UPDATE", &configmap("pricing-config", A), Some(&configmap("pricing-config", B)))),
+        (Endpoint::Mutate, unlisted),
+    ] {
+        assert_eq!(from_memory(&app, endpoint, &req), None, "{endpoint:?} {} {}", req.kind.kind, req.namespace);
+    }
+    assert!(f.calls().iter().all(|c| !c.contains("create")), "nothing was written: {:?}", f.calls());
 }
 
 /// docs/behaviour.md §6.2: the unchanged rule holds in every mode that acts. A workload pinned in rewrite mode,

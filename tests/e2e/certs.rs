@@ -400,3 +400,104 @@ fn servers_rotate_their_own_certificates_under_load_without_a_failed_admission()
     drop(b);
     drop(a);
 }
+
+/// Deletes a cluster-scoped object when dropped (a failed test leaves no webhook behind).
+struct Delete(&'static Cluster, String);
+
+impl Drop for Delete {
+    fn drop(&mut self) {
+        self.0.kubectl(&["delete", "--ignore-not-found", &self.1]);
+    }
+}
+
+/// docs/operations.md "The rotation's timings": what the settle time waits for, measured. A
+/// webhook configuration of the test's own (snapshot protection of the shared server, on
+/// ConfigMaps labelled `probe` in one namespace, failurePolicy Fail: it answers with a refusal)
+/// has its `caBundle` switched
+/// between one that trusts the server and one that does not (the cluster's own CA); after each
+/// write, dry-run creates show when the API server calls with the new bundle. That lag must stay
+/// well inside the settle time at the shortest validity (4 s at 60 s).
+#[test]
+fn the_api_server_calls_with_a_changed_ca_bundle_within_a_second() {
+    use base64::Engine as _;
+    let Some(cluster) = cluster() else { return };
+    let server = crate::support::confighistory::webhook(cluster);
+    let ns = TestNamespace::excluded(cluster, "cabundle");
+    let b64 = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
+    let good = b64(&server.ca_pem);
+    let bad = cluster
+        .kubectl(&["config", "view", "--raw", "--minify", "--flatten", "-o", "jsonpath={.clusters[0].cluster.certificate-authority-data}"])
+        .expect_success()
+        .stdout
+        .trim()
+        .to_owned();
+    assert!(!bad.is_empty() && bad != good, "the cluster's CA differs from the webhook's");
+    let name = format!("confighistory-probe-{}", run_id());
+    let _cleanup = Delete(cluster, format!("validatingwebhookconfiguration/{name}"));
+    cluster.apply_cluster_scoped(&format!(
+        "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: {name}
+webhooks:
+- name: probe.confighistory.io
+  clientConfig:
+    url: {url}/protect
+    caBundle: {bad}
+  rules:
+  - {{operations: [CREATE], apiGroups: [\"\"], apiVersions: [v1], resources: [configmaps]}}
+  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}
+  objectSelector: {{matchLabels: {{probe: \"1\"}}}}
+  failurePolicy: Fail
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  timeoutSeconds: 5
+",
+        url = server.url_base,
+        ns = ns.name
+    ));
+    let probe = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: probe\n  labels: {probe: \"1\"}\ndata: {a: b}\n";
+    // Whether the API server's call got through (Some(true)), failed its TLS check (Some(false)),
+    // or neither (None: something else went wrong).
+    let call = || {
+        let out = cluster.kubectl_stdin(&["create", "--dry-run=server", "-n", &ns.name, "-f", "-"], probe);
+        // Snapshot protection answers (it refuses the object: /protect is registered for
+        // snapshot-labelled ConfigMaps only): the call got through.
+        if out.success || out.stderr.contains("\"probe.confighistory.io\" denied the request") {
+            Ok(true)
+        } else if out.stderr.contains("failed calling webhook") && out.stderr.contains("x509") {
+            Ok(false)
+        } else {
+            Err(out.describe())
+        }
+    };
+    let set = |bundle: &str| {
+        let patch = format!("[{{\"op\": \"replace\", \"path\": \"/webhooks/0/clientConfig/caBundle\", \"value\": \"{bundle}\"}}]");
+        cluster.kubectl(&["patch", "validatingwebhookconfiguration", &name, "--type=json", "-p", &patch]).expect_success();
+        Instant::now()
+    };
+    wait_for("the untrusting bundle to fail the call", Duration::from_secs(30), || call() == Ok(false));
+    let (mut lags, mut calls) = (Vec::new(), 0);
+    for round in 0..8 {
+        let (bundle, want) = if round % 2 == 0 { (&good, true) } else { (&bad, false) };
+        let written = set(bundle);
+        loop {
+            calls += 1;
+            match call() {
+                Ok(got) if got == want => break,
+                Ok(_) => {}
+                Err(out) => panic!("round {round}: a call neither got through nor failed its TLS check: {out}"),
+            }
+            assert!(written.elapsed() < Duration::from_secs(30), "round {round}: the API server kept the old bundle for 30 s");
+        }
+        lags.push(written.elapsed());
+    }
+    lags.sort();
+    let (median, max) = (lags[lags.len() / 2], lags[lags.len() - 1]);
+    eprintln!(
+        "MEASURE caBundle change to the API server calling with it: median {median:?}, max {max:?} over {} writes, {calls} dry runs \
+         (each ~0.1 s of kubectl; as many as writes: the first call after each write already used the new bundle)",
+        lags.len()
+    );
+    assert!(max < Duration::from_secs(4), "the API server took {max:?} to use a changed caBundle: the settle time at 60 s is 4 s");
+}

@@ -765,7 +765,8 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 }
 
 /// docs/operations.md "Metrics": after a config-only edit propagates, the shared server's
-/// /metrics has the propagation SLI sampled (at least the settle window, 2 s here), the
+/// /metrics has the propagation SLI sampled (at least the settle window, 2 s here), then its
+/// second half once the new pod is Ready (the test app really runs), the
 /// workload's move counted by result, the controller's API calls by verb, resource and code
 /// (never an object's name), the process_* families with plausible values, and the pass
 /// durations.
@@ -774,15 +775,19 @@ fn a_propagated_edit_shows_in_the_sli_and_the_controllers_metrics() {
     let Some((cluster, ns)) = setup("ctl-sli") else { return };
     let server = webhook(cluster);
     ns.accepts(&config("sli-config", &[("mode", "a")]));
-    ns.accepts(&deployment("app", "registry.example/app:1.0", &["sli-config"], ""));
+    // The test app's image (`tests/e2e/cluster`): its pods run and become Ready.
+    ns.accepts(&deployment("app", "pricing:4.11", &["sli-config"], "  minReadySeconds: 1\n"));
     history_len(&ns, "app", 1, Duration::from_secs(30));
 
     let count = "confighistory_propagation_duration_seconds_count";
+    let ready_count = "confighistory_propagation_ready_duration_seconds_count";
+    let ready_sum = "confighistory_propagation_ready_duration_seconds_sum";
     let sum = "confighistory_propagation_duration_seconds_sum";
     let rolled = "confighistory_propagations_total{result=\"rolled\"}";
     let before = server.metrics();
     let value = |text: &str, series: &str| sample(text, series).unwrap_or_else(|| panic!("no {series} in:\n{text}"));
     let (count0, sum0, rolled0) = (value(&before, count), value(&before, sum), value(&before, rolled));
+    let (ready_count0, ready_sum0) = (value(&before, ready_count), value(&before, ready_sum));
 
     ns.accepts(&config("sli-config", &[("mode", "b")]));
     history_len(&ns, "app", 2, Duration::from_secs(30));
@@ -828,6 +833,19 @@ fn a_propagated_edit_shows_in_the_sli_and_the_controllers_metrics() {
         assert!(n.is_some_and(|n| n >= 1.0), "{series}: {calls:#?}");
     }
     assert!(calls.iter().all(|l| !l.contains(&ns.name) && !l.contains("sli-config")), "no namespace or object name: {calls:#?}");
+
+    // The second half: the new pod Ready (the Deployment's status says so), measured from the
+    // same admission, so never shorter than the first.
+    let ready = wait_for_value("the pods-ready sample", Duration::from_secs(90), || {
+        let text = server.metrics();
+        sample(&text, ready_count).is_some_and(|n| n > ready_count0).then_some(text)
+    });
+    let ready_samples = value(&ready, ready_count) - ready_count0;
+    let ready_mean = (value(&ready, ready_sum) - ready_sum0) / ready_samples;
+    eprintln!("MEASURE propagation SLI to pods ready: {ready_samples} sample(s), mean {ready_mean:.2}s");
+    let status = ns.get_json("deployment", "app").expect("the Deployment")["status"].clone();
+    assert_eq!((status["updatedReplicas"].as_i64(), status["availableReplicas"].as_i64()), (Some(1), Some(1)), "{status}");
+    assert!(ready_mean >= (value(&after, sum) - sum0) / samples - 0.01, "pods ready after the template:\n{ready}");
 
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     let start = value(&after, "process_start_time_seconds");

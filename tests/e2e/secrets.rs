@@ -25,7 +25,7 @@ use confighistory::model::keys::Keyring;
 use confighistory::model::names::{ADOPTED, HASH_LABEL, HEAD, MODE_LABEL, PREFIX, PROPAGATED, SOURCE_NAME};
 use confighistory::model::secret::{self, SecretContent};
 use confighistory::model::snapshot::Content;
-use confighistory::webhook::keys;
+use confighistory::store::keys;
 
 use crate::support::confighistory::{ChartRelease, Install, Webhook, NAMESPACE};
 use crate::support::{cluster, run_id, wait_for, wait_for_value, Kubectl, TestNamespace};
@@ -893,7 +893,7 @@ fn gc_sweeps_secret_snapshots_on_the_api_server() {
 
 /// docs/behaviour.md §4a, docs/operations.md "Secrets' cluster key": `confighistory rotate-keys`
 /// against a live server (one of this test's own: the rotation changes its keys for every
-/// namespace). The server takes the new key within `webhook::keys::RELOAD_INTERVAL` (30 s; a
+/// namespace). The server takes the new key within `store::keys::RELOAD_INTERVAL` (30 s; a
 /// few seconds more allowed for the API round trips) without a restart: new content is MAC'd
 /// under it, while the workload pinned before stays on its snapshot (a rotation renames no
 /// snapshot and moves no workload) until the content changes; the old snapshot stays valid.

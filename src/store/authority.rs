@@ -1,6 +1,6 @@
-//! Server-managed certificates (docs/behaviour.md §10.3, docs/operations.md "Certificates"): the
-//! server keeps a CA and a serving certificate in a Secret of its namespace, writes the CA
-//! bundle into its own webhook configurations, and rotates both before they expire.
+//! The webhook's CA authority (docs/behaviour.md §10.3, docs/operations.md "Certificates"): the
+//! servers keep a CA and a serving certificate in a Secret of their namespace, write the CA bundle
+//! into their own webhook configurations, and rotate both before they expire.
 //!
 //! Replicas coordinate through the Secret only, every write carrying the resourceVersion read
 //! (a replica that loses a race reads again). The rotation is an overlap:
@@ -15,25 +15,19 @@
 //! 4. an old CA leaves the bundle once no live record names it and the serving certificate is
 //!    not its.
 //!
-//! [`decide`] and [`choose`] are the rules, pure functions of what was read; [`run`] does the
-//! reads and writes. A direct kube client, like the Lease's: nothing below needs these objects.
+//! Here: the Secret's and the configurations' contents, and the rules ([`decide`], [`choose`]:
+//! pure functions of what was read). The reads and writes, and the certificate served, are the
+//! webhook's managed certificate source (`webhook::tls::managed`), through a direct kube
+//! client like the Lease's (docs/architecture.md "What goes through the port").
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::ByteString;
-use kube::api::{Api, Patch, PatchParams, PostParams};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::clock::Clock;
 use crate::model::digest::{digest, Sha256};
-use crate::webhook::tls::{self, Reloading};
 
 /// The field manager that owns the webhook configurations' `caBundle`: the chart renders none,
 /// so Helm, Argo CD and Flux never own it and re-rendering never fights this one.
@@ -47,7 +41,20 @@ const TLS_CRT: &str = "tls.crt";
 const TLS_KEY: &str = "tls.key";
 const STATE: &str = "state.json";
 
-/// How long certificates live and how often replicas look, all from one validity.
+/// How long certificates live and how often replicas look, all from one validity
+/// (docs/operations.md "Certificates", "The rotation's timings").
+///
+/// What the API server needs, and how each wait follows from it:
+/// - Before a replica serves a certificate from a new CA, every API server must have loaded a
+///   webhook configuration whose `caBundle` trusts that CA. A replica knows the configurations
+///   carry it by reading them back (every [`Timing::poll`]); the API servers load them through
+///   their own watch of those objects, which trails the write by well under a second (measured
+///   in-cluster: docs/operations.md). [`Timing::settle`] is that lag with a wide margin, scaled
+///   with the validity where waiting costs nothing.
+/// - A serving certificate must never expire in service: the rotation that replaces it (notice
+///   the CA is due, add a CA, every replica writes the bundle and sees it, settle, re-issue,
+///   record, serve: [`Timing::rotation`]) must fit, with room for failed writes retried, in the
+///   time left when it begins ([`Timing::renew_before`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
     /// Lifetime of a CA and of the serving certificates it signs (ms).
@@ -59,7 +66,9 @@ impl Timing {
         Timing { validity: i64::try_from(validity.as_millis()).unwrap_or(i64::MAX).max(3_000) }
     }
 
-    /// A certificate is replaced once less than a third of its lifetime is left.
+    /// A certificate is replaced once less than a third of its lifetime is left: 30 days of 90,
+    /// 20 s of 60 s. A [`Timing::rotation`] fits in it with [`Timing::RETRIES`] polls to spare
+    /// at every validity from 60 s.
     pub fn renew_before(&self) -> i64 {
         self.validity / 3
     }
@@ -77,11 +86,25 @@ impl Timing {
         (self.validity / 6).clamp(1_000, 300_000)
     }
 
-    /// How long the webhooks must have trusted a CA before anything serves with it: the API
-    /// server picks up a changed configuration a moment after it is written.
+    /// How long the webhooks must have carried a CA (as a replica reads them) before anything
+    /// serves with it: the API servers' lag in loading a changed configuration, under a second,
+    /// with a margin of four times that at the shortest validity the project supports (60 s: 4 s)
+    /// and far more where the validity allows (a fifteenth of it, 15 minutes at most: 90 days
+    /// wait 15 minutes, against 30 days to spare).
     pub fn settle(&self) -> i64 {
-        (self.validity / 10).clamp(500, 5_000)
+        (self.validity / 15).clamp(500, 900_000)
     }
+
+    /// The longest a rotation takes when nothing fails, from the CA falling due to every replica
+    /// serving the new certificate: six polls (notice, add the CA, the bundle written, seen,
+    /// re-issue, record and serve) and the settle.
+    pub fn rotation(&self) -> i64 {
+        6 * self.poll().as_millis() as i64 + self.settle()
+    }
+
+    /// Polls a rotation may lose to failed writes (a lost race, an API server error) and still
+    /// finish before anything expires, at every validity from 60 s.
+    pub const RETRIES: i64 = 2;
 }
 
 /// A CA of the bundle.
@@ -101,6 +124,13 @@ pub struct Leaf {
     pub issuer: String,
     pub not_after: i64,
     pub names: Vec<String>,
+}
+
+impl Leaf {
+    /// The private key's PEM, for the TLS server alone (never printed: see `Debug`).
+    pub fn key_pem(&self) -> &str {
+        &self.key_pem
+    }
 }
 
 impl std::fmt::Debug for Leaf {
@@ -201,7 +231,7 @@ impl Stored {
         let book: Bookkeeping = serde_json::from_slice(data.get(STATE)?).ok()?;
         let cas: Vec<Ca> = pem_certs(&text(CA_CRT)?)
             .into_iter()
-            .map(|(pem, der)| Some(Ca { fingerprint: fingerprint(&der), not_after: tls::not_after(&der)? * 1000, pem }))
+            .map(|(pem, der)| Some(Ca { fingerprint: fingerprint(&der), not_after: not_after(&der)? * 1000, pem }))
             .collect::<Option<_>>()?;
         let ca_key = text(CA_KEY)?;
         let (cert_pem, leaf_der) = pem_certs(&text(TLS_CRT)?).into_iter().next()?;
@@ -209,7 +239,7 @@ impl Stored {
             cert_pem,
             key_pem: text(TLS_KEY)?,
             issuer: book.leaf_issuer,
-            not_after: tls::not_after(&leaf_der)? * 1000,
+            not_after: not_after(&leaf_der)? * 1000,
             names: book.leaf_names,
         };
         (!cas.is_empty()).then_some(Stored { cas, ca_key, leaf, generation: book.generation, replicas: book.replicas, added: book.added })
@@ -388,7 +418,7 @@ fn issue(ca: &Ca, ca_key: &str, names: &[String], now: i64, timing: &Timing) -> 
     let key_der = PrivateKeyDer::from_pem_slice(ca_key.as_bytes()).map_err(|_| Error::CaKey)?;
     let ca_key = rcgen::KeyPair::try_from(&key_der).map_err(|_| Error::CaKey)?;
     let ca_der = pem_certs(&ca.pem).into_iter().next().map(|(_, d)| d).ok_or(Error::CaKey)?;
-    let cn = tls::cert_names(&ca_der).and_then(|n| n.into_iter().next()).ok_or(Error::CaKey)?;
+    let cn = cert_names(&ca_der).and_then(|n| n.into_iter().next()).ok_or(Error::CaKey)?;
     let issuer = rcgen::Issuer::new(ca_params(&cn), ca_key);
     let mut params = rcgen::CertificateParams::new(names.to_vec())?;
     params.distinguished_name = rcgen::DistinguishedName::new();
@@ -405,7 +435,7 @@ fn issue(ca: &Ca, ca_key: &str, names: &[String], now: i64, timing: &Timing) -> 
         cert_pem: to_pem("CERTIFICATE", &der),
         key_pem: to_pem("PRIVATE KEY", &key.serialize_der()),
         issuer: ca.fingerprint.clone(),
-        not_after: tls::not_after(&der).unwrap_or_default() * 1000,
+        not_after: self::not_after(&der).unwrap_or_default() * 1000,
         names: names.to_vec(),
     })
 }
@@ -460,7 +490,7 @@ pub fn apply(
     Ok(Some(next))
 }
 
-/// Where `run` reads and writes.
+/// Where the managed certificate source (`webhook::tls::managed::run`) reads and writes.
 #[derive(Clone, Debug)]
 pub struct Target {
     pub namespace: String,
@@ -475,17 +505,17 @@ pub struct Target {
 
 /// The webhook configurations as read: per object, whether it exists, its generation, and the
 /// CA fingerprints each of its webhooks trusts.
-struct Configuration {
-    kind: &'static str,
-    name: String,
-    resource_version: Option<String>,
-    generation: u64,
+pub struct Configuration {
+    pub kind: &'static str,
+    pub name: String,
+    pub resource_version: Option<String>,
+    pub generation: u64,
     /// Per webhook: its name and its caBundle.
-    hooks: Vec<(String, Vec<u8>)>,
+    pub hooks: Vec<(String, Vec<u8>)>,
 }
 
 impl Configuration {
-    fn from_json(kind: &'static str, object: &serde_json::Value) -> Configuration {
+    pub fn from_json(kind: &'static str, object: &serde_json::Value) -> Configuration {
         let meta = &object["metadata"];
         let generation = meta["annotations"][GENERATION_ANNOTATION].as_str().and_then(|g| g.parse().ok()).unwrap_or(0);
         let hooks = object["webhooks"]
@@ -531,230 +561,42 @@ pub fn above_carried(next: &Stored, floor: u64) -> Option<Stored> {
 /// Whether a replica that read `stored` writes its bundle into `configuration`: it differs, and
 /// the configuration does not carry a newer generation (a replica that read an older Secret
 /// must not undo a newer bundle).
-fn needs_bundle(stored: &Stored, configuration_generation: u64, hooks: &[(String, Vec<u8>)]) -> bool {
+pub fn needs_bundle(stored: &Stored, configuration_generation: u64, hooks: &[(String, Vec<u8>)]) -> bool {
     configuration_generation <= stored.generation
         && (configuration_generation < stored.generation || hooks.iter().any(|(_, pem)| pem != stored.bundle().as_bytes()))
 }
 
-struct Kube {
-    secrets: Api<Secret>,
-    mutating: Api<MutatingWebhookConfiguration>,
-    validating: Api<ValidatingWebhookConfiguration>,
-}
-
-impl Kube {
-    async fn read_secret(&self, name: &str) -> Result<Option<(Option<Stored>, String)>, kube::Error> {
-        let Some(secret) = self.secrets.get_opt(name).await? else { return Ok(None) };
-        let data: BTreeMap<String, Vec<u8>> = secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
-        Ok(Some((Stored::parse(&data), secret.metadata.resource_version.unwrap_or_default())))
-    }
-
-    async fn write_secret(&self, target: &Target, stored: &Stored, resource_version: Option<&str>) -> Result<(), kube::Error> {
-        let mut secret = Secret::default();
-        secret.metadata.name = Some(target.secret.clone());
-        secret.metadata.namespace = Some(target.namespace.clone());
-        secret.metadata.labels = Some(BTreeMap::from([("app.kubernetes.io/managed-by".to_owned(), "confighistory".to_owned())]));
-        secret.type_ = Some("Opaque".into());
-        secret.data = Some(stored.data().into_iter().map(|(k, v)| (k, ByteString(v))).collect());
-        let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        match resource_version {
-            None => self.secrets.create(&params, &secret).await.map(drop),
-            Some(rv) => {
-                secret.metadata.resource_version = Some(rv.to_owned());
-                self.secrets.replace(&target.secret, &params, &secret).await.map(drop)
-            }
-        }
-    }
-
-    async fn configurations(&self, names: &[String]) -> Result<Vec<Configuration>, kube::Error> {
-        let mut out = Vec::new();
-        for name in names {
-            if let Some(c) = self.mutating.get_opt(name).await? {
-                out.push(Configuration::from_json("MutatingWebhookConfiguration", &serde_json::to_value(c).unwrap_or_default()));
-            }
-            if let Some(c) = self.validating.get_opt(name).await? {
-                out.push(Configuration::from_json("ValidatingWebhookConfiguration", &serde_json::to_value(c).unwrap_or_default()));
-            }
-        }
-        Ok(out)
-    }
-
-    /// Server-side apply of the bundle into every webhook of `c`, preconditioned on the
-    /// resourceVersion read.
-    async fn write_bundle(&self, c: &Configuration, stored: &Stored) -> Result<Configuration, kube::Error> {
-        let bundle = base64_simd::STANDARD.encode_to_string(stored.bundle());
-        let hooks: Vec<serde_json::Value> =
-            c.hooks.iter().map(|(name, _)| serde_json::json!({"name": name, "clientConfig": {"caBundle": bundle}})).collect();
-        let patch = serde_json::json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": c.kind,
-            "metadata": {
-                "name": c.name,
-                "resourceVersion": c.resource_version,
-                "annotations": {GENERATION_ANNOTATION: stored.generation.to_string()},
-            },
-            "webhooks": hooks,
-        });
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        let written = match c.kind {
-            "MutatingWebhookConfiguration" => serde_json::to_value(self.mutating.patch(&c.name, &params, &Patch::Apply(&patch)).await?),
-            _ => serde_json::to_value(self.validating.patch(&c.name, &params, &Patch::Apply(&patch)).await?),
-        };
-        Ok(Configuration::from_json(c.kind, &written.unwrap_or_default()))
-    }
-}
-
 /// CAs every webhook of every configuration trusts (None: no configuration found).
-fn trusted_by_all(configurations: &[Configuration]) -> Option<BTreeSet<String>> {
+pub fn trusted_by_all(configurations: &[Configuration]) -> Option<BTreeSet<String>> {
     let mut hooks = configurations.iter().flat_map(|c| c.hooks.iter());
     let first = bundle_fingerprints(&hooks.next()?.1);
     Some(hooks.fold(first, |acc, (_, pem)| acc.intersection(&bundle_fingerprints(pem)).cloned().collect()))
 }
 
-/// Keeps the Secret, the webhooks' bundle and the served certificate as [`decide`] and
-/// [`choose`] say, until the process ends. `ready` turns true once a certificate is served.
-pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolver: Arc<Reloading>, ready: Arc<AtomicBool>) {
-    let kube = Kube {
-        secrets: Api::namespaced(client.clone(), &target.namespace),
-        mutating: Api::all(client.clone()),
-        validating: Api::all(client),
-    };
-    let timing = target.timing;
-    let mut me = Replica { id: target.replica.clone(), serving: None, trusted: None };
-    let mut serving_cert: Option<String> = None;
-    let mut log = Warnings { secret: format!("{}/{}", target.namespace, target.secret), last: None, this_round: false };
-    // Rounds that changed something follow each other at once; a run of them (which the rules
-    // never make, but a clock could) is slowed to the poll interval.
-    let mut writes_in_a_row = 0;
-    loop {
-        log.this_round = false;
-        if writes_in_a_row >= 8 {
-            tokio::time::sleep(timing.poll()).await;
-        }
-        let now = clock.now_ms();
-        let (stored, resource_version) = match kube.read_secret(&target.secret).await {
-            Ok(Some((stored, rv))) => (stored, Some(rv)),
-            Ok(None) => (None, None),
-            Err(e) => {
-                log.warn("cannot read the Secret (the chart's Role grants get on it)", &e);
-                tokio::time::sleep(timing.poll()).await;
-                continue;
-            }
-        };
-        // The webhooks: bring their bundle up to the Secret's, then see what they trust.
-        let mut carried: Vec<(u64, Vec<u8>)> = Vec::new();
-        match kube.configurations(&target.configurations).await {
-            Ok(mut configurations) => {
-                if let Some(stored) = &stored {
-                    for c in configurations.iter_mut() {
-                        if needs_bundle(stored, c.generation, &c.hooks) {
-                            match kube.write_bundle(c, stored).await {
-                                Ok(written) => {
-                                    tracing::info!(configuration = %c.name, kind = c.kind, generation = stored.generation, "wrote the CA bundle");
-                                    *c = written;
-                                }
-                                Err(e) => log.warn(
-                                    "cannot write the webhook configurations' caBundle (the chart's ClusterRole grants patch on them)",
-                                    &e,
-                                ),
-                            }
-                        }
-                    }
-                }
-                carried = configurations.iter().flat_map(|c| c.hooks.iter().map(|(_, pem)| (c.generation, pem.clone()))).collect();
-                if configurations.is_empty() {
-                    log.warn("no webhook configuration to write the CA bundle into", &format!("none named {:?}", target.configurations));
-                }
-                let trusted = trusted_by_all(&configurations).unwrap_or_default();
-                let mut since = me.trusted.take().unwrap_or_default();
-                since.retain(|ca, _| trusted.contains(ca));
-                for ca in trusted {
-                    since.entry(ca).or_insert(now);
-                }
-                me.trusted = Some(since);
-            }
-            Err(e) => {
-                log.warn("cannot read the webhook configurations (the chart's ClusterRole grants get on them)", &e);
-                me.trusted = None;
-            }
-        }
-        let action = decide(stored.as_ref(), &me, now, &timing, &target.names);
-        // A Secret at or behind a generation the webhooks carry with another bundle (a start-over,
-        // a restored older copy) is renumbered even when nothing else is to change, so its bundle
-        // reaches them.
-        let floor = |s: &Stored| generation_floor(s.bundle().as_bytes(), &carried);
-        let renumber = action == Action::Wait && stored.as_ref().is_some_and(|s| s.generation < floor(s));
-        if action != Action::Wait || renumber {
-            let next = if renumber { Ok(stored.clone()) } else { apply(stored.as_ref(), &action, &me.id, now, &timing, &target.names) };
-            let next = next.map(|n| n.map(|n| above_carried(&n, floor(&n)).unwrap_or(n)));
-            let written = match next {
-                Ok(Some(next)) => kube.write_secret(&target, &next, resource_version.as_deref()).await,
-                Ok(None) => Ok(()),
-                Err(e) => {
-                    log.warn("cannot make a certificate", &e);
-                    tokio::time::sleep(timing.poll()).await;
-                    continue;
-                }
-            };
-            writes_in_a_row += 1;
-            match written {
-                Ok(()) => {
-                    if !matches!(action, Action::Record(_)) {
-                        tracing::info!(?action, "managed certificates: changed the Secret");
-                    }
-                }
-                // Another replica wrote first: read again.
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(e) => {
-                    log.warn("cannot write the Secret (the chart's Role grants create, and update on it)", &e);
-                    tokio::time::sleep(timing.poll()).await;
-                }
-            }
-            continue;
-        }
-        if let Some(stored) = &stored {
-            if let Some(leaf) = choose(stored, &me, serving_cert.as_deref(), now, &timing) {
-                match tls::certified_key(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()) {
-                    Ok(ck) => {
-                        resolver.set(ck);
-                        tracing::info!(issuer = %leaf.issuer, "managed certificates: serving a new certificate");
-                        me.serving = Some(leaf.issuer.clone());
-                        serving_cert = Some(leaf.cert_pem.clone());
-                        ready.store(true, Ordering::Relaxed);
-                        continue;
-                    }
-                    Err(e) => log.warn("the stored serving certificate does not load", &e),
-                }
-            }
-        }
-        writes_in_a_row = 0;
-        log.end_round();
-        tokio::time::sleep(timing.poll()).await;
-    }
+// X.509 fields read from certificates: the authority's own, and the clients' names the TLS
+// edge pins (docs/behaviour.md 9a.3).
+
+/// notAfter of an X.509 certificate, in seconds since the epoch (RFC 5280 §4.1); None when it
+/// does not parse.
+pub fn not_after(der: &[u8]) -> Option<i64> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(cert.validity().not_after.timestamp())
 }
 
-/// Logs a failure when it starts or changes, not on every round, and once when rounds work again.
-struct Warnings {
-    secret: String,
-    last: Option<String>,
-    this_round: bool,
-}
-
-impl Warnings {
-    fn warn(&mut self, what: &str, e: &dyn std::fmt::Display) {
-        self.this_round = true;
-        let text = format!("{what}: {e}");
-        if self.last.as_deref() != Some(&text) {
-            tracing::warn!(secret = %self.secret, "managed certificates: {text}");
-            self.last = Some(text);
+/// The subject's common names and the SAN extension's DNS names of an X.509 certificate
+/// (RFC 5280 §4.1.2.6, §4.2.1.6); None when the structure does not parse. A common name that is
+/// not text (a BMPString) matches no pinned name: skipped.
+pub fn cert_names(der: &[u8]) -> Option<Vec<String>> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let mut names: Vec<String> = cert.subject().iter_common_name().filter_map(|cn| cn.as_str().ok().map(str::to_owned)).collect();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            if let x509_parser::extensions::GeneralName::DNSName(dns) = name {
+                names.push((*dns).to_owned());
+            }
         }
     }
-
-    fn end_round(&mut self) {
-        if !self.this_round && self.last.take().is_some() {
-            tracing::info!(secret = %self.secret, "managed certificates: working again");
-        }
-    }
+    Some(names)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! TLS for the admission port: certificate and key from files, reloaded when they change
-//! (cert-manager and the chart rotate Secrets in place), TLS 1.2 or newer only.
+//! TLS for the admission port, TLS 1.2 or newer only: where the serving certificate comes from
+//! ([`Source`]: files, or the servers' own CA authority), the resolver handshakes take it from,
+//! and the client certificates the port may require (docs/behaviour.md 9a.3).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,6 +15,8 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, ServerSessionMemoryCache, StoresServerSessions, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
+
+use crate::store::authority;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -55,7 +58,7 @@ pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, Pa
     }
     let key_der = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| PairError::Key(e.to_string()))?;
     let signing = ring::sign::any_supported_type(&key_der).map_err(|e| PairError::Key(e.to_string()))?;
-    let not_after = not_after(&certs[0]);
+    let not_after = authority::not_after(&certs[0]);
     let certified = CertifiedKey::new(certs, signing);
     // A rotation that writes the key and the certificate one after the other leaves a moment (or,
     // with a slow writer, seconds) where the files do not belong together. Serving that pair fails
@@ -69,15 +72,47 @@ pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, Pa
     Ok(certified)
 }
 
-/// Loads a certificate chain and key from files into a signing [`CertifiedKey`].
-pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey> {
-    let read = |p: &Path| std::fs::read(p).map_err(|source| Error::Read { path: p.to_owned(), source });
-    let (cert_pem, key_pem) = (read(cert)?, read(key)?);
-    certified_key(&cert_pem, &key_pem).map_err(|e| match e {
-        PairError::NoCert => Error::NoCert { path: cert.to_owned() },
-        PairError::Key(reason) => Error::Key { path: key.to_owned(), reason },
-        PairError::Mismatch => Error::Mismatch { key: key.to_owned(), cert: cert.to_owned() },
-    })
+pub mod files;
+pub mod managed;
+
+pub use files::{load, server_config, watch};
+
+/// Where the serving certificate comes from, behind one interface (as cert-manager's webhook
+/// has a file source and a dynamic one): each fills the [`Reloading`] resolver handshakes take
+/// it from and keeps it current until the process ends, and says when one is loaded.
+pub enum Source {
+    /// Files a mounted Secret keeps current (the chart's `secret` and `certManager` modes),
+    /// polled every `every`.
+    Files { cert: PathBuf, key: PathBuf, every: Duration },
+    /// The servers' own CA and certificate, in a Secret their replicas share (`server`, the
+    /// default: `store::authority`).
+    Managed(crate::store::authority::Target),
+}
+
+impl Source {
+    /// The resolver to serve from: loaded at once from files (a pair that does not load stops
+    /// the start, saying which file is wrong); empty for the managed source until it serves.
+    pub fn resolver(&self) -> Result<Arc<Reloading>> {
+        match self {
+            Source::Files { cert, key, .. } => Ok(Arc::new(Reloading::new(load(cert, key)?))),
+            Source::Managed(_) => Ok(Arc::default()),
+        }
+    }
+
+    /// Keeps `resolver` current; `ready` turns true once a certificate is served. The managed
+    /// source reads and writes through `client`, on the API server's time (`clock`).
+    pub async fn run(
+        self,
+        client: kube::Client,
+        clock: Arc<crate::cluster::clock::Clock>,
+        resolver: Arc<Reloading>,
+        ready: Arc<AtomicBool>,
+    ) {
+        match self {
+            Source::Files { cert, key, every } => watch(cert, key, resolver, ready, every).await,
+            Source::Managed(target) => managed::run(client, clock, target, resolver, ready).await,
+        }
+    }
 }
 
 /// Serves whatever certificate was loaded last (none yet: handshakes fail until one is).
@@ -101,13 +136,6 @@ impl ResolvesServerCert for Reloading {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         self.current.read().expect("tls lock").clone()
     }
-}
-
-/// A rustls server configuration whose certificate follows the files, plus the resolver to
-/// swap certificates in. See [`server_config_with`].
-pub fn server_config(cert: &Path, key: &Path, client_auth: Option<Arc<ClientAuth>>) -> Result<(Arc<rustls::ServerConfig>, Arc<Reloading>)> {
-    let resolver = Arc::new(Reloading::new(load(cert, key)?));
-    Ok((server_config_with(resolver.clone(), client_auth)?, resolver))
 }
 
 /// A rustls server configuration serving what `resolver` holds. With `client_auth`, every
@@ -234,7 +262,7 @@ impl ClientAuth {
         if self.names.is_empty() {
             return Ok(());
         }
-        let Some(names) = cert_names(der) else {
+        let Some(names) = authority::cert_names(der) else {
             return Err("a client certificate whose names cannot be read".into());
         };
         if names.iter().any(|n| self.names.iter().any(|a| a == n)) {
@@ -324,84 +352,5 @@ pub async fn watch_client_ca(auth: Arc<ClientAuth>, every: Duration) {
             Ok(true) => tracing::info!(ca = %auth.ca.display(), "reloaded the client CA bundle"),
             Err(e) => tracing::warn!(error = %e, "client CA file changed or unreadable; keeping the previous bundle"),
         }
-    }
-}
-
-fn mtime(p: &Path) -> Option<SystemTime> {
-    // Kubernetes updates Secret volumes by swapping a symlink: follow it.
-    std::fs::metadata(p).and_then(|m| m.modified()).ok()
-}
-
-/// Polls the files and reloads on change; a broken pair is logged and the old one kept.
-pub async fn watch(cert: PathBuf, key: PathBuf, resolver: Arc<Reloading>, ready: Arc<AtomicBool>, every: Duration) {
-    let mut seen = (mtime(&cert), mtime(&key), std::fs::read(&cert).ok());
-    ready.store(true, Ordering::Relaxed);
-    loop {
-        tokio::time::sleep(every).await;
-        let now = (mtime(&cert), mtime(&key), std::fs::read(&cert).ok());
-        if now == seen {
-            continue;
-        }
-        match load(&cert, &key) {
-            Ok(ck) => {
-                resolver.set(ck);
-                tracing::info!(cert = %cert.display(), "reloaded TLS certificate");
-                seen = now;
-            }
-            // A rotation writes two files: the pair may be mismatched for a moment.
-            Err(e) => tracing::warn!(error = %e, "TLS files changed but could not be loaded; keeping the previous certificate"),
-        }
-    }
-}
-
-/// notAfter of an X.509 certificate, in seconds since the epoch (RFC 5280 §4.1); None when it
-/// does not parse.
-pub fn not_after(der: &[u8]) -> Option<i64> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    Some(cert.validity().not_after.timestamp())
-}
-
-/// The subject's common names and the SAN extension's DNS names of an X.509 certificate
-/// (RFC 5280 §4.1.2.6, §4.2.1.6); None when the structure does not parse. A common name that is
-/// not text (a BMPString) matches no pinned name: skipped.
-pub fn cert_names(der: &[u8]) -> Option<Vec<String>> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    let mut names: Vec<String> = cert.subject().iter_common_name().filter_map(|cn| cn.as_str().ok().map(str::to_owned)).collect();
-    if let Ok(Some(san)) = cert.subject_alternative_name() {
-        for name in &san.value.general_names {
-            if let x509_parser::extensions::GeneralName::DNSName(dns) = name {
-                names.push((*dns).to_owned());
-            }
-        }
-    }
-    Some(names)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A certificate with `cn` and DNS `sans`, valid until `not_after` (seconds since the epoch).
-    fn certificate(cn: &str, sans: &[&str], not_after: u64) -> Vec<u8> {
-        let mut params = rcgen::CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
-        params.not_after = rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(not_after);
-        let key = rcgen::KeyPair::generate().unwrap();
-        params.self_signed(&key).unwrap().der().to_vec()
-    }
-
-    #[test]
-    fn names_and_expiry_are_read_from_the_certificate() {
-        // 2049-12-31T23:59:59Z (the last UTCTime) and 2050-01-01T00:00:00Z (the first GeneralizedTime).
-        for until in [2_524_607_999u64, 2_524_608_000, 1_900_000_000] {
-            let der = certificate("kube-apiserver", &["apiserver.example", "admission.example"], until);
-            assert_eq!(not_after(&der), Some(until as i64));
-            assert_eq!(cert_names(&der).unwrap(), ["kube-apiserver", "apiserver.example", "admission.example"]);
-        }
-        let der = certificate("only-a-cn", &[], 1_900_000_000);
-        assert_eq!(cert_names(&der).unwrap(), ["only-a-cn"]);
-        assert_eq!((not_after(b"not a certificate"), cert_names(b"not a certificate")), (None, None));
-        assert_eq!(cert_names(&der[..der.len() / 2]), None, "a cut-off certificate does not parse");
     }
 }

@@ -1,5 +1,6 @@
 use super::*;
 use rustls::client::danger::ServerCertVerifier as _;
+use std::sync::Arc;
 
 const T0: i64 = 1_900_000_000_000;
 
@@ -24,6 +25,13 @@ fn round_trip(s: &Stored) -> Stored {
     Stored::parse(&s.data()).expect("parses")
 }
 
+/// A PEM certificate's notAfter, in ms since the epoch.
+fn not_after_ms(pem: &str) -> i64 {
+    let der = CertificateDer::from_pem_slice(pem.as_bytes()).expect("a PEM certificate");
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).expect("a certificate");
+    cert.validity().not_after.timestamp() * 1000
+}
+
 fn trusting(mut r: Replica, stored: &Stored, since: i64) -> Replica {
     r.trusted = Some(stored.cas.iter().map(|c| (c.fingerprint.clone(), since)).collect());
     r
@@ -36,6 +44,36 @@ fn replicas_look_every_few_seconds_at_most() {
     assert_eq!(Timing::new(Duration::from_secs(90 * 24 * 3600)).poll(), Duration::from_secs(2));
     assert_eq!(Timing::new(Duration::from_secs(30)).poll(), Duration::from_millis(1000));
     assert_eq!(Timing::new(Duration::from_secs(3)).poll(), Duration::from_millis(200));
+}
+
+/// docs/operations.md "The rotation's timings": the waits at the validities the project names,
+/// and, at every validity from 60 s to a year, a rotation with two failed writes finishing before
+/// the certificate it replaces expires, after the API servers had far longer than they need to
+/// load the new bundle.
+#[test]
+fn a_rotation_fits_before_expiry_at_every_validity_from_a_minute() {
+    let at = |secs: u64| Timing::new(Duration::from_secs(secs));
+    let row = |t: Timing| (t.poll().as_millis() as i64, t.settle(), t.renew_before(), t.lease());
+    assert_eq!(row(at(60)), (2_000, 4_000, 20_000, 10_000));
+    assert_eq!(row(at(90)), (2_000, 6_000, 30_000, 15_000));
+    let day = 24 * 3600 * 1000;
+    assert_eq!(row(at(90 * 24 * 3600)), (2_000, 900_000, 30 * day, 300_000));
+    // What the API servers need: well under a second to load a written configuration.
+    let lag = 1_000;
+    let mut secs = 60;
+    while secs <= 366 * 24 * 3600 {
+        let t = at(secs);
+        let poll = t.poll().as_millis() as i64;
+        assert!(t.settle() >= 4 * lag, "{secs} s: settle {} ms", t.settle());
+        assert!(
+            t.rotation() + Timing::RETRIES * poll <= t.renew_before(),
+            "{secs} s: a rotation ({} ms) and {} retries do not fit in {} ms",
+            t.rotation(),
+            Timing::RETRIES,
+            t.renew_before()
+        );
+        secs = secs * 11 / 10 + 1;
+    }
 }
 
 #[test]
@@ -96,8 +134,10 @@ fn the_serving_certificate_verifies_against_the_bundle() {
     }
     let other = rustls::pki_types::ServerName::try_from("other.example").unwrap();
     assert!(verifier.verify_server_cert(&leaf, &[], &other, &[], at).is_err());
-    // And rustls accepts the pair to serve.
-    tls::certified_key(s.leaf.cert_pem.as_bytes(), s.leaf.key_pem.as_bytes()).unwrap();
+    // And rustls accepts the pair to serve: the key loads and belongs to the certificate.
+    let key = PrivateKeyDer::from_pem_slice(s.leaf.key_pem().as_bytes()).unwrap();
+    let signing = rustls::crypto::ring::sign::any_supported_type(&key).unwrap();
+    rustls::sign::CertifiedKey::new(vec![leaf], signing).keys_match().unwrap();
 }
 
 #[test]
@@ -201,8 +241,13 @@ fn a_replica_that_read_an_older_secret_never_writes_its_bundle_over_a_newer_one(
 /// no admission fails), and the two never serve different certificates for more than a few
 /// rounds.
 #[test]
-fn replicas_rotate_through_many_cas_without_serving_an_untrusted_certificate() {
-    let t = timing();
+fn replicas_rotate_through_many_cas_without_serving_an_untrusted_or_expired_certificate() {
+    for secs in [30, 60, 90, 600] {
+        rotate_through_many_cas(Timing::new(Duration::from_secs(secs)));
+    }
+}
+
+fn rotate_through_many_cas(t: Timing) {
     let poll = t.poll().as_millis() as i64;
     let mut secret: Option<Stored> = None;
     // The webhooks: generation, bundle PEM, and since when each CA was in it.
@@ -253,10 +298,13 @@ fn replicas_rotate_through_many_cas_without_serving_an_untrusted_certificate() {
         // The invariant: what is served, the API server has trusted for the settle time, and
         // the certificate has not expired.
         // (From the second round on: at the start, any certificate beats none.)
-        for me in reps.iter().filter(|_| now > T0 + poll) {
+        for (i, me) in reps.iter().enumerate().filter(|_| now > T0 + poll) {
             let issuer = me.serving.as_ref().expect("serving");
             let since = live_since.get(issuer).unwrap_or_else(|| panic!("{} serves with a CA not in the bundle at {}", me.id, now - T0));
             assert!(now - since >= t.settle() || *since == T0, "{} serves with a CA trusted since {} at {}", me.id, since - T0, now - T0);
+            let pem = serving[i].as_deref().expect("a certificate");
+            let not_after = not_after_ms(pem);
+            assert!(not_after - now >= poll, "{} serves a certificate expiring at {} at {}", me.id, not_after - T0, now - T0);
         }
         if serving[0] != serving[1] {
             let start = *differ_since.get_or_insert(now);
@@ -399,4 +447,28 @@ fn pem_is_written_as_the_stored_bundles_were() {
     let s = created(T0);
     assert_eq!(pem_certs(&s.bundle()).into_iter().map(|(p, _)| p).collect::<String>(), s.bundle());
     assert!(s.leaf.key_pem.starts_with("-----BEGIN PRIVATE KEY-----\n") && !s.leaf.key_pem.contains('\r'));
+}
+
+/// A certificate with `cn` and DNS `sans`, valid until `not_after` (seconds since the epoch).
+fn certificate(cn: &str, sans: &[&str], not_after: u64) -> Vec<u8> {
+    let mut params = rcgen::CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    params.not_after = rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(not_after);
+    let key = rcgen::KeyPair::generate().unwrap();
+    params.self_signed(&key).unwrap().der().to_vec()
+}
+
+#[test]
+fn names_and_expiry_are_read_from_the_certificate() {
+    // 2049-12-31T23:59:59Z (the last UTCTime) and 2050-01-01T00:00:00Z (the first GeneralizedTime).
+    for until in [2_524_607_999u64, 2_524_608_000, 1_900_000_000] {
+        let der = certificate("kube-apiserver", &["apiserver.example", "admission.example"], until);
+        assert_eq!(not_after(&der), Some(until as i64));
+        assert_eq!(cert_names(&der).unwrap(), ["kube-apiserver", "apiserver.example", "admission.example"]);
+    }
+    let der = certificate("only-a-cn", &[], 1_900_000_000);
+    assert_eq!(cert_names(&der).unwrap(), ["only-a-cn"]);
+    assert_eq!((not_after(b"not a certificate"), cert_names(b"not a certificate")), (None, None));
+    assert_eq!(cert_names(&der[..der.len() / 2]), None, "a cut-off certificate does not parse");
 }
