@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use confighistory::admission::{self, review, Failed, Fresh, Outcome, View};
 use confighistory::cache::State;
+use confighistory::cache::Writer as _;
 use confighistory::model::ids::SourceId;
 use confighistory::model::kinds::Kind;
 use confighistory::model::policy::Policy;
@@ -278,7 +279,7 @@ fn count(path: &str, n: usize) {
         "secret1mib" | "secret-small" => {
             let (old, new) = if path == "secret1mib" { big_secrets() } else { as_secrets(small_configmaps()) };
             let source = old["metadata"]["name"].as_str().unwrap().to_owned();
-            state.source_kinds = confighistory::model::ids::SourceKinds::WITH_SECRETS;
+            state.set_source_kinds(confighistory::model::ids::SourceKinds::WITH_SECRETS);
             let mut w = deployment(1, 0, |_| String::new());
             w["spec"]["template"]["spec"]["volumes"] =
                 json!([{"name": "s", "secret": {"secretName": snapshot::name(&source, &content.hash(), 0)}}]);

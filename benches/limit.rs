@@ -34,6 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use confighistory::cache::State;
+use confighistory::cache::Writer as _;
 use confighistory::cluster::MemoryCluster;
 use confighistory::model::digest::{self, Sha256};
 use confighistory::model::kinds::Kind;

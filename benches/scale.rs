@@ -22,6 +22,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use confighistory::cache::Writer as _;
 use confighistory::cache::{self, Lock, State};
 use confighistory::cluster::MemoryCluster;
 use confighistory::controller::{adopt, propagate};
@@ -444,12 +445,12 @@ fn main() {
     }
     let wall = start.elapsed();
     let (rss, hwm) = status();
-    let configmaps = state.sources.len();
+    let configmaps = state.sources().len();
     println!(
         "fill: {} namespaces, {configmaps} ConfigMaps, {} workloads, {} revisions ({} objects applied)",
         scale.namespaces,
-        state.workloads.len(),
-        state.revisions.len(),
+        state.workloads().len(),
+        state.revisions().len(),
         fill.applied
     );
     println!("fill time: {} in the apply functions, {} with building the objects", ms(fill.in_apply), ms(wall));

@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
 
 use confighistory::cache::State;
+use confighistory::cache::Writer as _;
 use confighistory::controller::adopt;
 use confighistory::model::kinds::Kind;
 use confighistory::model::names;

@@ -24,6 +24,7 @@ use std::sync::{Arc, OnceLock};
 
 use confighistory::admission::review::{self, Request, Response, MAX_WARNING};
 use confighistory::admission::Reason;
+use confighistory::cache::Writer as _;
 use confighistory::cache::{Lock, State};
 use confighistory::cluster::MemoryCluster;
 use confighistory::model::ids;

@@ -104,16 +104,18 @@ async fn start(
         });
     }
     crate::metrics::METRICS.set_sources(policy.acted_on());
-    let mut state = State { kinds, source_kinds: policy.acted_on(), ..State::keeping_labels(&policy.excluded_sources) };
+    let mut state = State::keeping_labels(&policy.excluded_sources);
+    state.set_kinds(kinds);
+    state.set_source_kinds(policy.acted_on());
     if trust_revisions_before_now {
         // Compared with revisions' creationTimestamps: the API server's time.
         let now = k8s_openapi::jiff::Timestamp::from_millisecond(clock.now_ms()).unwrap_or_default();
-        state.revisions_trusted_before = Some(format!("{now:.0}"));
+        state.set_revisions_trusted_before(Some(format!("{now:.0}")));
     }
     let state = Arc::new(Lock::new(state));
     let report = watch::Reporter { cluster: cluster.clone(), regarding };
     let shared = Arc::new(Context::new(policy, state.clone(), cluster).with_clock(clock).with_kinds(kinds));
-    watch::start(client.clone(), state, shared.synced.clone(), kinds, Some(report));
+    watch::start(client.clone(), state, kinds, Some(report));
     Ok((client, shared, kinds))
 }
 
@@ -318,7 +320,7 @@ pub async fn controller(args: ControllerCommandArgs) -> Result<()> {
     let ctx = crate::controller::start(port.client.clone(), shared.clone(), Arc::new(port), controller, kinds).await?;
     let health = bind(args.health_listen, "--health-listen").await?;
     tracing::info!(health = %args.health_listen, "controller running");
-    spawn_health(health, webhook::health(shared.synced.clone(), None));
+    spawn_health(health, webhook::health(shared.ready.clone(), None));
     shutdown_signal().await;
     crate::controller::release(&ctx).await;
     Ok(())

@@ -21,6 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt;
 
 use confighistory::cache::State;
+use confighistory::cache::Writer as _;
 use confighistory::cluster::{self, Cluster, Created};
 use confighistory::model::ids::{SourceId, SourceKind};
 use confighistory::model::policy::Policy;

@@ -39,7 +39,7 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file belongs to: `src/cache.rs` -> cache, `src/model/json.rs` -> model.
+/// The top-level module a file belongs to: `src/cli.rs` -> cli, `src/cache/state.rs` -> cache.
 fn module_of(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap();
     let first = rel.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
@@ -117,10 +117,15 @@ fn model_rank(file: &str) -> Option<usize> {
 /// too), comments left out, with their line numbers. A `super::x` names a file only when `x` is
 /// one of `files`: inside a file's `mod tests`, `super::` is the file itself.
 fn model_uses(text: &str, files: &[String]) -> Vec<(usize, String)> {
+    ladder_uses(text, files, "crate::model::")
+}
+
+/// As [`model_uses`], for the files of the module whose paths start `module` (`crate::cache::`).
+fn ladder_uses(text: &str, files: &[String], module: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let code = line.split("//").next().unwrap_or_default();
-        for (prefix, any) in [("crate::model::", true), ("super::", false)] {
+        for (prefix, any) in [(module, true), ("super::", false)] {
             let mut rest = code;
             while let Some(at) = rest.find(prefix) {
                 let after = &rest[at + prefix.len()..];
@@ -187,6 +192,38 @@ fn model_files_form_a_ladder() {
     assert!(wrong.is_empty(), "model/ ladder (docs/architecture.md) broken:\n{}", wrong.join("\n"));
 }
 
+/// cache's own files, lowest first (docs/architecture.md "cache/"): the records know nothing of
+/// the state, the state's queries nothing of the writer, and the lock only the state it guards.
+/// Their tests may use any of them.
+const CACHE_LADDER: &[&str] = &["watched", "records", "readiness", "state", "writer", "lock", "mod"];
+
+#[test]
+fn cache_files_form_a_ladder() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cache");
+    let mut all = Vec::new();
+    files(&dir, &mut all);
+    let stems: Vec<String> = all.iter().map(|f| f.file_stem().unwrap().to_string_lossy().into_owned()).collect();
+    let rank = |f: &str| CACHE_LADDER.iter().position(|l| *l == f);
+    let mut wrong = Vec::new();
+    for (file, stem) in all.iter().zip(&stems) {
+        let Some(own) = rank(stem) else {
+            wrong.push(format!("cache/{stem}.rs: in no rank: add it to CACHE_LADDER and docs/architecture.md"));
+            continue;
+        };
+        let text = std::fs::read_to_string(file).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (line, used) in ladder_uses(code, &stems, "crate::cache::") {
+            match rank(&used) {
+                Some(r) if r >= own && used != *stem => wrong.push(format!("cache/{stem}.rs:{line}: uses `{used}`, at or above it")),
+                // `crate::cache::X` names an item through mod.rs: say which file instead.
+                None if stem != "mod" => wrong.push(format!("cache/{stem}.rs:{line}: names `crate::cache::{used}`; use `super::file::`")),
+                _ => {}
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "cache/ ladder (docs/architecture.md) broken:\n{}", wrong.join("\n"));
+}
+
 #[test]
 fn the_ladder_check_sees_a_step_up() {
     let files = ["json", "names", "policy", "meta"].map(String::from);
@@ -197,6 +234,9 @@ fn the_ladder_check_sees_a_step_up() {
     let found: Vec<(usize, &str)> = found.iter().map(|(l, u)| (*l, u.as_str())).collect();
     assert_eq!(found, [(1, "json"), (1, "names"), (2, "policy")]);
     assert!(model_rank("policy") > model_rank("names") && model_rank("nothing").is_none());
+    let cache = ["state", "writer"].map(String::from);
+    let found = ladder_uses("use super::writer::Writer;\nuse crate::cache::{state, Lock};", &cache, "crate::cache::");
+    assert_eq!(found, [(1, "writer".to_owned()), (2, "state".to_owned()), (2, "Lock".to_owned())]);
 }
 
 #[test]

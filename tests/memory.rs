@@ -5,7 +5,7 @@
 
 use axum::http::StatusCode;
 use confighistory::admission::review;
-use confighistory::cache::Lock;
+use confighistory::cache::{Lock, Writer};
 use confighistory::cluster::MemoryCluster;
 use confighistory::model::json::parse_cost;
 use confighistory::model::policy::Policy;

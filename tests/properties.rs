@@ -13,6 +13,7 @@ mod checks;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use confighistory::cache::Writer as _;
 use confighistory::cluster::MemoryCluster;
 use confighistory::model::snapshot::{self, Content};
 use confighistory::webhook::Endpoint;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use base64::Engine as _;
 use confighistory::cache::State;
+use confighistory::cache::Writer as _;
 use confighistory::cluster::{ApiError, MemoryCluster};
 use confighistory::model::digest::{digest, Sha256};
 use confighistory::model::ids::{SourceId, SourceKind};
@@ -88,7 +89,8 @@ struct Fixture {
 
 impl Fixture {
     fn new(policy: Policy) -> Fixture {
-        let state = State { source_kinds: policy.acted_on(), ..State::default() };
+        let mut state = State::default();
+        state.set_source_kinds(policy.acted_on());
         Fixture {
             state: Arc::new(confighistory::cache::Lock::new(state)),
             cluster: MemoryCluster::default(),

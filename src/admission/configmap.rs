@@ -360,6 +360,7 @@ pub(super) fn just_before(t: &str, now: &str, window: std::time::Duration) -> bo
 
 #[cfg(test)]
 mod tests {
+    use crate::cache::Writer;
     use serde_json::json;
 
     use super::*;

@@ -95,7 +95,7 @@ impl View<'_> {
     pub fn snapshot_of(&self, ns: &str, id: &SourceId) -> Option<(SourceId, String)> {
         if self.state.source(ns, id).is_none() {
             if let Some(Some(obj)) = self.fresh.get(id) {
-                let info = crate::cache::ConfigMapInfo::from_object_keeping(obj, Some(&Default::default()));
+                let info = crate::cache::SourceInfo::from_object_keeping(obj, Some(&Default::default()));
                 return info.snapshot_of(&id.name).map(|(source, hash)| (id.with_name(source), hash));
             }
         }

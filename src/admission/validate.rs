@@ -192,6 +192,7 @@ fn created_during_admission(cm: &Value, now: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use crate::cache::Writer;
     use serde_json::json;
 
     use super::*;
@@ -360,7 +361,8 @@ mod tests {
         for (i, (mode, req, cm)) in cases.into_iter().enumerate() {
             let fresh: Fresh = [(SourceId::configmap("cfg"), Some(cm))].into();
             let deployment = decide_in(mode, req, fresh[&SourceId::configmap("cfg")].clone().unwrap());
-            let mut state = State { kinds: with_rollout(), ..state(mode) };
+            let mut state = state(mode);
+            state.set_kinds(with_rollout());
             state.apply_revision(Kind::ReplicaSet, &rs);
             let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: NOW, namespace: None };
             let Outcome::Done(rollout) = decide(&as_rollout(req.clone()), &view) else { panic!("case {i}: asked to read") };

@@ -143,7 +143,7 @@ impl Pinning<'_> {
 /// [`KindDef::run_of`]: crate::model::kinds::KindDef::run_of
 pub fn made_by_cronjob(kind: Kind, ns: &str, obj: &Value, template: &Value, view: &View) -> bool {
     let Some((group, maker)) = kind.def().run_of else { return false };
-    let Some(maker) = view.state.kinds.workload(group, maker) else { return false };
+    let Some(maker) = view.state.kinds().workload(group, maker) else { return false };
     let Some(owner) = obj.at("/metadata/ownerReferences").and_then(Value::as_array).and_then(|o| {
         o.iter().find(|o| {
             // The uid below identifies the owner; an apiVersion, when given, must be its group's.
@@ -156,7 +156,7 @@ pub fn made_by_cronjob(kind: Kind, ns: &str, obj: &Value, template: &Value, view
         return false;
     };
     let (name, uid) = (owner["name"].as_str().unwrap_or_default(), owner["uid"].as_str().unwrap_or_default());
-    let Some(cronjob) = view.state.workloads.get(&(maker, ns.into(), name.into())) else { return false };
+    let Some(cronjob) = view.state.workload(&(maker, ns.into(), name.into())) else { return false };
     let mut template = template.clone();
     if let Some(labels) = template.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
         for added in ["controller-uid", "job-name", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name"] {
@@ -173,7 +173,7 @@ pub fn made_by_cronjob(kind: Kind, ns: &str, obj: &Value, template: &Value, view
 /// UPDATE, an object not being deleted. Returns the kind, the namespace's mode and the analysis,
 /// or why the request is allowed as it is.
 pub fn admissible<'a>(req: &'a Request, view: &View) -> Result<(Mode, Analysis<'a>), Reason> {
-    let Some(kind) = view.state.kinds.workload(&req.kind.group, &req.kind.kind) else {
+    let Some(kind) = view.state.kinds().workload(&req.kind.group, &req.kind.kind) else {
         return Err(Reason::UnhandledKind);
     };
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) || !matches!(req.operation, Operation::Create | Operation::Update) {
@@ -197,7 +197,7 @@ pub fn admissible<'a>(req: &'a Request, view: &View) -> Result<(Mode, Analysis<'
 /// keeps its template in a Deployment, which is pinned as Deployments are).
 fn no_template(req: &Request, view: &View) -> Decision {
     let mut d = Decision::allow(Reason::NoTemplate);
-    let kind = view.state.kinds.workload(&req.kind.group, &req.kind.kind);
+    let kind = view.state.kinds().workload(&req.kind.group, &req.kind.kind);
     if let Some(kind) = kind.filter(|k| !k.is_builtin() && req.operation == Operation::Create) {
         let path = kind.template_pointer().trim_start_matches('/').replace('/', ".");
         d.response.warnings.push(format!(
@@ -781,7 +781,8 @@ mod tests {
         use crate::admission::review::GroupVersionKind;
         use crate::model::kinds::tests::with_rollout;
         let (policy, fresh) = (Policy::default(), Fresh::new());
-        let state = State { kinds: with_rollout(), ..State::default() };
+        let mut state = State::default();
+        state.set_kinds(with_rollout());
         let view = View { policy: &policy, state: &state, fresh: &fresh, failed: &Failed::new(), now: "", namespace: None };
         let request = |group: &str, kind: &str, operation| Request {
             kind: GroupVersionKind { group: group.into(), version: "v1alpha1".into(), kind: kind.into() },

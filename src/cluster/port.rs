@@ -100,8 +100,9 @@ pub struct Event {
     pub note: String,
 }
 
-/// Every API-server read and write of admission and the controller loops (the Lease of leader
-/// election aside: `controller::leader` keeps it to itself). Sources and their snapshots are
+/// Every API-server read and write of admission and the controller loops. The leader's Lease,
+/// the webhook's certificate and the published effective configuration stay direct kube calls
+/// of their owners (docs/architecture.md, "The port"). Sources and their snapshots are
 /// objects of a source kind, named by [`SourceId`]. The methods past the first source ones
 /// default to an error, so a test double for admission implements only what admission calls.
 pub trait Cluster: Send + Sync + 'static {

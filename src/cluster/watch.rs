@@ -1,9 +1,10 @@
-//! Watches that keep [`State`] current. Objects are reduced to the records `State` keeps as
-//! they arrive; nothing else is retained.
+//! Watches that keep the cache current: each applies its events through the cache's
+//! [`Writer`], which reduces objects to the records the cache keeps as they arrive (nothing else
+//! is retained) and counts the watch synced once its first list is in.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use serde_json::Value;
 
-use crate::cache::{self, Key, Lock, Watched};
+use crate::cache::{self, Key, Lock, Watched, Writer};
 use crate::cluster::raw::{RawMetadata, RawObject};
 use crate::cluster::{Cluster, ObjectRef};
 use crate::model::ids::SourceKind;
@@ -82,9 +83,10 @@ pub struct Reporter {
     pub regarding: ObjectRef,
 }
 
-/// Starts every watch; `synced` turns true once all of them delivered their first list. A kind
-/// the admin registered is watched once its API is served (looked for every [`UNSERVED_RETRY`]
-/// until it is, reported meanwhile: [`watch_when_served`]); it never holds readiness back.
+/// Starts every watch; the cache is ready ([`cache::Readiness`]) once all of them delivered
+/// their first list. A kind the admin registered is watched once its API is served (looked for
+/// every [`UNSERVED_RETRY`] until it is, reported meanwhile: [`watch_when_served`]); it never
+/// holds readiness back. `kinds` is the registry the cache was set to (`State::set_kinds`).
 ///
 /// Sources (ConfigMaps) are listed and watched as metadata (`PartialObjectMetadata`, served by every API
 /// server since 1.15): no page or event carries their data, which can be 1 MiB each (docs/behaviour.md §10;
@@ -92,14 +94,13 @@ pub struct Reporter {
 /// immutable is not metadata: the controller reads a source when a decision needs it
 /// ([`State::learn_source`]), and admission decides from the request and fresh reads.
 /// `kinds`: the registry resolved at start ([`resolve_kinds`]).
-pub fn start(client: kube::Client, state: Arc<Lock>, synced: Arc<AtomicBool>, kinds: &'static Registry, report: Option<Reporter>) {
+pub fn start(client: kube::Client, state: Arc<Lock>, kinds: &'static Registry, report: Option<Reporter>) {
     let registered = |w: &Watched| matches!(w, Watched::Workload(k) if !k.is_builtin());
-    let sources = state.read().source_kinds;
+    let sources = state.read().source_kinds();
     let all = Watched::all(kinds, sources);
-    let pending = Arc::new(Mutex::new(all.iter().filter(|w| !registered(w)).map(|w| w.name()).collect::<HashSet<_>>()));
     let paged = Arc::new(AtomicBool::new(false));
     for what in all {
-        let feed = Feed { what, state: state.clone(), synced: synced.clone(), pending: pending.clone(), paged: paged.clone() };
+        let feed = Feed { what, state: state.clone(), paged: paged.clone() };
         match what {
             Watched::Workload(kind) if registered(&what) => {
                 tokio::spawn(watch_when_served(client.clone(), kind, kinds, feed, report.clone()));
@@ -214,12 +215,10 @@ async fn watch_when_served(client: kube::Client, kind: Kind, kinds: &'static Reg
     run_watch(client, Watched::Workload(kind), kinds, feed);
 }
 
-/// One watch feeding [`State`].
+/// One watch feeding the cache.
 struct Feed {
     what: Watched,
     state: Arc<Lock>,
-    synced: Arc<AtomicBool>,
-    pending: Arc<Mutex<HashSet<&'static str>>>,
     /// Set once the API server refused a streamed list: every watch then lists in pages.
     paged: Arc<AtomicBool>,
 }
@@ -239,7 +238,7 @@ impl Feed {
         lists: Lists,
         value: impl Fn(T) -> Value,
     ) -> Ended {
-        let Feed { what, state, synced, pending, .. } = self;
+        let Feed { what, state, .. } = self;
         let what = *what;
         let mut seen: HashSet<Key> = HashSet::new();
         let mut listed = false;
@@ -251,26 +250,24 @@ impl Feed {
                     Event::InitApply(o) => {
                         let v = value(o);
                         seen.insert(key(&v));
-                        cache::write(state).apply(what, &v);
+                        cache::write(state).apply(cache::Event::Apply(what, &v));
                     }
                     Event::InitDone => {
                         listed = true;
-                        {
-                            let mut state = cache::write(state);
-                            state.retain_seen(what, &seen);
-                            state.synced.0.insert(what.name());
-                        }
+                        let ready = cache::write(state).apply(cache::Event::Relisted(what, &seen));
                         // Not `clear()`: the table of a 100,000-object list would stay allocated for
                         // the process's life (docs/performance.md, "Scale on a real cluster").
                         seen = HashSet::new();
-                        let mut p = pending.lock().expect("lock");
-                        p.remove(what.name());
-                        if p.is_empty() && !synced.swap(true, Ordering::Relaxed) {
+                        if ready {
                             tracing::info!(lists = ?lists, "caches synced");
                         }
                     }
-                    Event::Apply(o) => cache::write(state).apply(what, &value(o)),
-                    Event::Delete(o) => cache::write(state).delete(what, &value(o)),
+                    Event::Apply(o) => {
+                        cache::write(state).apply(cache::Event::Apply(what, &value(o)));
+                    }
+                    Event::Delete(o) => {
+                        cache::write(state).apply(cache::Event::Delete(what, &value(o)));
+                    }
                 },
                 Ok(None) => return Ended::Closed,
                 Err(e) => match refused(&e) {
@@ -313,6 +310,7 @@ mod tests {
     use hyper::body::{Bytes, Frame};
     use serde_json::json;
     use std::convert::Infallible;
+    use std::sync::Mutex;
     use std::time::Duration;
 
     type Body = BoxBody<Bytes, Infallible>;
@@ -366,10 +364,10 @@ mod tests {
     /// Starts the watches against `client` and waits until they synced.
     async fn synced(client: kube::Client) -> Arc<Lock> {
         let state = Arc::new(Lock::new(State::default()));
-        let synced = Arc::new(AtomicBool::new(false));
-        start(client, state.clone(), synced.clone(), Registry::builtin(), None);
+        let ready = state.ready();
+        start(client, state.clone(), Registry::builtin(), None);
         for _ in 0..500 {
-            if synced.load(Ordering::Relaxed) {
+            if ready.is_ready() {
                 return state;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -384,7 +382,7 @@ mod tests {
         assert!(state.read().namespace("team").is_some());
         let log = log.lock().unwrap();
         assert!(log.iter().all(|r| r.contains("sendInitialEvents=true")), "a request that is no streamed list: {log:?}");
-        assert_eq!(log.len(), Watched::all(Registry::builtin(), State::default().source_kinds).len(), "one request per watch: {log:?}");
+        assert_eq!(log.len(), Watched::all(Registry::builtin(), State::default().source_kinds()).len(), "one request per watch: {log:?}");
     }
 
     #[tokio::test]
@@ -393,7 +391,7 @@ mod tests {
         let state = synced(server(false, log.clone())).await;
         assert!(state.read().namespace("team").is_some(), "the namespace of the paged list");
         let log = log.lock().unwrap().clone();
-        let watches = Watched::all(Registry::builtin(), State::default().source_kinds);
+        let watches = Watched::all(Registry::builtin(), State::default().source_kinds());
         for what in &watches {
             let path = format!("/{}?", api_resource(*what, Registry::builtin()).plural);
             let of = |r: &&String| r.contains(&path);

@@ -150,7 +150,7 @@ impl<T: AsRef<str>, const N: usize> From<[(String, T); N]> for Seen {
 pub fn note_seen(state: &State, policy: &Policy, selector: &Selector, seen: &mut Seen, mut without_secrets: Option<&mut Seen>) {
     // Namespace → (the loops act in it, Secrets are on in it), for this pass.
     let mut namespaces: HashMap<&str, (bool, bool)> = HashMap::new();
-    for ((_, ns, _), w) in &state.workloads {
+    for ((_, ns, _), w) in state.workloads() {
         let (active, secrets) = *namespaces.entry(ns.as_str()).or_insert_with(|| {
             let active = propagate::namespace_active(state, policy, selector, ns);
             (active, active && without_secrets.is_some() && propagate::kinds_in(state, policy, ns).has_opt_in())
@@ -166,8 +166,8 @@ pub fn note_seen(state: &State, policy: &Policy, selector: &Selector, seen: &mut
 /// Every template the cache holds now (workloads and revisions): what "seen before" starts from
 /// when this replica becomes leader.
 pub fn current_templates(state: &State) -> Seen {
-    let workloads = state.workloads.iter().map(|((_, ns, _), w)| (ns.to_string(), w.template_hash.clone()));
-    workloads.chain(state.revisions.iter().map(|((_, ns, _), r)| (ns.to_string(), r.template_hash.clone()))).collect()
+    let workloads = state.workloads().map(|((_, ns, _), w)| (ns.to_string(), w.template_hash.clone()));
+    workloads.chain(state.revisions().map(|((_, ns, _), r)| (ns.to_string(), r.template_hash.clone()))).collect()
 }
 
 /// Decides adoptions and repairs. `seen`: templates this controller saw before;
@@ -198,7 +198,7 @@ pub fn decide(
     let mut revision_pins: HashMap<(&str, SourceId), &str> = HashMap::new();
     // (owner uid, template hash) → the earliest revision with that template.
     let mut revision_of: HashMap<(&str, &str), &str> = HashMap::new();
-    for ((_, ns, _), r) in &state.revisions {
+    for ((_, ns, _), r) in state.revisions() {
         let first = revision_of.entry((r.owner_uid.as_str(), r.template_hash.as_str())).or_insert(r.created.as_str());
         *first = (*first).min(r.created.as_str());
         let kinds = propagate::kinds_in(state, policy, ns);
@@ -209,7 +209,7 @@ pub fn decide(
             }
         }
     }
-    let mut workloads: Vec<_> = state.workloads.iter().collect();
+    let mut workloads: Vec<_> = state.workloads().collect();
     workloads.sort_by(|a, b| a.0.cmp(b.0));
     for ((kind, ns, name), w) in workloads {
         if !kind.is_workload() || !kind.template_mutable() || w.deleting || policy::ignored(w) {
@@ -313,6 +313,7 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::Writer;
     use crate::controller::propagate::tests::{h, snap, source, workload, T0};
     use crate::model::kinds::Kind;
     use crate::model::snapshot;
@@ -320,7 +321,7 @@ mod tests {
     use serde_json::json;
 
     fn tpl_hash(s: &State, name: &str) -> String {
-        s.workloads[&(Kind::Deployment, "ns".into(), name.into())].template_hash.to_string()
+        s.workload(&(Kind::Deployment, "ns".into(), name.into())).unwrap().template_hash.to_string()
     }
 
     /// The propagation pass's bookkeeping (docs/behaviour.md §4a, §9): templates of namespaces
@@ -338,7 +339,7 @@ mod tests {
                 s.apply_workload(Kind::Deployment, &workload(ns, name, &[name], &[]));
             }
         }
-        let template = |ns: &str, name: &str| s.workloads[&(Kind::Deployment, ns.into(), name.into())].template_hash.clone();
+        let template = |ns: &str, name: &str| s.workload(&(Kind::Deployment, ns.into(), name.into())).unwrap().template_hash.clone();
         let (mut seen, mut without) = (Seen::new(), Seen::new());
         note_seen(&s, &policy, &Selector::default(), &mut seen, Some(&mut without));
         let expected = |ns: &str| Seen::from([(ns.to_owned(), template(ns, "a")), (ns.to_owned(), template(ns, "b"))]);

@@ -1,7 +1,6 @@
 //! What the controller loops share: their context ([`Ctx`]: the port, the policy and cache, the
 //! rate limiters, leadership and the templates seen), their [`Error`], and the waits they all take.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -152,7 +151,7 @@ impl Ctx {
 }
 
 pub(crate) async fn wait_synced(ctx: &Ctx) {
-    while !ctx.shared.synced.load(Ordering::Relaxed) {
+    while !ctx.shared.ready.is_ready() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

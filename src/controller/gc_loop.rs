@@ -36,8 +36,7 @@ pub(crate) async fn gc_pass(ctx: &Ctx, settings: gc::Settings) {
     let namespaces: Vec<(String, bool)> = cache::pass(&ctx.shared.state, |state| {
         let policy = &ctx.shared.policy;
         let mut v: Vec<(String, bool)> = state
-            .sources
-            .iter()
+            .sources()
             .filter(|((ns, id), cm)| propagate::kinds_in(state, policy, ns).contains(id.kind) && cm.snapshot_of(&id.name).is_some())
             .map(|((ns, _), _)| ns.to_string())
             .filter(|ns| gc_namespace_allowed(state, policy, &ctx.selector, ns))

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use crate::cache::{ConfigMapInfo, SourceKey, State};
+use crate::cache::{SourceInfo, SourceKey, State};
 use crate::model::ids::{self, SourceId};
 use crate::model::kinds::Kind;
 use crate::model::meta::Meta;
@@ -132,7 +132,7 @@ pub fn parse_time_ms(s: &str) -> Option<i64> {
 }
 
 /// The settle window of a source: its own annotation, else its namespace's, else the default.
-pub fn settle_ms(state: &State, policy: &Policy, ns: &str, cm: &ConfigMapInfo) -> i64 {
+pub fn settle_ms(state: &State, policy: &Policy, ns: &str, cm: &SourceInfo) -> i64 {
     let d = cm
         .annotation(names::SETTLE)
         .and_then(|s| policy::parse_duration(s).ok())
@@ -148,7 +148,7 @@ pub fn namespace_active(state: &State, policy: &Policy, selector: &Selector, ns:
 }
 
 /// The pending change of a source ([`source::pending_change`] at its recorded head), if any.
-pub fn pending_change(state: &State, policy: &Policy, ns: &str, id: &SourceId, cm: &ConfigMapInfo) -> Option<Change> {
+pub fn pending_change(state: &State, policy: &Policy, ns: &str, id: &SourceId, cm: &SourceInfo) -> Option<Change> {
     let head = cm.annotation(names::HEAD)?;
     let changed_ms = parse_time_ms(source::pending_change(cm, head)?).unwrap_or(0);
     Some(Change {
@@ -212,8 +212,8 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &Selector, now
     let mut changes: HashMap<SourceKey, Change> = HashMap::new();
     // The sources whose records say a change waits (the cache keeps them apart: 100,000
     // ConfigMaps, a pass every tick), then the namespace's mode for those.
-    for key @ (ns, id) in &state.pending_changes {
-        let Some(cm) = state.sources.get(key) else { continue };
+    for key @ (ns, id) in state.pending_changes() {
+        let Some(cm) = state.source_at(key) else { continue };
         let Some(change) = pending_change(state, policy, ns, id, cm) else { continue };
         if !kinds_in(state, policy, ns).contains(id.kind)
             || !source::is_tracked_source(id, cm, &policy.excluded_sources)
@@ -237,7 +237,7 @@ pub fn due_propagations(state: &State, policy: &Policy, selector: &Selector, now
     let changed_namespaces: HashSet<&str> = changes.keys().map(|(ns, _)| ns.as_str()).collect();
     // In no particular order: the plans are sorted below, which is the order this loop had when it
     // went through the workloads sorted (every workload at scale; the plans are few).
-    for ((kind, ns, name), w) in state.workloads.iter().filter(|_| metrics || !changed_namespaces.is_empty()) {
+    for ((kind, ns, name), w) in state.workloads().filter(|_| metrics || !changed_namespaces.is_empty()) {
         if !metrics && !changed_namespaces.contains(ns.as_str()) {
             continue;
         }
@@ -335,7 +335,7 @@ pub fn versioning_touches(state: &State, policy: &Policy, selector: &Selector) -
     // (namespace, source) with a workload pinned to one of its snapshots, held or not: leaving
     // versioning moves held pins too (is_stale).
     let mut pinned: HashSet<(&str, SourceId)> = HashSet::new();
-    for ((kind, ns, _), w) in &state.workloads {
+    for ((kind, ns, _), w) in state.workloads() {
         if !kind.propagates() || w.deleting || policy::ignored(w) {
             continue;
         }
@@ -346,7 +346,7 @@ pub fn versioning_touches(state: &State, policy: &Policy, selector: &Selector) -
         }
     }
     let (mut touches, mut unknown) = (Vec::new(), Vec::new());
-    for ((ns, id), cm) in &state.sources {
+    for ((ns, id), cm) in state.sources() {
         // ConfigMaps only: the admin's selector makes a Secret a never-source, left as it is
         // (docs/behaviour.md §4a); a Secret's own opt-out is recorded by its admission.
         if id.kind.def().never != Never::RootCaBundle
@@ -388,7 +388,7 @@ pub struct PinnedTo {
 /// source).
 fn pins_by_source(state: &State, policy: &Policy) -> HashMap<SourceKey, Vec<PinnedTo>> {
     let mut out: HashMap<SourceKey, Vec<PinnedTo>> = HashMap::new();
-    for ((kind, ns, _), w) in &state.workloads {
+    for ((kind, ns, _), w) in state.workloads() {
         if !kind.propagates() || w.deleting || policy::ignored(w) {
             continue;
         }
@@ -411,8 +411,7 @@ fn pins_by_source(state: &State, policy: &Policy) -> HashMap<SourceKey, Vec<Pinn
 pub fn rehash_sources(state: &State, policy: &Policy, selector: &Selector) -> Vec<(SourceKey, Vec<PinnedTo>)> {
     let mut pins = pins_by_source(state, policy);
     let mut out: Vec<(SourceKey, Vec<PinnedTo>)> = state
-        .sources
-        .iter()
+        .sources()
         .filter(|((ns, id), cm)| {
             kinds_in(state, policy, ns).contains(id.kind)
                 && source::is_versioned_source_of(id, *cm, &policy.excluded_sources)
@@ -468,6 +467,7 @@ fn interleave_namespaces(plans: Vec<Plan>) -> Vec<Plan> {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use crate::cache::Writer;
 
     /// docs/behaviour.md §7.9: the change-cause names each source and who changed it (when its
     /// source records it), says a repair is one, stays within one line, and is never set over a
@@ -634,7 +634,8 @@ pub(crate) mod tests {
             w["spec"] = json!({"workload": {"template": tpl}});
             w
         };
-        let mut s = State { kinds: with_rollout(), ..setup() };
+        let mut s = setup();
+        s.set_kinds(with_rollout());
         for (kind, name) in [(Kind::Deployment, "d"), (rollout, "r")] {
             let to = |w: Value| if kind == rollout { elsewhere(w) } else { w };
             s.apply_workload(kind, &to(workload("ns", &format!("{name}-stale"), &[&old], &[])));
@@ -669,7 +670,8 @@ pub(crate) mod tests {
     /// A cache with a Secret source `db` (changed to `b`, workloads on `a`) beside the ConfigMap
     /// `cfg` of [`setup`], and a Deployment using both.
     fn with_secret() -> State {
-        let mut s = State { source_kinds: ids::SourceKinds::WITH_SECRETS, ..setup() };
+        let mut s = setup();
+        s.set_source_kinds(ids::SourceKinds::WITH_SECRETS);
         let secret = |mut o: Value| {
             o["kind"] = json!("Secret");
             o
@@ -699,7 +701,7 @@ pub(crate) mod tests {
         assert_eq!(due.plans[0].trigger_value(), format!("cfg={},secret/db={}", h('b'), h('b')));
         let rehashed: Vec<_> = rehash_sources(&s, &policy, &selector).into_iter().map(|((_, id), _)| id.to_string()).collect();
         assert_eq!(rehashed, ["cfg", "secret/db"]);
-        let refs = &s.workloads.values().next().unwrap().refs;
+        let refs = &s.workloads().next().unwrap().1.refs;
         assert_eq!(sources_of(&s, &policy, "ns", refs).len(), 2);
         // A Secret leaving versioning is left as it is: no versioning touch.
         let (touches, unknown) = versioning_touches(&s, &policy, &selector);
@@ -721,7 +723,7 @@ pub(crate) mod tests {
             assert_eq!(due.plans[0].trigger_value(), format!("cfg={}", h('b')), "{what}: the ConfigMap's change only");
             assert!(due.done.iter().all(|(_, id, _)| id.kind == ids::SourceKind::ConfigMap), "{what}");
             assert!(rehash_sources(&s, &policy, &selector).iter().all(|((_, id), _)| id.kind == ids::SourceKind::ConfigMap), "{what}");
-            let refs = &s.workloads.values().next().unwrap().refs;
+            let refs = &s.workloads().next().unwrap().1.refs;
             assert!(sources_of(&s, &policy, "ns", refs).keys().all(|id| id.kind == ids::SourceKind::ConfigMap), "{what}");
         }
     }

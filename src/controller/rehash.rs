@@ -14,7 +14,7 @@ use super::propagate;
 use super::ratelimit::Limiter;
 use super::resync::{ResyncState, CHECKPOINT_EVERY};
 use super::shared::learn_immutability;
-use crate::cache::{self, SourceKey};
+use crate::cache::{self, SourceKey, Writer};
 use crate::model::ids::{SourceId, SourceKind};
 use crate::model::meta::Meta;
 use crate::model::names;
@@ -40,13 +40,13 @@ pub(crate) async fn rehash(ctx: &Ctx, st: &mut ResyncState) {
             // What the last leader confirmed and the cache shows unchanged (the sources with a
             // head, the ones a re-hash confirms).
             let candidates = sources.iter().filter_map(|(k, _)| {
-                let c = state.sources.get(k).filter(|c| c.annotation(names::HEAD).is_some())?;
+                let c = state.source_at(k).filter(|c| c.annotation(names::HEAD).is_some())?;
                 Some((k, c.resource_version.as_str()))
             });
             verified.extend(checkpoint::confirmed(candidates, kept));
         }
         let unchanged = |k: &SourceKey| {
-            verified.get(k).is_some_and(|rv| state.sources.get(k).is_some_and(|c| c.resource_version.as_str() == rv.as_str()))
+            verified.get(k).is_some_and(|rv| state.source_at(k).is_some_and(|c| c.resource_version.as_str() == rv.as_str()))
         };
         sources.into_iter().filter(|(k, _)| !unchanged(k)).collect::<Vec<_>>()
     });
@@ -148,7 +148,7 @@ async fn rehash_listed(
                 continue;
             }
             let rv = meta["resourceVersion"].as_str().unwrap_or_default();
-            let known = cache::read(&ctx.shared.state).sources.get(&key).is_some_and(|c| c.resource_version.as_str() == rv);
+            let known = cache::read(&ctx.shared.state).source_at(&key).is_some_and(|c| c.resource_version.as_str() == rv);
             if !known {
                 continue;
             }

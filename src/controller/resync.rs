@@ -132,7 +132,7 @@ async fn repair_one(ctx: &Ctx, p: &Plan, st: &mut ResyncState) {
     // current content (repair skips sources with a pending change, and adopt_one refuses a
     // change the webhook missed). Recording it lets an undo to that revision bring its
     // config back (docs/behaviour.md §9); when it cannot be told, an Event says so.
-    let template = cache::read(&ctx.shared.state).workloads.get(&p.key()).map(|w| w.template_hash.to_string());
+    let template = cache::read(&ctx.shared.state).workload(&p.key()).map(|w| w.template_hash.to_string());
     // A source going back to an adopted snapshot (an undo) has its record already; one whose
     // revision's config is unknown gets none (the head's content is not what it ran with).
     for source in &p.unknown {
@@ -185,7 +185,7 @@ fn mark_seen(ctx: &Ctx, decisions: &adopt::Decisions, present: adopt::Seen) {
         let waiting: adopt::Seen = decisions
             .repairs
             .iter()
-            .filter_map(|p| Some((p.namespace.clone(), state.workloads.get(&p.key())?.template_hash.to_string())))
+            .filter_map(|p| Some((p.namespace.clone(), state.workload(&p.key())?.template_hash.to_string())))
             .chain(decisions.deferred.iter().cloned())
             .collect();
         // Kept while the template exists: one gone is never decided about again.

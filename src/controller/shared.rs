@@ -7,7 +7,7 @@ use tokio::sync::Mutex;
 use super::context::Ctx;
 use super::propagate::{self, Plan};
 use super::ratelimit::Limiter;
-use crate::cache::{self, SourceKey, Watched};
+use crate::cache::{self, SourceKey, Watched, Writer};
 use crate::cluster::watch::api_resource;
 use crate::cluster::{ApiError, Event, ObjectRef};
 use crate::model::names;
@@ -27,7 +27,7 @@ pub(crate) async fn trigger_workload(ctx: &Ctx, p: &Plan, repair: bool) -> Resul
 /// workload's change-cause and confighistory's record of its own, each source's `changed-by`.
 pub(crate) fn trigger_change_cause(state: &cache::State, p: &Plan, repair: bool) -> Option<String> {
     use crate::model::meta::Meta;
-    let workload = state.workloads.get(&p.key());
+    let workload = state.workload(&p.key());
     let existing = workload.and_then(|w| w.annotation(names::CHANGE_CAUSE));
     let own = workload.and_then(|w| w.annotation(names::CHANGE_CAUSE_OWN));
     let sources: Vec<(String, Option<String>)> = p

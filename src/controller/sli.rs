@@ -205,6 +205,7 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::Writer;
 
     fn unseen(_: &SourceKey, _: &str) -> Pods {
         Pods::Unseen

@@ -14,7 +14,7 @@ use super::propagation::{propagation_pass, PropagationState};
 use super::rehash::{rehash, rehash_one};
 use super::resync::{resync_pass, ResyncState};
 use super::*;
-use crate::cache::State;
+use crate::cache::{State, Writer};
 use crate::cli::ControllerArgs;
 use crate::cluster::{ApiError, MemoryCluster};
 use crate::context::Context;
@@ -344,7 +344,7 @@ async fn a_resync_pass_adopts_templates_seen_before_and_repairs_new_plain_ones()
         state.apply_workload(Kind::Deployment, &obj);
         cluster.insert_workload(Kind::Deployment, obj);
     }
-    let template = |name: &str| state.workloads[&(Kind::Deployment, "ns".into(), name.into())].template_hash.clone();
+    let template = |name: &str| state.workload(&(Kind::Deployment, "ns".into(), name.into())).unwrap().template_hash.clone();
     let (old_t, new_t) = (template("old"), template("new"));
     // "old" was there when this replica started leading; "new" was admitted while the webhook was away.
     let seen: adopt::Seen = [("ns".to_owned(), old_t.clone())].into();
@@ -1062,7 +1062,8 @@ fn secret_workload(name: &str, secret: &str) -> Value {
 }
 
 fn secret_world(policy: &Policy, sources: &[Value], workloads: &[Value]) -> (MemoryCluster, State) {
-    let (cluster, mut state) = (MemoryCluster::default(), State { source_kinds: policy.acted_on(), ..State::default() });
+    let (cluster, mut state) = (MemoryCluster::default(), State::default());
+    state.set_source_kinds(policy.acted_on());
     state.apply_namespace(&json!({"metadata": {"name": "ns"}}));
     for src in sources {
         state.apply_source(crate::model::ids::SourceKind::Secret, src);
@@ -1098,7 +1099,7 @@ async fn a_resync_pass_adopts_repairs_and_rehashes_secret_sources_where_secrets_
     let edited = secret_holding(&policy, "edited", "two", "one");
     let workloads = [secret_workload("old", "db"), secret_workload("new", "db"), secret_workload("user", "edited")];
     let (cluster, state) = secret_world(&policy, &[db, edited], &workloads);
-    let template = |name: &str| state.workloads[&(Kind::Deployment, "ns".into(), name.into())].template_hash.clone();
+    let template = |name: &str| state.workload(&(Kind::Deployment, "ns".into(), name.into())).unwrap().template_hash.clone();
     let (old_t, new_t, user_t) = (template("old"), template("new"), template("user"));
     let seen: adopt::Seen = [("ns".to_owned(), old_t.clone()), ("ns".to_owned(), user_t)].into();
     let ctx = ctx_with(&cluster, state, args(&[]), policy.clone());
@@ -1192,7 +1193,7 @@ async fn turning_secrets_on_for_a_namespace_adopts_a_workload_newer_than_the_las
     let policy = super::propagate::tests::secrets_on("team=a");
     let db = secret_holding(&policy, "db", CANARY, CANARY);
     let (cluster, state) = secret_world(&policy, &[db], &[secret_workload("new", "db")]);
-    let template = state.workloads[&(Kind::Deployment, "ns".into(), "new".into())].template_hash.clone();
+    let template = state.workload(&(Kind::Deployment, "ns".into(), "new".into())).unwrap().template_hash.clone();
     let ctx = ctx_with(&cluster, state, args(&[]), policy.clone());
     // This replica leads since before the workload: its resync passes have not seen it.
     *ctx.seen.lock().unwrap() = Some(adopt::Seen::new());

@@ -19,7 +19,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use crate::admission::{review, Reason, Response};
-use crate::cache::Lock;
+use crate::cache::{Lock, Ready};
 use crate::cluster::Cluster;
 use crate::context::Context;
 use crate::model::ids;
@@ -119,19 +119,19 @@ pub fn router(app: Arc<App>) -> Router {
 
 /// Health and metrics of the admission server, plain HTTP on their own port.
 pub fn health_router(app: Arc<App>) -> Router {
-    health(app.ctx.synced.clone(), Some(app.tls_ready.clone()))
+    health(app.ctx.ready.clone(), Some(app.tls_ready.clone()))
 }
 
 /// Health and metrics: ready once the caches are synced and, for a server with a certificate
 /// (`tls_ready`), once it is loaded.
-pub fn health(synced: Arc<AtomicBool>, tls_ready: Option<Arc<AtomicBool>>) -> Router {
-    let metrics_synced = synced.clone();
+pub fn health(ready: Ready, tls_ready: Option<Arc<AtomicBool>>) -> Router {
+    let metrics_ready = ready.clone();
     Router::new()
         .route("/livez", get(|| async { "ok" }))
         .route(
             "/readyz",
             get(move || async move {
-                let synced = synced.load(Ordering::Relaxed);
+                let synced = ready.is_ready();
                 match tls_ready.map(|t| t.load(Ordering::Relaxed)) {
                     Some(true) | None if synced => (StatusCode::OK, "ok".to_owned()),
                     Some(tls) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: tls loaded={tls}, caches synced={synced}")),
@@ -142,7 +142,7 @@ pub fn health(synced: Arc<AtomicBool>, tls_ready: Option<Arc<AtomicBool>>) -> Ro
         .route(
             "/metrics",
             get(move || async move {
-                METRICS.set_cache_synced(metrics_synced.load(Ordering::Relaxed));
+                METRICS.set_cache_synced(metrics_ready.is_ready());
                 ([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], METRICS.render())
             }),
         )

@@ -1,5 +1,6 @@
 //! docs/behaviour.md §9a trust: enforce mode cannot be bypassed.
 
+use confighistory::cache::Writer as _;
 use confighistory::model::kinds::Kind;
 use serde_json::json;
 
@@ -17,7 +18,7 @@ async fn a_forged_replicaset_does_not_make_a_mutable_template_an_undo() {
         .namespace_mode("enforce")
         .workload(&rev1)
         .workload(&rev2);
-    f.state.write().revisions_trusted_before = Some("2026-12-01T00:00:00Z".into());
+    f.state.write().set_revisions_trusted_before(Some("2026-12-01T00:00:00Z".into()));
     // The tenant creates a ReplicaSet "of" their Deployment whose template names the mutable source.
     let mutable = deployment("pricing:unvetted", "pricing-config");
     let forged = |ns: &str| {

@@ -1,5 +1,6 @@
 //! docs/behaviour.md §5: snapshot name collisions, API server faults and dry runs.
 
+use confighistory::cache::Writer as _;
 use confighistory::cluster::{ApiError, MemoryCluster};
 use confighistory::model::ids::{SourceId, SourceKind};
 use confighistory::model::kinds::Kind;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use confighistory::cache::Lock;
+use confighistory::cache::Writer as _;
 use confighistory::cluster::MemoryCluster;
 use confighistory::model::kinds::Kind;
 use confighistory::model::policy::Policy;

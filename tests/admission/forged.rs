@@ -1,7 +1,8 @@
 //! docs/behaviour.md §9a trust: forged reviews sent straight to the port.
 
 use axum::http::StatusCode;
-use confighistory::model::ids::SourceId;
+use confighistory::cache::{Watched, Writer as _};
+use confighistory::model::ids::{SourceId, SourceKind};
 use confighistory::model::snapshot::{self, Content};
 use confighistory::model::template::template_hash;
 use serde_json::{json, Value};
@@ -155,7 +156,7 @@ async fn a_namespace_that_does_not_exist_costs_one_namespace_read() {
     {
         let mut state = f.state.write();
         state.apply_namespace(&json!({"metadata": {"name": NS}}));
-        state.synced.0.insert("namespaces");
+        state.listed(Watched::Namespaces);
     }
     let mut d = deployment("pricing:4.11", "missing-0");
     d["spec"]["template"]["spec"]["volumes"] =
@@ -257,8 +258,8 @@ async fn invented_source_names_cost_a_bounded_number_of_reads_per_namespace() {
         let mut state = f.state.write();
         state.apply_namespace(&json!({"metadata": {"name": NS}}));
         state.apply_namespace(&json!({"metadata": {"name": "other"}}));
-        state.synced.0.insert("namespaces");
-        state.synced.0.insert("configmaps");
+        state.listed(Watched::Namespaces);
+        state.listed(Watched::Sources(SourceKind::ConfigMap));
     }
     let app = f.app();
     let naming = |from: usize| {
@@ -302,8 +303,8 @@ async fn a_release_dry_run_before_its_configmap_exists_does_not_leave_the_apply_
     {
         let mut state = f.state.write();
         state.apply_namespace(&json!({"metadata": {"name": NS}}));
-        state.synced.0.insert("namespaces");
-        state.synced.0.insert("configmaps");
+        state.listed(Watched::Namespaces);
+        state.listed(Watched::Sources(SourceKind::ConfigMap));
     }
     let app = f.app();
     let pinned = |a: &Answer, d: &Value| a.patched(d)["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"].clone();
@@ -346,7 +347,7 @@ async fn a_namespace_the_watch_has_not_delivered_yet_is_read_and_decided_normall
     {
         let mut state = f.state.write();
         state.apply_namespace(&json!({"metadata": {"name": NS}}));
-        state.synced.0.insert("namespaces");
+        state.listed(Watched::Namespaces);
     }
     f.cluster.insert_namespace(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fresh-ns"}}));
     f.cluster.insert_namespace(json!({"apiVersion": "v1", "kind": "Namespace",

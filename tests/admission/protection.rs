@@ -1,5 +1,6 @@
 //! docs/behaviour.md §6.4 snapshot protection.
 
+use confighistory::cache::Writer as _;
 use confighistory::model::snapshot;
 use confighistory::model::template::template_hash;
 use serde_json::{json, Value};

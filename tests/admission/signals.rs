@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use axum::http::StatusCode;
+use confighistory::cache::Writer as _;
 use confighistory::model::policy::Mode;
 use serde_json::json;
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request as HttpRequest, StatusCode};
+use confighistory::cache::Writer as _;
 use confighistory::cluster::ApiError;
 use confighistory::model::template::template_hash;
 use confighistory::webhook::{self, App};

@@ -1,5 +1,6 @@
 //! docs/behaviour.md §6.3 validation: what enforce and audit modes refuse or warn about.
 
+use confighistory::cache::Writer as _;
 use confighistory::model::kinds::Kind;
 use confighistory::model::policy::Mode;
 use serde_json::json;

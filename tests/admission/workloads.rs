@@ -1,5 +1,6 @@
 //! docs/behaviour.md §6.2 workloads: pins, holds, releases and undos.
 
+use confighistory::cache::{Watched, Writer as _};
 use confighistory::model::snapshot;
 use confighistory::model::template::template_hash;
 use serde_json::{json, Value};
@@ -125,7 +126,7 @@ async fn the_answer_from_memory_is_the_drivers_answer() {
         r.namespace = "listed-but-unknown".into();
         r
     };
-    f.state.write().synced.0.insert("namespaces");
+    f.state.write().listed(Watched::Namespaces);
     for (endpoint, req) in [
         (Endpoint::Mutate, request("Deployment", "apps", "UPDATE", &release, Some(&old))),
         (Endpoint::Mutate, request("ConfigMap", "", "UPDATE", &configmap("pricing-config", A), Some(&configmap("pricing-config", B)))),
