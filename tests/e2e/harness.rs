@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::support::apps::app;
 use crate::support::confighistory::{chart_webhook_configurations, webhook_configurations};
 use crate::support::{cluster, generate_serving_cert, repo_root, TestNamespace};
 
@@ -19,31 +20,7 @@ data:
 }
 
 fn deployment(image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: app
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {{app: app}}
-  template:
-    metadata:
-      labels: {{app: app}}
-    spec:
-      containers:
-      - name: app
-        image: {image}
-        envFrom:
-        - configMapRef: {{name: app-config}}
-        volumeMounts:
-        - {{name: config, mountPath: /etc/app}}
-      volumes:
-      - name: config
-        configMap: {{name: app-config}}
-"
-    )
+    app(image).env_from_configmap("app-config").yaml()
 }
 
 fn images(ns: &TestNamespace) -> Vec<(u32, String)> {

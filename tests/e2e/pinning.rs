@@ -1,5 +1,6 @@
 //! confighistory under test: the API server calls the real server, which pins references.
 
+use crate::support::apps::app;
 use crate::support::confighistory::webhook;
 use crate::support::{cluster, TestNamespace};
 
@@ -11,27 +12,9 @@ data:
   discount_rules_path: /etc/rules
 ";
 
-const DEPLOYMENT: &str = "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: app
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app: app}
-  template:
-    metadata:
-      labels: {app: app}
-    spec:
-      containers:
-      - name: app
-        image: registry.example/app:4.11
-        volumeMounts:
-        - {name: config, mountPath: /etc/app}
-      volumes:
-      - name: config
-        configMap: {name: app-config}
-";
+fn deployment() -> String {
+    app("registry.example/app:4.11").yaml()
+}
 
 #[test]
 fn a_release_pins_the_config_reference_to_a_snapshot() {
@@ -40,7 +23,7 @@ fn a_release_pins_the_config_reference_to_a_snapshot() {
     let ns = TestNamespace::new(cluster, "pinning");
 
     ns.accepts(CONFIG);
-    ns.accepts(DEPLOYMENT);
+    ns.accepts(&deployment());
 
     let history = ns.history_of("app");
     assert_eq!(history.len(), 1, "{history:#?}");

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use confighistory::model::names::{self, MODE_LABEL};
 
+use crate::support::apps::{app, Workload};
 use crate::support::confighistory::{webhook, Webhook, NAMESPACE};
 use crate::support::{cluster, run_id, wait_for, wait_for_value, Cluster, TestNamespace};
 
@@ -74,29 +75,7 @@ fn config(key: &str) -> String {
 }
 
 fn deployment(image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: app
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {{app: app}}
-  template:
-    metadata:
-      labels: {{app: app}}
-    spec:
-      containers:
-      - name: app
-        image: {image}
-        volumeMounts:
-        - {{name: config, mountPath: /etc/app}}
-      volumes:
-      - name: config
-        configMap: {{name: app-config}}
-"
-    )
+    app(image).yaml()
 }
 
 /// Release A then release B (config applied before the Deployment), as in the incident.
@@ -223,11 +202,7 @@ fn undo_of_a_statefulset_restores_its_config() {
     let Some(cluster) = cluster() else { return };
     webhook(cluster);
     let ns = TestNamespace::new(cluster, "plugin-sts");
-    let sts = |image: &str| {
-        deployment(image)
-            .replace("kind: Deployment", "kind: StatefulSet")
-            .replace("spec:\n  replicas: 1\n", "spec:\n  serviceName: app\n  replicas: 1\n")
-    };
+    let sts = |image: &str| Workload::new("statefulset", "app", image).configmap_volume("config", "app-config", "/etc/app").yaml();
     ns.accepts(&config("discount_rules_path"));
     ns.accepts(&sts("registry.example/app:4.11"));
     ns.accepts(&config("rules.discount_path"));
@@ -262,9 +237,7 @@ fn clear_errors_and_refusals() {
     // webhook leaves alone, since it protects snapshots that revisions use).
     let excluded = TestNamespace::excluded(cluster, "plugin-gone");
     let gone = "app-config-abcdefghjkmn";
-    excluded.accepts(
-        &deployment("registry.example/app:4.11").replace("configMap: {name: app-config}", &format!("configMap: {{name: {gone}}}")),
-    );
+    excluded.accepts(&Workload::deployment("app", "registry.example/app:4.11").configmap_volume("config", gone, "/etc/app").yaml());
     excluded.wait_observed("deployment", "app");
     excluded.accepts(&deployment("registry.example/app:4.12"));
     wait_for("two revisions", Duration::from_secs(30), || excluded.history_of("app").len() == 2);
@@ -513,9 +486,10 @@ fn secret_views_show_keys_and_sizes_never_values() {
     live.as_object_mut().unwrap().remove("immutable");
     ns.accepts(&live.to_string());
     let app = |image: &str, snapshot: &str| {
-        deployment(image)
-            .replace("configMap: {name: app-config}", &format!("secret: {{secretName: {snapshot}}}"))
-            .replace("        volumeMounts:", &format!("        env:\n        - name: DB_PASSWORD\n          valueFrom: {{secretKeyRef: {{name: {snapshot}, key: password}}}}\n        volumeMounts:"))
+        Workload::deployment("app", image)
+            .env_secret_key("DB_PASSWORD", snapshot, "password")
+            .secret_volume("config", snapshot, "/etc/app")
+            .yaml()
     };
     ns.accepts(&app("registry.example/app:1", &snap_old));
     ns.wait_observed("deployment", "app");
