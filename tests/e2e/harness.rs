@@ -3,20 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::support::apps::app;
+use crate::support::apps::{app, configmap};
 use crate::support::confighistory::{chart_webhook_configurations, webhook_configurations};
 use crate::support::{cluster, generate_serving_cert, repo_root, TestNamespace};
 
 fn config(value: &str) -> String {
-    format!(
-        "apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: app-config
-data:
-  mode: {value}
-"
-    )
+    configmap("app-config", &[("mode", value)])
 }
 
 fn deployment(image: &str) -> String {

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use confighistory::model::names::{self, MODE_LABEL};
 
-use crate::support::apps::{app, Workload};
+use crate::support::apps::{app, configmap, Workload};
 use crate::support::confighistory::{webhook, Webhook, NAMESPACE};
 use crate::support::{cluster, run_id, wait_for, wait_for_value, Cluster, TestNamespace};
 
@@ -71,7 +71,7 @@ fn plugin_with(kubeconfig: Option<&Path>, args: &[&str]) -> Run {
 }
 
 fn config(key: &str) -> String {
-    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-config\ndata:\n  {key}: /etc/rules\n  log_level: info\n")
+    configmap("app-config", &[(key, "/etc/rules"), ("log_level", "info")])
 }
 
 fn deployment(image: &str) -> String {
@@ -907,7 +907,7 @@ fn timeline_undo_preview_and_revision_diff_of_three_releases() {
     apply_as(&ns, "bob", &deployment("registry.example/app:4.12"));
     ns.wait_observed("deployment", "app");
     wait_for("two revisions", Duration::from_secs(30), || ns.history_of("app").len() == 2);
-    apply_as(&ns, "alice", &config("rules.discount_path").replace("log_level: info", "log_level: debug"));
+    apply_as(&ns, "alice", &configmap("app-config", &[("rules.discount_path", "/etc/rules"), ("log_level", "debug")]));
     wait_for("revision 3 (the propagation of alice's edit)", Duration::from_secs(60), || ns.history_of("app").len() == 3);
     let revisions = ns.history_of("app");
     let snaps: Vec<String> = revisions.iter().map(|r| r.snapshots["app-config"].clone()).collect();
