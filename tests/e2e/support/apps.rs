@@ -130,8 +130,7 @@ impl Workload {
     /// Volume `volume` from `source` (one line of YAML: `configMap: {name: x}`), mounted at `path`.
     pub fn volume(mut self, volume: &str, path: &str, source: &str) -> Self {
         self.mounts.push(format!("- {{name: {volume}, mountPath: {path}}}"));
-        self.volumes.push(format!("- name: {volume}\n        {source}"));
-        self
+        self.unmounted_volume(volume, source)
     }
 
     /// Volume `volume` from `source` in the pod, mounted nowhere.
