@@ -18,7 +18,6 @@
 //! `--loglevel=debug`); their logs are in `$CONFIGHISTORY_E2E_DIR/run/argocd-<run id>/logs/`.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -27,7 +26,7 @@ use serde_json::{json, Value};
 use crate::gitops::{assert_reads, release, running, written_parts, APP_A, APP_B};
 use crate::support::apps::{KEY_A, KEY_B, SOURCE};
 use crate::support::confighistory::webhook;
-use crate::support::controllers::{self, git, Running, Start};
+use crate::support::controllers::{self, Running, Start, WorkTree};
 use crate::support::{cluster, repo_root, run_id, wait_for_value, TestNamespace};
 
 /// How often the controller compares every Application with Git and the cluster (its
@@ -115,8 +114,7 @@ spec:
 impl ArgoCd {
     /// A test's Git repository and its Application (same name), syncing into `target`.
     fn repo(&'static self, name: &str) -> Repo {
-        let (work, url) = self.repository(name);
-        Repo { argocd: self, name: name.to_owned(), work, url }
+        Repo { argocd: self, name: name.to_owned(), git: self.repository(name) }
     }
 }
 
@@ -125,25 +123,18 @@ impl ArgoCd {
 struct Repo {
     argocd: &'static ArgoCd,
     name: String,
-    work: PathBuf,
-    url: String,
+    git: WorkTree,
+}
+
+/// Its work tree's `write` and `commit`.
+impl std::ops::Deref for Repo {
+    type Target = WorkTree;
+    fn deref(&self) -> &WorkTree {
+        &self.git
+    }
 }
 
 impl Repo {
-    fn write(&self, path: &str, content: &str) {
-        let file = self.work.join(path);
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        std::fs::write(file, content).unwrap();
-    }
-
-    /// Commits everything and pushes; the commit's sha.
-    fn commit(&self, message: &str) -> String {
-        git(&self.work, &["add", "-A"]);
-        git(&self.work, &["commit", "-q", "-m", message]);
-        git(&self.work, &["push", "-q", &self.url, "main"]);
-        git(&self.work, &["rev-parse", "HEAD"])
-    }
-
     /// The Application docs/install.md shows: the repository's root (plain manifests) on `main`
     /// into `target`, automated sync with prune and self-heal.
     fn application(&self, target: &str) {

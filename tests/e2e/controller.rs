@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::apps::{configmap as config, Workload};
 use crate::support::confighistory::{webhook, CONTROLLER_LABEL, NAMESPACE};
 use crate::support::{cluster, free_port, repo_root, wait_for, wait_for_value, Cluster, Revision, TestNamespace};
 
@@ -17,42 +18,13 @@ const SOURCE_NAME: &str = "confighistory.io/source-name";
 const PROPAGATED: &str = "confighistory.io/propagated";
 const HEAD: &str = "confighistory.io/head";
 
-fn config(name: &str, data: &[(&str, &str)]) -> String {
-    let mut s = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n");
-    for (k, v) in data {
-        s.push_str(&format!("  {k}: {v:?}\n"));
+/// A Deployment whose container mounts every source (volume `v<i>` at /etc/<source>).
+fn deployment(name: &str, image: &str, sources: &[&str]) -> Workload {
+    let mut workload = Workload::deployment(name, image);
+    for (i, source) in sources.iter().enumerate() {
+        workload = workload.configmap_volume(&format!("v{i}"), source, &format!("/etc/{source}"));
     }
-    s
-}
-
-/// A Deployment whose container mounts every source; `extra` goes under `spec:`.
-fn deployment(name: &str, image: &str, sources: &[&str], extra: &str) -> String {
-    let mut mounts = String::new();
-    let mut volumes = String::new();
-    for (i, s) in sources.iter().enumerate() {
-        mounts.push_str(&format!("        - {{name: v{i}, mountPath: /etc/{s}}}\n"));
-        volumes.push_str(&format!("      - name: v{i}\n        configMap: {{name: {s}}}\n"));
-    }
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-spec:
-{extra}  replicas: 1
-  selector:
-    matchLabels: {{app: {name}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      containers:
-      - name: app
-        image: {image}
-        volumeMounts:
-{mounts}      volumes:
-{volumes}"
-    )
+    workload
 }
 
 fn annotation(ns: &TestNamespace, kind: &str, name: &str, key: &str) -> Option<String> {
@@ -89,7 +61,7 @@ fn setup(prefix: &str) -> Option<(&'static Cluster, TestNamespace)> {
 fn a_config_only_edit_gives_one_new_revision_and_undo_restores_the_old_config() {
     let Some((_, ns)) = setup("ctl-edit") else { return };
     ns.accepts(&config("app-config", &[("mode", "a")]));
-    ns.accepts(&deployment("app", "registry.example/app:1.0", &["app-config"], ""));
+    ns.accepts(&deployment("app", "registry.example/app:1.0", &["app-config"]).yaml());
     history_len(&ns, "app", 1, Duration::from_secs(30));
 
     let edited = Instant::now();
@@ -130,7 +102,7 @@ fn a_config_only_edit_gives_one_new_revision_and_undo_restores_the_old_config() 
 fn two_sources_edited_in_one_apply_give_one_revision() {
     let Some((_, ns)) = setup("ctl-two") else { return };
     ns.accepts(&format!("{}---\n{}", config("one", &[("a", "1")]), config("two", &[("b", "1")])));
-    ns.accepts(&deployment("app", "registry.example/app:1.0", &["one", "two"], ""));
+    ns.accepts(&deployment("app", "registry.example/app:1.0", &["one", "two"]).yaml());
     history_len(&ns, "app", 1, Duration::from_secs(30));
 
     ns.accepts(&format!("{}---\n{}", config("one", &[("a", "2")]), config("two", &[("b", "2")])));
@@ -152,12 +124,12 @@ fn configmap_then_deployment_two_seconds_later_never_mixes_image_and_config() {
     // The default window is 10 s; the suite runs with 2 s, so give this namespace the default.
     ns.cluster.kubectl(&["annotate", "namespace", &ns.name, "confighistory.io/settle=10"]).expect_success();
     ns.accepts(&config("pricing-config", &[("discount_rules_path", "/etc/rules")]));
-    ns.accepts(&deployment("pricing", "registry.example/pricing:4.11", &["pricing-config"], ""));
+    ns.accepts(&deployment("pricing", "registry.example/pricing:4.11", &["pricing-config"]).yaml());
     history_len(&ns, "pricing", 1, Duration::from_secs(30));
 
     ns.accepts(&config("pricing-config", &[("rules.discount_path", "/etc/rules")]));
     std::thread::sleep(Duration::from_secs(2));
-    ns.accepts(&deployment("pricing", "registry.example/pricing:4.12", &["pricing-config"], ""));
+    ns.accepts(&deployment("pricing", "registry.example/pricing:4.12", &["pricing-config"]).yaml());
     propagated(&ns, "pricing-config", Duration::from_secs(30));
     std::thread::sleep(Duration::from_secs(2));
     let history = ns.history_of("pricing");
@@ -182,7 +154,7 @@ fn configmap_then_deployment_two_seconds_later_never_mixes_image_and_config() {
 fn an_undone_config_is_held_through_restarts_until_the_next_release() {
     let Some((_, ns)) = setup("ctl-held") else { return };
     ns.accepts(&config("app-config", &[("mode", "a")]));
-    ns.accepts(&deployment("app", "registry.example/app:1.0", &["app-config"], ""));
+    ns.accepts(&deployment("app", "registry.example/app:1.0", &["app-config"]).yaml());
     history_len(&ns, "app", 1, Duration::from_secs(30));
     ns.accepts(&config("app-config", &[("mode", "b")]));
     history_len(&ns, "app", 2, Duration::from_secs(30));
@@ -205,7 +177,7 @@ fn an_undone_config_is_held_through_restarts_until_the_next_release() {
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(config_of_last(&ns), "a");
 
-    ns.accepts(&deployment("app", "registry.example/app:1.2", &["app-config"], ""));
+    ns.accepts(&deployment("app", "registry.example/app:1.2", &["app-config"]).yaml());
     assert_eq!(config_of_last(&ns), "b", "a release takes the head");
 }
 
@@ -219,7 +191,7 @@ fn installing_restarts_nothing_and_the_first_release_can_be_undone() {
     // audit mode: confighistory neither rewrites nor propagates here yet.
     let ns = TestNamespace::with_labels(cluster, "ctl-install", &[("confighistory.io/mode", "audit")]);
     ns.accepts(&config("app-config", &[("discount_rules_path", "/etc/rules")]));
-    ns.accepts(&deployment("app", "registry.example/app:4.11", &["app-config"], ""));
+    ns.accepts(&deployment("app", "registry.example/app:4.11", &["app-config"]).yaml());
     let before = history_len(&ns, "app", 1, Duration::from_secs(30));
     assert_eq!(before[0].snapshots["app-config"], "app-config", "unpinned");
 
@@ -242,7 +214,7 @@ fn installing_restarts_nothing_and_the_first_release_can_be_undone() {
 
     // The next release: config and image.
     ns.accepts(&config("app-config", &[("rules.discount_path", "/etc/rules")]));
-    ns.accepts(&deployment("app", "registry.example/app:4.12", &["app-config"], ""));
+    ns.accepts(&deployment("app", "registry.example/app:4.12", &["app-config"]).yaml());
     history_len(&ns, "app", 2, Duration::from_secs(30));
     ns.rollout_undo("app", None);
     let last = ns.history_of("app").pop().unwrap();
@@ -256,7 +228,7 @@ fn installing_restarts_nothing_and_the_first_release_can_be_undone() {
 fn server_side_apply_after_a_propagated_edit_does_not_conflict() {
     let Some((_, ns)) = setup("ctl-ssa") else { return };
     let cfg_a = config("app-config", &[("mode", "a")]);
-    let app = deployment("app", "registry.example/app:1.0", &["app-config"], "");
+    let app = deployment("app", "registry.example/app:1.0", &["app-config"]).yaml();
     ns.apply_with(&cfg_a, &["--server-side"]).expect("server-side apply");
     ns.apply_with(&app, &["--server-side"]).expect("server-side apply");
     history_len(&ns, "app", 1, Duration::from_secs(30));
@@ -301,7 +273,7 @@ fn gc_removes_a_snapshot_only_after_history_lets_go_and_the_grace_period() {
     let Some((cluster, ns)) = setup("ctl-gc") else { return };
     // No kubelet here: only a Deployment with no replicas completes its rollouts, and only a
     // complete rollout trims old ReplicaSets.
-    let app = |image: &str| deployment("app", image, &["app-config"], "  revisionHistoryLimit: 1\n").replace("replicas: 1", "replicas: 0");
+    let app = |image: &str| deployment("app", image, &["app-config"]).spec("revisionHistoryLimit: 1").replicas(0).yaml();
     ns.accepts(&config("app-config", &[("v", "a")]));
     ns.accepts(&app("registry.example/app:1.0"));
     let first = history_len(&ns, "app", 1, Duration::from_secs(30))[0].snapshots["app-config"].clone();
@@ -360,7 +332,7 @@ fn a_snapshot_being_pinned_is_never_swept() {
     let Some((cluster, ns)) = setup("ctl-gcpin") else { return };
     const LAST_USED: &str = "confighistory.io/last-used";
     // No kubelet: replicas 0 completes rollouts; history limit 0 trims old ReplicaSets at once.
-    let app = |image: &str, cm: &str| deployment("app", image, &[cm], "  revisionHistoryLimit: 0\n").replace("replicas: 1", "replicas: 0");
+    let app = |image: &str, cm: &str| deployment("app", image, &[cm]).spec("revisionHistoryLimit: 0").replicas(0).yaml();
     let pinned = || ns.current_template("deployment", "app").snapshots["app-config"].clone();
     let rv = |name: &str| ns.get_json("configmap", name).map(|o| o["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned());
     let release = |v: &str, image: &str| {
@@ -455,8 +427,9 @@ fn a_snapshot_being_pinned_is_never_swept() {
 fn an_edit_of_a_source_shared_by_fifty_deployments_is_rate_limited() {
     let Some((_, ns)) = setup("ctl-fifty") else { return };
     ns.accepts(&config("shared", &[("v", "1")]));
-    let all: Vec<String> = (0..50).map(|i| deployment(&format!("app-{i}"), "registry.example/app:1.0", &["shared"], "")).collect();
-    ns.accepts(&all.join("---\n").replace("replicas: 1", "replicas: 0"));
+    let all: Vec<String> =
+        (0..50).map(|i| deployment(&format!("app-{i}"), "registry.example/app:1.0", &["shared"]).replicas(0).yaml()).collect();
+    ns.accepts(&all.join("---\n"));
     wait_for("50 first revisions", Duration::from_secs(120), || replica_sets(&ns, "1").len() == 50);
 
     let edited = Instant::now();
@@ -573,7 +546,7 @@ fn another_replica_takes_over_when_the_leader_dies() {
     let _b = ControllerProcess::start(cluster, "ctl-b", &lease, &selector);
 
     ns.accepts(&config("app-config", &[("mode", "a")]));
-    ns.accepts(&deployment("app", "registry.example/app:1.0", &["app-config"], ""));
+    ns.accepts(&deployment("app", "registry.example/app:1.0", &["app-config"]).yaml());
     history_len(&ns, "app", 1, Duration::from_secs(30));
     ns.accepts(&config("app-config", &[("mode", "b")]));
     history_len(&ns, "app", 2, Duration::from_secs(30));
@@ -659,11 +632,7 @@ fn helm_upgrade_after_a_propagated_edit_does_not_conflict() {
     std::fs::write(chart.join("Chart.yaml"), "apiVersion: v2\nname: app\nversion: 0.1.0\n").unwrap();
     std::fs::write(chart.join("values.yaml"), "image: registry.example/app:1.0\nmode: a\n").unwrap();
     std::fs::write(chart.join("templates/config.yaml"), config("app-config", &[("mode", "{{ .Values.mode }}")])).unwrap();
-    std::fs::write(
-        chart.join("templates/app.yaml"),
-        deployment("app", "{{ .Values.image }}", &["app-config"], "").replace("replicas: 1", "replicas: 0"),
-    )
-    .unwrap();
+    std::fs::write(chart.join("templates/app.yaml"), deployment("app", "{{ .Values.image }}", &["app-config"]).replicas(0).yaml()).unwrap();
     let run = |args: &[&str]| {
         let out = Command::new(&helm)
             .args(args)
@@ -700,7 +669,7 @@ fn a_workload_admitted_while_the_webhook_was_away_is_repaired() {
     let ns = TestNamespace::with_labels(cluster, "ctl-repair", &[(crate::support::EXCLUDE_LABEL, "true")]);
     cluster.kubectl(&["label", "namespace", &ns.name, &format!("{CONTROLLER_LABEL}={}", ns.name)]).expect_success();
     ns.accepts(&config("app-config", &[("mode", "a")]));
-    ns.accepts(&deployment("old", "registry.example/app:1.0", &["app-config"], ""));
+    ns.accepts(&deployment("old", "registry.example/app:1.0", &["app-config"]).yaml());
     history_len(&ns, "old", 1, Duration::from_secs(30));
     // The controller starts: "old" is from before, adopted and left alone.
     let lease = format!("e2e-{}", ns.name);
@@ -710,7 +679,7 @@ fn a_workload_admitted_while_the_webhook_was_away_is_repaired() {
         ns.list_json("configmaps").iter().any(|cm| cm["metadata"]["annotations"]["confighistory.io/adopted-templates"].is_string())
     });
 
-    ns.accepts(&deployment("new", "registry.example/app:1.0", &["app-config"], ""));
+    ns.accepts(&deployment("new", "registry.example/app:1.0", &["app-config"]).yaml());
     wait_for("the repair trigger", Duration::from_secs(30), || {
         annotation(&ns, "deployment", "new", "confighistory.io/propagate").is_some()
     });
@@ -738,7 +707,7 @@ fn a_change_made_while_the_webhook_was_away_is_propagated_after_resync() {
     let lease = format!("e2e-{}", ns.name);
     let _ctl = ControllerProcess::start(cluster, "ctl-missed", &lease, &format!("{CONTROLLER_LABEL}={}", ns.name));
     ns.accepts(&config("app-config", &[("mode", "a")]));
-    ns.accepts(&deployment("app", "registry.example/app:1.0", &["app-config"], ""));
+    ns.accepts(&deployment("app", "registry.example/app:1.0", &["app-config"]).yaml());
     history_len(&ns, "app", 1, Duration::from_secs(30));
     // A first edit makes app-config a tracked source with a head.
     ns.accepts(&config("app-config", &[("mode", "b")]));
@@ -776,7 +745,7 @@ fn a_propagated_edit_shows_in_the_sli_and_the_controllers_metrics() {
     let server = webhook(cluster);
     ns.accepts(&config("sli-config", &[("mode", "a")]));
     // The test app's image (`tests/e2e/cluster`): its pods run and become Ready.
-    ns.accepts(&deployment("app", "pricing:4.11", &["sli-config"], "  minReadySeconds: 1\n"));
+    ns.accepts(&deployment("app", "pricing:4.11", &["sli-config"]).spec("minReadySeconds: 1").yaml());
     history_len(&ns, "app", 1, Duration::from_secs(30));
 
     let count = "confighistory_propagation_duration_seconds_count";
@@ -876,8 +845,8 @@ fn a_change_made_while_the_webhook_was_away_among_many_sources_is_found_by_a_lis
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     // Pinned at admission, each source with its head.
     // Two workloads: one request reads at most 64 sources.
-    ns.accepts(&deployment("other", "registry.example/app:1.0", &refs[..35], ""));
-    ns.accepts(&deployment("app", "registry.example/app:1.0", &refs[35..], ""));
+    ns.accepts(&deployment("other", "registry.example/app:1.0", &refs[..35]).yaml());
+    ns.accepts(&deployment("app", "registry.example/app:1.0", &refs[35..]).yaml());
     history_len(&ns, "app", 1, Duration::from_secs(30));
 
     // The webhook goes away; the edit is not seen.

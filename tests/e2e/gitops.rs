@@ -17,7 +17,6 @@
 //! helm-controller then logs each drift's patch); their logs are in
 //! `$CONFIGHISTORY_E2E_DIR/run/flux-<run id>/logs/`.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -26,7 +25,7 @@ use serde_json::Value;
 
 use crate::support::apps::{configmap, workload, KEY_A, KEY_B, SOURCE};
 use crate::support::confighistory::webhook;
-use crate::support::controllers::git;
+use crate::support::controllers::WorkTree;
 use crate::support::controllers::{self, Running, Start};
 use crate::support::{cluster, wait_for, wait_for_value, TestNamespace};
 
@@ -107,8 +106,7 @@ impl Flux {
 
     /// Creates a Git repository for a test and its GitRepository source `name`.
     fn repo(&'static self, name: &str) -> Repo {
-        let (work, url) = self.repository(name);
-        Repo { flux: self, name: name.to_owned(), work, url }
+        Repo { flux: self, name: name.to_owned(), git: self.repository(name) }
     }
 }
 
@@ -117,35 +115,18 @@ impl Flux {
 struct Repo {
     flux: &'static Flux,
     name: String,
-    work: PathBuf,
-    url: String,
+    git: WorkTree,
+}
+
+/// Its work tree's `write`, `commit` and `revert`.
+impl std::ops::Deref for Repo {
+    type Target = WorkTree;
+    fn deref(&self) -> &WorkTree {
+        &self.git
+    }
 }
 
 impl Repo {
-    fn write(&self, path: &str, content: &str) {
-        let file = self.work.join(path);
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        std::fs::write(file, content).unwrap();
-    }
-
-    /// Commits everything and pushes; the commit's sha.
-    fn commit(&self, message: &str) -> String {
-        git(&self.work, &["add", "-A"]);
-        git(&self.work, &["commit", "-q", "-m", message]);
-        self.push()
-    }
-
-    /// `git revert` of the last commit, pushed; the new commit's sha.
-    fn revert(&self) -> String {
-        git(&self.work, &["revert", "--no-edit", "HEAD"]);
-        self.push()
-    }
-
-    fn push(&self) -> String {
-        git(&self.work, &["push", "-q", &self.url, "main"]);
-        git(&self.work, &["rev-parse", "HEAD"])
-    }
-
     /// The GitRepository source of this repository (same name).
     fn source(&self) {
         self.flux.apply(&format!(

@@ -3,47 +3,16 @@
 
 use std::collections::BTreeMap;
 
+use crate::support::apps::{app, configmap};
 use crate::support::confighistory::{chart_webhook_configurations, webhook_configurations};
 use crate::support::{cluster, generate_serving_cert, repo_root, TestNamespace};
 
 fn config(value: &str) -> String {
-    format!(
-        "apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: app-config
-data:
-  mode: {value}
-"
-    )
+    configmap("app-config", &[("mode", value)])
 }
 
 fn deployment(image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: app
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {{app: app}}
-  template:
-    metadata:
-      labels: {{app: app}}
-    spec:
-      containers:
-      - name: app
-        image: {image}
-        envFrom:
-        - configMapRef: {{name: app-config}}
-        volumeMounts:
-        - {{name: config, mountPath: /etc/app}}
-      volumes:
-      - name: config
-        configMap: {{name: app-config}}
-"
-    )
+    app(image).env_from_configmap("app-config").yaml()
 }
 
 fn images(ns: &TestNamespace) -> Vec<(u32, String)> {

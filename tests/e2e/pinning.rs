@@ -1,37 +1,16 @@
 //! confighistory under test: the API server calls the real server, which pins references.
 
+use crate::support::apps::{app, configmap};
 use crate::support::confighistory::webhook;
 use crate::support::{cluster, TestNamespace};
 
-const CONFIG: &str = "apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: app-config
-data:
-  discount_rules_path: /etc/rules
-";
+fn config(rules: &str) -> String {
+    configmap("app-config", &[("discount_rules_path", rules)])
+}
 
-const DEPLOYMENT: &str = "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: app
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app: app}
-  template:
-    metadata:
-      labels: {app: app}
-    spec:
-      containers:
-      - name: app
-        image: registry.example/app:4.11
-        volumeMounts:
-        - {name: config, mountPath: /etc/app}
-      volumes:
-      - name: config
-        configMap: {name: app-config}
-";
+fn deployment() -> String {
+    app("registry.example/app:4.11").yaml()
+}
 
 #[test]
 fn a_release_pins_the_config_reference_to_a_snapshot() {
@@ -39,8 +18,8 @@ fn a_release_pins_the_config_reference_to_a_snapshot() {
     webhook(cluster);
     let ns = TestNamespace::new(cluster, "pinning");
 
-    ns.accepts(CONFIG);
-    ns.accepts(DEPLOYMENT);
+    ns.accepts(&config("/etc/rules"));
+    ns.accepts(&deployment());
 
     let history = ns.history_of("app");
     assert_eq!(history.len(), 1, "{history:#?}");
@@ -65,7 +44,7 @@ fn a_suspended_jobs_scheduling_update_goes_through_during_a_pending_change() {
     }
     webhook(cluster);
     let ns = TestNamespace::new(cluster, "suspended-job");
-    ns.accepts(CONFIG);
+    ns.accepts(&config("/etc/rules"));
     let job = |pool: &str| {
         format!(
             "apiVersion: batch/v1
@@ -92,7 +71,7 @@ spec:
     ns.accepts(&job("any"));
     let pinned = ns.get_json("job", "train").unwrap()["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"].clone();
     assert!(pinned.as_str().is_some_and(|n| n.starts_with("app-config-")), "{pinned}");
-    ns.accepts(&CONFIG.replace("/etc/rules", "/etc/rules-v2")); // a change, waiting for propagation
+    ns.accepts(&config("/etc/rules-v2")); // a change, waiting for propagation
     let out =
         ns.kubectl(&["patch", "job", "train", "--type=merge", "-p", r#"{"spec":{"template":{"spec":{"nodeSelector":{"pool":"gpu"}}}}}"#]);
     assert!(out.success, "the scheduling update goes through:\n{}", out.describe());

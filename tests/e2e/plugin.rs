@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use confighistory::model::names::{self, MODE_LABEL};
 
+use crate::support::apps::{app, configmap, Workload};
 use crate::support::confighistory::{webhook, Webhook, NAMESPACE};
 use crate::support::{cluster, run_id, wait_for, wait_for_value, Cluster, TestNamespace};
 
@@ -70,33 +71,11 @@ fn plugin_with(kubeconfig: Option<&Path>, args: &[&str]) -> Run {
 }
 
 fn config(key: &str) -> String {
-    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-config\ndata:\n  {key}: /etc/rules\n  log_level: info\n")
+    configmap("app-config", &[(key, "/etc/rules"), ("log_level", "info")])
 }
 
 fn deployment(image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: app
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {{app: app}}
-  template:
-    metadata:
-      labels: {{app: app}}
-    spec:
-      containers:
-      - name: app
-        image: {image}
-        volumeMounts:
-        - {{name: config, mountPath: /etc/app}}
-      volumes:
-      - name: config
-        configMap: {{name: app-config}}
-"
-    )
+    app(image).yaml()
 }
 
 /// Release A then release B (config applied before the Deployment), as in the incident.
@@ -223,11 +202,7 @@ fn undo_of_a_statefulset_restores_its_config() {
     let Some(cluster) = cluster() else { return };
     webhook(cluster);
     let ns = TestNamespace::new(cluster, "plugin-sts");
-    let sts = |image: &str| {
-        deployment(image)
-            .replace("kind: Deployment", "kind: StatefulSet")
-            .replace("spec:\n  replicas: 1\n", "spec:\n  serviceName: app\n  replicas: 1\n")
-    };
+    let sts = |image: &str| Workload::new("statefulset", "app", image).configmap_volume("config", "app-config", "/etc/app").yaml();
     ns.accepts(&config("discount_rules_path"));
     ns.accepts(&sts("registry.example/app:4.11"));
     ns.accepts(&config("rules.discount_path"));
@@ -262,9 +237,7 @@ fn clear_errors_and_refusals() {
     // webhook leaves alone, since it protects snapshots that revisions use).
     let excluded = TestNamespace::excluded(cluster, "plugin-gone");
     let gone = "app-config-abcdefghjkmn";
-    excluded.accepts(
-        &deployment("registry.example/app:4.11").replace("configMap: {name: app-config}", &format!("configMap: {{name: {gone}}}")),
-    );
+    excluded.accepts(&Workload::deployment("app", "registry.example/app:4.11").configmap_volume("config", gone, "/etc/app").yaml());
     excluded.wait_observed("deployment", "app");
     excluded.accepts(&deployment("registry.example/app:4.12"));
     wait_for("two revisions", Duration::from_secs(30), || excluded.history_of("app").len() == 2);
@@ -513,9 +486,10 @@ fn secret_views_show_keys_and_sizes_never_values() {
     live.as_object_mut().unwrap().remove("immutable");
     ns.accepts(&live.to_string());
     let app = |image: &str, snapshot: &str| {
-        deployment(image)
-            .replace("configMap: {name: app-config}", &format!("secret: {{secretName: {snapshot}}}"))
-            .replace("        volumeMounts:", &format!("        env:\n        - name: DB_PASSWORD\n          valueFrom: {{secretKeyRef: {{name: {snapshot}, key: password}}}}\n        volumeMounts:"))
+        Workload::deployment("app", image)
+            .env_secret_key("DB_PASSWORD", snapshot, "password")
+            .secret_volume("config", snapshot, "/etc/app")
+            .yaml()
     };
     ns.accepts(&app("registry.example/app:1", &snap_old));
     ns.wait_observed("deployment", "app");
@@ -933,7 +907,7 @@ fn timeline_undo_preview_and_revision_diff_of_three_releases() {
     apply_as(&ns, "bob", &deployment("registry.example/app:4.12"));
     ns.wait_observed("deployment", "app");
     wait_for("two revisions", Duration::from_secs(30), || ns.history_of("app").len() == 2);
-    apply_as(&ns, "alice", &config("rules.discount_path").replace("log_level: info", "log_level: debug"));
+    apply_as(&ns, "alice", &configmap("app-config", &[("rules.discount_path", "/etc/rules"), ("log_level", "debug")]));
     wait_for("revision 3 (the propagation of alice's edit)", Duration::from_secs(60), || ns.history_of("app").len() == 3);
     let revisions = ns.history_of("app");
     let snaps: Vec<String> = revisions.iter().map(|r| r.snapshots["app-config"].clone()).collect();

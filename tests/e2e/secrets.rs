@@ -27,6 +27,7 @@ use confighistory::model::secret::{self, SecretContent};
 use confighistory::model::snapshot::Content;
 use confighistory::store::keys;
 
+use crate::support::apps::Workload;
 use crate::support::confighistory::{ChartRelease, Install, Webhook, NAMESPACE};
 use crate::support::{cluster, run_id, wait_for, wait_for_value, Kubectl, TestNamespace};
 
@@ -243,64 +244,18 @@ fn pricing_secret(canary: &Canary, key: &str) -> String {
 /// The pricing Deployment: `image`, the Secret mounted under /etc/secret, its setting `key` in
 /// `$RULES` (secretKeyRef) and every key in `$CFG_<key>` (secretRef).
 fn pricing(image: &str, key: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: pricing
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {{app: pricing}}
-  template:
-    metadata:
-      labels: {{app: pricing}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: app
-        image: {image}
-        env:
-        - name: RULES
-          valueFrom:
-            secretKeyRef: {{name: {SOURCE}, key: {key:?}}}
-        envFrom:
-        - prefix: CFG_
-          secretRef: {{name: {SOURCE}}}
-        volumeMounts:
-        - {{name: config, mountPath: /etc/secret, readOnly: true}}
-      volumes:
-      - name: config
-        secret: {{secretName: {SOURCE}}}
-"
-    )
+    Workload::deployment("pricing", image)
+        .pod("terminationGracePeriodSeconds: 1")
+        .env_secret_key("RULES", SOURCE, key)
+        .env_from_secret(SOURCE, "CFG_")
+        .secret_volume("config", SOURCE, "/etc/secret")
+        .read_only()
+        .yaml()
 }
 
 /// A Deployment `name` (no pods: replicas 0) reading Secret `secret` as a volume.
-fn reader(name: &str, image: &str, secret: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-spec:
-  replicas: 0
-  selector:
-    matchLabels: {{app: {name}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      containers:
-      - name: app
-        image: {image}
-        volumeMounts:
-        - {{name: s, mountPath: /etc/secret}}
-      volumes:
-      - name: s
-        secret: {{secretName: {secret}}}
-"
-    )
+fn reader(name: &str, image: &str, secret: &str) -> Workload {
+    Workload::deployment(name, image).replicas(0).secret_volume("s", secret, "/etc/secret")
 }
 
 // ---------- reading the cluster ----------
@@ -573,40 +528,13 @@ fn tls_helm_release_and_token_secrets_are_never_touched() {
     let token = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: web-token\n  annotations:\n    \
                  kubernetes.io/service-account.name: default\ntype: kubernetes.io/service-account-token\n";
     let web = |image: &str| {
-        format!(
-            "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-spec:
-  replicas: 0
-  selector:
-    matchLabels: {{app: web}}
-  template:
-    metadata:
-      labels: {{app: web}}
-    spec:
-      containers:
-      - name: app
-        image: {image}
-        env:
-        - name: RELEASE
-          valueFrom:
-            secretKeyRef: {{name: sh.helm.release.v1.web.v1, key: release}}
-        envFrom:
-        - secretRef: {{name: app-secret}}
-        volumeMounts:
-        - {{name: tls, mountPath: /etc/tls}}
-        - {{name: token, mountPath: /etc/token}}
-      volumes:
-      - name: tls
-        secret: {{secretName: web-tls}}
-      - name: token
-        projected:
-          sources:
-          - secret: {{name: web-token}}
-"
-        )
+        Workload::deployment("web", image)
+            .replicas(0)
+            .env_secret_key("RELEASE", "sh.helm.release.v1.web.v1", "release")
+            .env_from_secret("app-secret", "")
+            .secret_volume("tls", "web-tls", "/etc/tls")
+            .volume("token", "/etc/token", "projected: {sources: [{secret: {name: web-token}}]}")
+            .yaml()
     };
     c.accepts(&mut seen, &format!("{}---\n{}---\n{token}", tls("crt-1"), helm("deployed")));
     c.accepts(&mut seen, &opaque("app-secret", &[("password", canary)]));
@@ -669,7 +597,7 @@ fn no_form_of_the_canary_shows_in_a_denial_a_collision_or_a_quota_failure() {
     // workload naming a mutable Secret.
     let enforce = namespace(g, "sec-enforce", true, &[(MODE_LABEL, "enforce")]);
     let c = Checked { ns: &enforce, canary };
-    c.accepts(&mut seen, &reader("app", APP_A, "db"));
+    c.accepts(&mut seen, &reader("app", APP_A, "db").yaml());
     let db = opaque("db", &[("password", &canary.value)]);
     wait_for("the server to know app reads db", Duration::from_secs(20), || {
         enforce.apply_with(&db, &["--dry-run=server"]).is_err_and(|out| out.stderr.contains("is mutable"))
@@ -677,7 +605,7 @@ fn no_form_of_the_canary_shows_in_a_denial_a_collision_or_a_quota_failure() {
     let denied = c.rejects(&mut seen, &db, "Secret db is mutable");
     assert!(denied.stderr.contains("Deployment/app"), "{}", canary.redact(&denied.stderr));
     c.accepts(&mut seen, &opaque("other", &[("password", &canary.value)]));
-    c.rejects(&mut seen, &reader("app2", APP_A, "other"), "names mutable Secret secret/other");
+    c.rejects(&mut seen, &reader("app2", APP_A, "other").yaml(), "names mutable Secret secret/other");
 
     // A collision: the first name of db's snapshot is taken by a Secret that is not its snapshot.
     let collide = namespace(g, "sec-collision", true, &[]);
@@ -688,7 +616,7 @@ fn no_form_of_the_canary_shows_in_a_denial_a_collision_or_a_quota_failure() {
     let key = ring.current().namespace_key(&collide.name);
     let (first, second) = (secret::snapshot_name("db", &content, &key, 0), secret::snapshot_name("db", &content, &key, 1));
     c.accepts(&mut seen, &opaque(&first, &[("squatting", "yes")]));
-    let out = c.accepts(&mut seen, &reader("app", APP_A, "db"));
+    let out = c.accepts(&mut seen, &reader("app", APP_A, "db").yaml());
     assert_eq!(template_secrets(&collide, "deployment", "app"), [second], "pinned to the next name");
     assert!(
         out.warnings().iter().any(|w| w.contains(&first) && w.contains("using the next name")),
@@ -708,7 +636,7 @@ fn no_form_of_the_canary_shows_in_a_denial_a_collision_or_a_quota_failure() {
     wait_for("the quota controller to count the Secrets", Duration::from_secs(30), || {
         quota.get_json("resourcequota", "full").is_some_and(|q| q["status"]["used"]["count/secrets"].as_str() == Some(&count.to_string()))
     });
-    c.rejects(&mut seen, &reader("app", APP_A, "db"), "ResourceQuota for secrets");
+    c.rejects(&mut seen, &reader("app", APP_A, "db").yaml(), "ResourceQuota for secrets");
 
     let log = g.server.log();
     assert!(log.contains("snapshot name collision") && log.contains("created snapshot"), "the server logged what it did");
@@ -838,7 +766,7 @@ fn gc_sweeps_secret_snapshots_on_the_api_server() {
     let (c, mut seen) = (Checked { ns: &ns, canary: &g.canary }, Seen::default());
     let canary = &g.canary.value;
     // No pods (replicas 0): every rollout completes at once, so old ReplicaSets are trimmed.
-    let app = |image: &str| reader("app", image, "app-secret").replace("  replicas: 0\n", "  replicas: 0\n  revisionHistoryLimit: 1\n");
+    let app = |image: &str| reader("app", image, "app-secret").spec("revisionHistoryLimit: 1").yaml();
     let mut snapshots = Vec::new();
     for v in ["1", "2", "3"] {
         c.accepts(
@@ -919,9 +847,9 @@ fn rotate_keys_reaches_a_running_server_within_its_reload_interval() {
     };
     let key_id_of = |obj: &Value| obj["metadata"]["labels"]["confighistory.io/key-id"].as_str().map(str::to_owned);
 
-    c.accepts(&mut seen, &format!("{}---\n{}", opaque("db", &[("password", canary)]), reader("app", APP_A, "db")));
+    c.accepts(&mut seen, &format!("{}---\n{}", opaque("db", &[("password", canary)]), reader("app", APP_A, "db").yaml()));
     // A Secret only a second workload reads: its writes show which key the server MACs under.
-    c.accepts(&mut seen, &format!("{}---\n{}", opaque("probe", &[("round", "0")]), reader("probe-reader", APP_A, "probe")));
+    c.accepts(&mut seen, &format!("{}---\n{}", opaque("probe", &[("round", "0")]), reader("probe-reader", APP_A, "probe").yaml()));
     let [first] = <[String; 1]>::try_from(template_secrets(&ns, "deployment", "app")).expect("one reference");
     let before = keys_of();
     let first_obj = ns.get_json("secret", &first).expect("the first snapshot");
@@ -968,7 +896,7 @@ fn rotate_keys_reaches_a_running_server_within_its_reload_interval() {
 
     // A real content change: the release pins a snapshot MAC'd under the new key, and the head
     // recorded after the Secret's answer names it.
-    c.accepts(&mut seen, &format!("{edited}---\n{}", reader("app", APP_B, "db")));
+    c.accepts(&mut seen, &format!("{edited}---\n{}", reader("app", APP_B, "db").yaml()));
     assert_eq!(recorded_key_id(&ns, "db", Duration::from_secs(10)).as_deref(), Some(new_id.as_str()), "the head's key");
     let [second] = <[String; 1]>::try_from(template_secrets(&ns, "deployment", "app")).expect("one reference");
     let second_obj = ns.get_json("secret", &second).expect("the second snapshot");

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::support::apps::Workload;
 use crate::support::confighistory::webhook;
 use crate::support::webdriver::Browser;
 use crate::support::{cluster, wait_for, Cluster, TestNamespace};
@@ -90,25 +91,10 @@ fn config(data: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: pricing-config\ndata:\n{data}")
 }
 
-/// The README's worked example Deployment.
-fn deployment(image: &str, extra_volume: &str, annotations: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: pricing
-  annotations: {{{annotations}}}
-spec:
-  selector: {{matchLabels: {{app: pricing}}}}
-  template:
-    metadata: {{labels: {{app: pricing}}}}
-    spec:
-      containers:
-      - {{name: app, image: {image:?}, volumeMounts: [{{name: config, mountPath: /etc/pricing}}]}}
-      volumes:
-      - {{name: config, configMap: {{name: pricing-config}}}}
-{extra_volume}"
-    )
+/// The README's worked example Deployment (no replica count: the API server's default), its
+/// image quoted (tenant text may look like markup).
+fn deployment(image: &str) -> Workload {
+    Workload::deployment("pricing", &format!("{image:?}")).default_replicas().configmap_volume("config", "pricing-config", "/etc/pricing")
 }
 
 /// One release as `user` (impersonated, with the admin's rights): the ConfigMap, then the
@@ -166,14 +152,13 @@ fn browser_shows_the_worked_examples_timeline_and_diff() {
     webhook(cluster);
     let ns = TestNamespace::new(cluster, "ui");
     let n = ns.name.as_str();
-    let plain = deployment;
-    release(&ns, "alice", &config("  config.yaml: \"discount_rules_path: /etc/rules\"\n"), &plain("pricing:4.11", "", ""));
-    release(&ns, "bob", &config("  config.yaml: \"rules.discount_path: /etc/rules\"\n"), &plain("pricing:4.12", "", ""));
+    release(&ns, "alice", &config("  config.yaml: \"discount_rules_path: /etc/rules\"\n"), &deployment("pricing:4.11").yaml());
+    release(&ns, "bob", &config("  config.yaml: \"rules.discount_path: /etc/rules\"\n"), &deployment("pricing:4.12").yaml());
     release(
         &ns,
         "carol",
         &config("  config.yaml: \"rules.discount_path: /etc/rules\\nlog_level: debug\"\n"),
-        &plain("pricing:4.13", "", ""),
+        &deployment("pricing:4.13").yaml(),
     );
     wait_for("three revisions", Duration::from_secs(30), || ns.history_of("pricing").len() == 3);
 
@@ -318,11 +303,14 @@ fn browser_shows_tenant_text_as_text_and_never_a_secret_value() {
     let (snap_old, snap_new) = (secret::snapshot_name("db", &old, &key, 0), secret::snapshot_name("db", &new, &key, 0));
     ns.accepts(&secret::snapshot_object(n, "db", &snap_old, &old, &key, &[]).to_string());
     ns.accepts(&secret::snapshot_object(n, "db", &snap_new, &new, &key, &[]).to_string());
-    let secret_volume = |snap: &str| format!("      - {{name: db, secret: {{secretName: {snap}}}}}\n");
+    let secret_volume = |snap: &str| format!("secret: {{secretName: {snap}}}");
     let value = |v: &str| config(&format!("  payload: {:?}\n", format!("{SCRIPT}\n{IMG}\nversion: {v}")));
-    let cause = format!("kubernetes.io/change-cause: {IMG:?}");
-    release(&ns, SCRIPT, &value("1"), &deployment(&format!("registry.example/app:{IMG}"), &secret_volume(&snap_old), ""));
-    release(&ns, SCRIPT, &value("2"), &deployment("registry.example/app:2", &secret_volume(&snap_new), &cause));
+    let first = deployment(&format!("registry.example/app:{IMG}")).unmounted_volume("db", &secret_volume(&snap_old));
+    let second = deployment("registry.example/app:2")
+        .unmounted_volume("db", &secret_volume(&snap_new))
+        .annotation("kubernetes.io/change-cause", IMG);
+    release(&ns, SCRIPT, &value("1"), &first.yaml());
+    release(&ns, SCRIPT, &value("2"), &second.yaml());
     wait_for("two revisions", Duration::from_secs(30), || ns.history_of("pricing").len() == 2);
 
     // The server's configuration unknown: the plugin then reads Secrets everywhere.
@@ -407,8 +395,7 @@ fn measure_api_times_with_a_thousand_workloads() {
     let started = std::time::Instant::now();
     for i in 1..=100 {
         let cm = config(&format!("  config.yaml: \"release: {i}\\nrules.discount_path: /etc/rules\"\n"));
-        let d = deployment(&format!("pricing:{i}"), "", "")
-            .replace("spec:\n  selector", "spec:\n  revisionHistoryLimit: 100\n  replicas: 0\n  selector");
+        let d = deployment(&format!("pricing:{i}")).spec("revisionHistoryLimit: 100").replicas(0).yaml();
         ns.accepts(&format!("{cm}\n---\n{d}"));
     }
     let replicasets = || ns.kubectl(&["get", "replicasets", "-o", "name"]).expect_success().stdout.lines().count();
@@ -419,9 +406,8 @@ fn measure_api_times_with_a_thousand_workloads() {
     for batch in 0..10 {
         let docs: Vec<String> = (0..100)
             .map(|i| {
-                deployment("pricing:100", "", "")
-                    .replace("name: pricing\n", &format!("name: app-{:04}\n", batch * 100 + i))
-                    .replace("spec:\n  selector", "spec:\n  replicas: 0\n  selector")
+                // Renamed only: every one selects the pods labelled app=pricing.
+                deployment("pricing:100").replicas(0).yaml().replace("  name: pricing\n", &format!("  name: app-{:04}\n", batch * 100 + i))
             })
             .collect();
         ns.accepts(&docs.join("---\n"));

@@ -162,14 +162,47 @@ impl Running {
         self.cluster.kubectl(&all)
     }
 
-    /// A bare repository `name` that git-serve serves and a work tree on branch `main` for it:
-    /// (the work tree, the repository's URL).
-    pub fn repository(&self, name: &str) -> (PathBuf, String) {
+    /// A bare repository `name` that git-serve serves and a work tree on branch `main` for it.
+    pub fn repository(&self, name: &str) -> WorkTree {
         let bare = self.state.join(format!("repos/{name}.git"));
         let work = self.state.join(format!("work/{name}"));
         std::fs::create_dir_all(&work).expect("create the work tree");
         git(&self.state, &["init", "-q", "--bare", bare.to_str().unwrap()]);
         git(&work, &["init", "-q", "-b", "main"]);
-        (work, format!("{}/{name}.git", self.git_url))
+        WorkTree { work, url: format!("{}/{name}.git", self.git_url) }
+    }
+}
+
+/// A test's work tree on branch `main` and the URL of the git-serve repository it pushes to
+/// ([`Running::repository`]): what the Flux and Argo CD scenarios commit their manifests to.
+pub struct WorkTree {
+    pub work: PathBuf,
+    pub url: String,
+}
+
+impl WorkTree {
+    /// Writes `content` to `path` in the work tree, its directories made.
+    pub fn write(&self, path: &str, content: &str) {
+        let file = self.work.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, content).unwrap();
+    }
+
+    /// Commits everything and pushes; the commit's sha.
+    pub fn commit(&self, message: &str) -> String {
+        git(&self.work, &["add", "-A"]);
+        git(&self.work, &["commit", "-q", "-m", message]);
+        self.push()
+    }
+
+    /// `git revert` of the last commit, pushed; the new commit's sha.
+    pub fn revert(&self) -> String {
+        git(&self.work, &["revert", "--no-edit", "HEAD"]);
+        self.push()
+    }
+
+    fn push(&self) -> String {
+        git(&self.work, &["push", "-q", &self.url, "main"]);
+        git(&self.work, &["rev-parse", "HEAD"])
     }
 }
