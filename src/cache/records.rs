@@ -306,14 +306,15 @@ fn string_map(v: &Value, keep: impl Fn(&str) -> bool) -> BTreeMap<String, String
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::cache::{State, Writer};
     use crate::model::ids::SourceId;
     use crate::model::source;
     use serde_json::json;
 
-    fn deployment(name: &str, cm: &str) -> Value {
+    /// A Deployment `name` in namespace `ns` mounting ConfigMap `cm` (the cache tests' fixture).
+    pub(crate) fn deployment(name: &str, cm: &str) -> Value {
         json!({"metadata": {"namespace": "ns", "name": name, "uid": format!("uid-{name}")},
                "spec": {"template": {"spec": {"volumes": [{"name": "c", "configMap": {"name": cm}}]}}}})
     }

@@ -301,13 +301,9 @@ impl State {
 mod tests {
     use super::super::Writer;
     use super::*;
+    use crate::cache::records::tests::deployment;
     use crate::model::template;
     use serde_json::{json, Value};
-
-    fn deployment(name: &str, cm: &str) -> Value {
-        json!({"metadata": {"namespace": "ns", "name": name, "uid": format!("uid-{name}")},
-               "spec": {"template": {"spec": {"volumes": [{"name": "c", "configMap": {"name": cm}}]}}}})
-    }
 
     #[test]
     fn reference_counts_follow_updates_and_deletes() {
