@@ -33,15 +33,31 @@ pub fn never_denied(app: &App, req: &review::Request) -> bool {
 /// - a denial is left to [`admit`], which logs it and may let it through on a replica that
 ///   started a moment ago (during an upgrade, docs/behaviour.md §9a.2).
 pub fn from_memory(app: &App, endpoint: Endpoint, req: &review::Request) -> Option<(Response, Reason)> {
+    match first_pass(app, endpoint, req) {
+        FirstPass::Answered(response, reason) => Some((response, reason)),
+        FirstPass::Decided(_) | FirstPass::NotTried => None,
+    }
+}
+
+/// What [`first_pass`] found: an answer, or the first pass's outcome for [`admit_after`] to go on
+/// from (so a review that needs reads or writes is not decided from memory twice).
+pub(super) enum FirstPass {
+    Answered(Response, Reason),
+    Decided(Outcome),
+    NotTried,
+}
+
+/// [`admit`]'s first pass, when its view is the cache alone (see [`from_memory`]).
+pub(super) fn first_pass(app: &App, endpoint: Endpoint, req: &review::Request) -> FirstPass {
     if endpoint == Endpoint::Mutate && app.ctx.policy.acted_on().of(&req.kind.group, &req.kind.kind).is_some() {
-        return None;
+        return FirstPass::NotTried;
     }
     let state = crate::cache::admission_read(&app.ctx.state);
     if endpoint != Endpoint::Protect && state.namespace_unlisted(&req.namespace) {
-        return None;
+        return FirstPass::NotTried;
     }
     if app.ctx.policy.namespace_mode(&req.namespace, state.namespace(&req.namespace)).1.is_some() {
-        return None;
+        return FirstPass::NotTried;
     }
     let now = app.ctx.clock.now_rfc3339();
     let (fresh, failed) = (Fresh::new(), Failed::new());
@@ -56,14 +72,19 @@ pub fn from_memory(app: &App, endpoint: Endpoint, req: &review::Request) -> Opti
         // ago may let it through (`mixed_fleet`).
         Outcome::Done(d) if d.response.allowed && d.effects.is_empty() && !matches!(d.reason, Reason::Audit | Reason::UnhandledKind) => {
             let reason = d.reason;
-            Some((d.finish(&Default::default()), reason))
+            FirstPass::Answered(d.finish(&Default::default()), reason)
         }
-        _ => None,
+        outcome => FirstPass::Decided(outcome),
     }
 }
 
 /// Decides, reading sources fresh when the decision asks, runs the effects, and answers.
 pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Response, Reason) {
+    admit_after(app, endpoint, req, None).await
+}
+
+/// [`admit`], its first pass already made by [`first_pass`] when `first` is given.
+pub(super) async fn admit_after(app: &App, endpoint: Endpoint, req: &review::Request, mut first: Option<Outcome>) -> (Response, Reason) {
     // The API server's time, in milliseconds: the settle window is counted from changed-at, on
     // the leader, which uses the API server's time too (never a replica's own clock alone).
     let now = app.ctx.clock.now_rfc3339();
@@ -111,7 +132,9 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
         _ => None,
     };
     for _ in 0..MAX_PASSES {
-        let outcome = {
+        let outcome = if let Some(outcome) = first.take() {
+            outcome
+        } else {
             let state = crate::cache::admission_read(&app.ctx.state);
             let policy = secrets_off.as_deref().unwrap_or(&app.ctx.policy);
             let view = View { policy, state: &state, fresh: &fresh, failed: &failed, now: &now, namespace: namespace.as_deref() };

@@ -18,7 +18,7 @@ use axum::{Json, Router};
 use serde_json::json;
 use tracing::Instrument;
 
-use crate::admission::{review, Reason, Response};
+use crate::admission::{review, Outcome, Reason, Response};
 use crate::cache::{Lock, Ready};
 use crate::cluster::Cluster;
 use crate::context::Context;
@@ -188,16 +188,20 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
     // Settled from memory with nothing to read, write or log (the steady state of re-applies):
     // answered without the span below, which would log nothing. With debug logs on, the
     // decision's summary line is one, so every review gets the span.
-    if !tracing::enabled!(tracing::Level::DEBUG) {
-        if let Some((response, reason)) = driver::from_memory(&app, endpoint, &req) {
-            return finish(&app, endpoint, &req, start, response, reason);
-        }
-    }
+    // The first pass's outcome otherwise goes on to the driver: not decided twice.
+    let first = match tracing::enabled!(tracing::Level::DEBUG) {
+        true => None,
+        false => match driver::first_pass(&app, endpoint, &req) {
+            driver::FirstPass::Answered(response, reason) => return finish(&app, endpoint, &req, start, response, reason),
+            driver::FirstPass::Decided(outcome) => Some(outcome),
+            driver::FirstPass::NotTried => None,
+        },
+    };
     // Every log line of this admission, down to the API calls of its effects, carries these.
     // `?`: request-supplied strings are escaped in text logs (validated above, but uid is free).
     let span = tracing::info_span!("admission", uid = ?req.uid, kind = %req.kind.kind, namespace = %req.namespace,
         name = %req.name, operation = req.operation.as_str(), endpoint = endpoint.as_str());
-    answer(&app, endpoint, &req, start).instrument(span).await
+    answer(&app, endpoint, &req, start, first).instrument(span).await
 }
 
 /// Bodies at least this long are parsed on a blocking thread: parsing a few MiB takes
@@ -248,8 +252,8 @@ pub(crate) fn refuse_too_large(endpoint: Endpoint, too_large: memory::TooLarge) 
 }
 
 /// Decides, counts and logs one admission that passed [`expected`].
-async fn answer(app: &App, endpoint: Endpoint, req: &review::Request, start: Instant) -> HttpResponse {
-    let (response, reason) = admit(app, endpoint, req).await;
+async fn answer(app: &App, endpoint: Endpoint, req: &review::Request, start: Instant, first: Option<Outcome>) -> HttpResponse {
+    let (response, reason) = driver::admit_after(app, endpoint, req, first).await;
     finish(app, endpoint, req, start, response, reason)
 }
 
