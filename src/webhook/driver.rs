@@ -43,7 +43,8 @@ pub fn from_memory(app: &App, endpoint: Endpoint, req: &review::Request) -> Opti
 /// from (so a review that needs reads or writes is not decided from memory twice).
 pub(super) enum FirstPass {
     Answered(Response, Reason),
-    Decided(Outcome),
+    /// Boxed: held across the driver's awaits, inline it would double the per-request future.
+    Decided(Box<Outcome>),
     NotTried,
 }
 
@@ -74,7 +75,7 @@ pub(super) fn first_pass(app: &App, endpoint: Endpoint, req: &review::Request) -
             let reason = d.reason;
             FirstPass::Answered(d.finish(&Default::default()), reason)
         }
-        outcome => FirstPass::Decided(outcome),
+        outcome => FirstPass::Decided(Box::new(outcome)),
     }
 }
 
@@ -84,7 +85,12 @@ pub async fn admit(app: &App, endpoint: Endpoint, req: &review::Request) -> (Res
 }
 
 /// [`admit`], its first pass already made by [`first_pass`] when `first` is given.
-pub(super) async fn admit_after(app: &App, endpoint: Endpoint, req: &review::Request, mut first: Option<Outcome>) -> (Response, Reason) {
+pub(super) async fn admit_after(
+    app: &App,
+    endpoint: Endpoint,
+    req: &review::Request,
+    mut first: Option<Box<Outcome>>,
+) -> (Response, Reason) {
     // The API server's time, in milliseconds: the settle window is counted from changed-at, on
     // the leader, which uses the API server's time too (never a replica's own clock alone).
     let now = app.ctx.clock.now_rfc3339();
@@ -133,7 +139,7 @@ pub(super) async fn admit_after(app: &App, endpoint: Endpoint, req: &review::Req
     };
     for _ in 0..MAX_PASSES {
         let outcome = if let Some(outcome) = first.take() {
-            outcome
+            *outcome
         } else {
             let state = crate::cache::admission_read(&app.ctx.state);
             let policy = secrets_off.as_deref().unwrap_or(&app.ctx.policy);

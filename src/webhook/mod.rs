@@ -252,7 +252,7 @@ pub(crate) fn refuse_too_large(endpoint: Endpoint, too_large: memory::TooLarge) 
 }
 
 /// Decides, counts and logs one admission that passed [`expected`].
-async fn answer(app: &App, endpoint: Endpoint, req: &review::Request, start: Instant, first: Option<Outcome>) -> HttpResponse {
+async fn answer(app: &App, endpoint: Endpoint, req: &review::Request, start: Instant, first: Option<Box<Outcome>>) -> HttpResponse {
     let (response, reason) = driver::admit_after(app, endpoint, req, first).await;
     finish(app, endpoint, req, start, response, reason)
 }
