@@ -19,6 +19,10 @@ use crate::support::{cluster, find_helm, repo_root, run_id, wait_for, wait_for_v
 
 /// Server-managed certificates of the installed release: start-over, expiry, Helm 4 upgrades.
 mod certs;
+/// What the tests under load share: the write loop, the API server's metrics and log.
+mod load;
+/// Certificates rotating every minute under load, a restart and a validity change among them.
+mod rotation;
 /// Upgrades that change the webhook configurations, under load.
 mod upgrades;
 

@@ -14,14 +14,14 @@ use crate::certs::{served_certificate, verifies};
 use crate::support::{find_helm, repo_root, run_id, wait_for, wait_for_value, Cluster, TestNamespace};
 
 /// The name the API server checks the served certificate against (the Service's).
-const SERVICE_NAME: &str = "confighistory.confighistory.svc";
-const SECRET: &str = "confighistory-certs";
+pub(super) const SERVICE_NAME: &str = "confighistory.confighistory.svc";
+pub(super) const SECRET: &str = "confighistory-certs";
 const KINDS: [&str; 2] = ["mutatingwebhookconfiguration", "validatingwebhookconfiguration"];
 /// What "within seconds" means here: a poll interval or two and the API server's pick-up.
 const CONVERGES_WITHIN: Duration = Duration::from_secs(8);
 
 /// The CA bundle (PEM) of every webhook of the release's two configurations.
-fn bundles(cluster: &Cluster) -> Vec<String> {
+pub(super) fn bundles(cluster: &Cluster) -> Vec<String> {
     let mut out = Vec::new();
     for kind in KINDS {
         let c = cluster.kubectl(&["get", kind, RELEASE, "-o", "json"]).expect_success().json();
@@ -35,7 +35,7 @@ fn bundles(cluster: &Cluster) -> Vec<String> {
 }
 
 /// The bundle generation the configurations carry (the lowest of the two).
-fn generation(cluster: &Cluster) -> u64 {
+pub(super) fn generation(cluster: &Cluster) -> u64 {
     KINDS
         .iter()
         .map(|kind| {
@@ -47,14 +47,14 @@ fn generation(cluster: &Cluster) -> u64 {
 }
 
 /// The Secret's `ca.crt`, if the Secret exists.
-fn secret_bundle(cluster: &Cluster) -> Option<String> {
+pub(super) fn secret_bundle(cluster: &Cluster) -> Option<String> {
     let out = cluster.kubectl(&["get", "secret", SECRET, "-n", NAMESPACE, "-o", "jsonpath={.data.ca\\.crt}"]);
     let pem = base64::engine::general_purpose::STANDARD.decode(out.stdout.trim()).ok()?;
     (out.success && !pem.is_empty()).then(|| String::from_utf8(pem).unwrap_or_default())
 }
 
 /// Each Ready pod's admission address.
-fn pod_addresses(cluster: &Cluster) -> Vec<String> {
+pub(super) fn pod_addresses(cluster: &Cluster) -> Vec<String> {
     server_pods(cluster)
         .iter()
         .filter(|p| ready(p))
@@ -69,7 +69,7 @@ fn pod_addresses(cluster: &Cluster) -> Vec<String> {
 /// Waits until the release's pods are `replicas` pods none of which is terminating: a pod that
 /// drains after a rollout still runs its certificate loop, and would make a Secret with its own
 /// settings after a start-over.
-fn only_current_pods(cluster: &Cluster, replicas: usize) {
+pub(super) fn only_current_pods(cluster: &Cluster, replicas: usize) {
     wait_for(&format!("{replicas} confighistory pods and none terminating"), Duration::from_secs(120), || {
         let out = cluster.kubectl(&["get", "pods", "-n", NAMESPACE, "-l", &format!("app.kubernetes.io/instance={RELEASE}"), "-o", "json"]);
         let pods = if out.success { out.json()["items"].as_array().cloned().unwrap_or_default() } else { return false };
@@ -86,6 +86,22 @@ const FORGED: &str =
 /// verifies for the Service name, that bundle the Secret's, and the API server calling the servers.
 /// Some(description of what is not yet) or None.
 fn not_converged(cluster: &Cluster, ns: &TestNamespace, replicas: usize) -> Option<String> {
+    if let Some(why) = certificates_not_converged(cluster, replicas) {
+        return Some(why);
+    }
+    // Through the Service, a few times (each call may reach either pod).
+    for _ in 0..4 {
+        let out = cluster.kubectl_stdin(&["create", "--dry-run=server", "-n", &ns.name, "-f", "-"], FORGED);
+        if out.success || !out.stderr.contains("denied the request") {
+            return Some(format!("the API server did not get a refusal from the servers: {}", out.describe()));
+        }
+    }
+    None
+}
+
+/// [`not_converged`] but the calls through the API server: the Secret, the webhooks' bundles and
+/// what each Ready pod serves.
+fn certificates_not_converged(cluster: &Cluster, replicas: usize) -> Option<String> {
     let Some(secret) = secret_bundle(cluster) else { return Some("no Secret".into()) };
     let hooks = bundles(cluster);
     if hooks.iter().any(|b| *b != secret) {
@@ -102,18 +118,11 @@ fn not_converged(cluster: &Cluster, ns: &TestNamespace, replicas: usize) -> Opti
             None => return Some(format!("{addr} serves no certificate")),
         }
     }
-    // Through the Service, a few times (each call may reach either pod).
-    for _ in 0..4 {
-        let out = cluster.kubectl_stdin(&["create", "--dry-run=server", "-n", &ns.name, "-f", "-"], FORGED);
-        if out.success || !out.stderr.contains("denied the request") {
-            return Some(format!("the API server did not get a refusal from the servers: {}", out.describe()));
-        }
-    }
     None
 }
 
 /// Waits until [`not_converged`] is None; returns how long that took.
-fn converge(cluster: &Cluster, ns: &TestNamespace, replicas: usize, what: &str, timeout: Duration) -> Duration {
+pub(super) fn converge(cluster: &Cluster, ns: &TestNamespace, replicas: usize, what: &str, timeout: Duration) -> Duration {
     let started = Instant::now();
     let mut last = String::new();
     while started.elapsed() < timeout {
@@ -158,7 +167,7 @@ impl Drop for TwoReplicas {
 
 /// Puts the release back to its installed values (no extraArgs) and a Secret of the normal
 /// validity, passed or failed.
-struct NormalValidity(&'static Cluster);
+pub(super) struct NormalValidity(pub(super) &'static Cluster);
 
 impl Drop for NormalValidity {
     fn drop(&mut self) {
@@ -169,6 +178,15 @@ impl Drop for NormalValidity {
         }
         only_current_pods(self.0, 2);
         let _ = self.0.kubectl(&["delete", "secret", SECRET, "-n", NAMESPACE]);
+        // The next test may start a write loop at once: the start-over done first.
+        let started = Instant::now();
+        while let Some(why) = certificates_not_converged(self.0, 2) {
+            if started.elapsed() > Duration::from_secs(90) {
+                eprintln!("the start-over restoring the normal validity did not converge: {why}");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
     }
 }
 

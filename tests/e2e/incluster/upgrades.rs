@@ -5,7 +5,6 @@
 //! confighistory webhook may fail open meanwhile (the API server's own count), and every apply is
 //! admitted and pinned.
 
-use std::collections::BTreeMap;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -13,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::load::{apply_deployment, fail_opens, grown, load_deployment, webhook_metrics, Applied, Logs};
 use super::{installed, ready, server_pods, APP_A, NAMESPACE, RELEASE};
-use crate::support::apps::{configmap, pricing_config, workload, KEY_A, SOURCE};
+use crate::support::apps::{configmap, pricing_config, KEY_A, SOURCE};
 use crate::support::{find_helm, repo_root, wait_for, Cluster, TestNamespace};
 
 /// The custom workload kind registered and unregistered (a CustomResourceDefinition this test
@@ -37,36 +37,6 @@ fn user_values(cluster: &Cluster) -> Value {
     let out = helm(cluster, &["get", "values", RELEASE, "-n", NAMESPACE, "-o", "json"]);
     assert!(out.status.success(), "helm get values: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("helm get values JSON")
-}
-
-/// The API server's admission webhook metrics for confighistory's webhooks (names ending in
-/// `.confighistory.io`), by metric and labels: `apiserver_admission_webhook_fail_open_count`, and
-/// for the figures `..._request_total` with a code other than 200 and `..._rejection_count` of
-/// calls that failed (under failurePolicy Fail).
-fn webhook_metrics(cluster: &Cluster) -> BTreeMap<String, f64> {
-    let raw = cluster.kubectl(&["get", "--raw", "/metrics"]).expect_success().stdout;
-    raw.lines()
-        .filter(|l| {
-            l.starts_with("apiserver_admission_webhook_fail_open_count{")
-                || (l.starts_with("apiserver_admission_webhook_request_total{") && !l.contains("code=\"200\""))
-                || (l.starts_with("apiserver_admission_webhook_rejection_count{") && !l.contains("error_type=\"no_error\""))
-        })
-        .filter(|l| l.split("name=\"").nth(1).and_then(|r| r.split('"').next()).is_some_and(|n| n.ends_with(".confighistory.io")))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            Some((series.to_owned(), value.parse().ok()?))
-        })
-        .collect()
-}
-
-/// What changed between two readings of [`webhook_metrics`] (series that grew).
-fn grown(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-    let was = |k: &String| before.get(k).copied().unwrap_or(0.0);
-    after.iter().filter(|(k, v)| **v > was(k)).map(|(k, v)| (k.clone(), v - was(k))).collect()
-}
-
-fn fail_opens(m: &BTreeMap<String, f64>) -> f64 {
-    m.iter().filter(|(k, _)| k.starts_with("apiserver_admission_webhook_fail_open_count{")).map(|(_, v)| v).sum()
 }
 
 /// Puts the release back to the values the test started from (the chart of this tree), and
@@ -114,51 +84,6 @@ spec:
         configMap: {{name: {SOURCE}}}
 "
     )
-}
-
-/// `kubectl logs -f` of every confighistory pod seen while it lives (a pod rolled away takes its
-/// log with it): their WARN and ERROR lines go into the report.
-struct Logs {
-    children: Vec<(String, std::process::Child)>,
-    lines: std::sync::Arc<Mutex<Vec<String>>>,
-}
-
-impl Logs {
-    fn follow_new(&mut self, cluster: &Cluster) {
-        let out = cluster.kubectl(&["get", "pods", "-n", NAMESPACE, "-l", &format!("app.kubernetes.io/instance={RELEASE}"), "-o", "name"]);
-        for pod in out.stdout.lines().map(str::trim).filter(|p| p.starts_with("pod/")) {
-            if self.children.iter().any(|(p, _)| p == pod) {
-                continue;
-            }
-            let child = Command::new(crate::support::find_kubectl())
-                .args(["logs", "-f", "-n", NAMESPACE, pod])
-                .env("KUBECONFIG", &cluster.kubeconfig)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::null())
-                .spawn();
-            let Ok(mut child) = child else { continue };
-            let stdout = child.stdout.take().expect("piped");
-            let (lines, name) = (self.lines.clone(), pod.trim_start_matches("pod/").to_owned());
-            std::thread::spawn(move || {
-                use std::io::BufRead as _;
-                for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-                    if line.contains("\"level\":\"WARN\"") || line.contains("\"level\":\"ERROR\"") {
-                        lines.lock().unwrap().push(format!("{name}: {line}"));
-                    }
-                }
-            });
-            self.children.push((pod.to_owned(), child));
-        }
-    }
-}
-
-impl Drop for Logs {
-    fn drop(&mut self) {
-        for (_, child) in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// A Secret `name` holding `round` (no real secret value).
@@ -274,30 +199,13 @@ spec:
                 }
                 i += 1;
                 let name = format!("load-{}", i % LOAD_DEPLOYMENTS);
-                let manifest = workload("deployment", &name, APP_A, SOURCE)
-                    .replace("replicas: 1", "replicas: 0")
-                    .replace(
-                        "        - configMapRef: {name: pricing-config}\n",
-                        "        - configMapRef: {name: pricing-config}\n        - secretRef: {name: upgrade-db}\n",
-                    )
-                    .replace("      labels: {app: ", &format!("      annotations: {{round: \"{i}\"}}\n      labels: {{app: "));
-                assert!(manifest.contains("secretRef") && manifest.contains("round:"), "{manifest}");
+                let manifest = load_deployment(&name, i).replace(
+                    "        - configMapRef: {name: pricing-config}\n",
+                    "        - configMapRef: {name: pricing-config}\n        - secretRef: {name: upgrade-db}\n",
+                );
+                assert!(manifest.contains("secretRef"), "{manifest}");
                 let at = step.load(Ordering::SeqCst);
-                let result = ns.apply_with(&manifest, &["-o", "json"]);
-                let pinned = result.as_ref().ok().map(|o| {
-                    let d: Value = serde_json::from_str(&o.stdout).unwrap_or_default();
-                    let volumes = d["spec"]["template"]["spec"]["volumes"].as_array().cloned().unwrap_or_default();
-                    volumes
-                        .iter()
-                        .find(|v| v["name"] == "config")
-                        .and_then(|v| v["configMap"]["name"].as_str())
-                        .unwrap_or_default()
-                        .to_owned()
-                });
-                let (ok, output) = match result {
-                    Ok(o) => (true, o.stderr),
-                    Err(e) => (false, e.describe()),
-                };
+                let Applied { ok, pinned, output } = apply_deployment(&ns, &manifest);
                 applies.lock().unwrap().push(Apply { step: at, what: format!("deployment/{name} round {i}"), ok, pinned, output });
             }
         });
