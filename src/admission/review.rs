@@ -255,9 +255,9 @@ impl<'de> Deserialize<'de> for RawPairs {
     }
 }
 
-/// What `object` and `oldObject` leave out while parsing (issues 7, 17: parsing is most of an
-/// admission's cost), because no rule reads it: `status` of every object, often most of a
-/// workload's bytes; and of a workload, every annotation but confighistory's own (kubectl's
+/// What `object` and `oldObject` leave out while parsing (parsing is most of an admission's cost),
+/// because no rule reads it: `status` of every object, often most of a workload's bytes; and of a
+/// workload, every annotation but confighistory's own and the change-cause (kubectl's
 /// last-applied copy of the whole manifest is a third of a typical Deployment review). A
 /// workload's annotations map itself stays, so a patch still knows whether to add the map or a key
 /// to it. Sources keep all their annotations: snapshot protection compares them. "Workload" is the

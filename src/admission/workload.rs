@@ -488,8 +488,27 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         out.apply(source, &refs, &choice, (content, head), old_pin.map(|(_, h)| h), old_hold.cloned());
     }
     let Builder { mut d, pins, held, .. } = out;
-    d.response.patch = annotation_ops(obj, &pin_annotations(&pins, &held));
+    let mut want = pin_annotations(&pins, &held);
+    if !own && !undo && cause_carried_over(req) {
+        want.extend([(names::CHANGE_CAUSE, None), (names::CHANGE_CAUSE_OWN, None)]);
+    }
+    d.response.patch = annotation_ops(obj, &want);
     Outcome::Done(d)
+}
+
+/// Whether a user's update carries over, unchanged, the change-cause confighistory wrote for its
+/// own revision (docs/behaviour.md §7.9): `kubernetes.io/change-cause` is as it was and still the
+/// one confighistory recorded beside it. The revision this release makes would otherwise claim a
+/// config change as its cause, so both are removed. An undo keeps what it brings back; a
+/// change-cause the request sets or changes is the user's.
+fn cause_carried_over(req: &Request) -> bool {
+    if req.operation != Operation::Update {
+        return false;
+    }
+    let cause = annotation(req.object(), names::CHANGE_CAUSE);
+    cause.is_some()
+        && cause == annotation(req.object(), names::CHANGE_CAUSE_OWN)
+        && cause == annotation(req.old_object(), names::CHANGE_CAUSE)
 }
 
 /// An unchanged template keeps its pins (re-applied manifests send plain names) and carries the

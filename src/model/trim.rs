@@ -61,7 +61,8 @@ pub enum Annotations {
     None,
     /// kubectl's last-applied copy ([`LAST_APPLIED`]).
     LastApplied,
-    /// Every annotation but confighistory's own.
+    /// Every annotation but confighistory's own and the change-cause, which a release may carry
+    /// over from confighistory's revision (docs/behaviour.md §7.9).
     AllButOwn,
 }
 
@@ -119,7 +120,7 @@ impl Trim {
             }
             (Part::Annotations, k) => match leave.annotations {
                 Annotations::LastApplied if k == LAST_APPLIED => None,
-                Annotations::AllButOwn if !k.starts_with(names::PREFIX) => None,
+                Annotations::AllButOwn if !k.starts_with(names::PREFIX) && k != names::CHANGE_CAUSE => None,
                 _ => Some(None),
             },
             _ => Some(None),

@@ -175,6 +175,51 @@ async fn release_takes_the_head_and_releases_a_hold() {
     assert!(f.cluster.get(NS, &snap("pricing-config", B)).is_some());
 }
 
+/// docs/behaviour.md §7.9: the change-cause confighistory wrote for a propagation's revision does
+/// not ride along into the user's next release (its revision would claim a config change); a
+/// change-cause the user sets, or one that is not confighistory's, stays, and so does the one an
+/// undo brings back.
+#[tokio::test]
+async fn a_release_drops_the_change_cause_confighistory_wrote_and_keeps_a_users() {
+    const OURS: &str = "config pricing-config changed by alice";
+    let cause = |obj: &Value| (annotation(obj, "kubernetes.io/change-cause"), annotation(obj, "confighistory.io/change-cause"));
+    let pinned = deployment("pricing:4.11", &snap("pricing-config", B));
+    let propagated = with_annotations(pinned.clone(), &[("kubernetes.io/change-cause", OURS), ("confighistory.io/change-cause", OURS)]);
+    let f = Fixture::new().source("pricing-config", B).snapshot("pricing-config", B, &[]).workload(&propagated);
+
+    // `kubectl apply` of the next image: the manifest says nothing of the change-cause, which the
+    // stored object carries over.
+    let release = with_annotations(
+        deployment("pricing:4.12", "pricing-config"),
+        &[("kubernetes.io/change-cause", OURS), ("confighistory.io/change-cause", OURS)],
+    );
+    let a = f.mutate_deployment("UPDATE", &release, Some(&propagated)).await;
+    assert!(a.allowed());
+    let out = a.patched(&release);
+    assert_eq!(cause(&out), (None, None), "{:#}", out["metadata"]);
+    assert_eq!(pin_of(&out).0, snap("pricing-config", B));
+
+    // The same release carrying the user's own change-cause (set by the request): kept.
+    let theirs = with_annotations(release.clone(), &[("kubernetes.io/change-cause", "release 4.12")]);
+    let out = f.mutate_deployment("UPDATE", &theirs, Some(&propagated)).await.patched(&theirs);
+    assert_eq!(cause(&out).0.as_deref(), Some("release 4.12"));
+    // A change-cause the user wrote before (not confighistory's record): kept.
+    let annotated = with_annotations(propagated.clone(), &[("kubernetes.io/change-cause", "by hand")]);
+    let release = with_annotations(annotated.clone(), &[]);
+    let mut release = release;
+    release["spec"]["template"]["spec"]["containers"][0]["image"] = json!("pricing:4.12");
+    let out = f.mutate_deployment("UPDATE", &release, Some(&annotated)).await.patched(&release);
+    assert_eq!(cause(&out), (Some("by hand".to_owned()), Some(OURS.to_owned())));
+    // A restart of the propagated revision's template is no config change either: dropped.
+    let mut restarted = propagated.clone();
+    restarted["spec"]["template"]["metadata"]["annotations"] = json!({"kubectl.kubernetes.io/restartedAt": "now"});
+    let out = f.mutate_deployment("UPDATE", &restarted, Some(&propagated)).await.patched(&restarted);
+    assert_eq!(cause(&out), (None, None));
+    // Re-applying the unchanged manifest makes no revision: left as it is.
+    let out = f.mutate_deployment("UPDATE", &propagated, Some(&propagated)).await.patched(&propagated);
+    assert_eq!(cause(&out), (Some(OURS.to_owned()), Some(OURS.to_owned())));
+}
+
 #[tokio::test]
 async fn undo_keeps_the_revisions_snapshot_and_holds_it() {
     let rev1 = deployment("pricing:4.11", &snap("pricing-config", A));

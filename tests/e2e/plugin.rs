@@ -629,7 +629,8 @@ fn secret_views_show_keys_and_sizes_never_values() {
 /// of that content; the first release's content predates confighistory's tracking and says so;
 /// `status --wait` exits 1 while the change waits for its settle window (saying for what) and 0
 /// once the workload is on the head; the revision it made explains itself in `kubectl rollout
-/// history`, and a change-cause of the user's own is never overwritten.
+/// history`, the next release's revision does not carry it over, and a change-cause of the
+/// user's own is never overwritten.
 #[test]
 fn authors_change_cause_and_status_wait_of_a_config_edit() {
     let Some(cluster) = cluster() else { return };
@@ -678,12 +679,20 @@ fn authors_change_cause_and_status_wait_of_a_config_edit() {
     let history = ns.kubectl(&["rollout", "history", "deployment/app"]).expect_success().stdout;
     assert!(history.lines().any(|l| l.trim_start().starts_with('3') && l.contains(&cause)), "{history}");
 
+    // The next release (an image) does not carry that cause over: its revision is the user's.
+    ns.accepts(&deployment("registry.example/app:4.13"));
+    wait_for("revision 4", Duration::from_secs(30), || ns.history_of("app").iter().any(|r| r.revision == 4));
+    assert_eq!(ns.annotation_of("deployment", "app", "kubernetes.io/change-cause"), None);
+    let history = ns.kubectl(&["rollout", "history", "deployment/app"]).expect_success().stdout;
+    assert!(history.lines().any(|l| l.trim_start().starts_with('3') && l.contains(&cause)), "{history}");
+    assert!(history.lines().any(|l| l.trim_start().starts_with('4') && !l.contains("config app-config")), "{history}");
+
     // A change-cause of the user's own stays through the next propagation.
-    ns.kubectl(&["annotate", "deployment", "app", "kubernetes.io/change-cause=release 4.12, by hand", "--overwrite"]).expect_success();
+    ns.kubectl(&["annotate", "deployment", "app", "kubernetes.io/change-cause=release 4.13, by hand", "--overwrite"]).expect_success();
     ns.accepts(&config("setting_d"));
     let settled = plugin(cluster, &["status", "app", "-n", n, "--wait", "--timeout", "60s"]);
     assert_eq!(settled.code, Some(0), "{}{}", settled.stdout, settled.stderr);
-    assert_eq!(ns.annotation_of("deployment", "app", "kubernetes.io/change-cause").as_deref(), Some("release 4.12, by hand"));
+    assert_eq!(ns.annotation_of("deployment", "app", "kubernetes.io/change-cause").as_deref(), Some("release 4.13, by hand"));
 }
 
 /// A ServiceAccount of `ns` that may read its ConfigMaps and workloads (what `history` and

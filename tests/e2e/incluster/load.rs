@@ -68,7 +68,9 @@ pub(super) fn webhook_call_failures(cluster: &Cluster, from: u64) -> Vec<String>
         return Vec::new();
     }
     text.lines()
-        .filter(|l| l.contains("failed calling webhook") && l.contains(".confighistory.io"))
+        // One line per failed call ("Failed calling webhook, failing open|closed ..."); the
+        // error line the dispatcher logs beside it is not counted again.
+        .filter(|l| l.contains("Failed calling webhook") && l.contains(".confighistory.io"))
         .map(|l| l.chars().take(400).collect())
         .collect()
 }

@@ -54,6 +54,15 @@ fn untrusted(cluster: &crate::support::Cluster) -> (usize, Option<String>) {
     (served, None)
 }
 
+/// Sets the flag when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 #[test]
 #[ignore = "needs confighistory installed in the cluster (tests/run: after `tests/e2e/cluster install`)"]
 fn incluster_certificates_rotate_under_load_without_failing_open() {
@@ -123,6 +132,8 @@ fn incluster_certificates_rotate_under_load_without_failing_open() {
                 std::thread::sleep(Duration::from_millis(500));
             }
         });
+        // The loops stop when this part ends, a panic included (else the scope would wait on them).
+        let _stop = StopOnDrop(&done);
         let until = |at: Duration, logs: &mut Logs| {
             while t0.elapsed() < at {
                 logs.follow_new(cluster);
@@ -135,7 +146,11 @@ fn incluster_certificates_rotate_under_load_without_failing_open() {
         cluster.kubectl(&["rollout", "restart", &format!("deployment/{RELEASE}"), "-n", NAMESPACE]).expect_success();
         let status = cluster.kubectl(&["rollout", "status", &format!("deployment/{RELEASE}"), "-n", NAMESPACE, "--timeout", "5m"]);
         only_current_pods(cluster, 2);
-        events.push(format!("rollout restart: {:.1} s to 2 new pods alone ({})", started.elapsed().as_secs_f64(), status.describe()));
+        events.push(format!(
+            "rollout restart: {:.1} s to 2 new pods alone ({})",
+            started.elapsed().as_secs_f64(),
+            if status.success { "rollout: ok".to_owned() } else { status.describe() }
+        ));
         logs.follow_new(cluster);
         until(run * 2 / 3, &mut logs);
         *phase.lock().unwrap() = "validity 90 s";
@@ -149,7 +164,6 @@ fn incluster_certificates_rotate_under_load_without_failing_open() {
         ));
         logs.follow_new(cluster);
         until(run, &mut logs);
-        done.store(true, Ordering::SeqCst);
     });
     let total = t0.elapsed();
     let grew = grown(&start_metrics, &webhook_metrics(cluster));
@@ -200,7 +214,10 @@ fn incluster_certificates_rotate_under_load_without_failing_open() {
             if *ok { "admitted unpinned" } else { "not admitted" }
         );
     }
-    assert!(events.iter().all(|e| e.contains("helm: ok") || e.starts_with("rollout")), "the validity change failed:\n{report}");
+    assert!(
+        events.iter().all(|e| e.contains("helm: ok") || e.contains("rollout: ok")),
+        "the restart or the validity change failed:\n{report}"
+    );
     assert_eq!(fail_opens(&grew), 0.0, "confighistory's webhooks failed open:\n{report}");
     assert!(failures.is_empty(), "the API server failed to call confighistory's webhooks:\n{report}");
     assert!(untrusted.is_empty(), "a replica served a certificate the webhooks do not trust:\n{report}");
