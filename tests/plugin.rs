@@ -618,15 +618,18 @@ fn completions_need_no_cluster() {
 fn refusals_and_bad_flags_are_clear_before_any_connection() {
     let out = offline(&["undo", "app", "--dry-run=client"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(err.starts_with("error: --dry-run=client is not supported") && err.contains("--dry-run=server"), "{err}");
     let out = offline(&["history", "x", "-o", "wide"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("use json, yaml, name or jsonpath=TEMPLATE"));
     let out = offline(&["history", "x", "--request-timeout", "soon"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("invalid timeout"));
-    // An error of diff exits 2 (1 means "different", as for kubectl diff).
-    assert_eq!(offline(&["diff", "x"]).status.code(), Some(2));
-    assert_eq!(offline(&["history", "x"]).status.code(), Some(1));
+    // Every error exits 2, as a bad command line does (1 means "different" for diff, as for
+    // kubectl diff, and "still waiting" for status --wait).
+    for args in [&["diff", "x"][..], &["history", "x"], &["history", "deployment/x"], &["undo", "x"], &["status", "x"], &["list"]] {
+        assert_eq!(offline(args).status.code(), Some(2), "{args:?}");
+    }
+    assert_eq!(offline(&["history", "x", "-o", "wide"]).status.code(), Some(2));
 }
 
 #[test]

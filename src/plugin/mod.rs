@@ -586,8 +586,13 @@ fn resolve_source(inv: &build::Inventory, given: &crate::model::ids::SourceId) -
     entry
 }
 
+/// The exit code of every error, as of a bad command line (clap's): 1 is an answer, not an error
+/// (`diff` found differences, as `kubectl diff` says; `status --wait` still waits at its timeout),
+/// so a script tells "not yet" or "different" from "broken" whatever the command (docs/plugin.md).
+pub const ERROR_CODE: u8 = 2;
+
 /// Entry point of the `kubectl-confighistory` binary: prints the result, or `error: ...` on
-/// stderr with exit code 1, like kubectl.
+/// stderr with exit code [`ERROR_CODE`].
 pub fn main() -> std::process::ExitCode {
     // kubectl's plugin completion: answered before clap, whose errors on a half-typed line would
     // reach the shell as candidates (cobra's protocol, docs/plugin.md "Shell completion").
@@ -601,14 +606,11 @@ pub fn main() -> std::process::ExitCode {
         return std::process::ExitCode::SUCCESS;
     }
     let cli = Cli::parse();
-    // kubectl diff's convention: 1 means "different", so errors of `diff` exit 2.
-    // And `status --wait`'s: 1 means "still waiting at the timeout".
-    let error_code = if matches!(cli.command, Command::Diff { .. } | Command::Status { wait: true, .. }) { 2 } else { 1 };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: {e}");
-            return std::process::ExitCode::FAILURE;
+            return std::process::ExitCode::from(ERROR_CODE);
         }
     };
     match runtime.block_on(run(cli)) {
@@ -618,7 +620,7 @@ pub fn main() -> std::process::ExitCode {
         }
         Err(e) => {
             eprintln!("error: {}", describe(&e));
-            std::process::ExitCode::from(error_code)
+            std::process::ExitCode::from(ERROR_CODE)
         }
     }
 }

@@ -575,6 +575,17 @@ fn secret_views_show_keys_and_sizes_never_values() {
     );
     let shown = plugin_with(Some(&cluster.kubeconfig), &["diff", "deployment/app", "--show-values", "-n", n]);
     assert!(shown.stdout.contains(&format!("-{CANARY}\n+s3cret-rotated-value")), "the old password shown ({} bytes)", shown.stdout.len());
+    // The undo preview: what the undo brings back of the Secret, its keys; its values only with
+    // --show-values (the output is not quoted on failure).
+    let preview = run("undo preview", &["undo", "app", "--dry-run"]);
+    assert!(preview.contains("password"), "the undo preview names the key that changes back: {} bytes", preview.len());
+    let shown = plugin_with(Some(&cluster.kubeconfig), &["undo", "app", "--dry-run", "--show-values", "-n", n]);
+    assert!(shown.success, "undo --dry-run --show-values: exit {:?}", shown.code);
+    assert!(
+        shown.stdout.contains(CANARY) && shown.stdout.contains("s3cret-rotated-value"),
+        "undo --show-values shows the value that comes back and the one it replaces ({} bytes)",
+        shown.stdout.len()
+    );
     let s = json(run("status json", &["status", "app", "-o", "json", unknown[0], unknown[1]]));
     let pin = s["pins"].as_array().unwrap().iter().find(|p| p["source"] == "secret/db").cloned().unwrap_or_default();
     assert_eq!((pin["reference"].as_str(), pin["isHead"].as_bool()), (Some(snap_new.as_str()), Some(true)), "{s:#}");
@@ -1032,17 +1043,17 @@ fn timeline_undo_preview_and_revision_diff_of_three_releases() {
     assert_eq!(before["metadata"]["resourceVersion"], after["metadata"]["resourceVersion"], "a dry run changes nothing");
     assert_eq!(ns.history_of("app").len(), 3);
 
-    // Bad input: named, with what to do, the command's exit code, and nothing on stdout.
+    // Bad input: named, with what to do, exit code 2, and nothing on stdout.
     for (args, code, expected) in [
-        (&["history", "deployment/nope"][..], 1, "deployment/nope not found in namespace"),
+        (&["history", "deployment/nope"][..], 2, "deployment/nope not found in namespace"),
         (&["diff", "deployment/nope"], 2, "deployment/nope not found in namespace"),
-        (&["history", "widget/app"], 1, "unsupported workload kind \"widget\""),
+        (&["history", "widget/app"], 2, "unsupported workload kind \"widget\""),
         (&["diff", "widget/app"], 2, "unsupported workload kind \"widget\""),
-        (&["history", "deployment/app", "--revision", "9"], 1, "deployment/app has no revision 9 (its revisions: 1, 2, 3)"),
+        (&["history", "deployment/app", "--revision", "9"], 2, "deployment/app has no revision 9 (its revisions: 1, 2, 3)"),
         (&["diff", "deployment/app", "--from-revision", "9"], 2, "deployment/app has no revision 9 (its revisions: 1, 2, 3)"),
-        (&["undo", "deployment/app", "--to-revision", "9", "--dry-run"], 1, "unable to find specified revision 9"),
+        (&["undo", "deployment/app", "--to-revision", "9", "--dry-run"], 2, "unable to find specified revision 9"),
         (&["diff", "deployment/app", "1", "2"], 2, "is a workload: compare its revisions with --from-revision"),
-        (&["history", "app-config", "--revision", "2"], 1, "--revision is for a workload's timeline"),
+        (&["history", "app-config", "--revision", "2"], 2, "--revision is for a workload's timeline"),
     ] {
         let out = plugin(cluster, &[args, &["-n", n]].concat());
         assert_eq!(out.code, Some(code), "{args:?}: {}", out.stderr);
