@@ -130,6 +130,12 @@ pub async fn run(client: kube::Client, clock: Arc<Clock>, target: Target, resolv
                                     tracing::info!(configuration = %c.name, kind = c.kind, generation = stored.generation, "wrote the CA bundle");
                                     *c = written;
                                 }
+                                // Another replica wrote a bundle first (the write is preconditioned
+                                // on what was read): the next round reads it. A lost race, not an
+                                // error to report (the rotation soak saw it once a rotation or so).
+                                Err(kube::Error::Api(s)) if s.code == 409 => {
+                                    tracing::debug!(configuration = %c.name, "another replica wrote the CA bundle first")
+                                }
                                 Err(e) => log.warn(
                                     "cannot write the webhook configurations' caBundle (the chart's ClusterRole grants patch on them)",
                                     &e,
