@@ -846,6 +846,33 @@ async fn a_forbidden_secret_read_is_decided_as_with_secrets_off() {
     assert!(!a.allowed() && a.message().contains("retrying is safe"), "{}", a.body);
 }
 
+/// The same upgrade, met at the snapshot instead: the source is read (cached or allowed a moment
+/// before) but the Secret snapshot's read is forbidden, the RBAC gone in between. Decided again
+/// as with Secrets off, not refused (an in-cluster upgrade run found the refusal).
+#[tokio::test]
+async fn a_forbidden_secret_snapshot_write_is_decided_as_with_secrets_off() {
+    let f = Fixture::new(secrets_on("")).source(opaque("db", "hunter2")).source(configmap("cfg"));
+    *f.cluster.fail.lock().unwrap() = Some((
+        "get shop/secret/db-",
+        ApiError {
+            code: Some(403),
+            reason: "Forbidden".into(),
+            message: "secrets is forbidden: User cannot get resource \"secrets\"".into(),
+        },
+    ));
+    let d = deployment("app:1", "db", "cfg");
+    let a = f.send("/mutate", review("Deployment", "apps", "v1", "CREATE", Some(&d), None)).await;
+    assert!(a.allowed(), "{}", a.body);
+    let out = a.patched(&d);
+    assert_eq!(out["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], json!("db"), "{}", a.body);
+    let cm = out["spec"]["template"]["spec"]["volumes"][1]["configMap"]["name"].as_str().unwrap().to_owned();
+    assert!(cm.starts_with("cfg-"), "the ConfigMap is pinned as always: {cm}");
+    assert!(a.warnings().iter().any(|w| w.contains("may not read Secrets")), "{:?}", a.warnings());
+    let calls = f.calls();
+    assert!(calls.iter().any(|c| c.starts_with("get shop/secret/db-")), "the snapshot was tried: {calls:?}");
+    assert!(!calls.iter().any(|c| c.starts_with("create shop/secret/")), "no Secret snapshot: {calls:?}");
+}
+
 /// During an upgrade that turns Secrets on, the API server may send a release's mutating call to
 /// an old replica (Secrets off: its Secret references left as sent) and its validating call to a
 /// new one (docs/behaviour.md §9a.2). A replica that started moments ago lets such a reference

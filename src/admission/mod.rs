@@ -45,6 +45,9 @@ pub struct Failure {
     pub cause: String,
     /// The answer to a request that may be denied.
     pub denial: Response,
+    /// The API server said confighistory may not make this call (403 Forbidden on a read: its
+    /// RBAC), as opposed to a quota or an outage.
+    pub forbidden: bool,
 }
 
 /// Everything a decision may look at.

@@ -180,6 +180,19 @@ pub(super) async fn admit_after(
                         }
                         return (response, reason);
                     }
+                    // A Secret snapshot confighistory may not read or write: the upgrade turning
+                    // Secrets off took its RBAC while this replica still serves. Decided again
+                    // as with Secrets off, as a forbidden read of a source is (below).
+                    Err((source, failure))
+                        if workload && failure.forbidden && source.kind == ids::SourceKind::Secret && secrets_off.is_none() =>
+                    {
+                        tracing::warn!(secret = %source.name, "may not write a Secret snapshot: deciding as with Secrets off (RBAC on Secrets gone: Secrets being turned off?)");
+                        secrets_off = Some(Box::new({
+                            let mut off = app.ctx.policy.clone();
+                            off.secrets.enabled = false;
+                            off
+                        }));
+                    }
                     Err((source, failure)) if fail_open && !failed.contains_key(&source) => {
                         failed.insert(source, failure);
                     }
@@ -345,14 +358,14 @@ fn too_much_config(ns: &str, max: usize) -> Failure {
          for one request. Split the configuration into fewer or smaller ConfigMaps, or raise the server's memory limit",
         max >> 20
     );
-    Failure { what: "read the request's sources".into(), cause: message.clone(), denial: Response::deny(422, message) }
+    Failure { what: "read the request's sources".into(), cause: message.clone(), denial: Response::deny(422, message), forbidden: false }
 }
 
 fn too_many_sources(ns: &str) -> Failure {
     let message = format!(
         "the request names more than {MAX_SOURCES_READ} ConfigMaps in {ns}; confighistory reads at most {MAX_SOURCES_READ} per request"
     );
-    Failure { what: "read the request's ConfigMaps".into(), cause: message.clone(), denial: Response::deny(422, message) }
+    Failure { what: "read the request's ConfigMaps".into(), cause: message.clone(), denial: Response::deny(422, message), forbidden: false }
 }
 
 /// Decisions per admission at most: three for reads, then one more per failed snapshot write of

@@ -38,8 +38,12 @@ pub(super) async fn execute(app: &App, req: &review::Request, decision: Decision
                 let keys = app.ctx.policy.secrets.keys.get();
                 let Some(keys) = keys.as_deref() else {
                     let message = "confighistory could not name a Secret snapshot: the cluster keys are not loaded; retrying is safe";
-                    let failure =
-                        Failure { what: "name a Secret snapshot".into(), cause: message.into(), denial: Response::deny(503, message) };
+                    let failure = Failure {
+                        what: "name a Secret snapshot".into(),
+                        cause: message.into(),
+                        denial: Response::deny(503, message),
+                        forbidden: false,
+                    };
                     return Err((source.clone(), failure));
                 };
                 let snap = store::Snap::Secret(content, keys, *key, *frame);
@@ -119,7 +123,7 @@ fn unnamed_failure(f: Failure, hash: &str) -> Failure {
     let hide = |t: &str| t.replace(hash, "<mac>");
     let mut denial = f.denial;
     denial.message = denial.message.as_deref().map(hide);
-    Failure { what: hide(&f.what), cause: hide(&f.cause), denial }
+    Failure { what: hide(&f.what), cause: hide(&f.cause), denial, forbidden: f.forbidden }
 }
 
 /// The answer to a request whose snapshot could not be made sure of.
@@ -139,6 +143,7 @@ fn store_failure(e: store::Error, kind: ids::SourceKind) -> Failure {
                     resource = kind.resource()
                 ),
             ),
+            forbidden: false,
         },
         store::Error::Exhausted { source_name: source, hash } => Failure {
             what: format!("find a free snapshot name for {source}"),
@@ -147,6 +152,7 @@ fn store_failure(e: store::Error, kind: ids::SourceKind) -> Failure {
                 409,
                 format!("every snapshot name for {source} ({hash}) is taken; delete the {}s squatting on {source}-{hash}-*", kind.as_str()),
             ),
+            forbidden: false,
         },
     }
 }
@@ -162,5 +168,7 @@ pub(super) fn failure(what: &str, e: &ApiError) -> Failure {
             503,
             format!("confighistory could not {what}: API server said: {}. Nothing was changed; retrying is safe", e.message),
         ),
+        // A quota's refusal is a 403 too, but comes back as store::Error::Quota, never here.
+        forbidden: e.code == Some(403),
     }
 }
