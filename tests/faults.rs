@@ -793,9 +793,10 @@ async fn a_request_over_the_byte_budget_keeps_its_connection() {
 /// In a rolling restart at 100,000 ConfigMaps one admission failed open with
 /// "write: broken pipe". The API server keeps its keep-alive connections to a replica that is
 /// shutting down (the Service's endpoints only steer new ones) and went on sending on them until
-/// the process exited under a request. From the start of the drain a replica closes each of its
-/// connections once it has answered what is in flight: an idle one at once, a begun request
-/// answered first with `connection: close`, and one opened during the drain after one answer.
+/// the process exited under a request; closing idle ones when the drain starts still met a
+/// request being written (an in-cluster upgrade run). From the start of the drain every answer
+/// says `connection: close` and its connection closes after it: an idle one stays open for its
+/// next request, a begun request is answered, and one opened during the drain after one answer.
 #[tokio::test]
 async fn draining_closes_every_connection_after_its_answer_and_cuts_none() {
     let (drain, draining) = tokio::sync::oneshot::channel::<()>();
@@ -813,19 +814,32 @@ async fn draining_closes_every_connection_after_its_answer_and_cuts_none() {
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     drain.send(()).unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!idle.is_closed(), "an idle keep-alive connection is not closed under the client when the drain starts");
+
+    begun.write_all(&body).await.unwrap();
+    let answer = until_closed(&mut begun, Duration::from_secs(2)).await.expect("closed after its answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "the request begun before the drain is answered: {answer}");
+    assert!(answer.to_ascii_lowercase().contains("connection: close"), "and says the connection closes: {answer}");
+
+    // The idle connection's next request is answered, saying the connection closes, and it does.
+    idle.ready().await.expect("the idle connection is still usable");
+    let req = HttpRequest::post("/mutate")
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(axum::body::Bytes::from(configmap_review("shop", "d", 10))))
+        .unwrap();
+    let resp = idle.send_request(req).await.expect("answered");
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(resp.headers().get("connection").and_then(|v| v.to_str().ok()), Some("close"), "{:?}", resp.headers());
+    let _ = resp.into_body().collect().await;
     let closed = tokio::time::timeout(Duration::from_secs(2), async {
         while !idle.is_closed() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
     .await;
-    assert!(closed.is_ok(), "an idle keep-alive connection is closed when the drain starts");
-
-    begun.write_all(&body).await.unwrap();
-    let answer = until_closed(&mut begun, Duration::from_secs(2)).await.expect("closed after its answer");
-    assert!(answer.starts_with("HTTP/1.1 200"), "the request begun before the drain is answered: {answer}");
-    assert!(answer.to_ascii_lowercase().contains("connection: close"), "and says the connection closes: {answer}");
+    assert!(closed.is_ok(), "closed after that answer");
 
     let mut late = connect_raw(addr, client).await;
     let body = configmap_review("shop", "c", 10);

@@ -143,12 +143,15 @@ pub async fn serve_tls(listener: TcpListener, acceptor: TlsAcceptor, router: axu
 }
 
 /// [`serve_tls`] until `shutdown` completes, draining from when `draining` completes: every
-/// connection is closed once it has answered what is in flight (an idle one at once, one opened
-/// during the drain after its first answer, each answer saying `connection: close`), while new
-/// ones are still accepted. The API server keeps its keep-alive connections to a replica that
-/// is shutting down (a Service's endpoints steer only new ones) and sends on them until they
-/// close: closed only by the process's exit, one under a request failed open with "broken pipe"
-/// (docs/performance.md, "Rolling restart under load").
+/// answer from then on says `connection: close` and its connection closes after it (one opened
+/// during the drain after its first answer), while new ones are still accepted. The API server
+/// keeps its keep-alive connections to a replica that is shutting down (a Service's endpoints
+/// steer only new ones) and sends on them until they close. A connection closed while idle can
+/// meet a request the API server is writing at that moment, which fails open with "broken
+/// pipe": closed at the process's exit (the first version) or at the drain's start (the second,
+/// which an in-cluster upgrade run still caught), so an idle one is now left open through the
+/// drain, for its next request to be answered and close it cleanly; only those idle for the
+/// whole drain are closed at exit (docs/performance.md, "Rolling restart under load").
 pub async fn serve_tls_until(
     listener: TcpListener,
     acceptor: TlsAcceptor,
@@ -182,25 +185,28 @@ pub async fn serve_tls_until(
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(clock).header_read_timeout(CLIENT_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
             // Opened during the drain (a client that has not seen the endpoints change): one
-            // answer, then closed. Closing it gracefully now would close it before its request.
+            // answer, then closed.
             let late = *drained.borrow();
             builder.keep_alive(!late);
+            // From the drain on, every answer says `connection: close`: hyper then closes the
+            // connection after writing it, and the client, told so, sends nothing more on it.
+            let draining = drained.clone();
+            let router = <axum::Router as tower::ServiceExt<axum::http::Request<hyper::body::Incoming>>>::map_response(
+                router,
+                move |mut response: axum::response::Response| {
+                    if *draining.borrow() {
+                        response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+                    }
+                    response
+                },
+            );
             let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router));
             tokio::pin!(conn);
-            // Also when the server is gone (the sender dropped): closing then is right too.
-            let drain_started = async move {
-                if late {
-                    return std::future::pending().await;
-                }
-                while !*drained.borrow_and_update() {
-                    if drained.changed().await.is_err() {
-                        break;
-                    }
-                }
-            };
+            // Closed gracefully only when the server is gone (the sender dropped: shutdown).
+            let server_gone = async move { while drained.changed().await.is_ok() {} };
             let result = tokio::select! {
                 r = conn.as_mut() => r,
-                () = drain_started => {
+                () = server_gone => {
                     conn.as_mut().graceful_shutdown();
                     conn.await
                 }
