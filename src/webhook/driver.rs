@@ -187,11 +187,7 @@ pub(super) async fn admit_after(
                         if workload && failure.forbidden && source.kind == ids::SourceKind::Secret && secrets_off.is_none() =>
                     {
                         tracing::warn!(secret = %source.name, "may not write a Secret snapshot: deciding as with Secrets off (RBAC on Secrets gone: Secrets being turned off?)");
-                        secrets_off = Some(Box::new({
-                            let mut off = app.ctx.policy.clone();
-                            off.secrets.enabled = false;
-                            off
-                        }));
+                        secrets_off = Some(without_secrets(&app.ctx.policy));
                     }
                     Err((source, failure)) if fail_open && !failed.contains_key(&source) => {
                         failed.insert(source, failure);
@@ -276,11 +272,7 @@ pub(super) async fn admit_after(
                         Err(Unread::Api(e)) if workload && id.kind == ids::SourceKind::Secret && e.code == Some(403) => {
                             tracing::warn!(secret = %id.name, error = %e, "may not read a Secret: deciding as with Secrets off (RBAC on Secrets gone: Secrets being turned off?)");
                             crate::metrics::METRICS.error("api");
-                            secrets_off.get_or_insert_with(|| {
-                                let mut off = app.ctx.policy.clone();
-                                off.secrets.enabled = false;
-                                Box::new(off)
-                            });
+                            secrets_off.get_or_insert_with(|| without_secrets(&app.ctx.policy));
                         }
                         // The decision says whether this denies the request (docs/behaviour.md §6.2.1).
                         Err(Unread::Api(e)) => {
@@ -350,6 +342,14 @@ enum Unread {
     Api(ApiError),
     /// Reading it would take the request past what one request may hold.
     Memory,
+}
+
+/// `policy` as a replica with Secrets off has it: what a replica whose RBAC on Secrets is gone
+/// decides with (docs/behaviour.md §9a.2).
+fn without_secrets(policy: &Policy) -> Box<Policy> {
+    let mut off = policy.clone();
+    off.secrets.enabled = false;
+    Box::new(off)
 }
 
 fn too_much_config(ns: &str, max: usize) -> Failure {

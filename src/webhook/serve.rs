@@ -148,10 +148,8 @@ pub async fn serve_tls(listener: TcpListener, acceptor: TlsAcceptor, router: axu
 /// keeps its keep-alive connections to a replica that is shutting down (a Service's endpoints
 /// steer only new ones) and sends on them until they close. A connection closed while idle can
 /// meet a request the API server is writing at that moment, which fails open with "broken
-/// pipe": closed at the process's exit (the first version) or at the drain's start (the second,
-/// which an in-cluster upgrade run still caught), so an idle one is now left open through the
-/// drain, for its next request to be answered and close it cleanly; only those idle for the
-/// whole drain are closed at exit (docs/performance.md, "Rolling restart under load").
+/// pipe", so an idle one is left open through the drain for its next answer to close it; only
+/// those idle for the whole drain close at exit (docs/performance.md, "Rolling restart under load").
 pub async fn serve_tls_until(
     listener: TcpListener,
     acceptor: TlsAcceptor,
