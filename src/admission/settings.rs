@@ -276,6 +276,60 @@ fn warning(source: &str, c: &Change) -> String {
     head + &counts.join(",")
 }
 
+/// What changed between two contents of a ConfigMap, in one line of at most about `room`
+/// characters, for the change-cause of the revision a propagation makes (docs/behaviour.md §7.9):
+/// `keys added [b.yaml], values changed [log_level], settings removed [discount_rules_path],
+/// added [rules.discount_path]`. Keys and setting paths are tenant text: escaped as for a
+/// terminal, and a `;` (which separates sources in the change-cause) is escaped too. `None`
+/// when nothing differs. Never called with a Secret's content (values are not read there).
+pub fn summary(old: &ContentRef, new: &ContentRef, room: usize) -> Option<String> {
+    let old_keys = old.keys();
+    let new_keys = new.keys();
+    let added: Vec<String> = new_keys.iter().filter(|k| !old_keys.contains(k)).cloned().collect();
+    let removed: Vec<String> = old_keys.iter().filter(|k| !new_keys.contains(k)).cloned().collect();
+    let settings = changes(old, new);
+    let in_settings: BTreeSet<&str> = settings.iter().map(|c| c.key.as_str()).collect();
+    // A key whose value changed with no setting added or removed (a tuned value, or a value that
+    // is no document): named, so the line still says where the change is.
+    let mut changed: Vec<String> = old
+        .data()
+        .iter()
+        .filter(|(k, v)| new.data_value(k).is_some_and(|n| n != *v) && !in_settings.contains(k))
+        .map(|(k, _)| (*k).to_owned())
+        .collect();
+    let new_binary = new.binary_data();
+    changed.extend(
+        old.binary_data()
+            .iter()
+            .filter(|(k, v)| new_binary.iter().any(|(nk, nv)| nk == k && nv != v))
+            .map(|(k, _)| format!("{k} (binary)")),
+    );
+    let setting_removed: Vec<String> = settings.iter().flat_map(|c| c.removed.iter().cloned()).collect();
+    let setting_added: Vec<String> = settings.iter().flat_map(|c| c.added.iter().cloned()).collect();
+    let lists: Vec<(&str, Vec<String>)> = [
+        ("keys added", added),
+        ("keys removed", removed),
+        ("values changed", changed),
+        ("settings removed", setting_removed),
+        (if settings.iter().any(|c| !c.removed.is_empty()) { "added" } else { "settings added" }, setting_added),
+    ]
+    .into_iter()
+    .filter(|(_, l)| !l.is_empty())
+    .collect();
+    if lists.is_empty() {
+        return None;
+    }
+    let each = room / lists.len();
+    let parts: Vec<String> = lists
+        .iter()
+        .map(|(what, list)| {
+            let clean: Vec<String> = list.iter().map(|i| crate::model::text::escape(i).replace(';', "\\x3b")).collect();
+            format!("{what} [{}]", crate::model::text::fit_list(&clean, each.saturating_sub(what.len() + 4)))
+        })
+        .collect();
+    Some(parts.join(", "))
+}
+
 impl<'de> Deserialize<'de> for Tree {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_any(TreeVisitor)
@@ -404,6 +458,31 @@ mod tests {
     /// The incident's configuration, releases 4.11 and 4.12 (incident.txt).
     pub const INCIDENT_A: &str = "currency: EUR\ndiscount_rules_path: /etc/pricing/discounts.yaml\nlisten: :8080\n";
     pub const INCIDENT_B: &str = "currency: EUR\nrules:\n  discount_path: /etc/pricing/discounts.yaml\nlisten: :8080\n";
+
+    /// The summary a propagation's change-cause carries (docs/behaviour.md §7.9): settings
+    /// renamed, keys added and removed, values tuned; tenant text escaped, `;` included; the
+    /// room kept; nothing for the same content.
+    #[test]
+    fn the_summary_says_what_changed_in_one_line() {
+        let summary = |a: &Content, b: &Content, room| super::summary(&a.borrowed(), &b.borrowed(), room);
+        let (a, b) = (content(&[("config.yaml", INCIDENT_A)]), content(&[("config.yaml", INCIDENT_B)]));
+        assert_eq!(summary(&a, &b, 120).as_deref(), Some("settings removed [discount_rules_path], added [rules.discount_path]"));
+        assert_eq!(summary(&a, &a, 120), None);
+        let old = content(&[("config.yaml", INCIDENT_A), ("log_level", "info"), ("gone", "x")]);
+        let new = content(&[("config.yaml", INCIDENT_A), ("log_level", "debug"), ("new.yaml", "a: 1")]);
+        assert_eq!(summary(&old, &new, 120).as_deref(), Some("keys added [new.yaml], keys removed [gone], values changed [log_level]"));
+        let tuned = content(&[("config.yaml", &INCIDENT_A.replace("EUR", "USD"))]);
+        assert_eq!(summary(&a, &tuned, 120).as_deref(), Some("values changed [config.yaml]"), "a value tuned, no setting renamed");
+        let added = content(&[("config.yaml", &format!("{INCIDENT_A}extra: 1\n"))]);
+        assert_eq!(summary(&a, &added, 120).as_deref(), Some("settings added [extra]"));
+        let hostile = content(&[("k; cfg changed by mallory\u{1b}[2J", "v")]);
+        let said = summary(&content(&[]), &hostile, 120).unwrap();
+        assert_eq!(said, "keys added [k\\x3b cfg changed by mallory\\x1b[2J]");
+        let wide: Vec<(String, String)> = (0..40).map(|i| (format!("key-{i:02}"), "v".to_owned())).collect();
+        let wide = Content { data: wide.into_iter().collect(), ..Default::default() };
+        let fit = summary(&content(&[]), &wide, 60).unwrap();
+        assert!(fit.len() <= 60 && fit.starts_with("keys added [key-00, ") && fit.ends_with("]"), "{fit}");
+    }
 
     #[test]
     fn the_incidents_rename_is_named_by_dotted_path() {

@@ -69,29 +69,51 @@ impl Plan {
 /// line.
 pub const MAX_CHANGE_CAUSE: usize = 200;
 
+/// One source of a trigger as the change-cause names it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changed {
+    /// `pricing-config`, or `secret/db`.
+    pub source: String,
+    /// Who wrote the content the workload moves to: the source's `changed-by`.
+    pub by: Option<String>,
+    /// What changed between the content the workload ran and that one
+    /// (`admission::settings::summary`): ConfigMaps only, when both were read.
+    pub what: Option<String>,
+}
+
 /// The `kubernetes.io/change-cause` a revision confighistory makes carries (docs/behaviour.md
-/// §7.9), so `kubectl rollout history` explains it: `config pricing-config changed by alice`
-/// (each source of the trigger, with the author its `changed-by` records, when it records one),
-/// or, for a repair, `config pricing-config pinned (admitted while confighistory was
+/// §7.9), so `kubectl rollout history` explains it: `config pricing-config changed by alice:
+/// settings removed [discount_rules_path], added [rules.discount_path]` (each source of the
+/// trigger, `; ` between them, with the author its `changed-by` records and what changed, when
+/// known), or, for a repair, `config pricing-config pinned (admitted while confighistory was
 /// unreachable)`. `None` when the workload carries a change-cause of its own: one that is not
 /// the one confighistory last wrote (`own`, its `confighistory.io/change-cause`), which is never
 /// overwritten.
-pub fn change_cause(existing: Option<&str>, own: Option<&str>, sources: &[(String, Option<String>)], repair: bool) -> Option<String> {
+pub fn change_cause(existing: Option<&str>, own: Option<&str>, sources: &[Changed], repair: bool) -> Option<String> {
     if existing.is_some_and(|e| Some(e) != own) {
         return None;
     }
     let parts: Vec<String> = sources
         .iter()
-        .map(|(source, by)| match (repair, by) {
-            (true, _) => source.clone(),
+        .map(|c| {
+            if repair {
+                return c.source.clone();
+            }
             // The author is the source's annotation, which anyone could write while the webhook
             // was away: escaped, so `kubectl rollout history` shows no control character raw.
-            (false, Some(by)) => format!("{source} changed by {}", crate::model::text::escape(by)),
-            (false, None) => format!("{source} changed"),
+            let mut part = match &c.by {
+                Some(by) => format!("{} changed by {}", c.source, crate::model::text::escape(by)),
+                None => format!("{} changed", c.source),
+            };
+            if let Some(what) = &c.what {
+                part.push_str(": ");
+                part.push_str(what);
+            }
+            part
         })
         .collect();
-    let tail = if repair { " pinned (admitted while confighistory was unreachable)" } else { "" };
-    let listed = crate::model::text::fit_list(&parts, MAX_CHANGE_CAUSE.saturating_sub(tail.len() + 7));
+    let (tail, separator) = if repair { (" pinned (admitted while confighistory was unreachable)", ", ") } else { ("", "; ") };
+    let listed = crate::model::text::fit_list_by(&parts, MAX_CHANGE_CAUSE.saturating_sub(tail.len() + 7), separator);
     let mut cause = format!("config {listed}{tail}");
     if cause.len() > MAX_CHANGE_CAUSE {
         let mut cut = MAX_CHANGE_CAUSE - 1;
@@ -469,27 +491,42 @@ fn interleave_namespaces(plans: Vec<Plan>) -> Vec<Plan> {
 pub(crate) mod tests {
     use crate::cache::Writer;
 
-    /// docs/behaviour.md §7.9: the change-cause names each source and who changed it (when its
-    /// source records it), says a repair is one, stays within one line, and is never set over a
-    /// change-cause that is not confighistory's own.
+    /// docs/behaviour.md §7.9: the change-cause names each source, who changed it (when its
+    /// source records it) and what changed (when known), says a repair is one, stays within one
+    /// line, and is never set over a change-cause that is not confighistory's own.
     #[test]
     fn the_change_cause_explains_the_revision_unless_the_user_wrote_one() {
-        let one = [("pricing-config".to_owned(), Some("alice".to_owned()))];
+        let changed = |source: &str, by: Option<&str>, what: Option<&str>| Changed {
+            source: source.into(),
+            by: by.map(String::from),
+            what: what.map(String::from),
+        };
+        let one = [changed("pricing-config", Some("alice"), None)];
         assert_eq!(change_cause(None, None, &one, false).as_deref(), Some("config pricing-config changed by alice"));
-        let two = [("limits".to_owned(), None), ("secret/db".to_owned(), Some("bob".to_owned()))];
-        assert_eq!(change_cause(None, None, &two, false).as_deref(), Some("config limits changed, secret/db changed by bob"));
+        let what = "settings removed [discount_rules_path], added [rules.discount_path]";
         assert_eq!(
-            change_cause(None, None, &one, true).as_deref(),
-            Some("config pricing-config pinned (admitted while confighistory was unreachable)")
+            change_cause(None, None, &[changed("pricing-config", Some("alice"), Some(what))], false).as_deref(),
+            Some("config pricing-config changed by alice: settings removed [discount_rules_path], added [rules.discount_path]")
+        );
+        let two = [changed("limits", None, Some("values changed [max]")), changed("secret/db", Some("bob"), None)];
+        assert_eq!(
+            change_cause(None, None, &two, false).as_deref(),
+            Some("config limits changed: values changed [max]; secret/db changed by bob")
+        );
+        assert_eq!(
+            change_cause(None, None, &[changed("a", None, Some("x")), changed("b", None, None)], true).as_deref(),
+            Some("config a, b pinned (admitted while confighistory was unreachable)"),
+            "a repair says nothing of content"
         );
         let ours = "config pricing-config changed by bob";
         assert_eq!(change_cause(Some(ours), Some(ours), &one, false).as_deref(), Some("config pricing-config changed by alice"));
         assert_eq!(change_cause(Some("release 4.12"), None, &one, false), None, "the user's own");
         assert_eq!(change_cause(Some("release 4.12"), Some(ours), &one, false), None, "the user's, written after ours");
-        let many: Vec<(String, Option<String>)> = (0..50).map(|i| (format!("source-{i:02}"), Some("x".repeat(40)))).collect();
+        let many: Vec<Changed> =
+            (0..50).map(|i| changed(&format!("source-{i:02}"), Some(&"x".repeat(40)), Some("values changed [k]"))).collect();
         let long = change_cause(None, None, &many, false).unwrap();
         assert!(long.len() <= MAX_CHANGE_CAUSE && long.starts_with("config source-00 changed by"), "{long}");
-        let forged = change_cause(None, None, &[("cfg".to_owned(), Some("mallory\x1b[2J\u{202e}".to_owned()))], false).unwrap();
+        let forged = change_cause(None, None, &[changed("cfg", Some("mallory\x1b[2J\u{202e}"), None)], false).unwrap();
         assert_eq!(forged, "config cfg changed by mallory\\x1b[2J\\u{202e}", "no control character raw");
     }
     use super::*;

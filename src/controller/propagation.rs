@@ -179,6 +179,7 @@ async fn record_done(ctx: &Ctx, ledger: &mut Ledger, plan: &Propagation) {
 /// write rate (a namespace at its rate waits for the next tick), with its Events.
 async fn trigger_plans(ctx: &Ctx, ledger: &mut Ledger, plan: &Propagation) {
     ledger.start_triggering(&plan.plans, &plan.done, Instant::now());
+    let mut changes = super::shared::Changes::new();
     for p in &plan.plans {
         let key = p.key();
         let trigger = p.trigger_value();
@@ -188,7 +189,7 @@ async fn trigger_plans(ctx: &Ctx, ledger: &mut Ledger, plan: &Propagation) {
         if ctx.writes.lock().await.try_acquire(&p.namespace, Instant::now()).is_err() {
             continue; // this namespace (or the cluster) is at its rate: next tick
         }
-        match trigger_workload(ctx, p, false).await {
+        match trigger_workload(ctx, p, false, &mut changes).await {
             Ok(()) => {
                 ledger.triggered(p, trigger.clone(), Instant::now());
                 METRICS.propagation(if p.released.is_empty() { "rolled" } else { "released" });

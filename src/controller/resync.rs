@@ -164,7 +164,7 @@ async fn repair_one(ctx: &Ctx, p: &Plan, st: &mut ResyncState) {
         }
     }
     Limiter::acquire(&ctx.writes, &p.namespace).await;
-    match trigger_workload(ctx, p, true).await {
+    match trigger_workload(ctx, p, true, &mut Default::default()).await {
         Ok(()) => {
             tracing::info!(kind = p.kind.as_str(), namespace = %p.namespace, name = %p.name, trigger = %trigger, "repairing");
             st.repaired.insert(p.key(), (trigger, Instant::now()));

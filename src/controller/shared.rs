@@ -1,6 +1,8 @@
 //! The I/O steps more than one loop takes: a workload's trigger (propagation and repair), an
 //! Event, and the reads that tell the planners a source's immutability.
 
+use std::collections::{BTreeSet, HashMap};
+
 use serde_json::json;
 use tokio::sync::Mutex;
 
@@ -10,30 +12,96 @@ use super::ratelimit::Limiter;
 use crate::cache::{self, SourceKey, Watched, Writer};
 use crate::cluster::watch::api_resource;
 use crate::cluster::{ApiError, Event, ObjectRef};
+use crate::model::ids::{SourceId, SourceKind};
 use crate::model::names;
+use crate::model::snapshot::{self, ContentRef};
+
+/// What changed in each ConfigMap source of a trigger (`admission::settings::summary`), by
+/// (namespace, source, snapshot the workload ran, head): one pass reads each pair once, however
+/// many workloads move with it.
+pub(crate) type Changes = HashMap<(String, SourceId, String, String), Option<String>>;
 
 /// Sets the propagation trigger on a workload: one metadata merge patch, as confighistory's own
 /// identity, with the uid as a precondition. The webhook re-pins while admitting it.
-pub(crate) async fn trigger_workload(ctx: &Ctx, p: &Plan, repair: bool) -> Result<(), ApiError> {
+pub(crate) async fn trigger_workload(ctx: &Ctx, p: &Plan, repair: bool, changes: &mut Changes) -> Result<(), ApiError> {
+    let wanted = if repair { Vec::new() } else { moves(&cache::read(&ctx.shared.state), p) };
+    for (source, ran) in wanted {
+        let key = (p.namespace.clone(), source.clone(), ran.clone(), p.trigger[&source].clone());
+        if let std::collections::hash_map::Entry::Vacant(e) = changes.entry(key) {
+            let what = what_changed(ctx, &p.namespace, &source, &ran, &e.key().3).await;
+            e.insert(what);
+        }
+    }
     let cause = {
         let state = cache::read(&ctx.shared.state);
-        trigger_change_cause(&state, p, repair)
+        trigger_change_cause(&state, p, repair, changes)
     };
     let patch = trigger_patch(p, cause.as_deref());
     ctx.cluster.patch_workload(p.kind, &p.namespace, &p.name, &patch).await
 }
 
+/// The ConfigMap sources of a plan's trigger with the one snapshot of each the workload runs
+/// now (a source it reads by its plain name, or through two snapshots, has no one content to
+/// compare with). Secrets are left out: their values are never read for a summary.
+fn moves(state: &cache::State, p: &Plan) -> Vec<(SourceId, String)> {
+    let Some(w) = state.workload(&p.key()) else { return Vec::new() };
+    p.trigger
+        .keys()
+        .filter(|s| s.kind == SourceKind::ConfigMap)
+        .filter_map(|s| {
+            let ran: BTreeSet<&str> = w
+                .refs
+                .iter()
+                .filter(|r| r.kind == s.kind && state.snapshot_of(&p.namespace, r).is_some_and(|(of, _)| of == *s))
+                .map(|r| r.name.as_str())
+                .collect();
+            (ran.len() == 1).then(|| (s.clone(), ran.first().map(|r| r.to_string()).unwrap_or_default()))
+        })
+        .collect()
+}
+
+/// What changed from snapshot `ran` to the source's content at `head`: both read fresh, each
+/// checked to hold the content its name (or the trigger) promises, else nothing is said.
+async fn what_changed(ctx: &Ctx, ns: &str, source: &SourceId, ran: &str, head: &str) -> Option<String> {
+    let old = ctx.cluster.get_source(ns, &source.with_name(ran)).await.ok()??;
+    let old_content = ContentRef::from_object(&old);
+    if hash_in_name(ran).is_none_or(|h| old_content.hash() != h) {
+        return None;
+    }
+    let new = ctx.cluster.get_source(ns, source).await.ok()??;
+    let new_content = ContentRef::from_object(&new);
+    if new_content.hash() != head {
+        return None; // changed again since the plan: the webhook pins what it reads then
+    }
+    crate::admission::settings::summary(&old_content, &new_content, WHAT_ROOM)
+}
+
+/// Room for what changed in one source: the change-cause's whole line is
+/// [`propagate::MAX_CHANGE_CAUSE`], and its sources and authors need some of it.
+const WHAT_ROOM: usize = 120;
+
+/// The hash a snapshot's name carries.
+fn hash_in_name(snapshot_name: &str) -> Option<&str> {
+    snapshot::parse_name(snapshot_name).map(|(_, hash, _)| hash)
+}
+
 /// The change-cause a plan's trigger sets (docs/behaviour.md §7.9), from the cache: the
-/// workload's change-cause and confighistory's record of its own, each source's `changed-by`.
-pub(crate) fn trigger_change_cause(state: &cache::State, p: &Plan, repair: bool) -> Option<String> {
+/// workload's change-cause and confighistory's record of its own, each source's `changed-by`;
+/// and what changed in each, as `changes` has it.
+pub(crate) fn trigger_change_cause(state: &cache::State, p: &Plan, repair: bool, changes: &Changes) -> Option<String> {
     use crate::model::meta::Meta;
     let workload = state.workload(&p.key());
     let existing = workload.and_then(|w| w.annotation(names::CHANGE_CAUSE));
     let own = workload.and_then(|w| w.annotation(names::CHANGE_CAUSE_OWN));
-    let sources: Vec<(String, Option<String>)> = p
+    let ran: HashMap<SourceId, String> = if repair { HashMap::new() } else { moves(state, p).into_iter().collect() };
+    let sources: Vec<propagate::Changed> = p
         .trigger
-        .keys()
-        .map(|s| (s.to_string(), state.source(&p.namespace, s).and_then(|c| c.annotation(names::CHANGED_BY)).map(str::to_owned)))
+        .iter()
+        .map(|(s, head)| propagate::Changed {
+            source: s.to_string(),
+            by: state.source(&p.namespace, s).and_then(|c| c.annotation(names::CHANGED_BY)).map(str::to_owned),
+            what: ran.get(s).and_then(|r| changes.get(&(p.namespace.clone(), s.clone(), r.clone(), head.clone()))).cloned().flatten(),
+        })
         .collect();
     propagate::change_cause(existing, own, &sources, repair)
 }

@@ -202,6 +202,50 @@ async fn a_propagation_explains_its_revision_and_never_overwrites_a_users_change
     assert_eq!((&mine[names::CHANGE_CAUSE], mine.get(names::CHANGE_CAUSE_OWN)), (&json!("release 4.12 by carol"), None), "the user's own");
 }
 
+/// docs/behaviour.md §7.9: the change-cause says what changed between the snapshot the workload
+/// ran and the content it moves to (the incident's renamed setting), read fresh and checked
+/// against the names; a source changed again since the plan, or a snapshot whose content is not
+/// what its name says, gives no summary rather than a wrong one.
+#[tokio::test]
+async fn a_propagations_change_cause_says_which_settings_changed() {
+    use crate::model::snapshot::Content;
+    let content = |yaml: &str| Content { data: [("config.yaml".to_owned(), yaml.to_owned())].into(), ..Default::default() };
+    let a = content("currency: EUR\ndiscount_rules_path: /etc/d.yaml\n");
+    let b = content("currency: EUR\nrules:\n  discount_path: /etc/d.yaml\n");
+    let world = |source_content: &Content, snapshot_content: &Content| {
+        let (cluster, mut state) = (MemoryCluster::default(), State::default());
+        state.apply_namespace(&json!({"metadata": {"name": "ns"}}));
+        let ran = snapshot::name("cfg", &a.hash(), 0);
+        let mut src = source("ns", "cfg", &b.hash(), &[(names::CHANGED_AT, T0), (names::CHANGED_BY, "alice")]);
+        src["data"] = json!(source_content.data);
+        let snap = snapshot::object("ns", "cfg", &ran, snapshot_content, &[]);
+        for obj in [src, snap] {
+            state.apply_configmap(&obj);
+            cluster.insert(obj);
+        }
+        let w = workload("ns", "stale", &[&ran], &[]);
+        state.apply_workload(Kind::Deployment, &w);
+        cluster.insert_workload(Kind::Deployment, w);
+        (cluster, state)
+    };
+    let cause_after = |cluster: MemoryCluster, state: State| async move {
+        let ctx = ctx(&cluster, state, args(&[]));
+        propagation_pass(&ctx, &mut quick()).await;
+        assert!(trigger_of(&cluster, "stale").is_some(), "moved");
+        cluster.workload(Kind::Deployment, "ns", "stale").unwrap()["metadata"]["annotations"][names::CHANGE_CAUSE].clone()
+    };
+    let (cluster, state) = world(&b, &a);
+    assert_eq!(
+        cause_after(cluster, state).await,
+        json!("config cfg changed by alice: settings removed [discount_rules_path], added [rules.discount_path]")
+    );
+    let later = content("currency: USD\n");
+    let (cluster, state) = world(&later, &a);
+    assert_eq!(cause_after(cluster, state).await, json!("config cfg changed by alice"), "changed again since the plan");
+    let (cluster, state) = world(&b, &later);
+    assert_eq!(cause_after(cluster, state).await, json!("config cfg changed by alice"), "a snapshot not holding its name's content");
+}
+
 /// A change made after the hold an undo took moves the held pin (docs/behaviour.md §2), and the workload's
 /// owner is told why it moved: an Event `HoldReleased` beside `ConfigPropagated`.
 #[tokio::test]
@@ -746,7 +790,9 @@ async fn a_propagation_pass_reads_a_source_known_by_metadata_before_acting_and_n
     }
     let calls = cluster.calls.lock().unwrap().clone();
     assert!(!calls.iter().any(|c| c.contains("ns/imm") && !c.starts_with("get")), "the immutable ConfigMap is never written: {calls:?}");
-    assert_eq!(calls.iter().filter(|c| c.starts_with("get ")).count(), 2, "each read once: {calls:?}");
+    // The snapshot the workload ran is read for the change-cause, once (docs/behaviour.md §7.9).
+    let source_reads = calls.iter().filter(|c| c.starts_with("get ") && !c.starts_with("get ns/cfg-")).count();
+    assert_eq!(source_reads, 2, "each read once: {calls:?}");
 }
 
 /// `changed-at` is the API server's time (the admitting replica reads it off its responses), so

@@ -112,6 +112,11 @@ impl<'a> ContentRef<'a> {
         &self.data
     }
 
+    /// `binaryData` (base64 as served), keys sorted.
+    pub fn binary_data(&self) -> &[(&'a str, &'a str)] {
+        &self.binary_data
+    }
+
     /// The value of `data` key `key`.
     pub fn data_value(&self, key: &str) -> Option<&'a str> {
         self.data.binary_search_by(|(k, _)| (*k).cmp(key)).ok().map(|i| self.data[i].1)

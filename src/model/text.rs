@@ -9,10 +9,15 @@ pub const MAX_WARNING: usize = 120;
 
 /// `list` joined by ", " within about `room` bytes, the rest counted as `+N`; always the first item.
 pub fn fit_list(list: &[String], room: usize) -> String {
+    fit_list_by(list, room, ", ")
+}
+
+/// [`fit_list`] with the items separated by `separator`.
+pub fn fit_list_by(list: &[String], room: usize, separator: &str) -> String {
     let mut out = String::new();
     for (i, item) in list.iter().enumerate() {
         let more = format!(" +{}", list.len() - i);
-        let sep = if i == 0 { "" } else { ", " };
+        let sep = if i == 0 { "" } else { separator };
         if i > 0 && out.len() + sep.len() + item.len() + more.len() > room {
             return out + &more;
         }

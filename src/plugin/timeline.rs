@@ -52,14 +52,17 @@ fn snap_of<'a>(snaps: &'a [Snap], u: &ConfigUse) -> Option<&'a Snap> {
     snaps.iter().find(|s| s.kind == kind && s.name == name)
 }
 
-/// The author confighistory's own change-cause names for `source` (`config a changed by alice,
-/// b changed by bob`, docs/behaviour.md §7.9).
+/// The author confighistory's own change-cause names for `source` (`config a changed by alice:
+/// values changed [k]; b changed by bob`, docs/behaviour.md §7.9). Sources are separated by `; `
+/// (what changed escapes every `;` of tenant text); a change-cause written by a version before
+/// what-changed was recorded separates them by `, ` and says nothing after the author.
 fn author_in_cause(cause: &str, source: &str) -> Option<String> {
     let body = cause.strip_prefix("config ")?;
     let needle = format!("{source} changed by ");
-    body.split(", ")
+    let separator = if body.contains("; ") || body.contains(": ") { "; " } else { ", " };
+    body.split(separator)
         .find_map(|part| part.strip_prefix(needle.as_str()))
-        .map(|by| by.trim_end_matches('…').to_owned())
+        .map(|by| by.split_once(": ").map_or(by, |(by, _)| by).trim_end_matches('…').to_owned())
         .filter(|b| !b.is_empty())
 }
 
@@ -591,6 +594,20 @@ mod tests {
         assert_eq!(r4.author_unknown.as_deref(), Some("content unknown"));
         assert_eq!((r6.config[0].via.as_str(), r6.config[0].changed), ("plain", true));
         assert!(r6.running);
+    }
+
+    /// The author in confighistory's change-cause, in the format with what changed and in the
+    /// one before it; setting names (tenant text) in what changed cannot name another author.
+    #[test]
+    fn the_author_is_read_from_either_change_cause_format() {
+        let new = "config other changed by eve: settings added [x, cfg changed by mallory]; cfg changed by carol: values changed [a]";
+        assert_eq!(author_in_cause(new, "cfg").as_deref(), Some("carol"));
+        assert_eq!(author_in_cause(new, "other").as_deref(), Some("eve"));
+        let one = "config cfg changed by alice: settings removed [a, b], added [c]";
+        assert_eq!(author_in_cause(one, "cfg").as_deref(), Some("alice"));
+        assert_eq!(author_in_cause("config other changed by eve, cfg changed by carol", "cfg").as_deref(), Some("carol"));
+        assert_eq!(author_in_cause("config cfg changed: values changed [a]", "cfg"), None);
+        assert_eq!(author_in_cause("config cfg pinned (admitted while confighistory was unreachable)", "cfg"), None);
     }
 
     #[test]

@@ -685,7 +685,8 @@ fn authors_change_cause_and_status_wait_of_a_config_edit() {
 
     // The revision the propagation made says why it exists.
     wait_for("revision 3", Duration::from_secs(30), || ns.history_of("app").iter().any(|r| r.revision == 3));
-    let cause = format!("config app-config changed by {author}");
+    // It names who wrote the content and what changed in it (one key renamed).
+    let cause = format!("config app-config changed by {author}: keys added [setting_c], keys removed [rules.discount_path]");
     assert_eq!(ns.annotation_of("deployment", "app", "kubernetes.io/change-cause").as_deref(), Some(cause.as_str()));
     let history = ns.kubectl(&["rollout", "history", "deployment/app"]).expect_success().stdout;
     assert!(history.lines().any(|l| l.trim_start().starts_with('3') && l.contains(&cause)), "{history}");
@@ -955,7 +956,7 @@ fn timeline_undo_preview_and_revision_diff_of_three_releases() {
     assert_eq!(revs[2]["config"][0]["changedKeys"], serde_json::json!(["log_level"]));
     assert_eq!(
         (revs[2]["cause"].as_str(), revs[2]["causeByConfighistory"].as_bool()),
-        (Some("config app-config changed by alice"), Some(true))
+        (Some("config app-config changed by alice: values changed [log_level]"), Some(true))
     );
     assert!(revs[2]["config"][0]["head"] == true && revs[1]["config"][0]["head"] == false);
 
@@ -973,7 +974,7 @@ fn timeline_undo_preview_and_revision_diff_of_three_releases() {
     assert!(
         row("3 (running)").contains("~log_level")
             && row("3 (running)").contains("alice")
-            && row("3 (running)").contains("config app-config changed by alice"),
+            && row("3 (running)").contains("config app-config changed by alice: values changed [log_level]"),
         "{text}"
     );
     assert_eq!(plugin(cluster, &["history", "deploy/app", "-n", n, "-o", "name"]).ok().stdout, "deployment.apps/app\n");
