@@ -328,7 +328,7 @@ pub(super) fn authorship(
     record_authors: bool,
 ) -> [(&'static str, Option<String>); 3] {
     let (by, with, unattributed) = if content_changed {
-        let by = Some(req.user_info.username.clone()).filter(|u| record_authors && !u.is_empty());
+        let by = Some(author(&req.user_info.username)).filter(|u| record_authors && !u.is_empty());
         (by, req.field_manager.clone(), None)
     } else if missed {
         (None, None, Some(snapshot::WHILE_UNREACHABLE.to_owned()))
@@ -338,6 +338,20 @@ pub(super) fn authorship(
         (kept(names::CHANGED_BY).filter(|_| record_authors), kept(names::CHANGED_WITH), kept(names::UNATTRIBUTED))
     };
     [(names::CHANGED_BY, by), (names::CHANGED_WITH, with), (names::UNATTRIBUTED, unattributed)]
+}
+
+/// A username as `changed-by` records it: whole up to [`crate::model::meta::MAX_AUTHOR`] bytes,
+/// else cut there with a trailing `…` (read back whole either way: never `<too long>`).
+fn author(username: &str) -> String {
+    let max = crate::model::meta::MAX_AUTHOR;
+    if username.len() <= max {
+        return username.to_owned();
+    }
+    let mut cut = max - '…'.len_utf8();
+    while !username.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &username[..cut])
 }
 
 /// How far back a `changed-at` in the request may lie and still be this admission's own first

@@ -21,6 +21,15 @@ pub fn max_len(key: &str) -> usize {
     match key {
         names::ADOPTED | names::HELD | names::HELD_HEADS | names::PINS | names::PROPAGATE => 16 * 1024,
         names::SOURCE_NAME => 253,
+        // Who wrote a content: a username, which Kubernetes does not bound (a ServiceAccount's
+        // is `system:serviceaccount:` and two names of up to 253), so confighistory records at
+        // most this much of it (`admission::configmap::authorship`).
+        names::CHANGED_BY => MAX_AUTHOR,
+        // A field manager (the API server allows 128 characters) and confighistory's own
+        // change-cause (at most 200 characters and an ellipsis, controller::propagate). At 64 a
+        // change-cause over that read as malformed: a release carried it over into its
+        // revision, and the next propagation took it for the user's and left it.
+        names::CHANGED_WITH | names::CHANGE_CAUSE_OWN => 256,
         // The server's published configuration: a JSON document the plugin reads, not a rule's
         // input; well under the API server's 256 KiB for all annotations.
         names::EFFECTIVE_CONFIG => 64 * 1024,
@@ -28,6 +37,10 @@ pub fn max_len(key: &str) -> usize {
         _ => usize::MAX,
     }
 }
+
+/// The longest username `confighistory.io/changed-by` records whole (a longer one is cut, and
+/// says so with a trailing `…`).
+pub const MAX_AUTHOR: usize = 1024;
 
 /// `value` of annotation `key`, or [`TOO_LONG`] when it is longer than [`max_len`].
 pub fn bounded<'a>(key: &str, value: &'a str) -> &'a str {

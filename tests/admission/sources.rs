@@ -149,6 +149,55 @@ async fn who_wrote_a_content_and_when_reaches_its_snapshot() {
     assert_eq!(annotation(&out, "confighistory.io/changed-with"), None);
 }
 
+/// docs/behaviour.md §6.1.1: a long username (a ServiceAccount's, two long names) and a field
+/// manager at the API server's 128 characters are recorded whole, carried over whole by a write
+/// that changes no content, and reach the snapshot whole: read back, never as malformed.
+/// (Failed when confighistory read its annotations past 64 characters as malformed: the next
+/// write recorded `<too long>` as the author.) A username past the record's bound is cut and
+/// says so.
+#[tokio::test]
+async fn long_usernames_and_field_managers_are_recorded_whole() {
+    let plain = deployment("pricing:4.11", "pricing-config");
+    let f = Fixture::new().source("pricing-config", A).workload(&plain);
+    let user = format!("system:serviceaccount:{}:{}", "payments-production-eu-west", "github-actions-release-deployer");
+    let manager = "m".repeat(128);
+    assert!(user.len() > 64);
+    let (old, new) = (configmap("pricing-config", A), configmap("pricing-config", B));
+    let mut edit = review("ConfigMap", "", "v1", "UPDATE", Some(&new), Some(&old));
+    edit["request"]["options"] = json!({"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1", "fieldManager": manager});
+    let stored = f.as_user("/mutate", &user, edit).await.patched(&new);
+    assert_eq!(annotation(&stored, "confighistory.io/changed-by"), Some(user.clone()));
+    assert_eq!(annotation(&stored, "confighistory.io/changed-with"), Some(manager.clone()));
+    f.cluster.insert(stored.clone());
+    f.state.write().apply_configmap(&stored);
+
+    // A label added by someone else: no content change, the record carried over whole.
+    let labelled = {
+        let mut c = stored.clone();
+        c["metadata"]["labels"] = json!({"team": "payments"});
+        c
+    };
+    let again =
+        f.as_user("/mutate", "dave", review("ConfigMap", "", "v1", "UPDATE", Some(&labelled), Some(&stored))).await.patched(&labelled);
+    assert_eq!(annotation(&again, "confighistory.io/changed-by"), Some(user.clone()), "carried over whole");
+    assert_eq!(annotation(&again, "confighistory.io/changed-with"), Some(manager.clone()));
+
+    // A release: the snapshot of that content names the same author, whole.
+    let release = deployment("pricing:4.12", "pricing-config");
+    let a = f.as_user("/mutate", "carol", review("Deployment", "apps", "v1", "UPDATE", Some(&release), Some(&plain))).await;
+    assert!(a.allowed(), "{}", a.message());
+    let made = f.cluster.get(NS, &snap("pricing-config", B)).expect("snapshot");
+    assert_eq!(annotation(&made, "confighistory.io/changed-by"), Some(user));
+    assert_eq!(annotation(&made, "confighistory.io/changed-with"), Some(manager));
+
+    // Past the record's bound: cut, and says so.
+    let huge = format!("oidc:{}", "é".repeat(600));
+    let c = configmap("pricing-config", &[("mode", "c")]);
+    let out = f.as_user("/mutate", &huge, review("ConfigMap", "", "v1", "UPDATE", Some(&c), Some(&stored))).await.patched(&c);
+    let by = annotation(&out, "confighistory.io/changed-by").unwrap();
+    assert!(by.len() <= 1024 && by.ends_with('…') && huge.starts_with(by.trim_end_matches('…')), "{by}");
+}
+
 /// docs/install.md: with `--record-authors=false` no username is recorded (the field manager
 /// and the time still are), and one recorded before goes at the next write.
 #[tokio::test]

@@ -181,7 +181,9 @@ async fn release_takes_the_head_and_releases_a_hold() {
 /// undo brings back.
 #[tokio::test]
 async fn a_release_drops_the_change_cause_confighistory_wrote_and_keeps_a_users() {
-    const OURS: &str = "config pricing-config changed by alice";
+    // Longer than 64 characters, as confighistory writes them (a change-cause of up to 200): read
+    // whole, or a release would carry it over and the next propagation take it for the user's.
+    const OURS: &str = "config pricing-config changed by system:serviceaccount:ci:deployer: settings removed [discount_rules_path], added [rules.discount_path]";
     let cause = |obj: &Value| (annotation(obj, "kubernetes.io/change-cause"), annotation(obj, "confighistory.io/change-cause"));
     let pinned = deployment("pricing:4.11", &snap("pricing-config", B));
     let propagated = with_annotations(pinned.clone(), &[("kubernetes.io/change-cause", OURS), ("confighistory.io/change-cause", OURS)]);
