@@ -222,6 +222,40 @@ fn installing_restarts_nothing_and_the_first_release_can_be_undone() {
     assert!(last.config("app-config").unwrap().contains_key("discount_rules_path"), "{last:#?}");
 }
 
+/// The first release after leaving audit mode can be undone: a team trials confighistory in
+/// audit mode, switches the namespace to rewrite and ships an image-only release at once (no
+/// resync pass has adopted the running template yet); a config edit rolls out later. `kubectl
+/// rollout undo --to-revision=1` brings back 1.25 with the config 1.25 ran with, not the current
+/// one (docs/behaviour.md §9.1: the release records its predecessor's template on the snapshot
+/// it pins).
+#[test]
+fn the_first_release_after_audit_mode_can_be_undone_to_the_config_its_predecessor_ran_with() {
+    let Some(cluster) = cluster() else { return };
+    webhook(cluster);
+    let ns = TestNamespace::with_labels(cluster, "ctl-after-audit", &[("confighistory.io/mode", "audit")]);
+    ns.accepts(&config("app-config", &[("discount_rules_path", "/etc/rules")]));
+    ns.accepts(&deployment("app", "registry.example/app:1.25", &["app-config"]).yaml());
+    let first = history_len(&ns, "app", 1, Duration::from_secs(30));
+    assert_eq!(first[0].snapshots["app-config"], "app-config", "unpinned in audit mode");
+
+    cluster.kubectl(&["label", "namespace", &ns.name, "confighistory.io/mode=rewrite", "--overwrite"]).expect_success();
+    std::thread::sleep(Duration::from_millis(500)); // the namespace watch delivers the label
+    ns.accepts(&deployment("app", "registry.example/app:1.26", &["app-config"]).yaml());
+    let second = history_len(&ns, "app", 2, Duration::from_secs(30));
+    assert_ne!(second[1].snapshots["app-config"], "app-config", "the release is pinned: {second:#?}");
+
+    ns.accepts(&config("app-config", &[("rules.discount_path", "/etc/rules")]));
+    let third = history_len(&ns, "app", 3, Duration::from_secs(60));
+    assert!(third[2].config("app-config").unwrap().contains_key("rules.discount_path"), "{third:#?}");
+
+    ns.rollout_undo("app", Some(1));
+    let last = wait_for_value("the undo's revision", Duration::from_secs(30), || {
+        ns.history_of("app").pop().filter(|r| r.image == "registry.example/app:1.25")
+    });
+    let config = last.config("app-config").unwrap_or_else(|| panic!("{last:#?}"));
+    assert!(config.contains_key("discount_rules_path") && !config.contains_key("rules.discount_path"), "1.25 with its config: {last:#?}");
+}
+
 /// docs/behaviour.md §11.12: after a propagated edit, `kubectl apply --server-side` of the same manifests
 /// succeeds without a conflict (the controller never owns pod-template fields).
 #[test]
@@ -726,6 +760,25 @@ fn a_change_made_while_the_webhook_was_away_is_propagated_after_resync() {
     let history = history_len(&ns, "app", 3, Duration::from_secs(60));
     assert_eq!(history[2].config("app-config").unwrap()["mode"], "c");
     assert_eq!(history[2].image, "registry.example/app:1.0");
+
+    // Who wrote that content is not known, and that is said, never guessed (docs/behaviour.md
+    // §6.1.1): on its snapshot, and in the workload's timeline as a developer reads it.
+    let snapshot = ns.get_json("configmap", &history[2].snapshots["app-config"]).unwrap();
+    let a = &snapshot["metadata"]["annotations"];
+    assert_eq!(a["confighistory.io/unattributed"], "written while confighistory was unreachable", "{a:#}");
+    assert!(a.get("confighistory.io/changed-by").is_none(), "{a:#}");
+    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-confighistory"))
+        .args(["history", "deployment/app", "-n", &ns.name, &format!("--server-config={}", webhook(cluster).server_config())])
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .env_remove("NO_COLOR")
+        .output()
+        .expect("run kubectl-confighistory");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("3 "))
+        .unwrap_or_else(|| panic!("no revision 3:\n{text}{}", String::from_utf8_lossy(&out.stderr)));
+    assert!(row.contains("written while confighistory was unreachable") && row.contains("~mode"), "{text}");
 }
 
 /// The value of the sample whose line starts with `series` (name and labels as printed), if any.

@@ -257,6 +257,18 @@ fn rollouts_an_argo_undo_restores_image_and_config_in_the_running_pod() {
     assert!(history.last().unwrap().revision > before, "a new revision: {history:#?}");
     let cm = ns.get_json("configmap", SOURCE).unwrap();
     assert_eq!(cm["metadata"]["annotations"][PROPAGATED], cm["metadata"]["annotations"]["confighistory.io/head"], "{cm:#}");
+    // The revision the propagation made explains itself (docs/behaviour.md §7.9): the Rollout's
+    // change-cause names the source, who changed it and what changed, and its timeline shows it
+    // on that revision (kubectl-argo-rollouts has no history command).
+    let cause = r["metadata"]["annotations"]["kubernetes.io/change-cause"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        cause.starts_with(&format!("config {SOURCE} changed by ")) && cause.ends_with(&format!(": values changed [{KEY_A}]")),
+        "{cause:?}: {:#}",
+        r["metadata"]
+    );
+    let t = confighistory_plugin(server, &ns, &["history", "rollout/pricing", "-o", "json"]);
+    let last = t["revisions"].as_array().and_then(|r| r.last()).cloned().unwrap_or_default();
+    assert_eq!((&last["cause"], &last["causeByConfighistory"], &last["running"]), (&json!(cause), &json!(true), &json!(true)), "{t:#}");
 
     // GC keeps what every ReplicaSet of the Rollout's history references, with no grace and no
     // newest kept: the references alone keep them.
