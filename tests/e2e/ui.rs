@@ -247,6 +247,25 @@ fn browser_shows_the_worked_examples_timeline_and_diff() {
     assert_eq!(added, ["log_level: debug"]);
     assert_inert(&browser, "source diff");
 
+    // An undo to revision 1: it runs again as revision 4, its config held (docs/behaviour.md §2),
+    // and the page says so where a developer looks: the card, the picture and the note.
+    ns.rollout_undo("pricing", Some(1));
+    wait_for("the undo's revision", Duration::from_secs(30), || ns.history_of("pricing").iter().any(|r| r.revision == 4));
+    browser.click(&browser.find("#tab-workloads"));
+    browser.click(&browser.find("#list button.workload[data-kind=\"Deployment\"][data-name=\"pricing\"]"));
+    browser.find(".revision[data-revision=\"4\"]");
+    assert_eq!(card(4, ".images"), "pricing:4.11");
+    let badges: Vec<String> = browser.find_all(".revision[data-revision=\"4\"] .badge").iter().map(|e| browser.text(e)).collect();
+    assert_eq!(badges, ["running", "held"], "the running revision, held");
+    assert!(browser.find_all(".revision[data-revision=\"3\"] .badge").is_empty(), "revision 3 no longer runs");
+    let picture = browser.execute(
+        "return Array.from(document.querySelectorAll('svg.timeline text.badge')).map(t => t.textContent).filter(t => t);",
+        json!([]),
+    );
+    assert_eq!(picture, json!(["running, held"]));
+    assert!(body_text(&browser).contains("Held (an undo's pin, propagation skips it): pricing-config"), "{}", body_text(&browser));
+    assert_inert(&browser, "held revision");
+
     // The JSON API answers its own address only, and GET only.
     let (status, body) = ui.get_as("rebound.example:80", &format!("/api/namespaces/{n}/sources"));
     assert_eq!(status, 403, "{body}");
