@@ -292,12 +292,35 @@ fn incluster_helm_test_passes_and_the_configuration_is_published() {
     );
 }
 
+/// A tenant's probe: an image-only release of a Deployment with no pods (a new image tag each
+/// time) mounting the source; the time `kubectl apply` took, and whether it came back pinned.
+fn probe_release(ns: &TestNamespace, i: usize) -> (Duration, bool) {
+    let yaml = crate::support::apps::Workload::deployment("probe", &format!("registry.example/probe:{i}"))
+        .replicas(0)
+        .configmap_volume("c", SOURCE, "/etc/c")
+        .yaml();
+    let started = std::time::Instant::now();
+    let out = ns.apply(&yaml);
+    let took = started.elapsed();
+    let pinned = out.is_ok()
+        && ns.get_json("deployment", "probe").is_some_and(|d| {
+            d["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"].as_str().is_some_and(|n| n.starts_with(&format!("{SOURCE}-")))
+        });
+    (took, pinned)
+}
+
+/// How long another tenant's release may take while the attacks run: the API server's own
+/// webhook timeout (10 s), past which it would have failed open, unpinned.
+const PROBE_TARGET: Duration = Duration::from_secs(10);
+
 /// The memory model against the chart's own limits (docs/reliability.md, "The memory model"): round
 /// 2 of the trust review OOM-killed both replicas with 8 parallel 2.9 MB dry-run Deployments whose
-/// template holds 225,000 env entries, and with one forged review of one-key maps sent straight to
-/// each pod's port. Sent again here (through the API server, then forged to every pod): no replica
-/// restarts, the forged reviews get a 413 that says what to do, and another namespace's release
-/// is still pinned.
+/// template holds 225,000 env entries, with a small Deployment naming many 1 MB ConfigMaps, and
+/// with one forged review of one-key maps sent straight to each pod's port. Sent again here: the
+/// first two by a tenant (a user with the namespace's `edit` role and nothing else, through the
+/// API server), the last forged to every pod. No replica restarts, the forged reviews get a 413
+/// that says what to do, and another tenant releasing all through it is pinned every time, within
+/// the webhook's timeout.
 #[test]
 #[ignore = "needs confighistory installed in the cluster (tests/run: after `tests/e2e/cluster install`)"]
 fn incluster_oversized_reviews_restart_no_replica() {
@@ -311,27 +334,75 @@ fn incluster_oversized_reviews_restart_no_replica() {
     let pods = server_pods(cluster);
     let before = restarts(&pods);
     let ns = TestNamespace::new(cluster, "incluster-memory");
+    let tenant = "mallory";
+    ns.kubectl(&["create", "rolebinding", "tenant", "--clusterrole=edit", &format!("--user={tenant}")]).expect_success();
+    let as_tenant = |args: &[&str]| ns.kubectl(&[&["--as", tenant], args].concat());
     ns.accepts(&pricing_config(KEY_A));
-    // Through the API server: 8 parallel dry-run creates of a 2.9 MB Deployment.
+    // Honestly large config: 24 ConfigMaps of 900 KiB, the tenant's own.
+    let big: Vec<String> = (0..24).map(|i| format!("big-{i:02}")).collect();
+    for name in &big {
+        let file = std::env::temp_dir().join(format!("confighistory-{name}-{}", run_id()));
+        std::fs::write(&file, "x".repeat(900 * 1024)).unwrap();
+        as_tenant(&["create", "configmap", name, &format!("--from-file=config={}", file.display())]).expect_success();
+        let _ = std::fs::remove_file(&file);
+    }
+    let other = TestNamespace::new(cluster, "incluster-memory-other");
+    other.accepts(&pricing_config(KEY_A));
+
+    // The two shapes through the API server, 8 at a time, as the tenant; the API server's
+    // failurePolicy decides each (Ignore by default): admitted or refused, never a crash.
     let env: Vec<Value> = (0..225_000).map(|_| serde_json::json!({"name": "A"})).collect();
-    let big = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "wide"},
+    let wide = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "wide"},
         "spec": {"selector": {"matchLabels": {"app": "wide"}}, "template": {"metadata": {"labels": {"app": "wide"}},
             "spec": {"containers": [{"name": "c", "image": APP_A, "env": env}],
                      "volumes": [{"name": "c", "configMap": {"name": SOURCE}}]}}}});
-    let file = std::env::temp_dir().join(format!("confighistory-wide-{}.json", run_id()));
-    std::fs::write(&file, serde_json::to_vec(&big).unwrap()).unwrap();
-    let path = file.to_string_lossy().into_owned();
-    std::thread::scope(|s| {
-        let creates: Vec<_> = (0..8)
-            .map(|_| s.spawn(|| ns.kubectl(&["create", "--dry-run=server", "-o", "name", "-f", &path, "--request-timeout=60s"])))
-            .collect();
-        for c in creates {
-            // The API server's failurePolicy decides (Ignore by default): admitted or refused, never a crash.
-            let out = c.join().unwrap();
-            assert!(out.success || out.stderr.contains("confighistory"), "{}", out.describe());
+    let volumes: Vec<Value> = big.iter().map(|n| serde_json::json!({"name": n, "configMap": {"name": n}})).collect();
+    let many = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "many"},
+        "spec": {"selector": {"matchLabels": {"app": "many"}}, "template": {"metadata": {"labels": {"app": "many"}},
+            "spec": {"containers": [{"name": "c", "image": APP_A}], "volumes": volumes}}}});
+    let files: Vec<String> = [("wide", &wide), ("many", &many)]
+        .iter()
+        .map(|(what, body)| {
+            let file = std::env::temp_dir().join(format!("confighistory-{what}-{}.json", run_id()));
+            std::fs::write(&file, serde_json::to_vec(body).unwrap()).unwrap();
+            file.to_string_lossy().into_owned()
+        })
+        .collect();
+    let done = AtomicBool::new(false);
+    let probes = std::thread::scope(|s| {
+        let probe = s.spawn(|| {
+            let mut seen = Vec::new();
+            while !done.load(Ordering::Relaxed) {
+                seen.push(probe_release(&other, seen.len()));
+            }
+            seen
+        });
+        for path in files.iter().chain(&files).chain(std::iter::once(&files[1])) {
+            let creates: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| as_tenant(&["create", "--dry-run=server", "-o", "name", "-f", path, "--request-timeout=60s"])))
+                .collect();
+            for c in creates {
+                let out = c.join().unwrap();
+                assert!(out.success || out.stderr.contains("confighistory"), "{}", out.describe());
+            }
         }
+        done.store(true, Ordering::Relaxed);
+        probe.join().unwrap()
     });
-    let _ = std::fs::remove_file(&file);
+    for f in &files {
+        let _ = std::fs::remove_file(f);
+    }
+    let mut took: Vec<Duration> = probes.iter().map(|(t, _)| *t).collect();
+    took.sort();
+    eprintln!(
+        "another tenant's releases during the attacks: {} applies, median {:?}, max {:?}",
+        took.len(),
+        took.get(took.len() / 2),
+        took.last()
+    );
+    assert!(!probes.is_empty() && probes.iter().all(|(_, pinned)| *pinned), "every release of the other tenant pinned: {probes:?}");
+    assert!(took.last().is_some_and(|t| *t < PROBE_TARGET), "within {PROBE_TARGET:?}: {took:?}");
+
     // Forged, straight to each pod's port, no credentials: a review of 600,000 one-key maps.
     let maps = "{\"a\":1},".repeat(600_000);
     let forged = format!(
@@ -358,8 +429,7 @@ fn incluster_oversized_reviews_restart_no_replica() {
         assert!(text.contains("more than the") && text.contains("MiB one request may take"), "{text}");
     }
     let _ = std::fs::remove_file(&body);
-    // Another namespace's release is pinned, by the same replicas.
-    let other = TestNamespace::new(cluster, "incluster-memory-other");
+    // The other tenant's release after all of it, by the same replicas.
     other.accepts(&release(APP_A, KEY_A));
     assert!(mounted_configmap(&other, "pricing").starts_with(&format!("{SOURCE}-")), "the other namespace's release is pinned");
     let after = server_pods(cluster);
