@@ -186,7 +186,7 @@ pub(super) async fn admit_after(
                     Err((source, failure))
                         if workload && failure.forbidden && source.kind == ids::SourceKind::Secret && secrets_off.is_none() =>
                     {
-                        tracing::warn!(secret = %source.name, "may not write a Secret snapshot: deciding as with Secrets off (RBAC on Secrets gone: Secrets being turned off?)");
+                        secrets_forbidden("may not write a Secret snapshot", &source.name, None);
                         secrets_off = Some(without_secrets(&app.ctx.policy));
                     }
                     Err((source, failure)) if fail_open && !failed.contains_key(&source) => {
@@ -270,7 +270,7 @@ pub(super) async fn admit_after(
                             fresh.insert(id, obj);
                         }
                         Err(Unread::Api(e)) if workload && id.kind == ids::SourceKind::Secret && e.code == Some(403) => {
-                            tracing::warn!(secret = %id.name, error = %e, "may not read a Secret: deciding as with Secrets off (RBAC on Secrets gone: Secrets being turned off?)");
+                            secrets_forbidden("may not read a Secret", &id.name, Some(&e.message));
                             crate::metrics::METRICS.error("api");
                             secrets_off.get_or_insert_with(|| without_secrets(&app.ctx.policy));
                         }
@@ -346,6 +346,25 @@ enum Unread {
 
 /// `policy` as a replica with Secrets off has it: what a replica whose RBAC on Secrets is gone
 /// decides with (docs/behaviour.md §9a.2).
+/// Says that RBAC on Secrets is gone while this replica has Secrets on: a warning at most once a
+/// minute (every request that names a Secret meets it until the upgrade's new pods serve, and
+/// the line would flood the log), debug otherwise.
+fn secrets_forbidden(what: &str, secret: &str, error: Option<&str>) {
+    static LAST_WARNED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let last = LAST_WARNED.load(std::sync::atomic::Ordering::Relaxed);
+    let ordering = std::sync::atomic::Ordering::Relaxed;
+    if now >= last + 60 && LAST_WARNED.compare_exchange(last, now, ordering, ordering).is_ok() {
+        tracing::warn!(
+            secret,
+            error,
+            "{what}: deciding as with Secrets off (RBAC on Secrets gone: Secrets being turned off?); at most one such message a minute"
+        );
+    } else {
+        tracing::debug!(secret, error, "{what}: deciding as with Secrets off");
+    }
+}
+
 fn without_secrets(policy: &Policy) -> Box<Policy> {
     let mut off = policy.clone();
     off.secrets.enabled = false;
