@@ -309,3 +309,60 @@ fn generated_shapes_never_take_more_than_they_are_charged() {
         100.0 * closest.get()
     );
 }
+
+/// A Deployment CREATE in `ns` naming four ConfigMaps nobody made (`missing-0` .. `missing-3`).
+fn naming_missing_in(ns: &str) -> Vec<u8> {
+    let volumes: Vec<Value> = (0..4).map(|i| json!({"name": format!("v{i}"), "configMap": {"name": format!("missing-{i}")}})).collect();
+    let mut body: Value = serde_json::from_slice(&review_of(common::bare_deployment(
+        "web",
+        json!({"containers": [{"name": "c", "image": "i"}], "volumes": volumes}),
+    )))
+    .unwrap();
+    body["request"]["namespace"] = json!(ns);
+    body["request"]["object"]["metadata"]["namespace"] = json!(ns);
+    serde_json::to_vec(&body).unwrap()
+}
+
+/// The many-namespaces shape: reviews naming ConfigMaps nobody made, each in another of 12,000
+/// namespaces that exist (as a forger at the port, or tenants of a large cluster, can send).
+/// What the replica remembers per namespace (read buckets, names found missing) is bounded, so
+/// the heap it keeps stops growing: the last 8,000 namespaces add almost nothing to what the
+/// first 4,000 left.
+#[test]
+fn reviews_across_many_namespaces_keep_a_bounded_amount_of_memory() {
+    use confighistory::cache::Watched;
+    use confighistory::model::ids::SourceKind;
+    alone(async {
+        let (state, cluster) = (std::sync::Arc::new(Lock::default()), MemoryCluster::default());
+        {
+            let mut s = state.write();
+            for i in 0..12_000 {
+                s.apply_namespace(&json!({"metadata": {"name": format!("ns-{i:05}")}}));
+            }
+            s.listed(Watched::Namespaces);
+            s.listed(Watched::Sources(SourceKind::ConfigMap));
+        }
+        let calls = cluster.calls.clone();
+        let app = std::sync::Arc::new(App::ready(Policy::default(), state, std::sync::Arc::new(cluster)));
+        let mut kept = Vec::new();
+        for round in 0..3 {
+            for i in round * 4_000..(round + 1) * 4_000 {
+                let (status, answer) = post(&app, naming_missing_in(&format!("ns-{i:05}"))).await;
+                assert_eq!(status, StatusCode::OK, "{answer}");
+                assert_eq!(answer["response"]["allowed"], json!(true), "{answer}");
+            }
+            // The in-memory API server's own record of calls is the test's, not the replica's.
+            calls.lock().unwrap().clear();
+            kept.push(ALLOC.current_usage());
+        }
+        let grew = |a: usize, b: usize| b.saturating_sub(a);
+        eprintln!(
+            "heap kept after 4,000, 8,000 and 12,000 namespaces: {kept:?} B (+{} B, then +{} B)",
+            grew(kept[0], kept[1]),
+            grew(kept[1], kept[2])
+        );
+        // Under 8 bytes a namespace for the last 8,000: an entry per namespace (a name and a
+        // bucket, with its map's room) is more (unbounded, the same rounds kept +465 KB).
+        assert!(grew(kept[0], kept[2]) < 64 * 1024, "8,000 more namespaces kept {} more bytes", grew(kept[0], kept[2]));
+    });
+}
