@@ -283,10 +283,7 @@ fn warning(source: &str, c: &Change) -> String {
 /// terminal, and a `;` (which separates sources in the change-cause) is escaped too. `None`
 /// when nothing differs. Never called with a Secret's content (values are not read there).
 pub fn summary(old: &ContentRef, new: &ContentRef, room: usize) -> Option<String> {
-    let old_keys = old.keys();
-    let new_keys = new.keys();
-    let added: Vec<String> = new_keys.iter().filter(|k| !old_keys.contains(k)).cloned().collect();
-    let removed: Vec<String> = old_keys.iter().filter(|k| !new_keys.contains(k)).cloned().collect();
+    let (removed, added) = crate::model::snapshot::keys_removed_added(&old.keys(), &new.keys());
     let settings = changes(old, new);
     let in_settings: BTreeSet<&str> = settings.iter().map(|c| c.key.as_str()).collect();
     // A key whose value changed with no setting added or removed (a tuned value, or a value that

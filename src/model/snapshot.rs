@@ -553,7 +553,12 @@ pub fn validate(obj: &Value) -> Result<String, Invalid> {
 
 /// Keys removed and added between two contents, for the UPDATE warning.
 pub fn key_changes(old: &RawContent, new: &ContentRef) -> (Vec<String>, Vec<String>) {
-    let (old_keys, new_keys) = (old.keys(), new.keys());
+    keys_removed_added(&old.keys(), &new.keys())
+}
+
+/// Keys removed and added between two contents' key lists (as `keys()` gives them: binary keys
+/// marked, so a data→binaryData move is both).
+pub fn keys_removed_added(old_keys: &[String], new_keys: &[String]) -> (Vec<String>, Vec<String>) {
     let (old_set, new_set): (HashSet<&String>, HashSet<&String>) = (old_keys.iter().collect(), new_keys.iter().collect());
     let removed = old_keys.iter().filter(|k| !new_set.contains(k)).cloned().collect();
     let added = new_keys.iter().filter(|k| !old_set.contains(k)).cloned().collect();

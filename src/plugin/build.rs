@@ -433,7 +433,7 @@ impl Inventory {
         let mut by_owner: std::collections::HashMap<&str, Vec<&Value>> = std::collections::HashMap::new();
         for r in &self.revisions {
             let owners = r.pointer("/metadata/ownerReferences").and_then(Value::as_array).into_iter().flatten();
-            for uid in owners.filter(|x| x["controller"] == json!(true)).filter_map(|x| x["uid"].as_str()).filter(|u| !u.is_empty()) {
+            for uid in owners.filter_map(|x| x["uid"].as_str().filter(|uid| is_controller_ref(x, uid))) {
                 let of = by_owner.entry(uid).or_default();
                 if !of.last().is_some_and(|l| std::ptr::eq(*l, r)) {
                     of.push(r);

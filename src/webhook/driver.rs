@@ -350,11 +350,8 @@ enum Unread {
 /// minute (every request that names a Secret meets it until the upgrade's new pods serve, and
 /// the line would flood the log), debug otherwise.
 fn secrets_forbidden(what: &str, secret: &str, error: Option<&str>) {
-    static LAST_WARNED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let last = LAST_WARNED.load(std::sync::atomic::Ordering::Relaxed);
-    let ordering = std::sync::atomic::Ordering::Relaxed;
-    if now >= last + 60 && LAST_WARNED.compare_exchange(last, now, ordering, ordering).is_ok() {
+    static WARNED: super::OncePerMinute = super::OncePerMinute::new();
+    if WARNED.due() {
         tracing::warn!(
             secret,
             error,

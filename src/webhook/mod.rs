@@ -37,6 +37,24 @@ pub mod tls;
 
 use crate::metrics::METRICS;
 
+/// A warning said at most once a minute, for a condition every request (or connection) meets
+/// until someone fixes it: one line a minute tells the operator; one a request floods the log.
+#[derive(Debug, Default)]
+pub struct OncePerMinute(std::sync::atomic::AtomicU64);
+
+impl OncePerMinute {
+    pub const fn new() -> OncePerMinute {
+        OncePerMinute(std::sync::atomic::AtomicU64::new(0))
+    }
+
+    /// Whether the warning is due now (it was not said in the last minute); taken when it is.
+    pub fn due(&self) -> bool {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let last = self.0.load(Ordering::Relaxed);
+        now >= last + 60 && self.0.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+}
+
 pub use crate::cli::DEFAULT_MAX_BODY;
 pub use driver::{admit, from_memory, never_denied, MAX_SOURCES_READ};
 
@@ -388,6 +406,14 @@ fn kind_label(kinds: &Registry, sources: ids::SourceKinds, k: &review::GroupVers
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A warning every request meets is said once, then not again within the minute.
+    #[test]
+    fn a_once_a_minute_warning_is_due_once() {
+        let w = OncePerMinute::new();
+        assert!(w.due());
+        assert!(!w.due() && !w.due());
+    }
 
     /// axum boxes the handler's future for every request. Over 1 KiB, glibc's malloc serves it from
     /// its slower bins (1,032 bytes is the largest size its per-thread cache holds), so the API

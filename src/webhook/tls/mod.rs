@@ -3,9 +3,9 @@
 //! and the client certificates the port may require (docs/behaviour.md 9a.3).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::ring;
@@ -171,8 +171,8 @@ pub struct ClientAuth {
     provider: Arc<rustls::crypto::CryptoProvider>,
     /// The chain verifier for the CA bundle loaded last, and that bundle's bytes.
     current: RwLock<(Arc<dyn ClientCertVerifier>, Vec<u8>)>,
-    /// When a refusal was last logged (seconds since the epoch), to log at most one a minute.
-    last_logged: AtomicU64,
+    /// Refusals are logged at most once a minute.
+    last_logged: super::OncePerMinute,
     /// The TLS sessions clients may resume, emptied when the bundle changes: a resumed session
     /// skips the certificate check, so it must not outlive the CA that vouched for it.
     sessions: Arc<Sessions>,
@@ -228,7 +228,7 @@ impl ClientAuth {
             names,
             provider,
             current: RwLock::new((verifier, pem)),
-            last_logged: AtomicU64::new(0),
+            last_logged: super::OncePerMinute::new(),
             sessions: Arc::new(Sessions(RwLock::new(Sessions::fresh()))),
         }))
     }
@@ -274,9 +274,7 @@ impl ClientAuth {
     }
 
     fn log_refusal(&self, why: &str) {
-        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        let last = self.last_logged.load(Ordering::Relaxed);
-        if now >= last + 60 && self.last_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        if self.last_logged.due() {
             tracing::warn!(
                 ca = %self.ca.display(),
                 "refused {why} on the admission port (mutual TLS; at most one such message a minute). If it is the API server's, add its name to clientAuth.allowedNames or check that the CA bundle signed it"
