@@ -320,7 +320,7 @@ pub fn summary(old: &ContentRef, new: &ContentRef, room: usize) -> Option<String
     let parts: Vec<String> = lists
         .iter()
         .map(|(what, list)| {
-            let clean: Vec<String> = list.iter().map(|i| crate::model::text::escape(i).replace(';', "\\x3b")).collect();
+            let clean: Vec<String> = list.iter().map(|i| crate::model::text::escape_in_cause(i)).collect();
             format!("{what} [{}]", crate::model::text::fit_list(&clean, each.saturating_sub(what.len() + 4)))
         })
         .collect();

@@ -102,7 +102,8 @@ pub fn change_cause(existing: Option<&str>, own: Option<&str>, sources: &[Change
             // The author is the source's annotation, which anyone could write while the webhook
             // was away: escaped, so `kubectl rollout history` shows no control character raw.
             let mut part = match &c.by {
-                Some(by) => format!("{} changed by {}", c.source, crate::model::text::escape(by)),
+                // `;` too: it separates the sources, and a forged author must not add one.
+                Some(by) => format!("{} changed by {}", c.source, crate::model::text::escape_in_cause(by)),
                 None => format!("{} changed", c.source),
             };
             if let Some(what) = &c.what {
@@ -528,6 +529,8 @@ pub(crate) mod tests {
         assert!(long.len() <= MAX_CHANGE_CAUSE && long.starts_with("config source-00 changed by"), "{long}");
         let forged = change_cause(None, None, &[changed("cfg", Some("mallory\x1b[2J\u{202e}"), None)], false).unwrap();
         assert_eq!(forged, "config cfg changed by mallory\\x1b[2J\\u{202e}", "no control character raw");
+        let posing = change_cause(None, None, &[changed("cfg", Some("eve; other changed by mallory"), None)], false).unwrap();
+        assert_eq!(posing, "config cfg changed by eve\\x3b other changed by mallory", "an author cannot add a source");
     }
     use super::*;
     use crate::model::snapshot;

@@ -54,6 +54,12 @@ pub fn escape(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// [`escape`], and `;` shown as `\x3b`: for tenant text inside confighistory's change-cause,
+/// whose sources `; ` separates (docs/behaviour.md §7.9), so no name can add a source.
+pub fn escape_in_cause(s: &str) -> String {
+    escape(s).replace(';', "\\x3b")
+}
+
 /// Characters [`escape`] shows as escapes.
 fn hostile(c: char) -> bool {
     (c.is_control() && c != '\t')
