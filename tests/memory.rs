@@ -366,3 +366,66 @@ fn reviews_across_many_namespaces_keep_a_bounded_amount_of_memory() {
         assert!(grew(kept[0], kept[2]) < 64 * 1024, "8,000 more namespaces kept {} more bytes", grew(kept[0], kept[2]));
     });
 }
+
+/// A review of `kind` (group, kind, resource) for `object` (and `old` for an UPDATE).
+fn review_of_kind((group, kind, resource): (&str, &str, &str), object: &Value, old: Option<&Value>) -> Vec<u8> {
+    let mut request = json!({
+        "uid": "u", "kind": {"group": group, "version": "v1", "kind": kind},
+        "resource": {"group": group, "version": "v1", "resource": resource},
+        "name": "web", "namespace": "shop", "operation": if old.is_some() { "UPDATE" } else { "CREATE" },
+        "userInfo": {"username": "alice"}, "object": object, "dryRun": true
+    });
+    if let Some(old) = old {
+        request["oldObject"] = old.clone();
+    }
+    serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})).unwrap()
+}
+
+/// The dense template (round 2's env shape) in every workload kind's place, CREATE and UPDATE,
+/// at both endpoints: what a kind's rules do with its template (compare it with the old one, hash
+/// it, match a Job with the CronJob that made it) is charged with the rest. A Job whose controller
+/// is a CronJob of the cache is the kind whose rule once copied the whole template.
+#[test]
+fn every_workload_kind_is_decided_within_its_charge() {
+    use confighistory::model::kinds::Kind;
+    alone(async {
+        let app = server(&[("app-config".into(), 64)], 256 * MIB);
+        let cronjob = json!({"apiVersion": "batch/v1", "kind": "CronJob",
+            "metadata": {"name": "report", "namespace": "shop", "uid": "uid-report"},
+            "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}}});
+        app.ctx.state.write().apply_workload(Kind::CronJob, &cronjob);
+        let env: Vec<Value> = (0..50_000).map(|_| json!({"name": "A"})).collect();
+        let template = json!({"metadata": {"labels": {"app": "web", "job-name": "report-1"}}, "spec": {
+            "volumes": [{"name": "c", "configMap": {"name": "app-config"}}],
+            "containers": [{"name": "c", "image": "i", "env": env}]}});
+        let meta = json!({"name": "web", "namespace": "shop", "uid": "uid-web"});
+        let job_meta = json!({"name": "web", "namespace": "shop",
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob", "name": "report", "uid": "uid-report", "controller": true}]});
+        let shapes = [
+            ("Deployment", ("apps", "Deployment", "deployments"), json!({"metadata": meta, "spec": {"template": template}})),
+            ("StatefulSet", ("apps", "StatefulSet", "statefulsets"), json!({"metadata": meta, "spec": {"template": template}})),
+            (
+                "CronJob",
+                ("batch", "CronJob", "cronjobs"),
+                json!({"metadata": meta, "spec": {"jobTemplate": {"spec": {"template": template}}}}),
+            ),
+            ("a CronJob's Job", ("batch", "Job", "jobs"), json!({"metadata": job_meta, "spec": {"template": template}})),
+        ];
+        for (name, kind, object) in shapes {
+            let mut old = object.clone();
+            old["metadata"]["labels"] = json!({"changed": "yes"});
+            for (operation, body) in
+                [("CREATE", review_of_kind(kind, &object, None)), ("UPDATE", review_of_kind(kind, &object, Some(&old)))]
+            {
+                for path in ["/mutate", "/validate"] {
+                    let charged = webhook::request_cost(&body);
+                    let (peak, answer) = peak_of_async(common::post(&app, path, body.clone())).await;
+                    eprintln!("{name} {operation} {path}: {}, peak {peak} B of {charged} B charged", answer.status);
+                    assert_eq!(answer.status, StatusCode::OK, "{name} {operation} {path}: {}", answer.text);
+                    assert!(peak <= charged, "{name} {operation} {path}: the admission took {peak} B, more than the {charged} B charged");
+                    assert_eq!(app.memory.available(), 256 * MIB, "{name} {operation} {path}: the charge is given back");
+                }
+            }
+        }
+    });
+}

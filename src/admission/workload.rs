@@ -134,6 +134,9 @@ impl Pinning<'_> {
     }
 }
 
+/// The pod labels the Job API adds to a Job's template: a CronJob's template has none of them.
+const RUN_LABELS: [&str; 4] = ["controller-uid", "job-name", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name"];
+
 /// Whether a workload is a run of another (a Job made by a CronJob: its references are the
 /// CronJob's business): its kind is a run of some kind ([`KindDef::run_of`]), its controller is
 /// one of that kind in its namespace that exists with that uid, and its pod template is that
@@ -157,16 +160,7 @@ pub fn made_by_cronjob(kind: Kind, ns: &str, obj: &Value, template: &Value, view
     };
     let (name, uid) = (owner["name"].as_str().unwrap_or_default(), owner["uid"].as_str().unwrap_or_default());
     let Some(cronjob) = view.state.workload(&(maker, ns.into(), name.into())) else { return false };
-    let mut template = template.clone();
-    if let Some(labels) = template.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
-        for added in ["controller-uid", "job-name", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name"] {
-            labels.remove(added);
-        }
-        if labels.is_empty() {
-            template["metadata"].as_object_mut().map(|m| m.remove("labels"));
-        }
-    }
-    !uid.is_empty() && cronjob.uid == uid && cronjob.template_hash == maker.template_hash(&template)
+    !uid.is_empty() && cronjob.uid == uid && cronjob.template_hash == maker.template_hash_less_labels(template, &RUN_LABELS)
 }
 
 /// What every workload endpoint checks first: a kind we handle, a main-resource CREATE or

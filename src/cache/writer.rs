@@ -215,12 +215,12 @@ impl State {
 
     fn insert_workload(&mut self, kind: Kind, obj: &Value) {
         let (ns, name) = key_of(obj);
-        let tpl = obj.at(kind.template_pointer()).cloned().unwrap_or(Value::Null);
+        let tpl = obj.at(kind.template_pointer()).unwrap_or(&Value::Null);
         let meta = &obj["metadata"];
         let info = WorkloadInfo {
             uid: str_at(meta, "uid").into(),
-            template_hash: kind.template_hash(&tpl).into(),
-            refs: template::ref_sources(&tpl, self.source_kinds).into_iter().collect(),
+            template_hash: kind.template_hash(tpl).into(),
+            refs: template::ref_sources(tpl, self.source_kinds).into_iter().collect(),
             annotations: kept_annotations(&meta["annotations"], &WORKLOAD_ANNOTATIONS),
             owner_kind: controller_owner(meta).map(|(k, _)| k),
             deleting: obj.deleting(),
@@ -256,13 +256,13 @@ impl State {
     fn insert_revision(&mut self, kind: Kind, obj: &Value) {
         let (ns, name) = key_of(obj);
         let meta = &obj["metadata"];
-        let tpl = obj.at(kind.template_pointer()).cloned().unwrap_or(Value::Null);
+        let tpl = obj.at(kind.template_pointer()).unwrap_or(&Value::Null);
         let (revision, template_hash) = self.kinds.revision_of(kind, obj);
         let info = RevisionInfo {
             owner_uid: controller_owner(meta).map(|(_, uid)| uid.into()).unwrap_or_default(),
             created: str_at(meta, "creationTimestamp").into(),
             template_hash: template_hash.into(),
-            refs: template::ref_sources(&tpl, self.source_kinds).into_iter().collect(),
+            refs: template::ref_sources(tpl, self.source_kinds).into_iter().collect(),
             revision,
         };
         self.remove_revision(kind, &ns, &name);

@@ -260,6 +260,12 @@ impl Kind {
         crate::model::template::template_hash_without(template, self.hash_label())
     }
 
+    /// [`Self::template_hash`] of `template` less the pod labels in `labels` (and the labels map
+    /// when nothing else is left in it), without copying it.
+    pub fn template_hash_less_labels(self, template: &Value, labels: &[&str]) -> String {
+        crate::model::template::template_hash_less_labels(template, self.hash_label(), labels)
+    }
+
     /// Whether this is the kind (group, kind).
     pub fn is(self, group: &str, kind: &str) -> bool {
         self.0.group == group && self.0.kind == kind

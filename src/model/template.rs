@@ -137,19 +137,50 @@ pub fn template_hash(template: &Value) -> String {
 /// [`template_hash`] dropping `hash_label` from the template's labels instead: the label a kind's
 /// controller adds to its revisions' templates (`model::kinds::Kind::hash_label`).
 pub fn template_hash_without(template: &Value, hash_label: &str) -> String {
+    hash_dropping(template, &Dropped { hash_label, labels: &[] })
+}
+
+/// [`template_hash_without`] of the template with `labels` removed from its labels too, and its
+/// labels map with them when nothing else is left in it: a run's template (a Job's) compared with
+/// the template of what made it (a CronJob's), without copying the template, which can be most of
+/// a request's bytes (docs/reliability.md, "The memory model").
+pub fn template_hash_less_labels(template: &Value, hash_label: &str, labels: &[&str]) -> String {
+    hash_dropping(template, &Dropped { hash_label, labels })
+}
+
+/// The labels [`canonical`] leaves out of `metadata.labels`.
+struct Dropped<'a> {
+    hash_label: &'a str,
+    /// Left out, and the labels map with them when they are all it holds.
+    labels: &'a [&'a str],
+}
+
+impl Dropped<'_> {
+    fn label(&self, key: &str) -> bool {
+        key == self.hash_label || self.labels.contains(&key)
+    }
+    /// Whether the labels map itself is left out: it holds only `labels` (or nothing), and there
+    /// are `labels` to drop.
+    fn map(&self, labels: &Value) -> bool {
+        !self.labels.is_empty() && labels.as_object().is_some_and(|m| m.keys().all(|k| self.labels.contains(&k.as_str())))
+    }
+}
+
+fn hash_dropping(template: &Value, dropped: &Dropped) -> String {
     let mut h = Sha256::default();
-    canonical(template, &mut h, 0, hash_label);
+    canonical(template, &mut h, 0, dropped);
     let digest = h.finish();
     super::digest::hex(&digest[..10])
 }
 
-fn canonical<D: Digest>(v: &Value, h: &mut D, depth: usize, hash_label: &str) {
+fn canonical<D: Digest>(v: &Value, h: &mut D, depth: usize, dropped: &Dropped) {
     match v {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m
                 .keys()
                 .filter(|k| !m[k.as_str()].is_null() && k.as_str() != "$patch")
-                .filter(|k| !(depth == 2 && k.as_str() == hash_label))
+                .filter(|k| !(depth == 2 && dropped.label(k)))
+                .filter(|k| !(depth == 1 && k.as_str() == "labels" && dropped.map(&m[k.as_str()])))
                 .collect();
             keys.sort();
             h.update(b"{");
@@ -162,7 +193,7 @@ fn canonical<D: Digest>(v: &Value, h: &mut D, depth: usize, hash_label: &str) {
                 };
                 h.update(serde_json::to_string(k).unwrap_or_default().as_bytes());
                 h.update(b":");
-                canonical(&m[k.as_str()], h, next, hash_label);
+                canonical(&m[k.as_str()], h, next, dropped);
                 h.update(b",");
             }
             h.update(b"}");
@@ -170,7 +201,7 @@ fn canonical<D: Digest>(v: &Value, h: &mut D, depth: usize, hash_label: &str) {
         Value::Array(a) => {
             h.update(b"[");
             for x in a {
-                canonical(x, h, 3, hash_label);
+                canonical(x, h, 3, dropped);
                 h.update(b",");
             }
             h.update(b"]");
@@ -201,6 +232,55 @@ mod tests {
                 }]
             }
         })
+    }
+
+    /// The definition: remove the labels from a copy (and the labels map when that leaves it
+    /// empty), then hash it.
+    fn less_labels_by_copy(template: &Value, hash_label: &str, labels: &[&str]) -> String {
+        let mut template = template.clone();
+        if let Some(map) = template.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
+            labels.iter().for_each(|l| drop(map.remove(*l)));
+            if map.is_empty() {
+                template["metadata"].as_object_mut().map(|m| m.remove("labels"));
+            }
+        }
+        template_hash_without(&template, hash_label)
+    }
+
+    #[test]
+    fn hashing_less_some_labels_is_hashing_a_copy_without_them() {
+        let run = ["job-name", "controller-uid"];
+        let spec = json!({"containers": [{"name": "c", "env": [{"name": "job-name", "value": "x"}]}]});
+        let cases = [
+            json!({"metadata": {"labels": {"job-name": "r-1", "controller-uid": "u"}}, "spec": spec}),
+            json!({"metadata": {"labels": {"job-name": "r-1", "app": "r"}}, "spec": spec}),
+            json!({"metadata": {"labels": {"job-name": "r-1", "pod-template-hash": "h"}}, "spec": spec}),
+            json!({"metadata": {"labels": {"pod-template-hash": "h"}}, "spec": spec}),
+            json!({"metadata": {"labels": {}}, "spec": spec}),
+            json!({"metadata": {"labels": {"app": null, "job-name": "r"}}, "spec": spec}),
+            json!({"metadata": {"labels": null}, "spec": spec}),
+            json!({"metadata": {"labels": "job-name"}, "spec": spec}),
+            json!({"metadata": {"annotations": {"job-name": "kept"}}, "spec": spec}),
+            json!({"metadata": "m", "spec": spec}),
+            json!({"spec": {"labels": {"job-name": "kept"}}}),
+            json!([{"metadata": {"labels": {"job-name": "r"}}}]),
+            json!(null),
+        ];
+        for (i, t) in cases.iter().enumerate() {
+            for hash_label in ["pod-template-hash", ""] {
+                assert_eq!(template_hash_less_labels(t, hash_label, &run), less_labels_by_copy(t, hash_label, &run), "case {i}");
+                assert_eq!(template_hash_less_labels(t, hash_label, &[]), template_hash_without(t, hash_label), "case {i}");
+            }
+        }
+        // The labels are left out: a CronJob's template and its Job's hash alike.
+        assert_eq!(
+            template_hash_less_labels(&cases[0], "", &run),
+            template_hash_less_labels(&json!({"metadata": {}, "spec": spec}), "", &run)
+        );
+        assert_ne!(
+            template_hash_less_labels(&cases[1], "", &run),
+            template_hash_less_labels(&json!({"metadata": {}, "spec": spec}), "", &run)
+        );
     }
 
     #[test]
