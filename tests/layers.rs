@@ -97,6 +97,7 @@ const MODEL_LADDER: &[&str] = &[
     "keys",
     "meta",
     "selector",
+    "fold",
     "trim",
     "template",
     "rollout",

@@ -8,8 +8,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::model::ids;
+use crate::model::json::Key;
+use crate::model::kinds::Registry;
 use crate::model::snapshot::RawContent;
-use crate::model::trim::{scalars_as_values, Annotations, Key, Leave, Trim};
+use crate::model::trim::{scalars_as_values, Annotations, Leave, Trim};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -186,7 +188,7 @@ impl<'de> Visitor<'de> for OldObject<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = serde_json::Map::new();
         let (mut data, mut binary_data) = (None, None);
-        let rest = Trim::object(leave(false));
+        let rest = Trim::object(leave(false, None));
         while let Some(Key(key)) = map.next_key::<Key>()? {
             match key.as_ref() {
                 // A field given twice keeps its last value, as in a map.
@@ -204,7 +206,7 @@ impl<'de> Visitor<'de> for OldObject<'_> {
     }
     // Anything but a map is kept as it is, and has no content.
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
-        Trim::object(leave(false)).visit_seq(seq)
+        Trim::object(leave(false, None)).visit_seq(seq)
     }
     scalars_as_values!();
 }
@@ -263,17 +265,80 @@ impl<'de> Deserialize<'de> for RawPairs {
 /// to it. Sources keep all their annotations: snapshot protection compares them. "Workload" is the
 /// request's kind, which the API server sends before the objects; a body that sends them first (no
 /// API server does) is parsed whole but for `status`.
-fn leave(workload: bool) -> Leave {
-    Leave { status: true, annotations: if workload { Annotations::AllButOwn } else { Annotations::None } }
+/// A registered workload kind's pod template is parsed with its unread parts folded
+/// (`model::fold`): `fold` is its pointer.
+fn leave(workload: bool, fold: Option<&'static str>) -> Leave {
+    Leave { status: true, annotations: if workload { Annotations::AllButOwn } else { Annotations::None }, fold }
 }
 
 impl<'de> Deserialize<'de> for Request {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Request, D::Error> {
-        d.deserialize_map(RequestVisitor)
+        d.deserialize_map(RequestVisitor(Registry::builtin()))
     }
 }
 
-struct RequestVisitor;
+/// Parses a request knowing the registered kinds (whose templates it folds).
+struct RequestVisitor(&'static Registry);
+
+impl<'de> DeserializeSeed<'de> for RequestVisitor {
+    type Value = Request;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Request, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+/// Parses a review (`Review`'s fields) knowing the registered kinds.
+struct ReviewVisitor(&'static Registry);
+
+impl<'de> Visitor<'de> for ReviewVisitor {
+    type Value = Review;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an AdmissionReview")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Review, A::Error> {
+        let (mut api_version, mut kind, mut request) = (None, None, None);
+        while let Some(Key(key)) = map.next_key::<Key>()? {
+            match key.as_ref() {
+                "apiVersion" if api_version.is_none() => api_version = Some(map.next_value::<String>()?),
+                "kind" if kind.is_none() => kind = Some(map.next_value::<String>()?),
+                "request" if request.is_none() => request = Some(map.next_value_seed(OptionalRequest(self.0))?),
+                "apiVersion" | "kind" | "request" => return Err(de::Error::custom(format_args!("duplicate field `{key}`"))),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Review { api_version: api_version.unwrap_or_default(), kind: kind.unwrap_or_default(), request: request.flatten() })
+    }
+}
+
+/// `request`, or null.
+struct OptionalRequest(&'static Registry);
+
+impl<'de> DeserializeSeed<'de> for OptionalRequest {
+    type Value = Option<Request>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Request>, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for OptionalRequest {
+    type Value = Option<Request>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an admission request or null")
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Option<Request>, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Option<Request>, E> {
+        Ok(None)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<Request>, D::Error> {
+        RequestVisitor(self.0).deserialize(d).map(Some)
+    }
+}
 
 impl<'de> Visitor<'de> for RequestVisitor {
     type Value = Request;
@@ -311,7 +376,8 @@ impl<'de> Visitor<'de> for RequestVisitor {
                 "object" | "oldObject" => {
                     // Only sources' other annotations are read (snapshot protection compares them).
                     let workload = kind.as_ref().is_some_and(|k: &GroupVersionKind| ids::SourceKind::known(&k.group, &k.kind).is_none());
-                    let value = map.next_value_seed(OrNull(Trim::object(leave(workload))))?;
+                    let fold = kind.as_ref().and_then(|k| self.0.workload(&k.group, &k.kind)).map(|k| k.template_pointer());
+                    let value = map.next_value_seed(OrNull(Trim::object(leave(workload, fold))))?;
                     if key == "object" {
                         once(&mut object, "object", value)?
                     } else {
@@ -343,12 +409,20 @@ impl<'de> Visitor<'de> for RequestVisitor {
     }
 }
 
-/// Parses and checks an AdmissionReview body.
+/// Parses and checks an AdmissionReview body, knowing the built-in kinds.
 pub fn parse(body: &[u8]) -> Result<Request, Error> {
+    parse_in(body, Registry::builtin())
+}
+
+/// Parses and checks an AdmissionReview body; the templates of `kinds`' workloads are parsed with
+/// their unread parts folded (`model::fold`).
+pub fn parse_in(body: &[u8], kinds: &'static Registry) -> Result<Request, Error> {
     // The whole body is checked as UTF-8 once (JSON must be, RFC 8259), which is a fraction of
     // what checking each string as it is parsed costs, and leaves no invalid byte in an
     // ignored field unnoticed.
-    let review: Review = serde_json::from_str(std::str::from_utf8(body)?)?;
+    let mut de = serde_json::Deserializer::from_str(std::str::from_utf8(body)?);
+    let review = de.deserialize_map(ReviewVisitor(kinds))?;
+    de.end()?;
     if review.api_version != "admission.k8s.io/v1" || review.kind != "AdmissionReview" {
         return Err(Error::Version(review.api_version, review.kind));
     }

@@ -79,7 +79,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
     if !a.changed {
         return Outcome::Done(Decision::allow(Reason::Unchanged));
     }
-    if is_undo(req, &a, &a.kind.template_hash(a.template), view) {
+    if is_undo(req, &a, &a.kind.request_template_hash(a.template), view) {
         // An emergency rollback must go through.
         return Outcome::Done(Decision::allow(Reason::Undo));
     }

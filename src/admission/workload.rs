@@ -102,9 +102,12 @@ impl Pinning<'_> {
                 None => new == old,
             },
             (Value::Object(n), Value::Object(o)) => {
-                n.len() == o.len()
-                    && n.iter().all(|(k, v)| {
-                        o.get(k).is_some_and(|w| {
+                // Null members and `$patch` markers are no content (docs/behaviour.md §6.2.0), as
+                // for the template hash, which reads the parts no rule reads (`model::fold`).
+                let content = |(k, v): &(&String, &Value)| !v.is_null() && k.as_str() != "$patch";
+                n.iter().filter(content).count() == o.iter().filter(content).count()
+                    && n.iter().filter(content).all(|(k, v)| {
+                        o.get(k).filter(|w| !w.is_null()).is_some_and(|w| {
                             let len = path.len();
                             path.push('/');
                             // Keys almost never need escaping: copy them whole when they don't.
@@ -160,7 +163,7 @@ pub fn made_by_cronjob(kind: Kind, ns: &str, obj: &Value, template: &Value, view
     };
     let (name, uid) = (owner["name"].as_str().unwrap_or_default(), owner["uid"].as_str().unwrap_or_default());
     let Some(cronjob) = view.state.workload(&(maker, ns.into(), name.into())) else { return false };
-    !uid.is_empty() && cronjob.uid == uid && cronjob.template_hash == maker.template_hash_less_labels(template, &RUN_LABELS)
+    !uid.is_empty() && cronjob.uid == uid && cronjob.template_hash == maker.request_template_hash_less_labels(template, &RUN_LABELS)
 }
 
 /// What every workload endpoint checks first: a kind we handle, a main-resource CREATE or
@@ -221,7 +224,7 @@ fn is_cronjob_run(a: &Analysis, obj: &Value, view: &View) -> bool {
 /// API server fails, the server's own deadline passes): an undo, or a CronJob's run.
 pub fn never_denied(req: &Request, view: &View) -> bool {
     admissible(req, view)
-        .is_ok_and(|(_, a)| is_cronjob_run(&a, req.object(), view) || is_undo(req, &a, &a.kind.template_hash(a.template), view))
+        .is_ok_and(|(_, a)| is_cronjob_run(&a, req.object(), view) || is_undo(req, &a, &a.kind.request_template_hash(a.template), view))
 }
 
 /// Which rule of docs/behaviour.md §6.2 decides one versioned source of a changed template (first match wins),
@@ -363,7 +366,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         return Outcome::Done(Decision::allow(Reason::Mode));
     }
 
-    let template_hash = a.kind.template_hash(a.template);
+    let template_hash = a.kind.request_template_hash(a.template);
     let undo = is_undo(req, &a, &template_hash, view);
     let fail_open = undo || is_cronjob_run(&a, obj, view);
 
@@ -406,7 +409,7 @@ pub fn decide(req: &Request, view: &View) -> Outcome {
         // A user's release only: confighistory's own triggers (propagation, repair) and unchanged
         // templates replace no revision.
         let old = a.old_template.filter(|_| req.operation == Operation::Update && !undo && !own && a.changed)?;
-        let hash = a.kind.template_hash(old);
+        let hash = a.kind.request_template_hash(old);
         let uid = req.object().at("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
         view.state.is_revision_of(a.namespace, uid, &hash).then(|| {
             let plain: BTreeSet<SourceId> = template::refs(old, view.source_kinds(a.namespace))
@@ -784,6 +787,31 @@ mod tests {
             let a = analyze(&req, Kind::Deployment, &view).unwrap();
             assert_eq!(a.changed, changed, "case {i}");
             assert_eq!(a.changed, reference(&req, &a), "case {i}");
+        }
+        // Null members and `$patch` markers are no content, where rules read the template (here:
+        // its env entry's `valueFrom`) as where they do not (`extra`, folded when parsed).
+        let with = |v: &str, extra: Value, env: Value| {
+            let mut d = deployment(v, v, extra);
+            d["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]["configMapKeyRef"]["x"] = env;
+            d
+        };
+        for (i, (new, old, changed)) in [
+            (with("cfg", json!({"a": 1, "b": null}), json!(null)), with(PIN, json!({"a": 1}), json!(null)), false),
+            (with("cfg", json!({"a": 1}), json!(null)), with(PIN, json!({"a": 1, "$patch": "merge"}), json!(null)), false),
+            (with("cfg", json!({"a": 1}), json!(null)), with(PIN, json!({"a": 1}), json!(1)), true),
+            (with("cfg", json!({"a": 1}), json!(1)), with(PIN, json!({"a": 1}), json!(null)), true),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let req = Request {
+                operation: Operation::Update,
+                namespace: "ns".into(),
+                object: Some(new),
+                old_object: Some(old),
+                ..Default::default()
+            };
+            assert_eq!(analyze(&req, Kind::Deployment, &view).unwrap().changed, changed, "null case {i}");
         }
     }
 

@@ -23,7 +23,7 @@ use crate::model::trim::{described, Annotations, Leave, Trim};
 
 /// What a watched or listed object leaves out besides `managedFields`: kubectl's last-applied
 /// copy. Everything else, `status` too, reaches the caller as the server sent it.
-const WATCHED: Leave = Leave { status: false, annotations: Annotations::LastApplied };
+const WATCHED: Leave = Leave { status: false, annotations: Annotations::LastApplied, fold: None };
 
 /// An object of any kind, parsed once into JSON. `METADATA`: it is asked for as metadata only
 /// (`PartialObjectMetadata`, as `kube::core::PartialObjectMeta` does), and its JSON says so in

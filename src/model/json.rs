@@ -6,7 +6,9 @@
 //! segment that really is escaped.
 
 use std::borrow::Cow;
+use std::fmt;
 
+use serde::de::{self, Deserialize, Deserializer, Visitor};
 use serde_json::Value;
 
 pub trait At {
@@ -185,6 +187,32 @@ fn map_cost(n: usize) -> usize {
     let leaves = 1 + n.saturating_sub(11).div_ceil(4);
     let internal = if leaves > 1 { 1 + leaves.div_ceil(3) } else { 0 };
     leaves.saturating_mul(LEAF).saturating_add(internal.saturating_mul(INTERNAL))
+}
+
+/// A map key, borrowed from the body unless it has escapes: a key that is left out costs no
+/// allocation.
+pub struct Key<'de>(pub Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key<'de>, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(v.into()))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(v.to_owned().into()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(v.into()))
+            }
+        }
+        d.deserialize_str(V)
+    }
 }
 
 #[cfg(test)]

@@ -260,10 +260,16 @@ impl Kind {
         crate::model::template::template_hash_without(template, self.hash_label())
     }
 
-    /// [`Self::template_hash`] of `template` less the pod labels in `labels` (and the labels map
-    /// when nothing else is left in it), without copying it.
-    pub fn template_hash_less_labels(self, template: &Value, labels: &[&str]) -> String {
-        crate::model::template::template_hash_less_labels(template, self.hash_label(), labels)
+    /// [`Self::template_hash`] of a template a request's review parsed (its unread parts folded,
+    /// `model::fold`).
+    pub fn request_template_hash(self, template: &Value) -> String {
+        crate::model::template::request_template_hash(template, self.hash_label())
+    }
+
+    /// [`Self::request_template_hash`] of `template` less the pod labels in `labels` (and the
+    /// labels map when nothing else is left in it), without copying it.
+    pub fn request_template_hash_less_labels(self, template: &Value, labels: &[&str]) -> String {
+        crate::model::template::request_template_hash_less_labels(template, self.hash_label(), labels)
     }
 
     /// Whether this is the kind (group, kind).

@@ -3,6 +3,7 @@
 //! checked by tests/layers.rs).
 
 pub mod digest;
+pub mod fold;
 pub mod ids;
 pub mod json;
 pub mod keys;

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use crate::model::digest::{Digest, Sha256};
 use serde_json::Value;
 
+use crate::model::fold;
 use crate::model::ids::{SourceId, SourceKind, SourceKinds};
 use crate::model::names;
 
@@ -137,22 +138,30 @@ pub fn template_hash(template: &Value) -> String {
 /// [`template_hash`] dropping `hash_label` from the template's labels instead: the label a kind's
 /// controller adds to its revisions' templates (`model::kinds::Kind::hash_label`).
 pub fn template_hash_without(template: &Value, hash_label: &str) -> String {
-    hash_dropping(template, &Dropped { hash_label, labels: &[] })
+    hash_dropping(template, &Dropped { hash_label, labels: &[], folded: false })
 }
 
-/// [`template_hash_without`] of the template with `labels` removed from its labels too, and its
+/// [`template_hash_without`] of a template a request's review parsed, its unread parts folded
+/// ([`crate::model::fold`]): the same hash as the whole template's.
+pub fn request_template_hash(template: &Value, hash_label: &str) -> String {
+    hash_dropping(template, &Dropped { hash_label, labels: &[], folded: true })
+}
+
+/// [`request_template_hash`] of the template with `labels` removed from its labels too, and its
 /// labels map with them when nothing else is left in it: a run's template (a Job's) compared with
 /// the template of what made it (a CronJob's), without copying the template, which can be most of
 /// a request's bytes (docs/reliability.md, "The memory model").
-pub fn template_hash_less_labels(template: &Value, hash_label: &str, labels: &[&str]) -> String {
-    hash_dropping(template, &Dropped { hash_label, labels })
+pub fn request_template_hash_less_labels(template: &Value, hash_label: &str, labels: &[&str]) -> String {
+    hash_dropping(template, &Dropped { hash_label, labels, folded: true })
 }
 
-/// The labels [`canonical`] leaves out of `metadata.labels`.
+/// The labels [`canonical`] leaves out of `metadata.labels`, and how it reads folded parts.
 struct Dropped<'a> {
     hash_label: &'a str,
     /// Left out, and the labels map with them when they are all it holds.
     labels: &'a [&'a str],
+    /// The template is a request's, parsed with its unread parts folded.
+    folded: bool,
 }
 
 impl Dropped<'_> {
@@ -173,9 +182,12 @@ fn hash_dropping(template: &Value, dropped: &Dropped) -> String {
     super::digest::hex(&digest[..10])
 }
 
+/// The template's canonical text ([`fold::text_of`]) into `h`, less the labels `dropped` says.
+/// `depth` tracks `metadata.labels`: template (0) → metadata (1) → labels (2); below, the text is
+/// [`fold::text_of`]'s.
 fn canonical<D: Digest>(v: &Value, h: &mut D, depth: usize, dropped: &Dropped) {
     match v {
-        Value::Object(m) => {
+        Value::Object(m) if depth < 3 => {
             let mut keys: Vec<&String> = m
                 .keys()
                 .filter(|k| !m[k.as_str()].is_null() && k.as_str() != "$patch")
@@ -185,7 +197,6 @@ fn canonical<D: Digest>(v: &Value, h: &mut D, depth: usize, dropped: &Dropped) {
             keys.sort();
             h.update(b"{");
             for k in keys {
-                // depth tracks metadata.labels: template(0) → metadata(1) → labels(2).
                 let next = match (depth, k.as_str()) {
                     (0, "metadata") => 1,
                     (1, "labels") => 2,
@@ -198,15 +209,7 @@ fn canonical<D: Digest>(v: &Value, h: &mut D, depth: usize, dropped: &Dropped) {
             }
             h.update(b"}");
         }
-        Value::Array(a) => {
-            h.update(b"[");
-            for x in a {
-                canonical(x, h, 3, dropped);
-                h.update(b",");
-            }
-            h.update(b"]");
-        }
-        other => h.update(other.to_string().as_bytes()),
+        other => fold::text_of(other, dropped.folded, &mut |b| h.update(b)),
     }
 }
 
@@ -268,18 +271,18 @@ mod tests {
         ];
         for (i, t) in cases.iter().enumerate() {
             for hash_label in ["pod-template-hash", ""] {
-                assert_eq!(template_hash_less_labels(t, hash_label, &run), less_labels_by_copy(t, hash_label, &run), "case {i}");
-                assert_eq!(template_hash_less_labels(t, hash_label, &[]), template_hash_without(t, hash_label), "case {i}");
+                assert_eq!(request_template_hash_less_labels(t, hash_label, &run), less_labels_by_copy(t, hash_label, &run), "case {i}");
+                assert_eq!(request_template_hash_less_labels(t, hash_label, &[]), template_hash_without(t, hash_label), "case {i}");
             }
         }
         // The labels are left out: a CronJob's template and its Job's hash alike.
         assert_eq!(
-            template_hash_less_labels(&cases[0], "", &run),
-            template_hash_less_labels(&json!({"metadata": {}, "spec": spec}), "", &run)
+            request_template_hash_less_labels(&cases[0], "", &run),
+            request_template_hash_less_labels(&json!({"metadata": {}, "spec": spec}), "", &run)
         );
         assert_ne!(
-            template_hash_less_labels(&cases[1], "", &run),
-            template_hash_less_labels(&json!({"metadata": {}, "spec": spec}), "", &run)
+            request_template_hash_less_labels(&cases[1], "", &run),
+            request_template_hash_less_labels(&json!({"metadata": {}, "spec": spec}), "", &run)
         );
     }
 

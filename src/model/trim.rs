@@ -4,7 +4,6 @@
 //! (docs/architecture.md, "Lists streamed, objects parsed once"). The one place that says what
 //! may be left out; each reader says, with a [`Leave`], what it leaves out.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::value::SeqAccessDeserializer;
@@ -12,6 +11,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::model::fold;
+use crate::model::json::Key;
 use crate::model::names;
 
 /// The scalar `visit_*` methods of a visitor that keeps a scalar as the `Value` it is (a
@@ -52,6 +53,9 @@ pub struct Leave {
     pub status: bool,
     /// Which of `metadata.annotations`.
     pub annotations: Annotations,
+    /// The JSON pointer of a pod template whose unread parts are folded ([`fold`]): a workload
+    /// request's, by its kind.
+    pub fold: Option<&'static str>,
 }
 
 /// Which annotations a parse leaves out.
@@ -72,6 +76,16 @@ enum Part {
     Object,
     Metadata,
     Annotations,
+    /// On the way to the template to fold: the rest of its pointer.
+    Path(&'static str),
+}
+
+/// How a member is read.
+enum How {
+    Skip,
+    Whole,
+    Trim(Trim),
+    Template,
 }
 
 /// A seed parsing an object (or its `metadata`) as `Value` does, less what its [`Leave`] says.
@@ -99,31 +113,46 @@ impl Trim {
     /// admission's `oldObject` takes `data` apart) and leave the rest to this one rule.
     pub fn value<'de, A: MapAccess<'de>>(self, key: &str, map: &mut A) -> Result<Option<Value>, A::Error> {
         Ok(match self.key(key) {
-            None => {
+            How::Skip => {
                 map.next_value::<IgnoredAny>()?;
                 None
             }
-            Some(Some(inner)) => Some(map.next_value_seed(inner)?),
-            Some(None) => Some(map.next_value::<Value>()?),
+            How::Trim(inner) => Some(map.next_value_seed(inner)?),
+            How::Template => Some(map.next_value_seed(fold::Template)?),
+            How::Whole => Some(map.next_value::<Value>()?),
         })
     }
 
     /// Whether `key` of this map is left out; and how its value is parsed when it is kept.
-    fn key(self, key: &str) -> Option<Option<Trim>> {
+    fn key(self, key: &str) -> How {
         let leave = self.leave;
         match (self.part, key) {
-            (Part::Object, "status") if leave.status => None,
-            (Part::Object, "metadata") => Some(Some(Trim { part: Part::Metadata, leave })),
-            (Part::Metadata, "managedFields") => None,
-            (Part::Metadata, "annotations") if leave.annotations != Annotations::None => {
-                Some(Some(Trim { part: Part::Annotations, leave }))
-            }
-            (Part::Annotations, k) => match leave.annotations {
-                Annotations::LastApplied if k == LAST_APPLIED => None,
-                Annotations::AllButOwn if !k.starts_with(names::PREFIX) && k != names::CHANGE_CAUSE => None,
-                _ => Some(None),
+            (Part::Object, "status") if leave.status => How::Skip,
+            (Part::Object, "metadata") => How::Trim(Trim { part: Part::Metadata, leave }),
+            (Part::Object, k) => match leave.fold.and_then(|p| p.strip_prefix('/')) {
+                Some(path) => self.toward(path, k),
+                None => How::Whole,
             },
-            _ => Some(None),
+            (Part::Path(path), k) => self.toward(path, k),
+            (Part::Metadata, "managedFields") => How::Skip,
+            (Part::Metadata, "annotations") if leave.annotations != Annotations::None => How::Trim(Trim { part: Part::Annotations, leave }),
+            (Part::Annotations, k) => match leave.annotations {
+                Annotations::LastApplied if k == LAST_APPLIED => How::Skip,
+                Annotations::AllButOwn if !k.starts_with(names::PREFIX) && k != names::CHANGE_CAUSE => How::Skip,
+                _ => How::Whole,
+            },
+            _ => How::Whole,
+        }
+    }
+
+    /// `key` on the way along `path` (the template's pointer, less its leading `/`): the next step,
+    /// the template itself, or a member off the way, read whole.
+    fn toward(self, path: &'static str, key: &str) -> How {
+        let (step, rest) = path.split_once('/').unwrap_or((path, ""));
+        match (step == key, rest) {
+            (false, _) => How::Whole,
+            (true, "") => How::Template,
+            (true, rest) => How::Trim(Trim { part: Part::Path(rest), leave: self.leave }),
         }
     }
 }
@@ -161,32 +190,6 @@ impl<'de> Visitor<'de> for Trim {
     scalars_as_values!();
 }
 
-/// A map key, borrowed from the body unless it has escapes: a key that is left out costs no
-/// allocation.
-pub struct Key<'de>(pub Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key<'de>, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(v.into()))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(v.to_owned().into()))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
-                Ok(Key(v.into()))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
 /// What a value is, for an error that must not quote it (it may be a Secret's).
 pub fn described(v: &Value) -> &'static str {
     match v {
@@ -204,9 +207,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    const WATCHED: Leave = Leave { status: false, annotations: Annotations::LastApplied };
-    const WORKLOAD: Leave = Leave { status: true, annotations: Annotations::AllButOwn };
-    const SOURCE: Leave = Leave { status: true, annotations: Annotations::None };
+    const WATCHED: Leave = Leave { status: false, annotations: Annotations::LastApplied, fold: None };
+    const WORKLOAD: Leave = Leave { status: true, annotations: Annotations::AllButOwn, fold: None };
+    const SOURCE: Leave = Leave { status: true, annotations: Annotations::None, fold: None };
 
     fn object() -> Value {
         json!({

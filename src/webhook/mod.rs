@@ -176,7 +176,7 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
     };
     // Boxed: axum boxes this future for every request, and held inline the request would make
     // it over 1 KiB, past what glibc's per-thread cache serves (docs/performance.md).
-    let req = match Box::pin(parse(body)).await {
+    let req = match Box::pin(parse(body, app.ctx.kinds)).await {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(endpoint = endpoint.as_str(), error = %e, "bad admission request");
@@ -228,11 +228,12 @@ async fn handle(AxState(app): AxState<Arc<App>>, endpoint: Endpoint, body: Bytes
 const PARSE_APART: usize = 256 * 1024;
 
 /// The review in `body`, parsed on a blocking thread when it is long.
-async fn parse(body: Bytes) -> Result<Box<review::Request>, review::Error> {
+/// The templates of `kinds`' workloads are parsed with their unread parts folded (`model::fold`).
+async fn parse(body: Bytes, kinds: &'static Registry) -> Result<Box<review::Request>, review::Error> {
     if body.len() < PARSE_APART {
-        return review::parse(&body).map(Box::new);
+        return review::parse_in(&body, kinds).map(Box::new);
     }
-    tokio::task::spawn_blocking(move || review::parse(&body).map(Box::new)).await.expect("parsing does not panic")
+    tokio::task::spawn_blocking(move || review::parse_in(&body, kinds).map(Box::new)).await.expect("parsing does not panic")
 }
 
 /// What deciding the review in `body` may take at most (docs/reliability.md, "The memory model"):

@@ -108,7 +108,7 @@ pub fn limited(router: axum::Router, app: Arc<App>, max_body: usize, max_concurr
                     // own charge went with its future); else only the uid is read, which builds
                     // nothing but it (docs/reliability.md, "The memory model").
                     let charge = app.memory.try_charge(super::request_cost(&bytes));
-                    let request = charge.as_ref().and_then(|_| crate::admission::review::parse(&bytes).ok());
+                    let request = charge.as_ref().and_then(|_| crate::admission::review::parse_in(&bytes, app.ctx.kinds).ok());
                     let uid = match &request {
                         Some(r) => r.uid.clone(),
                         None => crate::admission::review::uid(&bytes).unwrap_or_default(),
