@@ -749,6 +749,10 @@ mod tests {
                         "env": [{"name": "M", "valueFrom": {"configMapKeyRef": {"name": env, "key": "m"}}}]}]}}}})
     }
 
+    fn update(new: Value, old: Value) -> Request {
+        Request { operation: Operation::Update, namespace: "ns".into(), object: Some(new), old_object: Some(old), ..Default::default() }
+    }
+
     /// The definition: replace the plain names by the pins in a copy, then compare.
     fn reference(req: &Request, a: &Analysis) -> bool {
         let mut normalized = a.template.clone();
@@ -777,13 +781,7 @@ mod tests {
             (deployment("cfg", "cfg", json!({"x/y": 1})), deployment(PIN, PIN, json!({"x/y": 1})), false),
         ];
         for (i, (new, old, changed)) in cases.into_iter().enumerate() {
-            let req = Request {
-                operation: Operation::Update,
-                namespace: "ns".into(),
-                object: Some(new),
-                old_object: Some(old),
-                ..Default::default()
-            };
+            let req = update(new, old);
             let a = analyze(&req, Kind::Deployment, &view).unwrap();
             assert_eq!(a.changed, changed, "case {i}");
             assert_eq!(a.changed, reference(&req, &a), "case {i}");
@@ -804,13 +802,7 @@ mod tests {
         .into_iter()
         .enumerate()
         {
-            let req = Request {
-                operation: Operation::Update,
-                namespace: "ns".into(),
-                object: Some(new),
-                old_object: Some(old),
-                ..Default::default()
-            };
+            let req = update(new, old);
             assert_eq!(analyze(&req, Kind::Deployment, &view).unwrap().changed, changed, "null case {i}");
         }
     }
