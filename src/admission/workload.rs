@@ -105,22 +105,23 @@ impl Pinning<'_> {
                 // Null members and `$patch` markers are no content (docs/behaviour.md §6.2.0), as
                 // for the template hash, which reads the parts no rule reads (`model::fold`).
                 let content = |(k, v): &(&String, &Value)| !v.is_null() && k.as_str() != "$patch";
-                n.iter().filter(content).count() == o.iter().filter(content).count()
-                    && n.iter().filter(content).all(|(k, v)| {
-                        o.get(k).filter(|w| !w.is_null()).is_some_and(|w| {
-                            let len = path.len();
-                            path.push('/');
-                            // Keys almost never need escaping: copy them whole when they don't.
-                            if k.bytes().any(|b| b == b'~' || b == b'/') {
-                                path.push_str(&crate::model::json::escape(k));
-                            } else {
-                                path.push_str(k);
-                            }
-                            let same = self.same(v, w, path);
-                            path.truncate(len);
-                            same
-                        })
+                let mut members = 0;
+                n.iter().filter(content).all(|(k, v)| {
+                    members += 1;
+                    o.get(k).filter(|w| !w.is_null()).is_some_and(|w| {
+                        let len = path.len();
+                        path.push('/');
+                        // Keys almost never need escaping: copy them whole when they don't.
+                        if k.bytes().any(|b| b == b'~' || b == b'/') {
+                            path.push_str(&crate::model::json::escape(k));
+                        } else {
+                            path.push_str(k);
+                        }
+                        let same = self.same(v, w, path);
+                        path.truncate(len);
+                        same
                     })
+                }) && o.iter().filter(content).count() == members
             }
             (Value::Array(n), Value::Array(o)) => {
                 n.len() == o.len()

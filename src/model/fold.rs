@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::io::Write;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
@@ -127,15 +128,7 @@ impl<'de> DeserializeSeed<'de> for At {
     type Value = Value;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
         match self {
-            At::Folded => {
-                let text = d.deserialize_any(Canon)?;
-                Ok(match text {
-                    Text::Null => Value::Null,
-                    Text::Scalar(Value::String(s)) => kept_string(s),
-                    Text::Scalar(v) | Text::Empty(v) => v,
-                    Text::Whole(t) => marker(&t),
-                })
-            }
+            At::Folded => d.deserialize_any(FoldPoint),
             _ => d.deserialize_any(self),
         }
     }
@@ -208,8 +201,9 @@ fn env_var<'de, A: MapAccess<'de>>(mut map: A) -> Result<Value, A::Error> {
                 map.next_value::<IgnoredAny>()?;
             }
             _ => {
-                let text = map.next_value_seed(CanonSeed)?.into_text();
-                members.insert(key.into_owned(), text);
+                let mut text = MARK.as_bytes().to_vec();
+                let some = map.next_value_seed(Canon(&mut text))?;
+                members.insert(key.into_owned(), some.then_some(text));
             }
         }
     }
@@ -217,134 +211,188 @@ fn env_var<'de, A: MapAccess<'de>>(mut map: A) -> Result<Value, A::Error> {
         Some(from) if !from.is_null() => {
             let mut out = Map::new();
             for (k, text) in members {
-                out.insert(k, text.map_or(Value::Null, |t| marker(&t)));
+                out.insert(k, text.map_or(Value::Null, folded_text));
             }
             out.insert("valueFrom".into(), from);
             Ok(Value::Object(out))
         }
         _ if !any => Ok(Value::Object(Map::new())),
-        _ => Ok(marker(&object_text(members.into_iter().filter_map(|(k, t)| t.map(|t| (k, t)))))),
-    }
-}
-
-/// The canonical text of an object whose members' texts are given in key order.
-fn object_text(members: impl Iterator<Item = (String, Vec<u8>)>) -> Vec<u8> {
-    let mut out = vec![b'{'];
-    for (k, text) in members {
-        serde_json::to_writer(&mut out, &k).unwrap_or_default();
-        out.push(b':');
-        out.extend_from_slice(&text);
-        out.push(b',');
-    }
-    out.push(b'}');
-    out
-}
-
-/// What [`Canon`] read.
-enum Text {
-    Null,
-    /// A scalar, kept as its value (a string as it is: [`kept_string`] is the caller's).
-    Scalar(Value),
-    /// `[]` or `{}` (or an object of nulls): kept as an empty value, which costs nothing.
-    Empty(Value),
-    /// A non-empty array or object's canonical text.
-    Whole(Vec<u8>),
-}
-
-impl Text {
-    fn into_text(self) -> Option<Vec<u8>> {
-        match self {
-            Text::Null => None,
-            Text::Scalar(v) | Text::Empty(v) => {
-                let mut out = Vec::new();
-                text_of(&v, false, &mut |b| out.extend_from_slice(b));
-                Some(out)
-            }
-            Text::Whole(t) => Some(t),
+        _ => {
+            let mut out = MARK.as_bytes().to_vec();
+            write_object(members.iter().filter_map(|(k, t)| Some((k, &t.as_ref()?[MARK.len()..]))), &mut out);
+            Ok(folded_text(out))
         }
     }
 }
 
-struct CanonSeed;
+/// A folded part from its bytes: [`MARK`], then the canonical text (UTF-8: serde_json wrote it
+/// from strings).
+fn folded_text(bytes: Vec<u8>) -> Value {
+    Value::String(String::from_utf8(bytes).unwrap_or_default())
+}
 
-impl<'de> DeserializeSeed<'de> for CanonSeed {
-    type Value = Text;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Text, D::Error> {
-        d.deserialize_any(Canon)
+/// The canonical text of an object whose members' texts are given in key order, appended to `out`.
+fn write_object<'k>(members: impl Iterator<Item = (&'k String, &'k [u8])>, out: &mut Vec<u8>) {
+    out.push(b'{');
+    for (k, text) in members {
+        serde_json::to_writer(&mut *out, k).unwrap_or_default();
+        out.push(b':');
+        out.extend_from_slice(text);
+        out.push(b',');
+    }
+    out.push(b'}');
+}
+
+/// A value where rules read nothing: a scalar kept as its value (a string or a number costs no
+/// more so), an empty array or object too (it costs nothing); anything else folded.
+struct FoldPoint;
+
+impl FoldPoint {
+    fn folded(out: Vec<u8>) -> Value {
+        match &out[MARK.len()..] {
+            b"[]" => Value::Array(Vec::new()),
+            b"{}" => Value::Object(Map::new()),
+            _ => folded_text(out),
+        }
     }
 }
 
-/// Reads any value straight into its canonical text, building no tree.
-struct Canon;
+impl<'de> Visitor<'de> for FoldPoint {
+    type Value = Value;
 
-impl<'de> Visitor<'de> for Canon {
-    type Value = Text;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Value, A::Error> {
+        let mut out = MARK.as_bytes().to_vec();
+        Canon(&mut out).visit_map(map)?;
+        Ok(FoldPoint::folded(out))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
+        let mut out = MARK.as_bytes().to_vec();
+        Canon(&mut out).visit_seq(seq)?;
+        Ok(FoldPoint::folded(out))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(kept_string(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        Ok(kept_string(v))
+    }
+}
+
+/// Appends a value's canonical text to its buffer, building no tree; `false` (nothing written)
+/// for null. Arrays are written in place; an object's members each into a buffer of their own,
+/// to be written in key order once the object is read.
+struct Canon<'a>(&'a mut Vec<u8>);
+
+impl<'de> DeserializeSeed<'de> for Canon<'_> {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Canon<'_> {
+    type Value = bool;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("any JSON value")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Text, A::Error> {
-        let mut members: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        // The members' texts one after the other in one buffer, then written in key order: the
+        // keys stay borrowed from the body, and no member has a buffer or a tree node of its own.
+        let mut texts = Vec::new();
+        let mut members: Vec<(std::borrow::Cow<'de, str>, Option<std::ops::Range<usize>>)> = Vec::new();
         while let Some(Key(key)) = map.next_key::<Key>()? {
             if key == "$patch" {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             }
-            // A member given twice keeps its last value, as a parsed map does; a null one is no member.
-            match map.next_value_seed(CanonSeed)?.into_text() {
-                Some(text) => members.insert(key.into_owned(), text),
-                None => members.remove(key.as_ref()),
-            };
+            let at = texts.len();
+            let some = map.next_value_seed(Canon(&mut texts))?;
+            members.push((key, some.then_some(at..texts.len())));
         }
-        if members.is_empty() {
-            return Ok(Text::Empty(Value::Object(Map::new())));
+        // A member given twice keeps its last value, as a parsed map does (a stable sort keeps
+        // them in order); a null one is no member.
+        members.sort_by(|a, b| a.0.cmp(&b.0));
+        let out = self.0;
+        out.push(b'{');
+        for (i, (k, text)) in members.iter().enumerate() {
+            let (Some(text), false) = (text, members.get(i + 1).is_some_and(|next| next.0 == *k)) else { continue };
+            serde_json::to_writer(&mut *out, k.as_ref()).map_err(de::Error::custom)?;
+            out.push(b':');
+            out.extend_from_slice(&texts[text.clone()]);
+            out.push(b',');
         }
-        Ok(Text::Whole(object_text(members.into_iter())))
+        out.push(b'}');
+        Ok(true)
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Text, A::Error> {
-        let mut out = vec![b'['];
-        let mut empty = true;
-        while let Some(text) = seq.next_element_seed(CanonSeed)? {
-            empty = false;
-            match text.into_text() {
-                Some(t) => out.extend_from_slice(&t),
-                None => out.extend_from_slice(b"null"),
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        let out = self.0;
+        out.push(b'[');
+        loop {
+            let at = out.len();
+            match seq.next_element_seed(Canon(&mut *out))? {
+                None => break,
+                Some(true) => {}
+                Some(false) => {
+                    out.truncate(at);
+                    out.extend_from_slice(b"null");
+                }
             }
             out.push(b',');
         }
-        if empty {
-            return Ok(Text::Empty(Value::Array(Vec::new())));
-        }
         out.push(b']');
-        out.shrink_to_fit();
-        Ok(Text::Whole(out))
+        Ok(true)
     }
 
-    fn visit_unit<E: de::Error>(self) -> Result<Text, E> {
-        Ok(Text::Null)
+    fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
+        Ok(false)
     }
-    fn visit_none<E: de::Error>(self) -> Result<Text, E> {
-        Ok(Text::Null)
+    fn visit_none<E: de::Error>(self) -> Result<bool, E> {
+        Ok(false)
     }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Text, E> {
-        Ok(Text::Scalar(Value::Bool(v)))
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<bool, E> {
+        self.0.extend_from_slice(if v { b"true" } else { b"false" });
+        Ok(true)
     }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Text, E> {
-        Ok(Text::Scalar(Value::from(v)))
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<bool, E> {
+        write!(self.0, "{v}").map_err(E::custom)?;
+        Ok(true)
     }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Text, E> {
-        Ok(Text::Scalar(Value::from(v)))
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<bool, E> {
+        write!(self.0, "{v}").map_err(E::custom)?;
+        Ok(true)
     }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Text, E> {
-        Ok(Text::Scalar(Value::from(v)))
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<bool, E> {
+        // As a parsed value writes it.
+        self.0.extend_from_slice(Value::from(v).to_string().as_bytes());
+        Ok(true)
     }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
-        Ok(Text::Scalar(Value::String(v.to_owned())))
-    }
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Text, E> {
-        Ok(Text::Scalar(Value::String(v)))
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
+        serde_json::to_writer(&mut *self.0, v).map_err(E::custom)?;
+        Ok(true)
     }
 }
 
