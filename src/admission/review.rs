@@ -25,12 +25,10 @@ pub enum Error {
     NoRequest,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// An AdmissionReview as read ([`parse_in`]: by hand, knowing the registered kinds).
+#[derive(Clone, Debug)]
 pub struct Review {
-    #[serde(default)]
     pub api_version: String,
-    #[serde(default)]
     pub kind: String,
     pub request: Option<Request>,
 }
@@ -153,29 +151,29 @@ impl<'de> DeserializeSeed<'de> for OldObject<'_> {
     }
 }
 
-/// `object` or `oldObject` parsed by the seed `S` (a [`Trim`], or an [`OldObject`]); absent or
-/// null is `None`.
+/// A value parsed by the seed `S` (`object` or `oldObject` by a [`Trim`] or an [`OldObject`], the
+/// review's `request` by a [`RequestVisitor`]); absent or null is `None`.
 struct OrNull<S>(S);
 
-impl<'de, S: DeserializeSeed<'de, Value = Value>> DeserializeSeed<'de> for OrNull<S> {
-    type Value = Option<Value>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for OrNull<S> {
+    type Value = Option<S::Value>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<S::Value>, D::Error> {
         d.deserialize_option(self)
     }
 }
 
-impl<'de, S: DeserializeSeed<'de, Value = Value>> Visitor<'de> for OrNull<S> {
-    type Value = Option<Value>;
+impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for OrNull<S> {
+    type Value = Option<S::Value>;
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a Kubernetes object or null")
+        f.write_str("an object or null")
     }
-    fn visit_none<E: de::Error>(self) -> Result<Option<Value>, E> {
+    fn visit_none<E: de::Error>(self) -> Result<Option<S::Value>, E> {
         Ok(None)
     }
-    fn visit_unit<E: de::Error>(self) -> Result<Option<Value>, E> {
+    fn visit_unit<E: de::Error>(self) -> Result<Option<S::Value>, E> {
         Ok(None)
     }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<S::Value>, D::Error> {
         self.0.deserialize(d).map(Some)
     }
 }
@@ -271,6 +269,7 @@ fn leave(workload: bool, fold: Option<&'static str>) -> Leave {
     Leave { status: true, annotations: if workload { Annotations::AllButOwn } else { Annotations::None }, fold }
 }
 
+/// A request alone, knowing the built-in kinds (tests and the fuzz checks build requests so).
 impl<'de> Deserialize<'de> for Request {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Request, D::Error> {
         d.deserialize_map(RequestVisitor(Registry::builtin()))
@@ -303,7 +302,7 @@ impl<'de> Visitor<'de> for ReviewVisitor {
             match key.as_ref() {
                 "apiVersion" if api_version.is_none() => api_version = Some(map.next_value::<String>()?),
                 "kind" if kind.is_none() => kind = Some(map.next_value::<String>()?),
-                "request" if request.is_none() => request = Some(map.next_value_seed(OptionalRequest(self.0))?),
+                "request" if request.is_none() => request = Some(map.next_value_seed(OrNull(RequestVisitor(self.0)))?),
                 "apiVersion" | "kind" | "request" => return Err(de::Error::custom(format_args!("duplicate field `{key}`"))),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
@@ -311,32 +310,6 @@ impl<'de> Visitor<'de> for ReviewVisitor {
             }
         }
         Ok(Review { api_version: api_version.unwrap_or_default(), kind: kind.unwrap_or_default(), request: request.flatten() })
-    }
-}
-
-/// `request`, or null.
-struct OptionalRequest(&'static Registry);
-
-impl<'de> DeserializeSeed<'de> for OptionalRequest {
-    type Value = Option<Request>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Request>, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for OptionalRequest {
-    type Value = Option<Request>;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("an admission request or null")
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Option<Request>, E> {
-        Ok(None)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Option<Request>, E> {
-        Ok(None)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<Request>, D::Error> {
-        RequestVisitor(self.0).deserialize(d).map(Some)
     }
 }
 

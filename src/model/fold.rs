@@ -28,18 +28,12 @@ pub fn unfold(s: &str) -> Option<&str> {
     s.strip_prefix(MARK)
 }
 
-fn marker(text: &[u8]) -> Value {
-    let mut s = String::with_capacity(MARK.len() + text.len());
-    s.push_str(MARK);
-    // The text is JSON written by serde_json from UTF-8 strings: UTF-8.
-    s.push_str(std::str::from_utf8(text).unwrap_or_default());
-    Value::String(s)
-}
-
 /// A string as kept: folded as its JSON text when it could pass for a folded part.
 fn kept_string(s: String) -> Value {
     if s.starts_with(MARK) {
-        marker(serde_json::to_string(&s).unwrap_or_default().as_bytes())
+        let mut out = MARK.as_bytes().to_vec();
+        serde_json::to_writer(&mut out, &s).unwrap_or_default();
+        folded_text(out)
     } else {
         Value::String(s)
     }
@@ -82,13 +76,11 @@ macro_rules! kept_scalars {
 pub fn text_of(v: &Value, folded: bool, out: &mut dyn FnMut(&[u8])) {
     match v {
         Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().filter(|k| !m[k.as_str()].is_null() && k.as_str() != "$patch").collect();
-            keys.sort();
             out(b"{");
-            for k in keys {
+            for (k, v) in content_members(m, |_| true) {
                 out(serde_json::to_string(k).unwrap_or_default().as_bytes());
                 out(b":");
-                text_of(&m[k.as_str()], folded, out);
+                text_of(v, folded, out);
                 out(b",");
             }
             out(b"}");
@@ -104,6 +96,14 @@ pub fn text_of(v: &Value, folded: bool, out: &mut dyn FnMut(&[u8])) {
         Value::String(s) if folded && unfold(s).is_some() => out(unfold(s).unwrap_or_default().as_bytes()),
         other => out(other.to_string().as_bytes()),
     }
+}
+
+/// The members of an object its canonical text holds, in key order: a null member and a `$patch`
+/// marker are no content (docs/behaviour.md §6.2.0); of the rest, those `keep` keeps.
+pub fn content_members(m: &Map<String, Value>, keep: impl Fn(&str) -> bool) -> Vec<(&String, &Value)> {
+    let mut members: Vec<(&String, &Value)> = m.iter().filter(|(k, v)| !v.is_null() && k.as_str() != "$patch" && keep(k)).collect();
+    members.sort_by(|a, b| a.0.cmp(b.0));
+    members
 }
 
 /// A seed parsing a pod template, folding what no rule reads.
@@ -227,7 +227,7 @@ fn env_var<'de, A: MapAccess<'de>>(mut map: A) -> Result<Value, A::Error> {
         _ if !any => Ok(Value::Object(Map::new())),
         _ => {
             let mut out = MARK.as_bytes().to_vec();
-            write_object(members.iter().filter_map(|(k, t)| Some((k, &t.as_ref()?[MARK.len()..]))), &mut out);
+            write_object(members.iter().filter_map(|(k, t)| Some((k.as_str(), &t.as_ref()?[MARK.len()..]))), &mut out);
             Ok(folded_text(out))
         }
     }
@@ -240,7 +240,7 @@ fn folded_text(bytes: Vec<u8>) -> Value {
 }
 
 /// The canonical text of an object whose members' texts are given in key order, appended to `out`.
-fn write_object<'k>(members: impl Iterator<Item = (&'k String, &'k [u8])>, out: &mut Vec<u8>) {
+fn write_object<'k>(members: impl Iterator<Item = (&'k str, &'k [u8])>, out: &mut Vec<u8>) {
     out.push(b'{');
     for (k, text) in members {
         serde_json::to_writer(&mut *out, k).unwrap_or_default();
@@ -320,16 +320,9 @@ impl<'de> Visitor<'de> for Canon<'_> {
         // A member given twice keeps its last value, as a parsed map does (a stable sort keeps
         // them in order); a null one is no member.
         members.sort_by(|a, b| a.0.cmp(&b.0));
-        let out = self.0;
-        out.push(b'{');
-        for (i, (k, text)) in members.iter().enumerate() {
-            let (Some(text), false) = (text, members.get(i + 1).is_some_and(|next| next.0 == *k)) else { continue };
-            serde_json::to_writer(&mut *out, k.as_ref()).map_err(de::Error::custom)?;
-            out.push(b':');
-            out.extend_from_slice(&texts[text.clone()]);
-            out.push(b',');
-        }
-        out.push(b'}');
+        let last = |i: usize| members.get(i + 1).is_none_or(|next| next.0 != members[i].0);
+        let kept = members.iter().enumerate().filter(|&(i, _)| last(i));
+        write_object(kept.filter_map(|(_, (k, text))| Some((k.as_ref(), &texts[text.clone()?]))), self.0);
         Ok(true)
     }
 

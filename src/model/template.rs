@@ -188,15 +188,11 @@ fn hash_dropping(template: &Value, dropped: &Dropped) -> String {
 fn canonical<D: Digest>(v: &Value, h: &mut D, depth: usize, dropped: &Dropped) {
     match v {
         Value::Object(m) if depth < 3 => {
-            let mut keys: Vec<&String> = m
-                .keys()
-                .filter(|k| !m[k.as_str()].is_null() && k.as_str() != "$patch")
-                .filter(|k| !(depth == 2 && dropped.label(k)))
-                .filter(|k| !(depth == 1 && k.as_str() == "labels" && dropped.map(&m[k.as_str()])))
-                .collect();
-            keys.sort();
+            // The labels dropped, and the labels map when they were all it held.
+            let dropped_here = |k: &str| (depth == 2 && dropped.label(k)) || (depth == 1 && k == "labels" && dropped.map(&m[k]));
+            let keep = |k: &str| !dropped_here(k);
             h.update(b"{");
-            for k in keys {
+            for (k, v) in fold::content_members(m, keep) {
                 let next = match (depth, k.as_str()) {
                     (0, "metadata") => 1,
                     (1, "labels") => 2,
@@ -204,7 +200,7 @@ fn canonical<D: Digest>(v: &Value, h: &mut D, depth: usize, dropped: &Dropped) {
                 };
                 h.update(serde_json::to_string(k).unwrap_or_default().as_bytes());
                 h.update(b":");
-                canonical(&m[k.as_str()], h, next, dropped);
+                canonical(v, h, next, dropped);
                 h.update(b",");
             }
             h.update(b"}");
