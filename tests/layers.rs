@@ -293,3 +293,44 @@ fn every_hash_goes_through_the_digest_trait() {
     }
     assert!(wrong.is_empty(), "hash through model::digest::Digest:\n{}", wrong.join("\n"));
 }
+
+/// Lines of `text` (not comments) that hash a template with the watch's hash
+/// (`template_hash`, `template_hash_without`) rather than a request's (`request_template_hash`).
+fn watch_hash_calls(text: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        for call in ["template_hash(", "template_hash_without("] {
+            let mut from = 0;
+            while let Some(at) = code[from..].find(call) {
+                let start = from + at;
+                if !code[..start].ends_with("request_") && !code[..start].ends_with("fn ") {
+                    out.push(i + 1);
+                }
+                from = start + call.len();
+            }
+        }
+    }
+    out
+}
+
+/// A request's template is parsed with its unread parts folded (`model::fold`), and only
+/// `request_template_hash` reads folded parts as the text they hold: hashed with the watch's
+/// `template_hash` it would match no revision, and every undo would be taken for a release
+/// (docs/behaviour.md §6.2.1). So the layers that hold requests never call the watch's hash.
+#[test]
+fn request_templates_are_hashed_as_requests() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut all = Vec::new();
+    files(&src.join("admission"), &mut all);
+    files(&src.join("webhook"), &mut all);
+    let mut wrong = Vec::new();
+    for file in &all {
+        for line in watch_hash_calls(&std::fs::read_to_string(file).unwrap()) {
+            wrong.push(format!("{}:{line}: the watch's template hash on a request's template", file.strip_prefix(&src).unwrap().display()));
+        }
+    }
+    assert!(wrong.is_empty(), "use request_template_hash in admission and webhook:\n{}", wrong.join("\n"));
+    let sample = "let h = a.kind.template_hash(a.template);\nlet h = a.kind.request_template_hash(t); // template_hash(x)\n";
+    assert_eq!(watch_hash_calls(sample), [1], "the check sees a call");
+}
