@@ -721,3 +721,19 @@ proptest! {
         prop_assert_eq!(parsed_template(&a), fa);
     }
 }
+
+/// The template hash is stored (snapshots' adoption records name it), so its definition must not
+/// move: keys sorted, null members and `$patch` left out, the kind's hash label dropped, `"k":v,`
+/// inside braces and `v,` inside brackets, SHA-256's first 10 bytes in hex. The value below was
+/// computed from that definition outside Rust (Python's json and hashlib); the whole template and
+/// the folded one a review parses must both give it.
+#[test]
+fn the_template_hash_is_the_stored_definitions() {
+    use confighistory::model::kinds::Kind;
+    let template = json!({"metadata": {"labels": {"app": "a", "pod-template-hash": "x"}, "annotations": {"z": "1", "b": null}},
+        "spec": {"containers": [{"name": "c", "image": "i", "args": ["a", 1, true, null, 2.5],
+            "env": [{"name": "A", "value": "1"}, {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "k"}}}]}],
+            "volumes": [{"name": "v", "configMap": {"name": "cfg", "optional": null}}], "$patch": "replace"}});
+    assert_eq!(Kind::Deployment.template_hash(&template), "2beb1dc0ec52fbff4cc8");
+    assert_eq!(Kind::Deployment.request_template_hash(&parsed_template(&template)), "2beb1dc0ec52fbff4cc8");
+}
